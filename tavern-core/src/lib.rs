@@ -1,0 +1,39 @@
+//! Pure AgentTavern domain: ids, bindings, the state normalizer, capabilities, scopes, records,
+//! revisions, the kernel prompt text and token estimates.
+//!
+//! Nothing in this crate performs IO, reads the clock or the environment, or prints. Callers pass
+//! time in as [`Timestamp`] values so every function here is deterministic.
+#![warn(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+pub mod binding;
+pub mod capability;
+pub mod error;
+pub mod identity;
+pub mod ids;
+pub mod kernel;
+pub mod mode_switch;
+pub mod normalize;
+pub mod record;
+pub mod revision;
+pub mod scope;
+pub mod time;
+pub mod tokens;
+
+pub use binding::{BindingTarget, ContextMode, SessionBinding, TavernArchitecture, TavernState};
+pub use capability::{AgentTavernCapabilities, Availability, HostFacts};
+pub use error::CoreError;
+pub use identity::IdentitySummary;
+pub use ids::{AgentId, CharacterName, ChatId, MemoryId, SessionId, Tag, VariableName};
+pub use kernel::{render_kernel, KernelInput};
+pub use mode_switch::{switch_context_mode, ContextModeEvent, ModeSwitchRefusal, TurnState};
+pub use normalize::{normalize_state, Diagnostic};
+pub use record::{
+    AuditAction, AuditEntry, MemoryKind, MemoryRecord, MemorySource, MemoryWrite, SourceKind,
+    VariableRecord,
+};
+pub use revision::Revision;
+pub use scope::{Scope, ScopeKey, WritePolicy};
+pub use time::Timestamp;
+pub use tokens::{DefaultTokenEstimator, TokenEstimator};

@@ -1,0 +1,223 @@
+//! Record revisions: SHA-256 over a written-down canonical encoding of JSON values (see
+//! `docs/FORMATS.md`, "Canonical encoding v1"). Not `serde_json` output and not `std::hash`, so
+//! revisions are stable across crate versions, platforms and field orders.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::error::{excerpt, CoreError};
+
+/// Nesting deeper than this is refused before any recursion over a value.
+pub const MAX_JSON_DEPTH: usize = 32;
+
+/// An opaque record revision: `r1-` followed by 32 lowercase hex digits.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Revision(String);
+
+impl Revision {
+    /// Computes a revision for `content` in `domain` (e.g. `memory`, `variable`), chained to the
+    /// previous revision of the same record so that A→B→A never revives an old revision.
+    pub fn compute(domain: &str, previous: Option<&Revision>, content: &Value) -> Self {
+        let mut buf = Vec::with_capacity(256);
+        encode_str(&mut buf, "agent-tavern/revision/v1");
+        encode_str(&mut buf, domain);
+        match previous {
+            Some(prev) => encode_str(&mut buf, &prev.0),
+            None => buf.push(b'N'),
+        }
+        encode_value(&mut buf, content);
+        let digest = Sha256::digest(&buf);
+        Self(format!("r1-{}", hex(&digest[..16])))
+    }
+
+    /// Parses a revision a caller sent back (e.g. from a tool argument).
+    ///
+    /// # Errors
+    /// [`CoreError::InvalidId`] when it is not of the `r1-<32 hex>` form.
+    pub fn parse(value: impl Into<String>) -> Result<Self, CoreError> {
+        let value = value.into();
+        let ok = value.len() == 35
+            && value.starts_with("r1-")
+            && value[3..]
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if ok {
+            Ok(Self(value))
+        } else {
+            Err(CoreError::InvalidId {
+                kind: "revision",
+                value: excerpt(&value),
+                reason: "expected r1- followed by 32 lowercase hex digits",
+            })
+        }
+    }
+
+    /// The revision text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for Revision {
+    type Error = CoreError;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        Self::parse(value)
+    }
+}
+
+impl From<Revision> for String {
+    fn from(r: Revision) -> String {
+        r.0
+    }
+}
+
+impl fmt::Display for Revision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Appends the canonical encoding (v1) of `value` to `out`.
+///
+/// `N` null · `T` true · `F` false · `I` i64 (8 bytes BE) · `U` u64 above `i64::MAX` (8 bytes BE)
+/// · `D` other numbers as IEEE-754 f64 bits (8 bytes BE, `-0.0` as `0.0`) · `S` u32 BE byte
+/// length + UTF-8 · `A` u32 BE count + items · `O` u32 BE count + (key as `S`, value) pairs
+/// sorted by key bytes. Values nested deeper than [`MAX_JSON_DEPTH`] encode as `X` (callers
+/// validate depth before computing revisions; this keeps the function total).
+pub fn encode_value(out: &mut Vec<u8>, value: &Value) {
+    encode_at(out, value, 0);
+}
+
+fn encode_at(out: &mut Vec<u8>, value: &Value, depth: usize) {
+    if depth > MAX_JSON_DEPTH {
+        out.push(b'X');
+        return;
+    }
+    match value {
+        Value::Null => out.push(b'N'),
+        Value::Bool(true) => out.push(b'T'),
+        Value::Bool(false) => out.push(b'F'),
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                out.push(b'I');
+                out.extend_from_slice(&i.to_be_bytes());
+            } else if let Some(u) = n.as_u64() {
+                out.push(b'U');
+                out.extend_from_slice(&u.to_be_bytes());
+            } else {
+                let f = n.as_f64().unwrap_or(0.0);
+                let f = if f == 0.0 { 0.0 } else { f };
+                out.push(b'D');
+                out.extend_from_slice(&f.to_bits().to_be_bytes());
+            }
+        }
+        Value::String(s) => encode_str(out, s),
+        Value::Array(items) => {
+            out.push(b'A');
+            out.extend_from_slice(&len32(items.len()).to_be_bytes());
+            for item in items {
+                encode_at(out, item, depth + 1);
+            }
+        }
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            out.push(b'O');
+            out.extend_from_slice(&len32(entries.len()).to_be_bytes());
+            for (k, v) in entries {
+                encode_str(out, k);
+                encode_at(out, v, depth + 1);
+            }
+        }
+    }
+}
+
+fn encode_str(out: &mut Vec<u8>, s: &str) {
+    out.push(b'S');
+    out.extend_from_slice(&len32(s.len()).to_be_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// Lengths above `u32::MAX` cannot occur for validated records (limits are in KiB); saturate
+/// rather than panic so the function stays total.
+fn len32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Lowercase hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    s
+}
+
+/// A short stable digest (16 hex digits) of arbitrary bytes, for ids derived from content.
+pub fn short_digest(parts: &[&[u8]]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update((p.len() as u64).to_be_bytes());
+        h.update(p);
+    }
+    hex(&h.finalize()[..8])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Pins the canonical encoding: if this changes, every stored revision changes meaning. The
+    /// expected values were computed by the independent Python reference in `docs/FORMATS.md`.
+    #[test]
+    fn golden_revisions_are_pinned() {
+        let v =
+            json!({"b": [1, -2, 1.5, "x", null, true], "a": {"好感度": 18446744073709551615u64}});
+        assert_eq!(
+            Revision::compute("variable", None, &v).as_str(),
+            "r1-02b682aa2a757b82739adcc5f383fa52"
+        );
+        let prev = Revision::parse("r1-00000000000000000000000000000000").unwrap();
+        assert_eq!(
+            Revision::compute("memory", Some(&prev), &json!("hello")).as_str(),
+            "r1-00528a0202f1bcdf1ac1c07fd2772fcb"
+        );
+    }
+
+    #[test]
+    fn key_order_and_negative_zero_do_not_matter() {
+        let a = json!({"x": 1, "y": [0.0]});
+        let b: Value = serde_json::from_str(r#"{"y": [-0.0], "x": 1}"#).unwrap();
+        assert_eq!(
+            Revision::compute("d", None, &a),
+            Revision::compute("d", None, &b)
+        );
+    }
+
+    #[test]
+    fn chaining_prevents_aba() {
+        let a = Revision::compute("variable", None, &json!("A"));
+        let b = Revision::compute("variable", Some(&a), &json!("B"));
+        let a2 = Revision::compute("variable", Some(&b), &json!("A"));
+        assert_ne!(a, a2);
+    }
+
+    #[test]
+    fn parse_rejects_forgeries() {
+        for bad in [
+            "",
+            "r1-",
+            "r2-00000000000000000000000000000000",
+            "r1-0000000000000000000000000000000G",
+        ] {
+            assert!(Revision::parse(bad).is_err(), "{bad}");
+        }
+    }
+}
