@@ -73,7 +73,7 @@ id_type!(
     AgentId, "agent id", check_token
 );
 id_type!(
-    /// A SillyTavern chat file name without extension: `[A-Za-z0-9@ _.-]{1,200}`, no `..`, no
+    /// A SillyTavern chat file name without extension: `[A-Za-z0-9@ _.-]{1,80}`, no `..`, no
     /// leading dot or surrounding spaces.
     ChatId, "chat id", check_chat_id
 );
@@ -119,8 +119,8 @@ fn check_chat_id(v: &str) -> Result<(), &'static str> {
     if v.trim().is_empty() {
         return Err("must not be blank");
     }
-    if v.len() > 200 {
-        return Err("longer than 200 bytes");
+    if v.len() > 80 {
+        return Err("longer than 80 bytes");
     }
     if !v
         .bytes()

@@ -494,6 +494,8 @@ pub enum AuditAction {
     Restored,
     /// A memory was soft-deleted.
     Forgotten,
+    /// A memory reached its expiry (reported in listings; nothing is purged).
+    Expired,
     /// A variable was set.
     Set,
     /// A variable was deleted (tombstoned).

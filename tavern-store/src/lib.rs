@@ -1,1 +1,49 @@
-//! Skeleton
+//! Ports and adapters for AgentTavern's durable state.
+//!
+//! Ports ([`MemoryStore`], [`VariableStore`], [`StateStore`], [`ChatStore`],
+//! [`CheckpointStore`], [`PromptStore`]) are small object-safe `async-trait` traits whose
+//! contracts are documented on each method. Two adapters implement all of them:
+//! [`fs::FsStore`] (the embedded default: one root directory, durable, multi-process safe) and
+//! [`mem::MemStore`] (strict, in memory, for tests). The `conformance` feature exposes the one
+//! suite both must pass.
+#![warn(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+pub mod chat;
+pub mod checkpoint;
+pub mod clock;
+#[cfg(feature = "conformance")]
+pub mod conformance;
+mod engine;
+pub mod error;
+pub mod fs;
+pub mod mem;
+pub mod memory;
+pub mod prompt;
+pub mod search;
+pub mod state;
+pub mod variable;
+mod wrappers;
+
+pub use chat::{ChatFile, ChatRevision, ChatStore};
+pub use checkpoint::{CheckpointStatus, CheckpointStore, ProjectorCheckpoint};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use error::StoreError;
+pub use memory::{MemoryHit, MemoryQuery, MemorySearchResult, MemoryStore, TagMatch};
+pub use prompt::{PromptStore, SessionPrompt};
+pub use state::StateStore;
+pub use variable::{
+    PatchOutcome, VariableChange, VariableEntry, VariableListing, VariableStore, VariableSummary,
+};
+pub use wrappers::AllStores;
+
+/// A problem found in stored data that did not stop the store from working: a corrupt line or
+/// file that was skipped or set aside. `file` is relative to the store root, never absolute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreDiagnostic {
+    /// File name relative to the store root (with a line number where it applies).
+    pub file: String,
+    /// What was wrong and what was done about it.
+    pub message: String,
+}

@@ -1,0 +1,880 @@
+//! The one conformance suite every store adapter must pass (feature `conformance`).
+//!
+//! Each check is a plain async function over a [`Fixture`]; [`store_conformance_tests!`] turns
+//! them into `#[tokio::test]`s for an adapter. Checks panic with a description on failure, as
+//! test code does.
+#![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
+
+use std::sync::Arc;
+
+use serde_json::json;
+use tavern_core::{
+    AgentId, AuditAction, CharacterName, ChatId, MemoryId, MemoryKind, MemorySource, MemoryWrite,
+    ScopeKey, SessionId, Tag, Timestamp, VariableName,
+};
+
+use crate::checkpoint::{CheckpointStatus, ProjectorCheckpoint};
+use crate::clock::ManualClock;
+use crate::error::StoreError;
+use crate::memory::{MemoryQuery, TagMatch};
+use crate::variable::VariableChange;
+use crate::{
+    AllStores, ChatStore, CheckpointStore, MemoryStore, PromptStore, StateStore, VariableStore,
+};
+
+/// A fresh store under test, its clock, and (for durable adapters) a way to reopen it.
+pub struct Fixture {
+    /// The store.
+    pub store: Arc<dyn AllStores>,
+    /// The clock the store reads.
+    pub clock: Arc<ManualClock>,
+    /// Opens the same data again as a new instance (`None` for volatile adapters).
+    pub reopen: Option<Box<dyn Fn() -> Arc<dyn AllStores> + Send + Sync>>,
+    /// Keeps temporary directories alive.
+    pub guard: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+/// The start time of every fixture clock.
+pub const T0: Timestamp = Timestamp(1_700_000_000_000);
+
+fn agent(id: &str) -> ScopeKey {
+    ScopeKey::Agent {
+        agent: AgentId::parse(id).unwrap(),
+    }
+}
+
+fn chat_scope(character: &str, chat: &str) -> ScopeKey {
+    ScopeKey::Chat {
+        character: CharacterName::parse(character).unwrap(),
+        chat: ChatId::parse(chat).unwrap(),
+    }
+}
+
+fn src(call: &str) -> MemorySource {
+    MemorySource::tool(call, SessionId::parse("s1").unwrap(), 1)
+}
+
+/// A memory write with defaults.
+pub fn write(id: &str, scope: ScopeKey, content: &str) -> MemoryWrite {
+    MemoryWrite {
+        id: MemoryId::parse(id).unwrap(),
+        scope,
+        kind: MemoryKind::Semantic,
+        content: content.into(),
+        tags: Vec::new(),
+        importance: 0.5,
+        confidence: 0.8,
+        source: src("call-1"),
+        expires_at: None,
+    }
+}
+
+fn var(n: &str) -> VariableName {
+    VariableName::parse(n).unwrap()
+}
+
+/// Create, read, update, forget and explicit restore, with conflicts carrying the current
+/// revision.
+pub async fn memory_crud_and_cas(f: &Fixture) {
+    let s = &f.store;
+    let scope = agent("a1");
+    let id = MemoryId::parse("m1").unwrap();
+    let r1 = s
+        .put(write("m1", scope.clone(), "Mira fears water"), None, false)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.read(&id, &scope).await.unwrap().unwrap().content,
+        "Mira fears water"
+    );
+
+    let again = s
+        .put(write("m1", scope.clone(), "dup"), None, false)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        again.conflict_revision(),
+        Some(&r1.revision),
+        "create over existing conflicts"
+    );
+    let missing = s
+        .put(write("m2", scope.clone(), "x"), Some(&r1.revision), false)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(missing, StoreError::Conflict { current: None, .. }),
+        "{missing}"
+    );
+
+    let r2 = s
+        .put(
+            write("m1", scope.clone(), "Mira fears deep water"),
+            Some(&r1.revision),
+            false,
+        )
+        .await
+        .unwrap();
+    assert_ne!(r2.revision, r1.revision);
+    assert_eq!(r2.created_at, r1.created_at);
+    let stale = s
+        .put(
+            write("m1", scope.clone(), "lost"),
+            Some(&r1.revision),
+            false,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(stale.conflict_revision(), Some(&r2.revision));
+    // Recover: re-read the current revision and retry.
+    let current = s.read(&id, &scope).await.unwrap().unwrap();
+    let r3 = s
+        .put(
+            write("m1", scope.clone(), "retried"),
+            Some(&current.revision),
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r3.content, "retried");
+
+    let gone = s
+        .forget(&id, &scope, &r3.revision, src("call-forget"))
+        .await
+        .unwrap();
+    assert!(gone.deleted_at.is_some());
+    assert_eq!(
+        s.read(&id, &scope).await.unwrap(),
+        None,
+        "forgotten reads as none"
+    );
+    assert!(matches!(
+        s.forget(&id, &scope, &gone.revision, src("x")).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    let refused = s
+        .put(
+            write("m1", scope.clone(), "back"),
+            Some(&gone.revision),
+            false,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, StoreError::Forgotten { .. }), "{refused}");
+    let back = s
+        .put(
+            write("m1", scope.clone(), "back"),
+            Some(&gone.revision),
+            true,
+        )
+        .await
+        .unwrap();
+    assert!(back.deleted_at.is_none());
+
+    let audit = s.audit_memory(&scope, Some(&id)).await;
+    let actions: Vec<AuditAction> = audit.iter().map(|a| a.action).collect();
+    assert_eq!(
+        actions,
+        [
+            AuditAction::Created,
+            AuditAction::Updated,
+            AuditAction::Updated,
+            AuditAction::Forgotten,
+            AuditAction::Restored
+        ]
+    );
+    assert_eq!(audit[3].source.tool_call_id.as_deref(), Some("call-forget"));
+    assert_eq!(audit[3].revision.as_ref(), Some(&gone.revision));
+}
+
+/// Helper so checks can name the memory audit without ambiguity.
+#[async_trait::async_trait]
+pub trait AuditExt {
+    /// `MemoryStore::audit`.
+    async fn audit_memory(
+        &self,
+        scope: &ScopeKey,
+        id: Option<&MemoryId>,
+    ) -> Vec<tavern_core::AuditEntry>;
+}
+
+#[async_trait::async_trait]
+impl<T: crate::MemoryStore + ?Sized> AuditExt for T {
+    async fn audit_memory(
+        &self,
+        scope: &ScopeKey,
+        id: Option<&MemoryId>,
+    ) -> Vec<tavern_core::AuditEntry> {
+        self.memory_audit(scope, id).await.unwrap()
+    }
+}
+
+/// N tasks race the same CAS update: exactly one wins, the others see conflicts.
+pub async fn memory_concurrent_cas_exactly_one_wins(f: &Fixture) {
+    let scope = agent("a1");
+    let base = f
+        .store
+        .put(write("race", scope.clone(), "v0"), None, false)
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let s = f.store.clone();
+        let (scope, rev) = (scope.clone(), base.revision.clone());
+        tasks.push(tokio::spawn(async move {
+            s.put(write("race", scope, &format!("v{i}")), Some(&rev), false)
+                .await
+        }));
+    }
+    let mut wins = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(_) => wins += 1,
+            Err(e) => assert!(e.conflict_revision().is_some(), "{e}"),
+        }
+    }
+    assert_eq!(wins, 1);
+}
+
+/// Concurrent writers retrying on conflict never lose an update.
+pub async fn variable_concurrent_increments_lose_nothing(f: &Fixture) {
+    let scope = ScopeKey::Global;
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let s = f.store.clone();
+        let scope = scope.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..10 {
+                loop {
+                    let cur = s.get(&scope, &var("counter")).await.unwrap();
+                    let n = cur.as_ref().map_or(0, |r| r.value.as_i64().unwrap());
+                    let res = s
+                        .set(
+                            &scope,
+                            &var("counter"),
+                            json!(n + 1),
+                            cur.as_ref().map(|r| &r.revision),
+                            src("c"),
+                        )
+                        .await;
+                    match res {
+                        Ok(_) => break,
+                        Err(StoreError::Conflict { .. }) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let v = f.store.get(&scope, &var("counter")).await.unwrap().unwrap();
+    assert_eq!(v.value, json!(40));
+}
+
+/// Expired records are hidden from read and search, shown with `include_expired`, and listed
+/// as expired in the audit; nothing is purged.
+pub async fn memory_ttl(f: &Fixture) {
+    let scope = agent("a1");
+    let mut w = write("ttl", scope.clone(), "the lantern is lit tonight");
+    w.expires_at = Some(T0.plus_millis(1000));
+    f.store.put(w, None, false).await.unwrap();
+    let id = MemoryId::parse("ttl").unwrap();
+    assert!(f.store.read(&id, &scope).await.unwrap().is_some());
+    f.clock.advance(1000);
+    assert_eq!(f.store.read(&id, &scope).await.unwrap(), None);
+    let q = MemoryQuery::new("lantern", vec![scope.clone()]);
+    assert!(f.store.search(&q).await.unwrap().hits.is_empty());
+    let mut q2 = q.clone();
+    q2.include_expired = true;
+    let hits = f.store.search(&q2).await.unwrap().hits;
+    assert_eq!(hits.len(), 1);
+    assert!(hits[0].expired);
+    let audit = f.store.audit_memory(&scope, Some(&id)).await;
+    assert_eq!(audit.last().unwrap().action, AuditAction::Expired);
+    assert_eq!(audit.last().unwrap().at, T0.plus_millis(1000));
+}
+
+/// Reads maintain `last_accessed_at` without changing the revision.
+pub async fn memory_access_time(f: &Fixture) {
+    let scope = agent("a1");
+    let r = f
+        .store
+        .put(write("acc", scope.clone(), "x y z"), None, false)
+        .await
+        .unwrap();
+    assert_eq!(r.last_accessed_at, None);
+    f.clock.advance(5);
+    let read = f.store.read(&r.id, &scope).await.unwrap().unwrap();
+    assert_eq!(read.last_accessed_at, Some(T0.plus_millis(5)));
+    assert_eq!(read.revision, r.revision);
+}
+
+/// Lexical search: CJK words inside sentences, case folding, honest results, filters, budget.
+pub async fn memory_search(f: &Fixture) {
+    let s = &f.store;
+    let a = agent("a1");
+    let c = chat_scope("Mira", "chat 1");
+    let mut w = write("zh", a.clone(), "她推开了银色大门，月光洒在石阶上。");
+    w.tags = vec![Tag::parse("place").unwrap(), Tag::parse("night").unwrap()];
+    w.kind = MemoryKind::Episodic;
+    s.put(w, None, false).await.unwrap();
+    f.clock.advance(10);
+    let mut w = write("en", a.clone(), "The Silver Gate closes at moonrise.");
+    w.tags = vec![Tag::parse("place").unwrap()];
+    w.importance = 0.9;
+    s.put(w, None, false).await.unwrap();
+    f.clock.advance(10);
+    s.put(
+        write("other", c.clone(), "Kai owes Mira three silver coins."),
+        None,
+        false,
+    )
+    .await
+    .unwrap();
+
+    let res = s
+        .search(&MemoryQuery::new("银色大门", vec![a.clone()]))
+        .await
+        .unwrap();
+    assert_eq!(res.hits.len(), 1, "only the chinese record matches");
+    assert_eq!(res.hits[0].record.id.as_str(), "zh");
+    assert!(res.hits[0].score > 0.0 && res.hits[0].relevance > 0.0);
+
+    let res = s
+        .search(&MemoryQuery::new("SILVER", vec![a.clone(), c.clone()]))
+        .await
+        .unwrap();
+    assert_eq!(res.source_count, 2);
+    assert!(
+        res.hits.windows(2).all(|w| w[0].score >= w[1].score),
+        "ranked"
+    );
+
+    let none = s
+        .search(&MemoryQuery::new("dragon", vec![a.clone()]))
+        .await
+        .unwrap();
+    assert!(none.hits.is_empty() && none.source_count == 0 && !none.truncated);
+
+    let res = s
+        .search(&MemoryQuery::new("silver", vec![c.clone()]))
+        .await
+        .unwrap();
+    assert_eq!(res.hits.len(), 1, "scope filter");
+    assert_eq!(res.hits[0].record.id.as_str(), "other");
+
+    let mut q = MemoryQuery::new("", vec![a.clone(), c.clone()]);
+    let listed = s.search(&q).await.unwrap();
+    let ids: Vec<&str> = listed.hits.iter().map(|h| h.record.id.as_str()).collect();
+    assert_eq!(ids, ["other", "en", "zh"], "empty query lists by recency");
+
+    q.kinds = vec![MemoryKind::Episodic];
+    assert_eq!(s.search(&q).await.unwrap().hits.len(), 1);
+    q.kinds.clear();
+    q.tags = vec![Tag::parse("place").unwrap(), Tag::parse("night").unwrap()];
+    q.tag_match = TagMatch::All;
+    assert_eq!(s.search(&q).await.unwrap().hits.len(), 1);
+    q.tag_match = TagMatch::Any;
+    assert_eq!(s.search(&q).await.unwrap().hits.len(), 2);
+    q.tags.clear();
+    q.updated_from = Some(T0.plus_millis(10));
+    q.updated_to = Some(T0.plus_millis(10));
+    assert_eq!(s.search(&q).await.unwrap().hits.len(), 1, "time range");
+
+    let mut q = MemoryQuery::new("", vec![a.clone(), c.clone()]);
+    q.limit = 2;
+    let res = s.search(&q).await.unwrap();
+    assert_eq!(
+        (
+            res.hits.len(),
+            res.source_count,
+            res.truncated,
+            res.truncated_by
+        ),
+        (2, 3, true, Some("limit"))
+    );
+    q.limit = 10;
+    q.max_tokens = Some(res.hits[0].tokens);
+    let res = s.search(&q).await.unwrap();
+    assert_eq!(
+        res.hits.len(),
+        1,
+        "a hit that does not fit is left out whole"
+    );
+    assert_eq!(res.truncated_by, Some("max-tokens"));
+    q.max_tokens = Some(1);
+    let res = s.search(&q).await.unwrap();
+    assert!(res.hits.is_empty() && res.truncated && res.source_count == 3);
+}
+
+/// Variables: create/update CAS, no ABA after A→B→A or delete + re-create, tombstones audited.
+pub async fn variables_cas(f: &Fixture) {
+    let s = &f.store;
+    let scope = chat_scope("Mira", "chat 1");
+    let n = var("basic.好感度");
+    let a = s.set(&scope, &n, json!(10), None, src("v1")).await.unwrap();
+    let dup = s
+        .set(&scope, &n, json!(11), None, src("v2"))
+        .await
+        .unwrap_err();
+    assert_eq!(dup.conflict_revision(), Some(&a.revision));
+    let b = s
+        .set(&scope, &n, json!(20), Some(&a.revision), src("v3"))
+        .await
+        .unwrap();
+    let a2 = s
+        .set(&scope, &n, json!(10), Some(&b.revision), src("v4"))
+        .await
+        .unwrap();
+    assert_ne!(a2.revision, a.revision, "A→B→A gets a fresh revision");
+    let stale = s
+        .set(&scope, &n, json!(0), Some(&a.revision), src("v5"))
+        .await
+        .unwrap_err();
+    assert_eq!(stale.conflict_revision(), Some(&a2.revision));
+    s.delete(&scope, &n, &a2.revision, src("v6")).await.unwrap();
+    assert_eq!(s.get(&scope, &n).await.unwrap(), None);
+    assert!(matches!(
+        s.delete(&scope, &n, &a2.revision, src("v7")).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    let again = s.set(&scope, &n, json!(10), None, src("v8")).await.unwrap();
+    assert!(![&a.revision, &b.revision, &a2.revision].contains(&&again.revision));
+    let actions: Vec<AuditAction> = s
+        .variable_audit(&scope)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.action)
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            AuditAction::Set,
+            AuditAction::Set,
+            AuditAction::Set,
+            AuditAction::Deleted,
+            AuditAction::Set
+        ]
+    );
+}
+
+/// A patch is all or nothing, on one scope revision.
+pub async fn variables_patch_atomic(f: &Fixture) {
+    let s = &f.store;
+    let scope = agent("a1");
+    let hp = s
+        .set(&scope, &var("hp"), json!(5), None, src("p0"))
+        .await
+        .unwrap();
+    let listing = s.list(&scope, "", 10).await.unwrap();
+    let scope_rev = listing.scope_revision.clone().unwrap();
+    let bad = [
+        VariableChange::Set {
+            name: var("hp"),
+            value: json!(4),
+            expected: Some(hp.revision.clone()),
+        },
+        VariableChange::Set {
+            name: var("mp"),
+            value: json!(1),
+            expected: Some(hp.revision.clone()),
+        },
+    ];
+    let err = s.patch(&scope, &bad, None, src("p1")).await.unwrap_err();
+    assert!(err.to_string().contains("variable mp"), "{err}");
+    assert_eq!(
+        s.get(&scope, &var("hp")).await.unwrap().unwrap().value,
+        json!(5),
+        "nothing written"
+    );
+    assert_eq!(
+        s.list(&scope, "", 10)
+            .await
+            .unwrap()
+            .scope_revision
+            .as_ref(),
+        Some(&scope_rev)
+    );
+
+    let good = [
+        VariableChange::Set {
+            name: var("hp"),
+            value: json!(4),
+            expected: Some(hp.revision.clone()),
+        },
+        VariableChange::Set {
+            name: var("mp"),
+            value: json!({"cur": 1}),
+            expected: None,
+        },
+    ];
+    let out = s
+        .patch(&scope, &good, Some(&scope_rev), src("p2"))
+        .await
+        .unwrap();
+    assert_eq!(out.records.len(), 2);
+    assert_ne!(out.scope_revision, scope_rev);
+    let again = s
+        .patch(&scope, &good[1..], Some(&scope_rev), src("p3"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        again.conflict_revision(),
+        Some(&out.scope_revision),
+        "stale scope revision"
+    );
+    let twice = [
+        VariableChange::Set {
+            name: var("x"),
+            value: json!(1),
+            expected: None,
+        },
+        VariableChange::Set {
+            name: var("x"),
+            value: json!(2),
+            expected: None,
+        },
+    ];
+    assert!(s
+        .patch(&scope, &twice, None, src("p4"))
+        .await
+        .unwrap_err()
+        .to_string()
+        .contains("twice"));
+}
+
+/// Value and scope size limits name the limit; list and clear work by scope.
+pub async fn variables_limits_list_clear(f: &Fixture) {
+    let s = &f.store;
+    let scope = agent("a1");
+    let big = json!("x".repeat(33 * 1024));
+    let err = s
+        .set(&scope, &var("big"), big, None, src("l"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("variable value bytes"), "{err}");
+    let chunk = json!("y".repeat(30 * 1024));
+    let mut failed = None;
+    for i in 0..10 {
+        if let Err(e) = s
+            .set(
+                &scope,
+                &var(&format!("c{i}")),
+                chunk.clone(),
+                None,
+                src("l"),
+            )
+            .await
+        {
+            failed = Some((i, e));
+            break;
+        }
+    }
+    let (i, e) = failed.expect("the scope limit must stop the writes");
+    assert_eq!(i, 8, "256 KiB fits eight 30 KiB values");
+    assert!(e.to_string().contains("variable scope bytes"), "{e}");
+
+    s.set(&scope, &var("stat.str"), json!(3), None, src("l"))
+        .await
+        .unwrap();
+    s.set(&scope, &var("stat.dex"), json!([1, 2]), None, src("l"))
+        .await
+        .unwrap();
+    let listing = s.list(&scope, "stat.", 1).await.unwrap();
+    assert_eq!(
+        (listing.total, listing.truncated, listing.items.len()),
+        (2, true, 1)
+    );
+    assert_eq!(listing.items[0].name.as_str(), "stat.dex");
+    assert_eq!(listing.items[0].kind, "array");
+    assert_eq!(listing.items[0].preview, "[1,2]");
+
+    let turn = ScopeKey::Turn {
+        agent: AgentId::parse("a1").unwrap(),
+    };
+    s.set(&turn, &var("scratch"), json!(true), None, src("t"))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.clear_scope(&turn, MemorySource::system()).await.unwrap(),
+        1
+    );
+    assert_eq!(
+        s.clear_scope(&turn, MemorySource::system()).await.unwrap(),
+        0
+    );
+    assert_eq!(s.get(&turn, &var("scratch")).await.unwrap(), None);
+    assert!(
+        s.get(&scope, &var("stat.str")).await.unwrap().is_some(),
+        "other scopes untouched"
+    );
+}
+
+/// Two chats and two characters never see each other's data.
+pub async fn scopes_are_isolated(f: &Fixture) {
+    let s = &f.store;
+    let c1 = chat_scope("Mira", "chat 1");
+    let c2 = chat_scope("Mira", "chat 2");
+    let other = chat_scope("Kai", "chat 1");
+    s.put(write("m", c1.clone(), "secret of chat one"), None, false)
+        .await
+        .unwrap();
+    s.set(&c1, &var("x"), json!(1), None, src("i"))
+        .await
+        .unwrap();
+    for scope in [&c2, &other] {
+        let id = MemoryId::parse("m").unwrap();
+        assert_eq!(s.read(&id, scope).await.unwrap(), None);
+        assert!(s
+            .search(&MemoryQuery::new("secret", vec![scope.clone()]))
+            .await
+            .unwrap()
+            .hits
+            .is_empty());
+        assert_eq!(s.get(scope, &var("x")).await.unwrap(), None);
+    }
+    // The same id may exist independently in another scope.
+    s.put(write("m", c2.clone(), "chat two"), None, false)
+        .await
+        .unwrap();
+}
+
+/// Concurrent binding updates both survive; a failing mutation writes nothing.
+pub async fn state_updates_compose(f: &Fixture) {
+    use tavern_core::{BindingTarget, SessionBinding};
+    let (state, diags) = f.store.load_state().await.unwrap();
+    assert!(state.bindings.is_empty() && diags.is_empty());
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let s = f.store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut m = |st: &mut tavern_core::TavernState| {
+                let target = BindingTarget {
+                    character: CharacterName::parse("Mira").unwrap(),
+                    chat_id: ChatId::parse(format!("chat {i}")).unwrap(),
+                    group: false,
+                };
+                let b = SessionBinding::new_for_chat(target, st);
+                st.set_binding(SessionId::parse(format!("s{i}")).unwrap(), b);
+                Ok(())
+            };
+            s.update_state(&mut m).await.unwrap();
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let (state, _) = f.store.load_state().await.unwrap();
+    assert_eq!(state.bindings.len(), 6, "no update lost");
+    let mut failing =
+        |_: &mut tavern_core::TavernState| Err(StoreError::NotFound { target: "x".into() });
+    assert!(f.store.update_state(&mut failing).await.is_err());
+    assert_eq!(f.store.load_state().await.unwrap().0, state);
+}
+
+/// Chats: create, append under CAS, conflicts on stale revisions, rewrite, list, back-link.
+pub async fn chats(f: &Fixture) {
+    let s = &f.store;
+    let ch = CharacterName::parse("Mira").unwrap();
+    let id = ChatId::parse("Mira - 2026-11-30@10h00m00s").unwrap();
+    assert!(s.read_chat(&ch, &id).await.unwrap().is_none());
+    let header = r#"{"user_name":"Kai","character_name":"Mira","chat_metadata":{}}"#.to_owned();
+    let r0 = s
+        .rewrite_chat(&ch, &id, std::slice::from_ref(&header), None)
+        .await
+        .unwrap();
+    assert!(
+        s.rewrite_chat(&ch, &id, std::slice::from_ref(&header), None)
+            .await
+            .is_err(),
+        "create conflicts"
+    );
+    let m1 = r#"{"name":"Kai","is_user":true,"mes":"hi"}"#.to_owned();
+    let r1 = s
+        .append_lines(&ch, &id, std::slice::from_ref(&m1), &r0)
+        .await
+        .unwrap();
+    assert_ne!(r0, r1);
+    let stale = s
+        .append_lines(&ch, &id, std::slice::from_ref(&m1), &r0)
+        .await
+        .unwrap_err();
+    assert!(matches!(stale, StoreError::Conflict { .. }), "{stale}");
+    assert!(s
+        .append_lines(&ch, &id, &["not json".into()], &r1)
+        .await
+        .is_err());
+    assert!(s
+        .append_lines(&ch, &id, &["{\"a\":1}\n{\"b\":2}".into()], &r1)
+        .await
+        .is_err());
+    let file = s.read_chat(&ch, &id).await.unwrap().unwrap();
+    assert_eq!(file.lines, [header.clone(), m1.clone()]);
+    assert_eq!(file.revision, r1);
+    assert_eq!(s.chat_revision(&ch, &id).await.unwrap(), Some(r1.clone()));
+
+    let branch = ChatId::parse("Branch 1").unwrap();
+    let bheader = r#"{"chat_metadata":{"main_chat":"Mira - 2026-11-30@10h00m00s"}}"#.to_owned();
+    s.rewrite_chat(&ch, &branch, &[bheader, m1.clone()], None)
+        .await
+        .unwrap();
+    let bfile = s.read_chat(&ch, &branch).await.unwrap().unwrap();
+    assert_eq!(crate::chat::parent_chat(&bfile), Some(id.clone()));
+    assert_eq!(s.list_chats(&ch).await.unwrap(), [branch, id.clone()]);
+    assert!(s
+        .list_chats(&CharacterName::parse("Kai").unwrap())
+        .await
+        .unwrap()
+        .is_empty());
+    let r2 = s
+        .rewrite_chat(&ch, &id, &[header], Some(&r1))
+        .await
+        .unwrap();
+    assert_eq!(s.read_chat(&ch, &id).await.unwrap().unwrap().lines.len(), 1);
+    assert_ne!(r2, r1);
+}
+
+/// Checkpoints round-trip and pending ones are listed.
+pub async fn checkpoints(f: &Fixture) {
+    let s = &f.store;
+    let sid = SessionId::parse("s1").unwrap();
+    assert_eq!(s.load_checkpoint(&sid).await.unwrap(), None);
+    let mut cp = ProjectorCheckpoint {
+        session_id: sid.clone(),
+        last_cursor: Some(4),
+        status: CheckpointStatus::Ok,
+        pending_cursor: None,
+        error: None,
+        chat_revision: Some("c".into()),
+        updated_at: T0,
+    };
+    s.save_checkpoint(&cp).await.unwrap();
+    assert_eq!(s.load_checkpoint(&sid).await.unwrap(), Some(cp.clone()));
+    assert!(s.pending_checkpoints().await.unwrap().is_empty());
+    cp.status = CheckpointStatus::Pending;
+    cp.pending_cursor = Some(5);
+    cp.error = Some("disk full".into());
+    s.save_checkpoint(&cp).await.unwrap();
+    assert_eq!(s.pending_checkpoints().await.unwrap(), [cp]);
+}
+
+/// Prompts: one per session, literal braces, blank save resets, limits, isolation.
+pub async fn prompts(f: &Fixture) {
+    let s = &f.store;
+    let a = SessionId::parse("s-a").unwrap();
+    let b = SessionId::parse("s-b").unwrap();
+    let saved = s
+        .save_prompt(&a, "You are {{char}}, talking to {{user}}.")
+        .await
+        .unwrap();
+    assert_eq!(
+        saved.unwrap().text,
+        "You are {{char}}, talking to {{user}}."
+    );
+    assert_eq!(
+        s.get_prompt(&b).await.unwrap(),
+        None,
+        "other sessions untouched"
+    );
+    assert_eq!(s.save_prompt(&a, "   ").await.unwrap(), None);
+    assert_eq!(s.get_prompt(&a).await.unwrap(), None, "blank save resets");
+    s.save_prompt(&a, "x").await.unwrap();
+    assert!(s.reset_prompt(&a).await.unwrap());
+    assert!(!s.reset_prompt(&a).await.unwrap());
+    let err = s
+        .save_prompt(&a, &"z".repeat(crate::prompt::PROMPT_MAX_BYTES + 1))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("system prompt bytes"), "{err}");
+    assert_eq!(
+        s.get_prompt(&a).await.unwrap(),
+        None,
+        "a failed save changes nothing"
+    );
+}
+
+/// Everything written is there after reopening (durable adapters only).
+pub async fn survives_reopen(f: &Fixture) {
+    let Some(reopen) = &f.reopen else { return };
+    let s = &f.store;
+    let scope = agent("a1");
+    let m = s
+        .put(
+            write("keep", scope.clone(), "kept across restarts"),
+            None,
+            false,
+        )
+        .await
+        .unwrap();
+    let v = s
+        .set(&scope, &var("当前周期"), json!(3), None, src("r"))
+        .await
+        .unwrap();
+    s.save_prompt(&SessionId::parse("s1").unwrap(), "p")
+        .await
+        .unwrap();
+    let again = reopen();
+    assert_eq!(
+        MemoryStore::read(&*again, &m.id, &scope)
+            .await
+            .unwrap()
+            .unwrap()
+            .revision,
+        m.revision
+    );
+    assert_eq!(
+        again.get(&scope, &var("当前周期")).await.unwrap().unwrap(),
+        v
+    );
+    assert_eq!(
+        again
+            .search(&MemoryQuery::new("restarts", vec![scope.clone()]))
+            .await
+            .unwrap()
+            .hits
+            .len(),
+        1
+    );
+    // The first instance sees writes made through the second.
+    again
+        .set(
+            &scope,
+            &var("当前周期"),
+            json!(4),
+            Some(&v.revision),
+            src("r2"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        s.get(&scope, &var("当前周期"))
+            .await
+            .unwrap()
+            .unwrap()
+            .value,
+        json!(4)
+    );
+}
+
+/// Generates one `#[tokio::test]` per conformance check for an adapter. `$make` is an
+/// expression producing a [`Fixture`].
+#[macro_export]
+macro_rules! store_conformance_tests {
+    ($make:expr) => {
+        $crate::store_conformance_tests!(@each $make;
+            memory_crud_and_cas, memory_concurrent_cas_exactly_one_wins,
+            variable_concurrent_increments_lose_nothing, memory_ttl, memory_access_time,
+            memory_search, variables_cas, variables_patch_atomic, variables_limits_list_clear,
+            scopes_are_isolated, state_updates_compose, chats, checkpoints, prompts,
+            survives_reopen);
+    };
+    (@each $make:expr; $($check:ident),*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $check() {
+            let fixture = $make;
+            $crate::conformance::$check(&fixture).await;
+        }
+    )*};
+}

@@ -1,0 +1,124 @@
+//! Durable file primitives: atomic replace (temp + fsync + rename + directory fsync), setting
+//! corrupt files aside, and IO errors that name files relative to the store root.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::error::StoreError;
+
+/// Wraps an IO error with the operation and the root-relative file name.
+pub(crate) fn io_err(op: &'static str, rel: &str) -> impl FnOnce(std::io::Error) -> StoreError {
+    let file = rel.to_owned();
+    move |source| StoreError::Io { op, file, source }
+}
+
+/// A file path under the root from root-relative parts.
+pub(crate) fn under(root: &Path, rel: &str) -> PathBuf {
+    let mut p = root.to_path_buf();
+    for part in rel.split('/') {
+        p.push(part);
+    }
+    p
+}
+
+/// fsyncs a directory so a rename or a new file in it survives a crash.
+pub(crate) fn sync_dir(dir: &Path, rel: &str) -> Result<(), StoreError> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err("sync directory", rel))
+}
+
+/// Creates a directory (and parents) durably.
+pub(crate) fn ensure_dir(root: &Path, rel: &str) -> Result<PathBuf, StoreError> {
+    let dir = under(root, rel);
+    if !dir.is_dir() {
+        fs_err::create_dir_all(&dir).map_err(|e| StoreError::Io {
+            op: "create directory",
+            file: rel.to_owned(),
+            source: std::io::Error::new(e.kind(), e.kind().to_string()),
+        })?;
+        if let Some(parent) = dir.parent() {
+            sync_dir(parent, rel)?;
+        }
+    }
+    Ok(dir)
+}
+
+/// Replaces `rel` with `bytes` atomically and durably: a crash leaves the old or the new
+/// content, never a mix.
+pub(crate) fn write_atomic(root: &Path, rel: &str, bytes: &[u8]) -> Result<(), StoreError> {
+    let path = under(root, rel);
+    let dir = path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| root.to_path_buf());
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".tmp-")
+        .tempfile_in(&dir)
+        .map_err(io_err("create temporary file for", rel))?;
+    tmp.write_all(bytes).map_err(io_err("write", rel))?;
+    tmp.as_file().sync_all().map_err(io_err("fsync", rel))?;
+    tmp.persist(&path).map_err(|e| StoreError::Io {
+        op: "rename into place",
+        file: rel.to_owned(),
+        source: e.error,
+    })?;
+    sync_dir(&dir, rel)
+}
+
+/// Reads a file, `None` if it does not exist.
+pub(crate) fn read_optional(root: &Path, rel: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    match std::fs::read(under(root, rel)) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err("read", rel)(e)),
+    }
+}
+
+/// Moves a corrupt file aside (`<name>.corrupt-<ms>`) so it is kept for inspection but no
+/// longer read; returns the new relative name.
+pub(crate) fn set_aside(root: &Path, rel: &str, now_ms: i64) -> Result<String, StoreError> {
+    let new_rel = format!("{rel}.corrupt-{now_ms}");
+    std::fs::rename(under(root, rel), under(root, &new_rel)).map_err(io_err("set aside", rel))?;
+    if let Some(parent) = under(root, rel).parent() {
+        sync_dir(parent, rel)?;
+    }
+    Ok(new_rel)
+}
+
+/// Removes a file durably; `false` if it did not exist.
+pub(crate) fn remove(root: &Path, rel: &str) -> Result<bool, StoreError> {
+    let path = under(root, rel);
+    match std::fs::remove_file(&path) {
+        Ok(()) => {
+            if let Some(parent) = path.parent() {
+                sync_dir(parent, rel)?;
+            }
+            Ok(true)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(io_err("remove", rel)(e)),
+    }
+}
+
+/// An advisory lock held until dropped: exclusive for writers, shared for readers. Serializes
+/// writers across threads *and* processes sharing the root.
+pub(crate) struct FileLock(#[allow(dead_code)] std::fs::File);
+
+impl FileLock {
+    pub(crate) fn acquire(root: &Path, rel: &str, exclusive: bool) -> Result<Self, StoreError> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(under(root, rel))
+            .map_err(io_err("open lock", rel))?;
+        if exclusive {
+            file.lock().map_err(io_err("lock", rel))?;
+        } else {
+            file.lock_shared().map_err(io_err("lock", rel))?;
+        }
+        Ok(Self(file))
+    }
+}

@@ -1,0 +1,234 @@
+//! SillyTavern chats on disk: `chats/<character>/<chat>.jsonl`, written in SillyTavern's own
+//! style (lines joined by `\n`, no trailing newline) so either program can keep using the file.
+//!
+//! A chat's revision is derived from the file's length, inode, modification time and a digest
+//! of its last 4 KiB, so a whole-file rewrite by another program (which SillyTavern does with
+//! write-temp + rename) is detected without reading the whole file. Appends check the revision
+//! under our lock and, after writing, that the path still names the file written to; a rename
+//! that raced the append is reported as a conflict so the caller re-reads and retries.
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::Path;
+
+use async_trait::async_trait;
+use tavern_core::revision::short_digest;
+use tavern_core::{CharacterName, ChatId};
+
+use super::atomic::{ensure_dir, io_err, under, write_atomic, FileLock};
+use super::names::{decode, encode};
+use super::FsStore;
+use crate::chat::{validate_lines, ChatFile, ChatRevision, ChatStore};
+use crate::error::StoreError;
+
+const TAIL_BYTES: u64 = 4096;
+
+fn chat_rel(character: &CharacterName, chat: &ChatId) -> String {
+    format!(
+        "chats/{}/{}.jsonl",
+        encode(character.as_str()),
+        encode(chat.as_str())
+    )
+}
+
+fn lock_rel(character: &CharacterName, chat: &ChatId) -> String {
+    format!(
+        "chats/{}/{}.lock",
+        encode(character.as_str()),
+        encode(chat.as_str())
+    )
+}
+
+fn target(character: &CharacterName, chat: &ChatId) -> String {
+    format!("chat {chat} of {character}")
+}
+
+/// The revision of an open file, from its metadata and tail.
+fn revision_of(file: &mut std::fs::File, rel: &str) -> Result<ChatRevision, StoreError> {
+    let meta = file.metadata().map_err(io_err("stat", rel))?;
+    let len = meta.len();
+    let start = len.saturating_sub(TAIL_BYTES);
+    file.seek(SeekFrom::Start(start))
+        .map_err(io_err("seek", rel))?;
+    let mut tail = Vec::with_capacity(usize::try_from(len - start).unwrap_or(0));
+    file.read_to_end(&mut tail).map_err(io_err("read", rel))?;
+    let (ino, mtime) = identity(&meta);
+    Ok(ChatRevision(format!(
+        "c1-{len}-{ino}-{mtime}-{}",
+        short_digest(&[&tail])
+    )))
+}
+
+#[cfg(unix)]
+fn identity(meta: &std::fs::Metadata) -> (u64, i128) {
+    use std::os::unix::fs::MetadataExt;
+    (
+        meta.ino(),
+        i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+    )
+}
+
+#[cfg(not(unix))]
+fn identity(meta: &std::fs::Metadata) -> (u64, i128) {
+    let mtime = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos() as i128);
+    (0, mtime)
+}
+
+fn open_existing(path: &Path, rel: &str) -> Result<Option<std::fs::File>, StoreError> {
+    match std::fs::File::open(path) {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err("open", rel)(e)),
+    }
+}
+
+impl FsStore {
+    fn chat_revision_now(
+        &self,
+        character: &CharacterName,
+        chat: &ChatId,
+    ) -> Result<Option<ChatRevision>, StoreError> {
+        let rel = chat_rel(character, chat);
+        match open_existing(&under(&self.root, &rel), &rel)? {
+            Some(mut f) => revision_of(&mut f, &rel).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+#[async_trait]
+impl ChatStore for FsStore {
+    async fn list_chats(&self, character: &CharacterName) -> Result<Vec<ChatId>, StoreError> {
+        let rel = format!("chats/{}", encode(character.as_str()));
+        let entries = match std::fs::read_dir(under(&self.root, &rel)) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_err("list", &rel)(e)),
+        };
+        let mut out: Vec<ChatId> = entries
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter_map(|n| n.strip_suffix(".jsonl").and_then(decode))
+            .filter_map(|n| ChatId::parse(n).ok())
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    async fn read_chat(
+        &self,
+        character: &CharacterName,
+        chat: &ChatId,
+    ) -> Result<Option<ChatFile>, StoreError> {
+        let rel = chat_rel(character, chat);
+        let Some(mut file) = open_existing(&under(&self.root, &rel), &rel)? else {
+            return Ok(None);
+        };
+        let mut text = String::new();
+        file.read_to_string(&mut text)
+            .map_err(io_err("read", &rel))?;
+        let revision = revision_of(&mut file, &rel)?;
+        let lines = text
+            .split('\n')
+            .map(|l| l.strip_suffix('\r').unwrap_or(l))
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_owned)
+            .collect();
+        Ok(Some(ChatFile { lines, revision }))
+    }
+
+    async fn chat_revision(
+        &self,
+        character: &CharacterName,
+        chat: &ChatId,
+    ) -> Result<Option<ChatRevision>, StoreError> {
+        self.chat_revision_now(character, chat)
+    }
+
+    async fn append_lines(
+        &self,
+        character: &CharacterName,
+        chat: &ChatId,
+        lines: &[String],
+        expected: &ChatRevision,
+    ) -> Result<ChatRevision, StoreError> {
+        validate_lines(chat, lines)?;
+        let rel = chat_rel(character, chat);
+        let path = under(&self.root, &rel);
+        let _lock = FileLock::acquire(&self.root, &lock_rel(character, chat), true)?;
+        let Some(mut file) = open_existing(&path, &rel)? else {
+            return Err(StoreError::NotFound {
+                target: target(character, chat),
+            });
+        };
+        if &revision_of(&mut file, &rel)? != expected {
+            return Err(StoreError::Conflict {
+                target: target(character, chat),
+                current: None,
+            });
+        }
+        if lines.is_empty() {
+            return Ok(expected.clone());
+        }
+        let mut out = std::fs::OpenOptions::new()
+            .append(true)
+            .read(true)
+            .open(&path)
+            .map_err(io_err("open", &rel))?;
+        let ends_open = out.metadata().map_err(io_err("stat", &rel))?.len() > 0;
+        let mut text = String::new();
+        for (i, line) in lines.iter().enumerate() {
+            if ends_open || i > 0 {
+                text.push('\n');
+            }
+            text.push_str(line);
+        }
+        out.write_all(text.as_bytes())
+            .map_err(io_err("append", &rel))?;
+        out.sync_data().map_err(io_err("fsync", &rel))?;
+        // Another program may have renamed a new file over the path while we wrote: then our
+        // lines went to the replaced file and the caller must re-read and retry.
+        let written = identity(&out.metadata().map_err(io_err("stat", &rel))?).0;
+        let current = std::fs::metadata(&path).map(|m| identity(&m).0);
+        if current.ok() != Some(written) {
+            return Err(StoreError::Conflict {
+                target: target(character, chat),
+                current: None,
+            });
+        }
+        revision_of(&mut out, &rel)
+    }
+
+    async fn rewrite_chat(
+        &self,
+        character: &CharacterName,
+        chat: &ChatId,
+        lines: &[String],
+        expected: Option<&ChatRevision>,
+    ) -> Result<ChatRevision, StoreError> {
+        validate_lines(chat, lines)?;
+        if lines.is_empty() {
+            return Err(StoreError::Corrupt {
+                file: target(character, chat),
+                reason: "a chat needs at least its header line".into(),
+            });
+        }
+        ensure_dir(&self.root, &format!("chats/{}", encode(character.as_str())))?;
+        let rel = chat_rel(character, chat);
+        let _lock = FileLock::acquire(&self.root, &lock_rel(character, chat), true)?;
+        if self.chat_revision_now(character, chat)?.as_ref() != expected {
+            return Err(StoreError::Conflict {
+                target: target(character, chat),
+                current: None,
+            });
+        }
+        write_atomic(&self.root, &rel, lines.join("\n").as_bytes())?;
+        self.chat_revision_now(character, chat)?
+            .ok_or_else(|| StoreError::NotFound {
+                target: target(character, chat),
+            })
+    }
+}

@@ -1,0 +1,133 @@
+//! An append-only, checksummed, multi-process log of JSON operations: the file adapter's
+//! storage for memories and variables.
+//!
+//! Line format: 16 hex digits of a SHA-256 digest of the payload, a space, the payload JSON,
+//! `\n`. An append is one `write` + `fdatasync` under an exclusive lock, so it is acknowledged
+//! only once durable. A crash can leave at most a torn last line, which never verifies and is
+//! skipped with a diagnostic; the next writer terminates it first so it cannot glue onto a new
+//! line. Readers consume only complete lines and remember their offset, so every process sees
+//! every other process's appends in order.
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use tavern_core::revision::short_digest;
+
+use super::atomic::{io_err, sync_dir, under, FileLock};
+use crate::error::StoreError;
+use crate::StoreDiagnostic;
+
+pub(crate) struct DurableLog {
+    root: PathBuf,
+    rel: String,
+    offset: u64,
+    lines: u64,
+}
+
+impl DurableLog {
+    /// Opens (creating durably if needed) the log at root-relative `rel`.
+    pub(crate) fn open(root: &Path, rel: &str) -> Result<Self, StoreError> {
+        let path = under(root, rel);
+        if !path.exists() {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .map_err(io_err("create", rel))?;
+            if let Some(parent) = path.parent() {
+                sync_dir(parent, rel)?;
+            }
+        }
+        Ok(Self {
+            root: root.to_path_buf(),
+            rel: rel.to_owned(),
+            offset: 0,
+            lines: 0,
+        })
+    }
+
+    /// The log's root-relative name.
+    pub(crate) fn rel(&self) -> &str {
+        &self.rel
+    }
+
+    pub(crate) fn lock(&self, exclusive: bool) -> Result<FileLock, StoreError> {
+        FileLock::acquire(&self.root, &format!("{}.lock", self.rel), exclusive)
+    }
+
+    /// Reads every complete line appended since the last call; verified payloads are returned,
+    /// damaged lines are reported and skipped.
+    pub(crate) fn read_new(
+        &mut self,
+        diags: &mut Vec<StoreDiagnostic>,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut file =
+            std::fs::File::open(under(&self.root, &self.rel)).map_err(io_err("open", &self.rel))?;
+        let len = file.metadata().map_err(io_err("stat", &self.rel))?.len();
+        if len <= self.offset {
+            return Ok(Vec::new());
+        }
+        file.seek(SeekFrom::Start(self.offset))
+            .map_err(io_err("seek", &self.rel))?;
+        let mut buf = Vec::with_capacity(usize::try_from(len - self.offset).unwrap_or(0));
+        file.read_to_end(&mut buf)
+            .map_err(io_err("read", &self.rel))?;
+        let Some(end) = buf.iter().rposition(|b| *b == b'\n') else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for raw in buf[..end].split(|b| *b == b'\n') {
+            self.lines += 1;
+            match verify(raw) {
+                Ok(payload) => out.push(payload.to_owned()),
+                Err(reason) => diags.push(StoreDiagnostic {
+                    file: format!("{} line {}", self.rel, self.lines),
+                    message: format!("{reason}; line skipped"),
+                }),
+            }
+        }
+        self.offset += end as u64 + 1;
+        Ok(out)
+    }
+
+    /// Appends one payload durably. The caller holds the exclusive lock and has read every
+    /// complete line. Returns `true` when a torn tail had to be terminated first (the caller
+    /// must then `read_new` to step over it; its own line comes back through that read).
+    pub(crate) fn append(&mut self, payload: &str, durable: bool) -> Result<bool, StoreError> {
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(under(&self.root, &self.rel))
+            .map_err(io_err("open", &self.rel))?;
+        let len = file.metadata().map_err(io_err("stat", &self.rel))?.len();
+        let torn = len > self.offset;
+        let mut line = String::with_capacity(payload.len() + 19);
+        if torn {
+            line.push('\n');
+        }
+        line.push_str(&short_digest(&[payload.as_bytes()]));
+        line.push(' ');
+        line.push_str(payload);
+        line.push('\n');
+        file.write_all(line.as_bytes())
+            .map_err(io_err("append", &self.rel))?;
+        if durable {
+            file.sync_data().map_err(io_err("fsync", &self.rel))?;
+        }
+        if !torn {
+            self.offset += line.len() as u64;
+            self.lines += 1;
+        }
+        Ok(torn)
+    }
+}
+
+fn verify(raw: &[u8]) -> Result<&str, String> {
+    let text = std::str::from_utf8(raw).map_err(|_| "not utf-8".to_owned())?;
+    let (digest, payload) = text
+        .split_once(' ')
+        .ok_or_else(|| "no checksum (torn or foreign line)".to_owned())?;
+    if digest.len() != 16 || short_digest(&[payload.as_bytes()]) != digest {
+        return Err("checksum mismatch (torn or edited line)".into());
+    }
+    Ok(payload)
+}

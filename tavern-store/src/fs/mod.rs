@@ -1,0 +1,512 @@
+//! The file-system adapter: every port under one root directory, durable (fsync before
+//! acknowledging), safe for several processes sharing the root (advisory file locks), and
+//! tolerant of corrupt files (reported, set aside, never fatal).
+//!
+//! Layout (private to this adapter, documented in `docs/FORMATS.md`): `state.json`,
+//! `memory.log`, `variables.log`, `chats/<character>/<chat>.jsonl`, `checkpoints/<session>.json`,
+//! `prompts/<session>.json`, plus `*.lock` files. Every name derived from an id goes through
+//! `names::encode`. Methods do blocking file IO on the calling thread.
+
+mod atomic;
+mod chat;
+mod log;
+mod names;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+use tavern_core::{
+    normalize_state, AuditEntry, Diagnostic, MemoryId, MemoryRecord, MemorySource, MemoryWrite,
+    Revision, ScopeKey, SessionId, TavernState, VariableName, VariableRecord,
+};
+
+use self::atomic::{ensure_dir, io_err, read_optional, remove, set_aside, write_atomic, FileLock};
+use self::log::DurableLog;
+use crate::checkpoint::{CheckpointStatus, CheckpointStore, ProjectorCheckpoint};
+use crate::clock::Clock;
+use crate::engine::memory_table::{MemoryOp, MemoryTable};
+use crate::engine::variable_table::{VariableOp, VariableTable};
+use crate::error::StoreError;
+use crate::mem::{check_prompt, lock};
+use crate::memory::{MemoryQuery, MemorySearchResult, MemoryStore};
+use crate::prompt::{PromptStore, SessionPrompt};
+use crate::state::{StateMutation, StateStore};
+use crate::variable::{PatchOutcome, VariableChange, VariableListing, VariableStore};
+use crate::StoreDiagnostic;
+
+const STATE: &str = "state.json";
+const STATE_LOCK: &str = "state.lock";
+const MEMORY_LOG: &str = "memory.log";
+const VARIABLE_LOG: &str = "variables.log";
+
+struct Logged<T> {
+    log: DurableLog,
+    table: T,
+}
+
+/// A log-backed table: its operations and how to apply them.
+trait Table {
+    type Op: Serialize + DeserializeOwned;
+    fn apply_op(&mut self, op: Self::Op);
+}
+
+impl Table for MemoryTable {
+    type Op = MemoryOp;
+    fn apply_op(&mut self, op: MemoryOp) {
+        self.apply(op);
+    }
+}
+
+impl Table for VariableTable {
+    type Op = VariableOp;
+    fn apply_op(&mut self, op: VariableOp) {
+        self.apply(op);
+    }
+}
+
+impl<T: Table> Logged<T> {
+    fn catch_up(&mut self, diags: &Mutex<Vec<StoreDiagnostic>>) -> Result<(), StoreError> {
+        let mut found = Vec::new();
+        for payload in self.log.read_new(&mut found)? {
+            match serde_json::from_str::<T::Op>(&payload) {
+                Ok(op) => self.table.apply_op(op),
+                Err(e) => found.push(StoreDiagnostic {
+                    file: self.log_name(),
+                    message: format!("unreadable operation ({e}); skipped"),
+                }),
+            }
+        }
+        lock(diags).extend(found);
+        Ok(())
+    }
+
+    /// Appends `op` durably, then applies it. The caller holds the exclusive lock and has
+    /// caught up.
+    fn commit(
+        &mut self,
+        op: T::Op,
+        durable: bool,
+        diags: &Mutex<Vec<StoreDiagnostic>>,
+    ) -> Result<(), StoreError> {
+        let payload = serde_json::to_string(&op).map_err(|e| StoreError::Corrupt {
+            file: self.log_name(),
+            reason: format!("cannot encode operation: {e}"),
+        })?;
+        if self.log.append(&payload, durable)? {
+            // A torn tail was terminated first: step over it; our line comes back in order.
+            self.catch_up(diags)
+        } else {
+            self.table.apply_op(op);
+            Ok(())
+        }
+    }
+
+    fn log_name(&self) -> String {
+        self.log.rel().to_owned()
+    }
+}
+
+/// Every store port on one root directory.
+pub struct FsStore {
+    root: PathBuf,
+    clock: Arc<dyn Clock>,
+    memory: Mutex<Logged<MemoryTable>>,
+    variables: Mutex<Logged<VariableTable>>,
+    diagnostics: Mutex<Vec<StoreDiagnostic>>,
+}
+
+impl std::fmt::Debug for FsStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FsStore").finish_non_exhaustive()
+    }
+}
+
+impl FsStore {
+    /// Opens (creating if needed) a store rooted at `root` and loads its logs. Damaged lines
+    /// and files are reported through [`FsStore::diagnostics`], never fatal.
+    ///
+    /// # Errors
+    /// IO failures creating or reading the root.
+    pub fn open(root: impl AsRef<Path>, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
+        let root = root.as_ref().to_path_buf();
+        std::fs::create_dir_all(&root).map_err(io_err("create", "store root"))?;
+        for dir in ["chats", "checkpoints", "prompts"] {
+            ensure_dir(&root, dir)?;
+        }
+        let store = Self {
+            memory: Mutex::new(Logged {
+                log: DurableLog::open(&root, MEMORY_LOG)?,
+                table: MemoryTable::new(),
+            }),
+            variables: Mutex::new(Logged {
+                log: DurableLog::open(&root, VARIABLE_LOG)?,
+                table: VariableTable::new(),
+            }),
+            root,
+            clock,
+            diagnostics: Mutex::default(),
+        };
+        lock(&store.memory).catch_up(&store.diagnostics)?;
+        lock(&store.variables).catch_up(&store.diagnostics)?;
+        Ok(store)
+    }
+
+    /// Problems found in stored data so far (file names relative to the root).
+    pub fn diagnostics(&self) -> Vec<StoreDiagnostic> {
+        lock(&self.diagnostics).clone()
+    }
+
+    /// How many memory records (live, forgotten or expired) are loaded.
+    pub fn memory_len(&self) -> usize {
+        lock(&self.memory).table.len()
+    }
+
+    fn diag(&self, file: &str, message: String) {
+        lock(&self.diagnostics).push(StoreDiagnostic {
+            file: file.to_owned(),
+            message,
+        });
+    }
+
+    /// Reads a JSON document; a corrupt one is set aside with a diagnostic and reads as `None`.
+    fn read_doc<T: DeserializeOwned>(&self, rel: &str) -> Result<Option<T>, StoreError> {
+        let Some(bytes) = read_optional(&self.root, rel)? else {
+            return Ok(None);
+        };
+        match serde_json::from_slice::<T>(&bytes) {
+            Ok(v) => Ok(Some(v)),
+            Err(e) => {
+                let aside = set_aside(&self.root, rel, self.clock.now().0)?;
+                self.diag(rel, format!("unreadable ({e}); set aside as {aside}"));
+                Ok(None)
+            }
+        }
+    }
+
+    fn write_doc<T: Serialize>(&self, rel: &str, value: &T) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec_pretty(value).map_err(|e| StoreError::Corrupt {
+            file: rel.to_owned(),
+            reason: format!("cannot encode: {e}"),
+        })?;
+        write_atomic(&self.root, rel, &bytes)
+    }
+
+    fn read_state_locked(&self) -> Result<(TavernState, Vec<Diagnostic>), StoreError> {
+        let Some(bytes) = read_optional(&self.root, STATE)? else {
+            return Ok((TavernState::default(), Vec::new()));
+        };
+        match serde_json::from_slice::<Value>(&bytes) {
+            Ok(raw) => Ok(normalize_state(&raw)),
+            Err(e) => {
+                let aside = set_aside(&self.root, STATE, self.clock.now().0)?;
+                let message = format!("unreadable ({e}); set aside as {aside}, using defaults");
+                self.diag(STATE, message.clone());
+                Ok((
+                    TavernState::default(),
+                    vec![Diagnostic {
+                        path: String::new(),
+                        message: format!("{STATE} {message}"),
+                    }],
+                ))
+            }
+        }
+    }
+
+    fn write_memory_op(
+        &self,
+        prepare: impl FnOnce(&MemoryTable) -> Result<MemoryOp, StoreError>,
+    ) -> Result<MemoryRecord, StoreError> {
+        let mut g = lock(&self.memory);
+        let _lock = g.log.lock(true)?;
+        g.catch_up(&self.diagnostics)?;
+        let op = prepare(&g.table)?;
+        let MemoryOp::Put { record, .. } = &op else {
+            unreachable!("memory writes are puts")
+        };
+        let record = (**record).clone();
+        g.commit(op, true, &self.diagnostics)?;
+        Ok(record)
+    }
+
+    fn write_variable_op(
+        &self,
+        prepare: impl FnOnce(&VariableTable) -> Result<Option<VariableOp>, StoreError>,
+    ) -> Result<Option<PatchOutcome>, StoreError> {
+        let mut g = lock(&self.variables);
+        let _lock = g.log.lock(true)?;
+        g.catch_up(&self.diagnostics)?;
+        let Some(op) = prepare(&g.table)? else {
+            return Ok(None);
+        };
+        let outcome = VariableTable::outcome(&op);
+        g.commit(op, true, &self.diagnostics)?;
+        Ok(Some(outcome))
+    }
+
+    fn read_memory<R>(&self, f: impl FnOnce(&mut MemoryTable) -> R) -> Result<R, StoreError> {
+        let mut g = lock(&self.memory);
+        {
+            let _lock = g.log.lock(false)?;
+            g.catch_up(&self.diagnostics)?;
+        }
+        Ok(f(&mut g.table))
+    }
+
+    fn read_variables<R>(&self, f: impl FnOnce(&VariableTable) -> R) -> Result<R, StoreError> {
+        let mut g = lock(&self.variables);
+        {
+            let _lock = g.log.lock(false)?;
+            g.catch_up(&self.diagnostics)?;
+        }
+        Ok(f(&g.table))
+    }
+}
+
+#[async_trait]
+impl MemoryStore for FsStore {
+    async fn search(&self, query: &MemoryQuery) -> Result<MemorySearchResult, StoreError> {
+        let now = self.clock.now();
+        self.read_memory(|t| t.search(query, now))
+    }
+
+    async fn read(
+        &self,
+        id: &MemoryId,
+        scope: &ScopeKey,
+    ) -> Result<Option<MemoryRecord>, StoreError> {
+        let now = self.clock.now();
+        let mut g = lock(&self.memory);
+        let _lock = g.log.lock(true)?;
+        g.catch_up(&self.diagnostics)?;
+        if g.table.read_live(scope, id, now).is_none() {
+            return Ok(None);
+        }
+        // Access times are bookkeeping: appended without fsync, so a crash may lose the latest.
+        let touch = MemoryOp::Touch {
+            scope: scope.clone(),
+            id: id.clone(),
+            at: now,
+        };
+        g.commit(touch, false, &self.diagnostics)?;
+        Ok(g.table.read_live(scope, id, now).cloned())
+    }
+
+    async fn put(
+        &self,
+        write: MemoryWrite,
+        expected: Option<&Revision>,
+        restore: bool,
+    ) -> Result<MemoryRecord, StoreError> {
+        let now = self.clock.now();
+        self.write_memory_op(|t| t.prepare_put(write, expected, restore, now))
+    }
+
+    async fn forget(
+        &self,
+        id: &MemoryId,
+        scope: &ScopeKey,
+        expected: &Revision,
+        source: MemorySource,
+    ) -> Result<MemoryRecord, StoreError> {
+        let now = self.clock.now();
+        self.write_memory_op(|t| t.prepare_forget(id, scope, expected, source, now))
+    }
+
+    async fn memory_audit(
+        &self,
+        scope: &ScopeKey,
+        id: Option<&MemoryId>,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        let now = self.clock.now();
+        self.read_memory(|t| t.audit(scope, id, now))
+    }
+}
+
+#[async_trait]
+impl VariableStore for FsStore {
+    async fn get(
+        &self,
+        scope: &ScopeKey,
+        name: &VariableName,
+    ) -> Result<Option<VariableRecord>, StoreError> {
+        self.read_variables(|t| t.get(scope, name).cloned())
+    }
+
+    async fn set(
+        &self,
+        scope: &ScopeKey,
+        name: &VariableName,
+        value: Value,
+        expected: Option<&Revision>,
+        source: MemorySource,
+    ) -> Result<VariableRecord, StoreError> {
+        let change = VariableChange::Set {
+            name: name.clone(),
+            value,
+            expected: expected.cloned(),
+        };
+        let mut out = self.patch(scope, &[change], None, source).await?;
+        Ok(out.records.remove(0))
+    }
+
+    async fn patch(
+        &self,
+        scope: &ScopeKey,
+        changes: &[VariableChange],
+        expected_scope: Option<&Revision>,
+        source: MemorySource,
+    ) -> Result<PatchOutcome, StoreError> {
+        let now = self.clock.now();
+        self.write_variable_op(|t| {
+            t.prepare_patch(scope, changes, expected_scope, &source, now)
+                .map(Some)
+        })?
+        .ok_or_else(|| StoreError::Corrupt {
+            file: VARIABLE_LOG.into(),
+            reason: "a patch produced no operation".into(),
+        })
+    }
+
+    async fn delete(
+        &self,
+        scope: &ScopeKey,
+        name: &VariableName,
+        expected: &Revision,
+        source: MemorySource,
+    ) -> Result<(), StoreError> {
+        let change = VariableChange::Delete {
+            name: name.clone(),
+            expected: expected.clone(),
+        };
+        self.patch(scope, &[change], None, source).await.map(|_| ())
+    }
+
+    async fn list(
+        &self,
+        scope: &ScopeKey,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<VariableListing, StoreError> {
+        self.read_variables(|t| t.list(scope, prefix, limit))
+    }
+
+    async fn clear_scope(
+        &self,
+        scope: &ScopeKey,
+        source: MemorySource,
+    ) -> Result<usize, StoreError> {
+        let now = self.clock.now();
+        let out = self.write_variable_op(|t| Ok(t.prepare_clear(scope, &source, now)))?;
+        Ok(out.map_or(0, |o| o.records.len()))
+    }
+
+    async fn variable_audit(&self, scope: &ScopeKey) -> Result<Vec<AuditEntry>, StoreError> {
+        self.read_variables(|t| t.audit(scope))
+    }
+}
+
+#[async_trait]
+impl StateStore for FsStore {
+    async fn load_state(&self) -> Result<(TavernState, Vec<Diagnostic>), StoreError> {
+        let _lock = FileLock::acquire(&self.root, STATE_LOCK, false)?;
+        self.read_state_locked()
+    }
+
+    async fn update_state(&self, mutate: StateMutation<'_>) -> Result<TavernState, StoreError> {
+        let _lock = FileLock::acquire(&self.root, STATE_LOCK, true)?;
+        let (mut state, _) = self.read_state_locked()?;
+        mutate(&mut state)?;
+        self.write_doc(STATE, &state.to_json())?;
+        Ok(state)
+    }
+}
+
+fn session_doc(dir: &str, session: &SessionId) -> String {
+    format!("{dir}/{}.json", names::encode(session.as_str()))
+}
+
+#[async_trait]
+impl CheckpointStore for FsStore {
+    async fn load_checkpoint(
+        &self,
+        session: &SessionId,
+    ) -> Result<Option<ProjectorCheckpoint>, StoreError> {
+        self.read_doc(&session_doc("checkpoints", session))
+    }
+
+    async fn save_checkpoint(&self, checkpoint: &ProjectorCheckpoint) -> Result<(), StoreError> {
+        self.write_doc(
+            &session_doc("checkpoints", &checkpoint.session_id),
+            checkpoint,
+        )
+    }
+
+    async fn pending_checkpoints(&self) -> Result<Vec<ProjectorCheckpoint>, StoreError> {
+        let dir = atomic::under(&self.root, "checkpoints");
+        let mut out = Vec::new();
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .map_err(io_err("list", "checkpoints"))?
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| n.starts_with('_') && n.ends_with(".json"))
+            .collect();
+        names.sort();
+        for name in names {
+            if let Some(cp) =
+                self.read_doc::<ProjectorCheckpoint>(&format!("checkpoints/{name}"))?
+            {
+                if cp.status == CheckpointStatus::Pending {
+                    out.push(cp);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl PromptStore for FsStore {
+    async fn get_prompt(&self, session: &SessionId) -> Result<Option<SessionPrompt>, StoreError> {
+        let rel = session_doc("prompts", session);
+        let prompt = self.read_doc::<SessionPrompt>(&rel)?;
+        match prompt {
+            Some(p) if &p.session_id != session || p.text.trim().is_empty() => {
+                let aside = set_aside(&self.root, &rel, self.clock.now().0)?;
+                self.diag(
+                    &rel,
+                    format!("record for another session or empty; set aside as {aside}"),
+                );
+                Ok(None)
+            }
+            other => Ok(other),
+        }
+    }
+
+    async fn save_prompt(
+        &self,
+        session: &SessionId,
+        text: &str,
+    ) -> Result<Option<SessionPrompt>, StoreError> {
+        check_prompt(text)?;
+        let rel = session_doc("prompts", session);
+        if text.trim().is_empty() {
+            remove(&self.root, &rel)?;
+            return Ok(None);
+        }
+        let prompt = SessionPrompt {
+            session_id: session.clone(),
+            text: text.to_owned(),
+            updated_at: self.clock.now(),
+        };
+        self.write_doc(&rel, &prompt)?;
+        Ok(Some(prompt))
+    }
+
+    async fn reset_prompt(&self, session: &SessionId) -> Result<bool, StoreError> {
+        remove(&self.root, &session_doc("prompts", session))
+    }
+}

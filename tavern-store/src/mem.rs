@@ -1,0 +1,459 @@
+//! The strict in-memory adapter: every port, the same contracts as the file adapter (it shares
+//! the engine), no persistence, plus fault injection so tests can exercise failure paths.
+//! An injected fault that is never triggered fails [`MemStore::assert_no_pending_faults`].
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use async_trait::async_trait;
+use serde_json::Value;
+use tavern_core::{
+    normalize_state, AuditEntry, CharacterName, ChatId, Diagnostic, MemoryId, MemoryRecord,
+    MemorySource, MemoryWrite, Revision, ScopeKey, SessionId, TavernState, VariableName,
+    VariableRecord,
+};
+
+use crate::chat::{validate_lines, ChatFile, ChatRevision, ChatStore};
+use crate::checkpoint::{CheckpointStatus, CheckpointStore, ProjectorCheckpoint};
+use crate::clock::{Clock, SystemClock};
+use crate::engine::memory_table::{MemoryOp, MemoryTable};
+use crate::engine::variable_table::VariableTable;
+use crate::error::StoreError;
+use crate::memory::{MemoryQuery, MemorySearchResult, MemoryStore};
+use crate::prompt::{PromptStore, SessionPrompt, PROMPT_MAX_BYTES};
+use crate::state::{StateMutation, StateStore};
+use crate::variable::{PatchOutcome, VariableChange, VariableListing, VariableStore};
+
+/// Locks a mutex, recovering the data if another thread panicked while holding it (the tables
+/// are only mutated by `apply`, which leaves them consistent).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[derive(Debug, Default)]
+struct Chats {
+    files: BTreeMap<(CharacterName, ChatId), (Vec<String>, u64)>,
+    generation: u64,
+}
+
+/// In-memory implementation of every store port.
+#[derive(Debug)]
+pub struct MemStore {
+    clock: Arc<dyn Clock>,
+    memory: Mutex<MemoryTable>,
+    variables: Mutex<VariableTable>,
+    state: Mutex<Value>,
+    chats: Mutex<Chats>,
+    checkpoints: Mutex<BTreeMap<SessionId, ProjectorCheckpoint>>,
+    prompts: Mutex<BTreeMap<SessionId, SessionPrompt>>,
+    faults: Mutex<Vec<String>>,
+}
+
+impl Default for MemStore {
+    fn default() -> Self {
+        Self::new(Arc::new(SystemClock))
+    }
+}
+
+impl MemStore {
+    /// An empty store on `clock`.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            clock,
+            memory: Mutex::new(MemoryTable::new()),
+            variables: Mutex::new(VariableTable::new()),
+            state: Mutex::new(Value::Null),
+            chats: Mutex::default(),
+            checkpoints: Mutex::default(),
+            prompts: Mutex::default(),
+            faults: Mutex::default(),
+        }
+    }
+
+    /// Makes the next call of `op` (e.g. `chat.append`, `memory.put`, `prompt.save`) fail with
+    /// [`StoreError::Injected`] without changing anything.
+    pub fn fail_next(&self, op: &str) {
+        lock(&self.faults).push(op.to_owned());
+    }
+
+    /// Fails (returns `Err`) if an injected fault was never triggered: a test that set one up
+    /// expected the code under test to reach it.
+    ///
+    /// # Errors
+    /// The names of the faults still pending.
+    pub fn assert_no_pending_faults(&self) -> Result<(), String> {
+        let pending = lock(&self.faults);
+        if pending.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("injected faults never reached: {pending:?}"))
+        }
+    }
+
+    /// Simulates another program (a SillyTavern client) replacing a chat file behind the
+    /// store's back.
+    pub fn external_rewrite(&self, character: &CharacterName, chat: &ChatId, lines: Vec<String>) {
+        let mut chats = lock(&self.chats);
+        chats.generation += 1;
+        let generation = chats.generation;
+        chats
+            .files
+            .insert((character.clone(), chat.clone()), (lines, generation));
+    }
+
+    fn fault(&self, op: &str) -> Result<(), StoreError> {
+        let mut faults = lock(&self.faults);
+        if let Some(i) = faults.iter().position(|f| f == op) {
+            faults.remove(i);
+            return Err(StoreError::Injected(op.to_owned()));
+        }
+        Ok(())
+    }
+}
+
+fn chat_revision(generation: u64) -> ChatRevision {
+    ChatRevision(format!("m-{generation}"))
+}
+
+#[async_trait]
+impl MemoryStore for MemStore {
+    async fn search(&self, query: &MemoryQuery) -> Result<MemorySearchResult, StoreError> {
+        self.fault("memory.search")?;
+        Ok(lock(&self.memory).search(query, self.clock.now()))
+    }
+
+    async fn read(
+        &self,
+        id: &MemoryId,
+        scope: &ScopeKey,
+    ) -> Result<Option<MemoryRecord>, StoreError> {
+        self.fault("memory.read")?;
+        let now = self.clock.now();
+        let mut table = lock(&self.memory);
+        let found = table.read_live(scope, id, now).is_some();
+        if !found {
+            return Ok(None);
+        }
+        table.apply(MemoryOp::Touch {
+            scope: scope.clone(),
+            id: id.clone(),
+            at: now,
+        });
+        Ok(table.read_live(scope, id, now).cloned())
+    }
+
+    async fn put(
+        &self,
+        write: MemoryWrite,
+        expected: Option<&Revision>,
+        restore: bool,
+    ) -> Result<MemoryRecord, StoreError> {
+        self.fault("memory.put")?;
+        let mut table = lock(&self.memory);
+        let op = table.prepare_put(write, expected, restore, self.clock.now())?;
+        let MemoryOp::Put { record, .. } = &op else {
+            unreachable!("prepare_put only produces puts")
+        };
+        let record = (**record).clone();
+        table.apply(op);
+        Ok(record)
+    }
+
+    async fn forget(
+        &self,
+        id: &MemoryId,
+        scope: &ScopeKey,
+        expected: &Revision,
+        source: MemorySource,
+    ) -> Result<MemoryRecord, StoreError> {
+        self.fault("memory.forget")?;
+        let mut table = lock(&self.memory);
+        let op = table.prepare_forget(id, scope, expected, source, self.clock.now())?;
+        let MemoryOp::Put { record, .. } = &op else {
+            unreachable!("prepare_forget only produces puts")
+        };
+        let record = (**record).clone();
+        table.apply(op);
+        Ok(record)
+    }
+
+    async fn memory_audit(
+        &self,
+        scope: &ScopeKey,
+        id: Option<&MemoryId>,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        Ok(lock(&self.memory).audit(scope, id, self.clock.now()))
+    }
+}
+
+#[async_trait]
+impl VariableStore for MemStore {
+    async fn get(
+        &self,
+        scope: &ScopeKey,
+        name: &VariableName,
+    ) -> Result<Option<VariableRecord>, StoreError> {
+        self.fault("variable.get")?;
+        Ok(lock(&self.variables).get(scope, name).cloned())
+    }
+
+    async fn set(
+        &self,
+        scope: &ScopeKey,
+        name: &VariableName,
+        value: Value,
+        expected: Option<&Revision>,
+        source: MemorySource,
+    ) -> Result<VariableRecord, StoreError> {
+        let change = VariableChange::Set {
+            name: name.clone(),
+            value,
+            expected: expected.cloned(),
+        };
+        let mut out = self.patch(scope, &[change], None, source).await?;
+        Ok(out.records.remove(0))
+    }
+
+    async fn patch(
+        &self,
+        scope: &ScopeKey,
+        changes: &[VariableChange],
+        expected_scope: Option<&Revision>,
+        source: MemorySource,
+    ) -> Result<PatchOutcome, StoreError> {
+        self.fault("variable.write")?;
+        let mut table = lock(&self.variables);
+        let op = table.prepare_patch(scope, changes, expected_scope, &source, self.clock.now())?;
+        let outcome = VariableTable::outcome(&op);
+        table.apply(op);
+        Ok(outcome)
+    }
+
+    async fn delete(
+        &self,
+        scope: &ScopeKey,
+        name: &VariableName,
+        expected: &Revision,
+        source: MemorySource,
+    ) -> Result<(), StoreError> {
+        let change = VariableChange::Delete {
+            name: name.clone(),
+            expected: expected.clone(),
+        };
+        self.patch(scope, &[change], None, source).await.map(|_| ())
+    }
+
+    async fn list(
+        &self,
+        scope: &ScopeKey,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<VariableListing, StoreError> {
+        Ok(lock(&self.variables).list(scope, prefix, limit))
+    }
+
+    async fn clear_scope(
+        &self,
+        scope: &ScopeKey,
+        source: MemorySource,
+    ) -> Result<usize, StoreError> {
+        self.fault("variable.write")?;
+        let mut table = lock(&self.variables);
+        match table.prepare_clear(scope, &source, self.clock.now()) {
+            None => Ok(0),
+            Some(op) => {
+                let n = op.records.len();
+                table.apply(op);
+                Ok(n)
+            }
+        }
+    }
+
+    async fn variable_audit(&self, scope: &ScopeKey) -> Result<Vec<AuditEntry>, StoreError> {
+        Ok(lock(&self.variables).audit(scope))
+    }
+}
+
+#[async_trait]
+impl StateStore for MemStore {
+    async fn load_state(&self) -> Result<(TavernState, Vec<Diagnostic>), StoreError> {
+        self.fault("state.load")?;
+        let raw = lock(&self.state).clone();
+        Ok(if raw.is_null() {
+            (TavernState::default(), Vec::new())
+        } else {
+            normalize_state(&raw)
+        })
+    }
+
+    async fn update_state(&self, mutate: StateMutation<'_>) -> Result<TavernState, StoreError> {
+        self.fault("state.update")?;
+        let mut raw = lock(&self.state);
+        let mut state = if raw.is_null() {
+            TavernState::default()
+        } else {
+            normalize_state(&raw).0
+        };
+        mutate(&mut state)?;
+        *raw = state.to_json();
+        Ok(state)
+    }
+}
+
+#[async_trait]
+impl ChatStore for MemStore {
+    async fn list_chats(&self, character: &CharacterName) -> Result<Vec<ChatId>, StoreError> {
+        Ok(lock(&self.chats)
+            .files
+            .keys()
+            .filter(|(c, _)| c == character)
+            .map(|(_, id)| id.clone())
+            .collect())
+    }
+
+    async fn read_chat(
+        &self,
+        character: &CharacterName,
+        chat: &ChatId,
+    ) -> Result<Option<ChatFile>, StoreError> {
+        self.fault("chat.read")?;
+        Ok(lock(&self.chats)
+            .files
+            .get(&(character.clone(), chat.clone()))
+            .map(|(lines, g)| ChatFile {
+                lines: lines.clone(),
+                revision: chat_revision(*g),
+            }))
+    }
+
+    async fn chat_revision(
+        &self,
+        character: &CharacterName,
+        chat: &ChatId,
+    ) -> Result<Option<ChatRevision>, StoreError> {
+        Ok(lock(&self.chats)
+            .files
+            .get(&(character.clone(), chat.clone()))
+            .map(|(_, g)| chat_revision(*g)))
+    }
+
+    async fn append_lines(
+        &self,
+        character: &CharacterName,
+        chat: &ChatId,
+        lines: &[String],
+        expected: &ChatRevision,
+    ) -> Result<ChatRevision, StoreError> {
+        self.fault("chat.append")?;
+        validate_lines(chat, lines)?;
+        let mut chats = lock(&self.chats);
+        chats.generation += 1;
+        let next = chats.generation;
+        let Some((current, g)) = chats.files.get_mut(&(character.clone(), chat.clone())) else {
+            return Err(StoreError::NotFound {
+                target: format!("chat {chat} of {character}"),
+            });
+        };
+        if &chat_revision(*g) != expected {
+            return Err(StoreError::Conflict {
+                target: format!("chat {chat} of {character}"),
+                current: None,
+            });
+        }
+        current.extend(lines.iter().cloned());
+        *g = next;
+        Ok(chat_revision(next))
+    }
+
+    async fn rewrite_chat(
+        &self,
+        character: &CharacterName,
+        chat: &ChatId,
+        lines: &[String],
+        expected: Option<&ChatRevision>,
+    ) -> Result<ChatRevision, StoreError> {
+        self.fault("chat.rewrite")?;
+        validate_lines(chat, lines)?;
+        let mut chats = lock(&self.chats);
+        let key = (character.clone(), chat.clone());
+        let current = chats.files.get(&key).map(|(_, g)| chat_revision(*g));
+        if current.as_ref() != expected {
+            return Err(StoreError::Conflict {
+                target: format!("chat {chat} of {character}"),
+                current: None,
+            });
+        }
+        chats.generation += 1;
+        let next = chats.generation;
+        chats.files.insert(key, (lines.to_vec(), next));
+        Ok(chat_revision(next))
+    }
+}
+
+#[async_trait]
+impl CheckpointStore for MemStore {
+    async fn load_checkpoint(
+        &self,
+        session: &SessionId,
+    ) -> Result<Option<ProjectorCheckpoint>, StoreError> {
+        Ok(lock(&self.checkpoints).get(session).cloned())
+    }
+
+    async fn save_checkpoint(&self, checkpoint: &ProjectorCheckpoint) -> Result<(), StoreError> {
+        self.fault("checkpoint.save")?;
+        lock(&self.checkpoints).insert(checkpoint.session_id.clone(), checkpoint.clone());
+        Ok(())
+    }
+
+    async fn pending_checkpoints(&self) -> Result<Vec<ProjectorCheckpoint>, StoreError> {
+        Ok(lock(&self.checkpoints)
+            .values()
+            .filter(|c| c.status == CheckpointStatus::Pending)
+            .cloned()
+            .collect())
+    }
+}
+
+/// Checks a prompt's size; shared by both adapters.
+pub(crate) fn check_prompt(text: &str) -> Result<(), StoreError> {
+    if text.len() > PROMPT_MAX_BYTES {
+        return Err(StoreError::LimitExceeded {
+            limit: "system prompt bytes",
+            max: PROMPT_MAX_BYTES,
+            actual: text.len(),
+        });
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl PromptStore for MemStore {
+    async fn get_prompt(&self, session: &SessionId) -> Result<Option<SessionPrompt>, StoreError> {
+        Ok(lock(&self.prompts).get(session).cloned())
+    }
+
+    async fn save_prompt(
+        &self,
+        session: &SessionId,
+        text: &str,
+    ) -> Result<Option<SessionPrompt>, StoreError> {
+        check_prompt(text)?;
+        self.fault("prompt.save")?;
+        if text.trim().is_empty() {
+            lock(&self.prompts).remove(session);
+            return Ok(None);
+        }
+        let prompt = SessionPrompt {
+            session_id: session.clone(),
+            text: text.to_owned(),
+            updated_at: self.clock.now(),
+        };
+        lock(&self.prompts).insert(session.clone(), prompt.clone());
+        Ok(Some(prompt))
+    }
+
+    async fn reset_prompt(&self, session: &SessionId) -> Result<bool, StoreError> {
+        self.fault("prompt.save")?;
+        Ok(lock(&self.prompts).remove(session).is_some())
+    }
+}

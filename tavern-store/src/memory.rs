@@ -1,0 +1,157 @@
+//! The memory port: lexical search, read, conditional put and soft forget, with an audit trail.
+
+use async_trait::async_trait;
+use tavern_core::{
+    AuditEntry, MemoryId, MemoryKind, MemoryRecord, MemorySource, MemoryWrite, Revision, ScopeKey,
+    Tag, Timestamp,
+};
+
+use crate::error::StoreError;
+
+/// How tag filters combine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TagMatch {
+    /// A record matches if it has any of the tags.
+    #[default]
+    Any,
+    /// A record matches only if it has all of the tags.
+    All,
+}
+
+/// A memory search. An empty `text` lists matching records by recency.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryQuery {
+    /// Free text; only records sharing a token with it are returned.
+    pub text: String,
+    /// Scopes to search; empty means every scope (trusted callers only — tools always pass the
+    /// scopes resolved from their binding).
+    pub scopes: Vec<ScopeKey>,
+    /// Kinds to include; empty means both.
+    pub kinds: Vec<MemoryKind>,
+    /// Tag filter.
+    pub tags: Vec<Tag>,
+    /// How `tags` combine.
+    pub tag_match: TagMatch,
+    /// Only records updated at or after this time.
+    pub updated_from: Option<Timestamp>,
+    /// Only records updated at or before this time.
+    pub updated_to: Option<Timestamp>,
+    /// Include forgotten records.
+    pub include_deleted: bool,
+    /// Include expired records.
+    pub include_expired: bool,
+    /// Most hits to return (at least 1).
+    pub limit: usize,
+    /// Token budget for the hits' content; a hit that does not fit is not cut but left out, and
+    /// the result says `truncated`.
+    pub max_tokens: Option<usize>,
+}
+
+impl MemoryQuery {
+    /// A query for `text` in `scopes` with defaults (10 hits, no budget, live records only).
+    pub fn new(text: impl Into<String>, scopes: Vec<ScopeKey>) -> Self {
+        Self {
+            text: text.into(),
+            scopes,
+            kinds: Vec::new(),
+            tags: Vec::new(),
+            tag_match: TagMatch::Any,
+            updated_from: None,
+            updated_to: None,
+            include_deleted: false,
+            include_expired: false,
+            limit: 10,
+            max_tokens: None,
+        }
+    }
+}
+
+/// One search hit with its scores.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryHit {
+    /// The record.
+    pub record: MemoryRecord,
+    /// Final score: relevance blended with importance, confidence and recency.
+    pub score: f64,
+    /// Raw BM25 relevance (0 for an empty query).
+    pub relevance: f64,
+    /// Estimated tokens of the content.
+    pub tokens: usize,
+    /// Whether the record has expired (only with `include_expired`).
+    pub expired: bool,
+}
+
+/// Search results: hits in rank order plus honesty about what was left out.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct MemorySearchResult {
+    /// Hits, best first, ties broken by newer update, then scope and id.
+    pub hits: Vec<MemoryHit>,
+    /// How many records matched before the limit and budget were applied.
+    pub source_count: usize,
+    /// Whether matching records were left out.
+    pub truncated: bool,
+    /// Which limit left them out: `limit` or `max-tokens`.
+    pub truncated_by: Option<&'static str>,
+}
+
+/// Durable, scoped memories.
+///
+/// Records are keyed by `(scope, id)`. Every write is compare-and-set on the record's revision
+/// and appends an audit entry. Nothing is physically deleted.
+#[async_trait]
+pub trait MemoryStore: Send + Sync {
+    /// Searches live records (and, on request, forgotten or expired ones).
+    ///
+    /// # Errors
+    /// Only IO failures; an empty result is not an error.
+    async fn search(&self, query: &MemoryQuery) -> Result<MemorySearchResult, StoreError>;
+
+    /// Reads a live record and marks it accessed (without changing its revision). Forgotten and
+    /// expired records read as `None`.
+    ///
+    /// # Errors
+    /// IO failures only.
+    async fn read(
+        &self,
+        id: &MemoryId,
+        scope: &ScopeKey,
+    ) -> Result<Option<MemoryRecord>, StoreError>;
+
+    /// Creates (`expected = None`) or updates (`expected` = current revision) a record.
+    ///
+    /// # Errors
+    /// - [`StoreError::Conflict`] with the current revision when `expected` does not match
+    ///   (creating over an existing record, updating a missing one, or a stale revision);
+    /// - [`StoreError::Forgotten`] when the record was forgotten and `restore` is false;
+    /// - [`StoreError::Invalid`] when the write breaks a limit.
+    async fn put(
+        &self,
+        write: MemoryWrite,
+        expected: Option<&Revision>,
+        restore: bool,
+    ) -> Result<MemoryRecord, StoreError>;
+
+    /// Soft-deletes a record at `expected` revision, recording `source` in the audit.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`] for a missing or already forgotten record,
+    /// [`StoreError::Conflict`] for a stale revision.
+    async fn forget(
+        &self,
+        id: &MemoryId,
+        scope: &ScopeKey,
+        expected: &Revision,
+        source: MemorySource,
+    ) -> Result<MemoryRecord, StoreError>;
+
+    /// The audit trail of a scope (or of one record in it), oldest first. Expired records
+    /// appear as `expired` entries at their expiry time; nothing is purged.
+    ///
+    /// # Errors
+    /// IO failures only.
+    async fn memory_audit(
+        &self,
+        scope: &ScopeKey,
+        id: Option<&MemoryId>,
+    ) -> Result<Vec<AuditEntry>, StoreError>;
+}

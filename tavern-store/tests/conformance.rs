@@ -1,0 +1,58 @@
+//! The conformance suite against every adapter, directly and behind `Arc`/`Box`.
+
+use std::sync::Arc;
+
+use tavern_store::clock::ManualClock;
+use tavern_store::conformance::{Fixture, T0};
+use tavern_store::fs::FsStore;
+use tavern_store::mem::MemStore;
+use tavern_store::AllStores;
+
+fn mem() -> Fixture {
+    let clock = Arc::new(ManualClock::new(T0));
+    Fixture {
+        store: Arc::new(MemStore::new(clock.clone())),
+        clock,
+        reopen: None,
+        guard: None,
+    }
+}
+
+fn boxed_mem() -> Fixture {
+    let clock = Arc::new(ManualClock::new(T0));
+    let boxed: Box<dyn AllStores> = Box::new(MemStore::new(clock.clone()));
+    Fixture {
+        store: Arc::new(boxed),
+        clock,
+        reopen: None,
+        guard: None,
+    }
+}
+
+fn fs() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let root = dir.path().to_path_buf();
+    let store = Arc::new(FsStore::open(&root, clock.clone()).unwrap());
+    let reopen_clock = clock.clone();
+    Fixture {
+        store: Arc::new(store),
+        clock,
+        reopen: Some(Box::new(move || {
+            Arc::new(FsStore::open(&root, reopen_clock.clone()).unwrap()) as Arc<dyn AllStores>
+        })),
+        guard: Some(Box::new(dir)),
+    }
+}
+
+mod mem_store {
+    tavern_store::store_conformance_tests!(super::mem());
+}
+
+mod boxed_mem_store {
+    tavern_store::store_conformance_tests!(super::boxed_mem());
+}
+
+mod fs_store {
+    tavern_store::store_conformance_tests!(super::fs());
+}
