@@ -1,0 +1,96 @@
+//! Drives a file store from a separate process, for the crash and multi-process tests and the
+//! benchmark: `tavern-store-writer <root> put <prefix> <count>` creates memories and prints
+//! `ack <i>` after each acknowledged write; `tavern-store-writer <root> incr <name> <count>`
+//! increments a global variable with CAS retries, printing `ack <i>` after each success.
+
+use std::future::Future;
+use std::io::Write;
+use std::pin::pin;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use serde_json::json;
+use tavern_core::{
+    AgentId, MemoryId, MemoryKind, MemorySource, MemoryWrite, ScopeKey, VariableName,
+};
+use tavern_store::fs::FsStore;
+use tavern_store::{MemoryStore, StoreError, SystemClock, VariableStore};
+
+/// The file store never returns `Pending` (its IO is blocking), so polling to completion on a
+/// no-op waker is a complete executor for it.
+fn block_on<F: Future>(fut: F) -> F::Output {
+    let mut fut = pin!(fut);
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
+}
+
+fn run(args: &[String]) -> Result<(), String> {
+    let [root, mode, name, count] = args else {
+        return Err("usage: tavern-store-writer <root> put|incr <prefix|name> <count>".into());
+    };
+    let count: u64 = count.parse().map_err(|e| format!("bad count: {e}"))?;
+    let store = FsStore::open(root, Arc::new(SystemClock)).map_err(|e| e.to_string())?;
+    let mut out = std::io::stdout().lock();
+    let agent = ScopeKey::Agent {
+        agent: AgentId::parse("writer").map_err(|e| e.to_string())?,
+    };
+    for i in 0..count {
+        match mode.as_str() {
+            "put" => {
+                let write = MemoryWrite {
+                    id: MemoryId::parse(format!("{name}-{i}")).map_err(|e| e.to_string())?,
+                    scope: agent.clone(),
+                    kind: MemoryKind::Episodic,
+                    content: format!("record {i} written by {name} 记录"),
+                    tags: Vec::new(),
+                    importance: 0.5,
+                    confidence: 0.5,
+                    source: MemorySource::system(),
+                    expires_at: None,
+                };
+                block_on(store.put(write, None, false)).map_err(|e| e.to_string())?;
+            }
+            "incr" => {
+                let var = VariableName::parse(name.as_str()).map_err(|e| e.to_string())?;
+                loop {
+                    let cur =
+                        block_on(store.get(&ScopeKey::Global, &var)).map_err(|e| e.to_string())?;
+                    let n = cur.as_ref().and_then(|r| r.value.as_i64()).unwrap_or(0);
+                    let res = block_on(store.set(
+                        &ScopeKey::Global,
+                        &var,
+                        json!(n + 1),
+                        cur.as_ref().map(|r| &r.revision),
+                        MemorySource::system(),
+                    ));
+                    match res {
+                        Ok(_) => break,
+                        Err(StoreError::Conflict { .. }) => continue,
+                        Err(e) => return Err(e.to_string()),
+                    }
+                }
+            }
+            other => return Err(format!("unknown mode {other}")),
+        }
+        writeln!(out, "ack {i}")
+            .and_then(|()| out.flush())
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tavern-store-writer: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

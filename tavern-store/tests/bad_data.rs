@@ -1,0 +1,214 @@
+//! Corrupt, torn and foreign data in a file store: reported by relative name, set aside or
+//! skipped, never fatal; hostile names never escape the root.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use serde_json::json;
+use tavern_core::{AgentId, CharacterName, ChatId, MemoryId, ScopeKey, SessionId};
+use tavern_store::clock::ManualClock;
+use tavern_store::conformance::{write, T0};
+use tavern_store::fs::FsStore;
+use tavern_store::{
+    ChatStore, CheckpointStore, MemoryQuery, MemoryStore, PromptStore, StateStore, StoreError,
+};
+
+fn open(dir: &tempfile::TempDir) -> FsStore {
+    FsStore::open(dir.path(), Arc::new(ManualClock::new(T0))).unwrap()
+}
+
+fn agent() -> ScopeKey {
+    ScopeKey::Agent {
+        agent: AgentId::parse("a1").unwrap(),
+    }
+}
+
+fn append_raw(dir: &tempfile::TempDir, file: &str, bytes: &[u8]) {
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.path().join(file))
+        .unwrap();
+    f.write_all(bytes).unwrap();
+}
+
+fn no_absolute_paths(dir: &tempfile::TempDir, text: &str) {
+    assert!(
+        !text.contains(dir.path().to_str().unwrap()),
+        "absolute path leaked: {text}"
+    );
+}
+
+#[tokio::test]
+async fn a_torn_tail_is_terminated_skipped_and_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir);
+    s.put(write("m1", agent(), "before the crash"), None, false)
+        .await
+        .unwrap();
+    drop(s);
+    append_raw(
+        &dir,
+        "memory.log",
+        b"0123456789abcdef {\"op\":\"put\",\"rec",
+    );
+
+    let s = open(&dir);
+    assert!(
+        s.diagnostics().is_empty(),
+        "an unterminated tail may still be in flight"
+    );
+    s.put(write("m2", agent(), "after the crash"), None, false)
+        .await
+        .unwrap();
+    assert_eq!(s.diagnostics().len(), 1, "{:?}", s.diagnostics());
+    drop(s);
+
+    let s = open(&dir);
+    for id in ["m1", "m2"] {
+        assert!(
+            s.read(&MemoryId::parse(id).unwrap(), &agent())
+                .await
+                .unwrap()
+                .is_some(),
+            "{id}"
+        );
+    }
+    let diags = s.diagnostics();
+    assert_eq!(diags.len(), 1);
+    assert_eq!(diags[0].file, "memory.log line 2");
+    assert!(
+        diags[0].message.contains("checksum"),
+        "{}",
+        diags[0].message
+    );
+    no_absolute_paths(&dir, &format!("{diags:?}"));
+}
+
+#[tokio::test]
+async fn edited_and_foreign_lines_are_skipped_and_search_still_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir);
+    s.put(write("m1", agent(), "lantern keeper"), None, false)
+        .await
+        .unwrap();
+    s.put(write("m2", agent(), "river spirit"), None, false)
+        .await
+        .unwrap();
+    s.put(write("m3", agent(), "silver gate"), None, false)
+        .await
+        .unwrap();
+    drop(s);
+    let path = dir.path().join("memory.log");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("river spirit", "river spirjt")).unwrap();
+    append_raw(&dir, "memory.log", b"hello from another program\n");
+
+    let s = open(&dir);
+    let diags = s.diagnostics();
+    assert_eq!(diags.len(), 2, "{diags:?}");
+    assert_eq!(diags[0].file, "memory.log line 2");
+    assert_eq!(diags[1].file, "memory.log line 4");
+    let hits = s
+        .search(&MemoryQuery::new("", vec![agent()]))
+        .await
+        .unwrap();
+    let ids: Vec<&str> = hits.hits.iter().map(|h| h.record.id.as_str()).collect();
+    assert_eq!(ids.len(), 2);
+    assert!(ids.contains(&"m1") && ids.contains(&"m3"));
+    assert_eq!(
+        s.search(&MemoryQuery::new("gate", vec![agent()]))
+            .await
+            .unwrap()
+            .hits
+            .len(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn corrupt_documents_are_set_aside_with_relative_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir);
+    std::fs::write(dir.path().join("state.json"), b"{not json").unwrap();
+    let (state, diags) = s.load_state().await.unwrap();
+    assert!(state.bindings.is_empty());
+    assert!(
+        diags[0].message.starts_with("state.json unreadable"),
+        "{diags:?}"
+    );
+    assert!(
+        dir.path()
+            .join(format!("state.json.corrupt-{}", T0.0))
+            .exists(),
+        "kept for inspection"
+    );
+    no_absolute_paths(&dir, &format!("{diags:?}"));
+
+    let sid = SessionId::parse("s1").unwrap();
+    s.save_prompt(&sid, "custom").await.unwrap();
+    let other = SessionId::parse("s2").unwrap();
+    let prompts = dir.path().join("prompts");
+    let file = std::fs::read_dir(&prompts)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    // A record copied under another session's name must not be served for it.
+    std::fs::copy(&file, prompts.join("_s2.json")).unwrap();
+    assert_eq!(s.get_prompt(&other).await.unwrap(), None);
+    assert_eq!(s.get_prompt(&sid).await.unwrap().unwrap().text, "custom");
+    std::fs::write(&file, b"[]").unwrap();
+    assert_eq!(s.get_prompt(&sid).await.unwrap(), None);
+
+    std::fs::write(dir.path().join("checkpoints/_s1.json"), b"\xff\xfe").unwrap();
+    assert_eq!(s.load_checkpoint(&sid).await.unwrap(), None);
+    assert!(s.pending_checkpoints().await.unwrap().is_empty());
+    let files: Vec<String> = s.diagnostics().into_iter().map(|d| d.file).collect();
+    assert_eq!(
+        files,
+        [
+            "state.json",
+            "prompts/_s2.json",
+            "prompts/_s1.json",
+            "checkpoints/_s1.json"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn hostile_names_stay_inside_the_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir);
+    let chat = ChatId::parse("chat 1").unwrap();
+    let long = "名".repeat(128);
+    for name in ["CON", "nul", "a:b", "<x>|?*", ".x", long.as_str()] {
+        let ch = CharacterName::parse(name).unwrap();
+        s.rewrite_chat(&ch, &chat, &[json!({"n": name}).to_string()], None)
+            .await
+            .unwrap();
+        let back = s.read_chat(&ch, &chat).await.unwrap().unwrap();
+        assert_eq!(back.lines, [json!({"n": name}).to_string()]);
+        assert_eq!(
+            s.list_chats(&ch).await.unwrap(),
+            std::slice::from_ref(&chat)
+        );
+    }
+    for entry in std::fs::read_dir(dir.path().join("chats")).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        assert!(name.starts_with('_') && name.len() <= 240, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn io_errors_name_files_relative_to_the_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir);
+    let ch = CharacterName::parse("Mira").unwrap();
+    let chat = ChatId::parse("c").unwrap();
+    std::fs::create_dir_all(dir.path().join("chats/_%4Dira/_c.jsonl")).unwrap();
+    let err = s.read_chat(&ch, &chat).await.unwrap_err();
+    assert!(matches!(err, StoreError::Io { .. }), "{err}");
+    assert!(err.to_string().contains("chats/_%4Dira/_c.jsonl"), "{err}");
+    no_absolute_paths(&dir, &err.to_string());
+}
