@@ -5,6 +5,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::binding::{SessionBinding, TavernState};
+use crate::error::CoreError;
 use crate::ids::{AgentId, CharacterName, ChatId};
 
 /// A scope as the model names it. The model names only the *kind*; the concrete key always comes
@@ -57,9 +58,9 @@ impl fmt::Display for Scope {
     }
 }
 
-/// A concrete scope: the kind plus the ids that make it unique.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(tag = "scope", rename_all = "lowercase")]
+/// A concrete scope: the kind plus the ids that make it unique. Serialized as its segments,
+/// e.g. `["chat", "Mira", "Mira - 1"]` (compact, and fast to parse in large logs).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ScopeKey {
     /// Turn-local data of one agent.
     Turn {
@@ -130,6 +131,54 @@ impl ScopeKey {
             Self::Agent { agent } => vec!["agent", agent.as_str()],
             Self::Global => vec!["global"],
         }
+    }
+}
+
+impl ScopeKey {
+    /// Parses segments made by [`ScopeKey::segments`].
+    ///
+    /// # Errors
+    /// [`CoreError::InvalidId`] for an unknown kind, a wrong segment count or an invalid id.
+    pub fn from_segments(segments: &[&str]) -> Result<Self, CoreError> {
+        let bad = |reason| CoreError::InvalidId {
+            kind: "scope",
+            value: crate::error::excerpt(&segments.join(":")),
+            reason,
+        };
+        match segments {
+            ["turn", agent] => Ok(Self::Turn {
+                agent: AgentId::parse(*agent)?,
+            }),
+            ["chat", character, chat] => Ok(Self::Chat {
+                character: CharacterName::parse(*character)?,
+                chat: ChatId::parse(*chat)?,
+            }),
+            ["character", character] => Ok(Self::Character {
+                character: CharacterName::parse(*character)?,
+            }),
+            ["agent", agent] => Ok(Self::Agent {
+                agent: AgentId::parse(*agent)?,
+            }),
+            ["global"] => Ok(Self::Global),
+            [kind, ..] if Scope::from_label(kind).is_some() => {
+                Err(bad("wrong number of segments for this scope"))
+            }
+            _ => Err(bad("unknown scope kind")),
+        }
+    }
+}
+
+impl Serialize for ScopeKey {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.segments().serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for ScopeKey {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let segments: Vec<std::borrow::Cow<'de, str>> = Vec::deserialize(deserializer)?;
+        let refs: Vec<&str> = segments.iter().map(|s| s.as_ref()).collect();
+        Self::from_segments(&refs).map_err(serde::de::Error::custom)
     }
 }
 
@@ -245,6 +294,32 @@ mod tests {
                 "global"
             ]
         );
+    }
+
+    #[test]
+    fn scope_keys_serialize_as_segments_and_round_trip() {
+        let agent = AgentId::parse("a1").unwrap();
+        for scope in Scope::ALL {
+            let key = ScopeKey::resolve(scope, &binding(), &agent);
+            let json = serde_json::to_string(&key).unwrap();
+            assert_eq!(
+                serde_json::from_str::<ScopeKey>(&json).unwrap(),
+                key,
+                "{json}"
+            );
+        }
+        assert_eq!(
+            serde_json::to_string(&ScopeKey::resolve(Scope::Chat, &binding(), &agent)).unwrap(),
+            r#"["chat","Seraphina","Seraphina - 1"]"#
+        );
+        for bad in [
+            r#"["chat","A"]"#,
+            r#"["planet","x"]"#,
+            r#"["chat","A","../x"]"#,
+            "[]",
+        ] {
+            assert!(serde_json::from_str::<ScopeKey>(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

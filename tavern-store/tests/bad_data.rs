@@ -212,3 +212,45 @@ async fn io_errors_name_files_relative_to_the_root() {
     assert!(err.to_string().contains("chats/_%4Dira/_c.jsonl"), "{err}");
     no_absolute_paths(&dir, &err.to_string());
 }
+
+#[tokio::test]
+async fn a_bulk_import_is_all_or_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir);
+    s.put(write("taken", agent(), "already here"), None, false)
+        .await
+        .unwrap();
+    let batch = vec![
+        write("new1", agent(), "one"),
+        write("taken", agent(), "clash"),
+    ];
+    let err = s.import_memories(batch).unwrap_err();
+    assert!(err.conflict_revision().is_some(), "{err}");
+    let twice = vec![write("dup", agent(), "a"), write("dup", agent(), "b")];
+    assert!(s
+        .import_memories(twice)
+        .unwrap_err()
+        .to_string()
+        .contains("twice"));
+    drop(s);
+    let s = open(&dir);
+    assert_eq!(
+        s.memory_len(),
+        1,
+        "nothing of the failed batches was written"
+    );
+    let ok = (0..5000)
+        .map(|i| write(&format!("bulk{i}"), agent(), &format!("record {i} 记录")))
+        .collect();
+    assert_eq!(s.import_memories(ok).unwrap(), 5000);
+    drop(s);
+    // Reopening replays 5001 lines through the parallel parse and bulk index path.
+    let s = open(&dir);
+    assert_eq!(s.memory_len(), 5001);
+    let hits = s
+        .search(&MemoryQuery::new("记录 4999", vec![agent()]))
+        .await
+        .unwrap();
+    assert_eq!(hits.hits[0].record.id.as_str(), "bulk4999");
+    assert!(s.diagnostics().is_empty());
+}

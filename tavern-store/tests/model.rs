@@ -293,3 +293,39 @@ async fn s_value(store: &dyn AllStores, scope: &ScopeKey, name: &VariableName) -
         .as_i64()
         .unwrap()
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Ranking with a small limit (which prunes candidates before blending) returns exactly the
+    /// head of the unpruned ranking.
+    #[test]
+    fn a_small_limit_returns_the_head_of_the_full_ranking(
+        records in prop::collection::vec((0..4usize, 0..4usize, 0.0..=1.0f64, 0.0..=1.0f64, 0..100_000_000i64), 1..60),
+        limit in 1..12usize,
+    ) {
+        let clock = Arc::new(ManualClock::new(T0));
+        let store = MemStore::new(clock.clone());
+        let words = ["gate", "silver gate", "river gate gate", "lantern gate 门"];
+        let scope = ScopeKey::Global;
+        block_on(async {
+            for (i, (w, extra, importance, confidence, age)) in records.iter().enumerate() {
+                clock.set(tavern_core::Timestamp(T0.0 - age));
+                let mut wr = write(&format!("r{i}"), scope.clone(), &format!("{} {}", words[*w], "x ".repeat(*extra)));
+                wr.importance = *importance;
+                wr.confidence = *confidence;
+                store.put(wr, None, false).await.unwrap();
+            }
+            clock.set(T0);
+            let mut q = tavern_store::MemoryQuery::new("gate 门", vec![scope.clone()]);
+            q.limit = 100;
+            let full = store.search(&q).await.unwrap();
+            q.limit = limit;
+            let head = store.search(&q).await.unwrap();
+            assert_eq!(head.source_count, full.source_count);
+            let ids = |r: &tavern_store::MemorySearchResult| r.hits.iter().map(|h| h.record.id.to_string()).collect::<Vec<_>>();
+            let want: Vec<String> = ids(&full).into_iter().take(limit).collect();
+            assert_eq!(ids(&head), want);
+        });
+    }
+}

@@ -3,31 +3,16 @@
 //! `ack <i>` after each acknowledged write; `tavern-store-writer <root> incr <name> <count>`
 //! increments a global variable with CAS retries, printing `ack <i>` after each success.
 
-use std::future::Future;
 use std::io::Write;
-use std::pin::pin;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 
 use serde_json::json;
 use tavern_core::{
     AgentId, MemoryId, MemoryKind, MemorySource, MemoryWrite, ScopeKey, VariableName,
 };
-use tavern_store::fs::FsStore;
+use tavern_store::fs::{block_on, FsStore};
 use tavern_store::{MemoryStore, StoreError, SystemClock, VariableStore};
-
-/// The file store never returns `Pending` (its IO is blocking), so polling to completion on a
-/// no-op waker is a complete executor for it.
-fn block_on<F: Future>(fut: F) -> F::Output {
-    let mut fut = pin!(fut);
-    let mut cx = Context::from_waker(Waker::noop());
-    loop {
-        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
-            return v;
-        }
-    }
-}
 
 fn run(args: &[String]) -> Result<(), String> {
     let [root, mode, name, count] = args else {

@@ -1,11 +1,11 @@
 //! The memory table: records by `(scope, id)`, their audit trail and the search index.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use serde::{Deserialize, Serialize};
 use tavern_core::{
-    AuditAction, AuditEntry, DefaultTokenEstimator, MemoryId, MemoryRecord, MemorySource,
-    MemoryWrite, Revision, ScopeKey, Timestamp, TokenEstimator,
+    AuditAction, AuditEntry, DefaultTokenEstimator, MemoryId, MemoryKind, MemoryRecord,
+    MemorySource, MemoryWrite, Revision, ScopeKey, Timestamp, TokenEstimator,
 };
 
 use crate::error::StoreError;
@@ -19,13 +19,17 @@ const HIT_OVERHEAD_TOKENS: usize = 16;
 const DAY_MS: f64 = 86_400_000.0;
 
 /// One durable change to the memory table (a log line in the file adapter).
+///
+/// Externally tagged (`{"put": …}`), not internally: serde buffers internally tagged enums,
+/// which doubled the cost of opening a large store.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "lowercase")]
+#[serde(rename_all = "lowercase")]
 pub(crate) enum MemoryOp {
-    /// A new version of a record with its audit entry.
+    /// A new version of a record; its audit entry is derived from it (the action, at the
+    /// record's `updatedAt`, with its revision and source), so it is not stored twice.
     Put {
         record: Box<MemoryRecord>,
-        audit: AuditEntry,
+        action: AuditAction,
     },
     /// A read access (does not change the revision).
     Touch {
@@ -35,12 +39,57 @@ pub(crate) enum MemoryOp {
     },
 }
 
+/// What search filters need of a record, kept compact and parallel to `records` so a query
+/// over many candidates never touches the full records.
+#[derive(Debug, Clone, Copy)]
+struct Meta {
+    scope: u32,
+    kind: MemoryKind,
+    deleted: bool,
+    expires_at: Option<Timestamp>,
+    updated_at: Timestamp,
+    importance: f64,
+    confidence: f64,
+}
+
+impl Meta {
+    fn of(r: &MemoryRecord, scope: u32) -> Self {
+        Self {
+            scope,
+            kind: r.kind,
+            deleted: r.deleted_at.is_some(),
+            expires_at: r.expires_at,
+            updated_at: r.updated_at,
+            importance: r.importance,
+            confidence: r.confidence,
+        }
+    }
+
+    fn expired(&self, now: Timestamp) -> bool {
+        self.expires_at.is_some_and(|e| e <= now)
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct MemoryTable {
     records: Vec<MemoryRecord>,
-    slots: HashMap<(ScopeKey, MemoryId), u32>,
-    audit: Vec<AuditEntry>,
+    meta: Vec<Meta>,
+    scope_ids: FxHashMap<ScopeKey, u32>,
+    /// Per scope id: memory id → slot.
+    slots: Vec<FxHashMap<MemoryId, u32>>,
+    audit: Vec<AuditItem>,
     index: Bm25Index,
+}
+
+/// An audit entry without the parts its record already knows (id and scope), so a large store
+/// does not hold every scope twice.
+#[derive(Debug)]
+struct AuditItem {
+    slot: u32,
+    action: AuditAction,
+    at: Timestamp,
+    revision: Revision,
+    source: MemorySource,
 }
 
 fn target(id: &MemoryId) -> String {
@@ -56,10 +105,23 @@ impl MemoryTable {
         self.records.len()
     }
 
+    fn slot(&self, scope: &ScopeKey, id: &MemoryId) -> Option<u32> {
+        let scope = *self.scope_ids.get(scope)?;
+        self.slots[scope as usize].get(id).copied()
+    }
+
     fn get(&self, scope: &ScopeKey, id: &MemoryId) -> Option<&MemoryRecord> {
-        self.slots
-            .get(&(scope.clone(), id.clone()))
-            .map(|s| &self.records[*s as usize])
+        self.slot(scope, id).map(|s| &self.records[s as usize])
+    }
+
+    fn scope_id(&mut self, scope: &ScopeKey) -> u32 {
+        if let Some(id) = self.scope_ids.get(scope) {
+            return *id;
+        }
+        let id = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
+        self.scope_ids.insert(scope.clone(), id);
+        self.slots.push(FxHashMap::default());
+        id
     }
 
     pub(crate) fn read_live(
@@ -105,17 +167,9 @@ impl MemoryTable {
                 (cur.updated(write.clone(), now)?, action)
             }
         };
-        let audit = AuditEntry {
-            at: now,
-            action,
-            target: record.id.to_string(),
-            scope: record.scope.clone(),
-            revision: Some(record.revision.clone()),
-            source: record.source.clone(),
-        };
         Ok(MemoryOp::Put {
             record: Box::new(record),
-            audit,
+            action,
         })
     }
 
@@ -136,105 +190,170 @@ impl MemoryTable {
                 current: Some(cur.revision.clone()),
             });
         }
-        let record = cur.forgotten(source.clone(), now);
-        let audit = AuditEntry {
-            at: now,
-            action: AuditAction::Forgotten,
-            target: id.to_string(),
-            scope: scope.clone(),
-            revision: Some(record.revision.clone()),
-            source,
-        };
         Ok(MemoryOp::Put {
-            record: Box::new(record),
-            audit,
+            record: Box::new(cur.forgotten(source, now)),
+            action: AuditAction::Forgotten,
         })
     }
 
     /// Applies an operation; replaying the same log twice from empty yields the same table.
     pub(crate) fn apply(&mut self, op: MemoryOp) {
+        if let Some(slot) = self.apply_record(op) {
+            let text = index_text(&self.records[slot as usize]);
+            self.index.insert(slot, &text);
+        }
+    }
+
+    /// Applies many operations in order and indexes the changed records in bulk (opening a
+    /// large store): same result as applying them one by one.
+    pub(crate) fn apply_many(&mut self, ops: Vec<MemoryOp>) {
+        let n = ops.len();
+        self.records.reserve(n);
+        self.meta.reserve(n);
+        self.audit.reserve(n);
+        self.index.reserve(n);
+        let mut changed = Vec::with_capacity(n);
+        for op in ops {
+            if let Some(slot) = self.apply_record(op) {
+                changed.push(slot);
+            }
+        }
+        let texts: Vec<(u32, String)> = changed
+            .into_iter()
+            .map(|slot| (slot, index_text(&self.records[slot as usize])))
+            .collect();
+        let refs: Vec<(u32, &str)> = texts.iter().map(|(s, t)| (*s, t.as_str())).collect();
+        self.index.insert_many(&refs);
+    }
+
+    /// Applies an operation to the records and audit; returns the slot whose text changed.
+    fn apply_record(&mut self, op: MemoryOp) -> Option<u32> {
         match op {
-            MemoryOp::Put { record, audit } => {
-                let key = (record.scope.clone(), record.id.clone());
-                let text = index_text(&record);
-                let slot = match self.slots.get(&key) {
-                    Some(slot) => {
+            MemoryOp::Put { record, action } => {
+                let scope = self.scope_id(&record.scope);
+                let meta = Meta::of(&record, scope);
+                let slot = match self.slots[scope as usize].get(&record.id) {
+                    Some(&slot) => {
                         let mut record = *record;
                         // Access times survive content updates.
                         record.last_accessed_at = record
                             .last_accessed_at
-                            .max(self.records[*slot as usize].last_accessed_at);
-                        self.records[*slot as usize] = record;
-                        *slot
+                            .max(self.records[slot as usize].last_accessed_at);
+                        self.records[slot as usize] = record;
+                        self.meta[slot as usize] = meta;
+                        slot
                     }
                     None => {
                         let slot = u32::try_from(self.records.len()).unwrap_or(u32::MAX);
+                        self.slots[scope as usize].insert(record.id.clone(), slot);
                         self.records.push(*record);
-                        self.slots.insert(key, slot);
+                        self.meta.push(meta);
                         slot
                     }
                 };
-                self.index.insert(slot, &text);
-                self.audit.push(audit);
+                let r = &self.records[slot as usize];
+                self.audit.push(AuditItem {
+                    slot,
+                    action,
+                    at: r.updated_at,
+                    revision: r.revision.clone(),
+                    source: r.source.clone(),
+                });
+                Some(slot)
             }
             MemoryOp::Touch { scope, id, at } => {
-                if let Some(slot) = self.slots.get(&(scope, id)) {
-                    let rec = &mut self.records[*slot as usize];
+                if let Some(slot) = self.slot(&scope, &id) {
+                    let rec = &mut self.records[slot as usize];
                     rec.last_accessed_at = Some(rec.last_accessed_at.map_or(at, |t| t.max(at)));
                 }
+                None
             }
         }
     }
 
     pub(crate) fn search(&self, q: &MemoryQuery, now: Timestamp) -> MemorySearchResult {
         let estimator = DefaultTokenEstimator;
-        let visible = |r: &MemoryRecord| {
-            (q.include_deleted || r.deleted_at.is_none())
-                && (q.include_expired || !r.is_expired(now))
-                && (q.scopes.is_empty() || q.scopes.contains(&r.scope))
-                && (q.kinds.is_empty() || q.kinds.contains(&r.kind))
-                && q.updated_from.is_none_or(|t| r.updated_at >= t)
-                && q.updated_to.is_none_or(|t| r.updated_at <= t)
-                && (q.tags.is_empty()
-                    || match q.tag_match {
-                        TagMatch::Any => q.tags.iter().any(|t| r.tags.contains(t)),
-                        TagMatch::All => q.tags.iter().all(|t| r.tags.contains(t)),
-                    })
+        // Scopes the table has never seen cannot match anything.
+        let scope_filter: Vec<u32> = q
+            .scopes
+            .iter()
+            .filter_map(|s| self.scope_ids.get(s).copied())
+            .collect();
+        if !q.scopes.is_empty() && scope_filter.is_empty() {
+            return MemorySearchResult::default();
+        }
+        let visible = |slot: u32| {
+            let m = &self.meta[slot as usize];
+            (q.include_deleted || !m.deleted)
+                && (q.include_expired || !m.expired(now))
+                && (q.scopes.is_empty() || scope_filter.contains(&m.scope))
+                && (q.kinds.is_empty() || q.kinds.contains(&m.kind))
+                && q.updated_from.is_none_or(|t| m.updated_at >= t)
+                && q.updated_to.is_none_or(|t| m.updated_at <= t)
+                && (q.tags.is_empty() || {
+                    let tags = &self.records[slot as usize].tags;
+                    match q.tag_match {
+                        TagMatch::Any => q.tags.iter().any(|t| tags.contains(t)),
+                        TagMatch::All => q.tags.iter().all(|t| tags.contains(t)),
+                    }
+                })
         };
-        let mut hits: Vec<(f64, f64, &MemoryRecord)> = if q.text.trim().is_empty() {
-            self.records
-                .iter()
-                .filter(|r| visible(r))
-                .map(|r| (0.0, 0.0, r))
+        // (score, relevance, slot)
+        let mut source_count = 0;
+        let mut hits: Vec<(f64, f64, u32)> = if q.text.trim().is_empty() {
+            (0..self.records.len())
+                .filter_map(|s| u32::try_from(s).ok())
+                .filter(|s| visible(*s))
+                .map(|s| (0.0, 0.0, s))
                 .collect()
         } else {
-            self.index
+            let mut matches: Vec<(u32, f32)> = self
+                .index
                 .score(&query_tokens(&q.text))
                 .into_iter()
-                .map(|(slot, rel)| (&self.records[slot as usize], f64::from(rel)))
-                .filter(|(r, _)| visible(r))
-                .map(|(r, rel)| (blend(rel, r, now), rel, r))
+                .filter(|(slot, _)| visible(*slot))
+                .collect();
+            source_count = matches.len();
+            let limit = q.limit.clamp(1, SEARCH_MAX_LIMIT);
+            if matches.len() > limit {
+                // The blend scales relevance by 0.7 to 1.0, so a match whose relevance is below
+                // 0.7 × the limit-th best relevance can never reach the results: skip blending it.
+                matches.select_nth_unstable_by(limit - 1, |a, b| b.1.total_cmp(&a.1));
+                let floor = matches[limit - 1].1 * BLEND_MIN;
+                matches.retain(|(_, rel)| *rel >= floor);
+            }
+            matches
+                .into_iter()
+                .map(|(slot, rel)| {
+                    let rel = f64::from(rel);
+                    (blend(rel, &self.meta[slot as usize], now), rel, slot)
+                })
                 .collect()
         };
-        hits.sort_by(|a, b| {
+        let order = |a: &(f64, f64, u32), b: &(f64, f64, u32)| {
+            let (ra, rb) = (&self.meta[a.2 as usize], &self.meta[b.2 as usize]);
             b.0.total_cmp(&a.0)
-                .then(b.2.updated_at.cmp(&a.2.updated_at))
-                .then_with(|| a.2.scope.cmp(&b.2.scope))
-                .then_with(|| a.2.id.cmp(&b.2.id))
-        });
-        let source_count = hits.len();
+                .then(rb.updated_at.cmp(&ra.updated_at))
+                .then_with(|| {
+                    let (x, y) = (&self.records[a.2 as usize], &self.records[b.2 as usize]);
+                    x.scope.cmp(&y.scope).then_with(|| x.id.cmp(&y.id))
+                })
+        };
+        source_count = source_count.max(hits.len());
         let limit = q.limit.clamp(1, SEARCH_MAX_LIMIT);
+        // Only the best `limit` can be returned: select them, then sort just those.
+        if hits.len() > limit {
+            hits.select_nth_unstable_by(limit - 1, order);
+            hits.truncate(limit);
+        }
+        hits.sort_by(order);
         let mut out = MemorySearchResult {
             source_count,
             ..Default::default()
         };
         let mut used = 0usize;
-        for (score, relevance, r) in hits {
-            if out.hits.len() == limit {
-                out.truncated = true;
-                out.truncated_by = Some("limit");
-                break;
-            }
+        for (score, relevance, slot) in hits {
+            let r = &self.records[slot as usize];
             let tokens = estimator.estimate(&r.content) + HIT_OVERHEAD_TOKENS;
             if let Some(budget) = q.max_tokens {
                 if used + tokens > budget {
@@ -252,6 +371,10 @@ impl MemoryTable {
                 expired: r.is_expired(now),
             });
         }
+        if !out.truncated && out.hits.len() < source_count {
+            out.truncated = true;
+            out.truncated_by = Some("limit");
+        }
         out
     }
 
@@ -261,11 +384,22 @@ impl MemoryTable {
         id: Option<&MemoryId>,
         now: Timestamp,
     ) -> Vec<AuditEntry> {
+        let wanted = |r: &MemoryRecord| &r.scope == scope && id.is_none_or(|id| &r.id == id);
         let mut out: Vec<AuditEntry> = self
             .audit
             .iter()
-            .filter(|a| &a.scope == scope && id.is_none_or(|id| a.target == id.as_str()))
-            .cloned()
+            .filter(|a| wanted(&self.records[a.slot as usize]))
+            .map(|a| {
+                let r = &self.records[a.slot as usize];
+                AuditEntry {
+                    at: a.at,
+                    action: a.action,
+                    target: r.id.to_string(),
+                    scope: r.scope.clone(),
+                    revision: Some(a.revision.clone()),
+                    source: a.source.clone(),
+                }
+            })
             .collect();
         for r in &self.records {
             if &r.scope == scope && id.is_none_or(|id| &r.id == id) && r.is_expired(now) {
@@ -295,10 +429,14 @@ fn index_text(r: &MemoryRecord) -> String {
     text
 }
 
-/// Relevance scaled by importance, confidence and recency; relevance dominates so an unrelated
-/// but important record never outranks a clearly matching one by much.
-fn blend(relevance: f64, r: &MemoryRecord, now: Timestamp) -> f64 {
-    let age_days = ((now.0 - r.updated_at.0).max(0) as f64) / DAY_MS;
-    let recency = 0.5f64.powf(age_days / 30.0);
-    relevance * (0.7 + 0.15 * r.importance + 0.05 * r.confidence + 0.1 * recency)
+/// The smallest factor [`blend`] applies to relevance.
+const BLEND_MIN: f32 = 0.7;
+
+/// Relevance scaled by importance, confidence and recency (a factor from [`BLEND_MIN`] to 1);
+/// relevance dominates so an unrelated but important record never outranks a clearly matching
+/// one by much.
+fn blend(relevance: f64, m: &Meta, now: Timestamp) -> f64 {
+    let age_days = ((now.0 - m.updated_at.0).max(0) as f64) / DAY_MS;
+    let recency = (-age_days / 30.0).exp2();
+    relevance * (f64::from(BLEND_MIN) + 0.15 * m.importance + 0.05 * m.confidence + 0.1 * recency)
 }

@@ -94,28 +94,40 @@ impl DurableLog {
     /// complete line. Returns `true` when a torn tail had to be terminated first (the caller
     /// must then `read_new` to step over it; its own line comes back through that read).
     pub(crate) fn append(&mut self, payload: &str, durable: bool) -> Result<bool, StoreError> {
+        self.append_many(&[payload], durable)
+    }
+
+    /// Appends several payloads with one write and one fsync (bulk import); same contract as
+    /// [`DurableLog::append`].
+    pub(crate) fn append_many(
+        &mut self,
+        payloads: &[&str],
+        durable: bool,
+    ) -> Result<bool, StoreError> {
         let mut file = std::fs::OpenOptions::new()
             .append(true)
             .open(under(&self.root, &self.rel))
             .map_err(io_err("open", &self.rel))?;
         let len = file.metadata().map_err(io_err("stat", &self.rel))?.len();
         let torn = len > self.offset;
-        let mut line = String::with_capacity(payload.len() + 19);
+        let mut text = String::with_capacity(payloads.iter().map(|p| p.len() + 18).sum());
         if torn {
-            line.push('\n');
+            text.push('\n');
         }
-        line.push_str(&short_digest(&[payload.as_bytes()]));
-        line.push(' ');
-        line.push_str(payload);
-        line.push('\n');
-        file.write_all(line.as_bytes())
+        for payload in payloads {
+            text.push_str(&short_digest(&[payload.as_bytes()]));
+            text.push(' ');
+            text.push_str(payload);
+            text.push('\n');
+        }
+        file.write_all(text.as_bytes())
             .map_err(io_err("append", &self.rel))?;
         if durable {
             file.sync_data().map_err(io_err("fsync", &self.rel))?;
         }
         if !torn {
-            self.offset += line.len() as u64;
-            self.lines += 1;
+            self.offset += text.len() as u64;
+            self.lines += payloads.len() as u64;
         }
         Ok(torn)
     }

@@ -38,6 +38,21 @@ use crate::state::{StateMutation, StateStore};
 use crate::variable::{PatchOutcome, VariableChange, VariableListing, VariableStore};
 use crate::StoreDiagnostic;
 
+/// Drives a future of this adapter to completion on the calling thread. [`FsStore`] does its
+/// IO synchronously, so its futures are ready on the first poll; this lets synchronous programs
+/// (tools, benchmarks) use it without an async runtime. Do not use it for futures that wait on
+/// anything else: they would spin.
+pub fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::yield_now();
+    }
+}
+
 const STATE: &str = "state.json";
 const STATE_LOCK: &str = "state.lock";
 const MEMORY_LOG: &str = "memory.log";
@@ -50,14 +65,26 @@ struct Logged<T> {
 
 /// A log-backed table: its operations and how to apply them.
 trait Table {
-    type Op: Serialize + DeserializeOwned;
+    type Op: Serialize + DeserializeOwned + Send;
     fn apply_op(&mut self, op: Self::Op);
+    /// Applies many operations in order (may be faster than one by one).
+    fn apply_ops(&mut self, ops: Vec<Self::Op>) {
+        for op in ops {
+            self.apply_op(op);
+        }
+    }
 }
+
+/// Below this many new lines a catch-up parses on the calling thread.
+const PARALLEL_PARSE_MIN: usize = 4096;
 
 impl Table for MemoryTable {
     type Op = MemoryOp;
     fn apply_op(&mut self, op: MemoryOp) {
         self.apply(op);
+    }
+    fn apply_ops(&mut self, ops: Vec<MemoryOp>) {
+        self.apply_many(ops);
     }
 }
 
@@ -71,15 +98,39 @@ impl Table for VariableTable {
 impl<T: Table> Logged<T> {
     fn catch_up(&mut self, diags: &Mutex<Vec<StoreDiagnostic>>) -> Result<(), StoreError> {
         let mut found = Vec::new();
-        for payload in self.log.read_new(&mut found)? {
-            match serde_json::from_str::<T::Op>(&payload) {
-                Ok(op) => self.table.apply_op(op),
-                Err(e) => found.push(StoreDiagnostic {
-                    file: self.log_name(),
-                    message: format!("unreadable operation ({e}); skipped"),
-                }),
+        let payloads = self.log.read_new(&mut found)?;
+        if payloads.is_empty() {
+            lock(diags).extend(found);
+            return Ok(());
+        }
+        let file = self.log_name();
+        let parse = |payload: &String| {
+            serde_json::from_str::<T::Op>(payload).map_err(|e| StoreDiagnostic {
+                file: file.clone(),
+                message: format!("unreadable operation ({e}); skipped"),
+            })
+        };
+        let parsed: Vec<Result<T::Op, StoreDiagnostic>> = if payloads.len() < PARALLEL_PARSE_MIN {
+            payloads.iter().map(parse).collect()
+        } else {
+            // Opening a large store: parse the two halves on two threads, keeping order.
+            let (front, back) = payloads.split_at(payloads.len() / 2);
+            std::thread::scope(|s| {
+                let back = s.spawn(|| back.iter().map(parse).collect::<Vec<_>>());
+                let mut all: Vec<_> = front.iter().map(parse).collect();
+                // A panicking parser thread is a bug in serde, not bad input; fail loudly.
+                all.extend(back.join().unwrap_or_default());
+                all
+            })
+        };
+        let mut ops = Vec::with_capacity(parsed.len());
+        for p in parsed {
+            match p {
+                Ok(op) => ops.push(op),
+                Err(d) => found.push(d),
             }
         }
+        self.table.apply_ops(ops);
         lock(diags).extend(found);
         Ok(())
     }
@@ -230,6 +281,46 @@ impl FsStore {
         let record = (**record).clone();
         g.commit(op, true, &self.diagnostics)?;
         Ok(record)
+    }
+
+    /// Creates many memories with one durable append (imports, benchmarks). All or nothing:
+    /// every write is checked first (each must be new, ids unique within the batch), then all
+    /// are appended and fsynced once.
+    ///
+    /// # Errors
+    /// The first failing write's error; nothing is written then.
+    pub fn import_memories(&self, writes: Vec<MemoryWrite>) -> Result<usize, StoreError> {
+        let now = self.clock.now();
+        let mut g = lock(&self.memory);
+        let _lock = g.log.lock(true)?;
+        g.catch_up(&self.diagnostics)?;
+        let mut seen = std::collections::HashSet::new();
+        let mut ops = Vec::with_capacity(writes.len());
+        for w in writes {
+            if !seen.insert((w.scope.clone(), w.id.clone())) {
+                return Err(StoreError::Conflict {
+                    target: format!("memory {} (twice in one import)", w.id),
+                    current: None,
+                });
+            }
+            ops.push(g.table.prepare_put(w, None, false, now)?);
+        }
+        let payloads = ops
+            .iter()
+            .map(serde_json::to_string)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| StoreError::Corrupt {
+                file: MEMORY_LOG.into(),
+                reason: format!("cannot encode operation: {e}"),
+            })?;
+        let refs: Vec<&str> = payloads.iter().map(String::as_str).collect();
+        let n = ops.len();
+        if g.log.append_many(&refs, true)? {
+            g.catch_up(&self.diagnostics)?;
+        } else {
+            g.table.apply_many(ops);
+        }
+        Ok(n)
     }
 
     fn write_variable_op(

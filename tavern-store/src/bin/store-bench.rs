@@ -1,0 +1,388 @@
+//! The store benchmark: one run, one table, each number next to its reference measured in the
+//! same run on the same machine.
+//!
+//! `cargo run --release -p tavern-store --features bench --bin store-bench [-- --records N --queries Q]`
+//!
+//! - search p50/p99 over a reproducible corpus of mixed Chinese/English memories, against SQLite
+//!   FTS5 (bundled, bm25, trigram tokenizer) on the same corpus and queries, with recall@10 of
+//!   both against the records the generator planted for each query;
+//! - durable CAS `put` throughput against a bare write-temp + fsync + rename + dir-fsync loop;
+//! - 8 concurrent writers: updates acknowledged vs found afterwards;
+//! - cold open of the store.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tavern_core::{
+    AgentId, MemoryId, MemoryKind, MemorySource, MemoryWrite, ScopeKey, VariableName,
+};
+use tavern_store::fs::{block_on, FsStore};
+use tavern_store::{MemoryQuery, MemoryStore, StoreError, SystemClock, VariableStore};
+
+/// SplitMix64: tiny, deterministic, good enough for corpus generation.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+const SYLLABLES: [&str; 24] = [
+    "ka", "lo", "mi", "ren", "sa", "tor", "vel", "an", "dor", "el", "fin", "gar", "hal", "is",
+    "jun", "ko", "lum", "mor", "nel", "or", "pa", "qu", "ris", "tha",
+];
+const COMMON_ZH: &str = "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动同工也能下过子说产种面而方后多定行学法所民得经十三之进着等部度家电力里如水化高自二理起小物现实加量都两体制机当使点从业本去把性好应开它合还因由其些然前外天政四日那社义事平形相全表间样与关各重新线内数正心反你明看原又么利比或但质气第向道命此变条只没结解问意建月公无系军很情者最立代想已通并提直题党程展五果料象员革位入常文总次品式活设及管特件长求老头基资边流路级少图山统接知较将组见计别她手角期根论运农指几九区强放决西被干做必战先回则任取据处队南给色光门即保治北造百规热领七海口东导器压志世金增争济阶油思术极交受联什认六共权收证改清己美再采转更单风切打白教速花带安场身车例真务具万每目至达走积示议声报斗完类八离华名确才科张信马节话米整空元况今集温传土许步群广石记需段研界拉林律叫且究观越织装影算低持音众书布复容儿须际商非验连断深难近矿千周委素技备半办青省列习响约支般史感劳便团往酸历市克何除消构府称太准精值号率族维划选标写存候毛亲快效斯院查江型眼王按格养易置派层片始却专状育厂京识适属圆包火住调满县局照参红细引听该铁价严";
+
+fn english_word(rng: &mut Rng) -> String {
+    let n = 1 + rng.below(3);
+    (0..n)
+        .map(|_| SYLLABLES[rng.below(SYLLABLES.len())])
+        .collect()
+}
+
+struct Corpus {
+    records: Vec<(String, String)>,
+    queries: Vec<(String, HashSet<String>)>,
+}
+
+/// Generates `n` records; each of `q` queries has a unique planted topic (an invented English
+/// word or a 4-character Chinese phrase) in 5 records, which are its relevant set.
+fn corpus(n: usize, q: usize) -> Corpus {
+    let mut rng = Rng(0x5EED_7A7E_0000_0001);
+    let zh: Vec<char> = COMMON_ZH.chars().collect();
+    let mut records: Vec<(String, String)> = (0..n)
+        .map(|i| {
+            let text = if i % 2 == 0 {
+                (0..(8 + rng.below(20)))
+                    .map(|_| english_word(&mut rng))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            } else {
+                (0..(12 + rng.below(30)))
+                    .map(|_| zh[rng.below(zh.len())])
+                    .collect()
+            };
+            (format!("m{i}"), text)
+        })
+        .collect();
+    let mut queries = Vec::with_capacity(q);
+    let mut used = HashSet::new();
+    for k in 0..q {
+        let topic = loop {
+            let t = if k % 2 == 0 {
+                format!("zx{}q{}", english_word(&mut rng), k)
+            } else {
+                // Rare-ish phrase from the same alphabet; uniqueness checked below.
+                (0..4).map(|_| zh[rng.below(zh.len())]).collect()
+            };
+            if used.insert(t.clone()) {
+                break t;
+            }
+        };
+        let mut relevant = HashSet::new();
+        for _ in 0..5 {
+            let idx = rng.below(n);
+            let (id, text) = &mut records[idx];
+            if k % 2 == 0 {
+                text.push(' ');
+                text.push_str(&topic);
+            } else {
+                let cut = text
+                    .char_indices()
+                    .nth(text.chars().count() / 2)
+                    .map_or(0, |c| c.0);
+                text.insert_str(cut, &topic);
+            }
+            relevant.insert(id.clone());
+        }
+        let noise = if k % 2 == 0 {
+            english_word(&mut rng)
+        } else {
+            zh[rng.below(zh.len())].to_string()
+        };
+        queries.push((format!("{topic} {noise}"), relevant));
+    }
+    Corpus { records, queries }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx]
+}
+
+fn recall(got: &[String], relevant: &HashSet<String>) -> f64 {
+    let hit = got.iter().filter(|id| relevant.contains(*id)).count();
+    hit as f64 / relevant.len().min(10) as f64
+}
+
+fn scope() -> ScopeKey {
+    ScopeKey::Agent {
+        agent: AgentId::parse("bench").expect("valid literal"),
+    }
+}
+
+fn write_for(id: &str, text: &str) -> Result<MemoryWrite, Box<dyn std::error::Error>> {
+    Ok(MemoryWrite {
+        id: MemoryId::parse(id)?,
+        scope: scope(),
+        kind: MemoryKind::Semantic,
+        content: text.to_owned(),
+        tags: Vec::new(),
+        importance: 0.5,
+        confidence: 0.5,
+        source: MemorySource::system(),
+        expires_at: None,
+    })
+}
+
+/// FTS5 query: each term quoted (trigram needs 3+ characters) and OR-ed.
+fn fts_query(text: &str) -> String {
+    text.split_whitespace()
+        .filter(|t| t.chars().count() >= 3)
+        .map(|t| format!("\"{}\"", t.replace('"', "\"\"")))
+        .collect::<Vec<_>>()
+        .join(" OR ")
+}
+
+fn arg(args: &[String], name: &str, default: usize) -> usize {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let n = arg(&args, "--records", 100_000);
+    let q = arg(&args, "--queries", 1_000);
+    let puts = arg(&args, "--puts", 500);
+    let base = std::path::Path::new("target").join("store-bench");
+    std::fs::create_dir_all(&base)?;
+    let work = tempfile::tempdir_in(&base)?;
+    // `--keep` leaves the data behind for profiling the cold open.
+    let (work_path, _guard) = if args.iter().any(|a| a == "--keep") {
+        (work.keep(), None)
+    } else {
+        (work.path().to_path_buf(), Some(work))
+    };
+    let mut rows: Vec<[String; 4]> = Vec::new();
+
+    eprintln!("generating {n} records and {q} queries…");
+    let corpus = corpus(n, q);
+
+    // --- build both indexes -------------------------------------------------------------
+    let root = work_path.as_path().join("tavern");
+    let clock = Arc::new(SystemClock);
+    let store = FsStore::open(&root, clock.clone())?;
+    let t = Instant::now();
+    for chunk in corpus.records.chunks(10_000) {
+        let writes = chunk
+            .iter()
+            .map(|(id, text)| write_for(id, text))
+            .collect::<Result<Vec<_>, _>>()?;
+        store.import_memories(writes)?;
+    }
+    let import_time = t.elapsed();
+
+    let db = rusqlite::Connection::open(work_path.as_path().join("fts.db"))?;
+    db.execute_batch(
+        "CREATE VIRTUAL TABLE m USING fts5(id UNINDEXED, content, tokenize='trigram');",
+    )?;
+    let t = Instant::now();
+    {
+        let tx = db.unchecked_transaction()?;
+        {
+            let mut ins = tx.prepare("INSERT INTO m(id, content) VALUES (?1, ?2)")?;
+            for (id, text) in &corpus.records {
+                ins.execute((id, text))?;
+            }
+        }
+        tx.commit()?;
+    }
+    let fts_build = t.elapsed();
+    rows.push([
+        format!("build index ({n} records)"),
+        format!("{:.2} s (bulk import)", import_time.as_secs_f64()),
+        format!("{:.2} s (one transaction)", fts_build.as_secs_f64()),
+        "-".into(),
+    ]);
+
+    // --- search ---------------------------------------------------------------------------
+    let scopes = vec![scope()];
+    let mut ours = Vec::with_capacity(q);
+    let mut ours_recall = 0.0;
+    let mut ours_by_lang = [0.0f64; 2];
+    let mut theirs_by_lang = [0.0f64; 2];
+    let mut theirs = Vec::with_capacity(q);
+    let mut theirs_recall = 0.0;
+    let mut stmt = db.prepare("SELECT id FROM m WHERE m MATCH ?1 ORDER BY bm25(m) LIMIT 10")?;
+    // Warm both once so neither pays first-touch costs in the measurement.
+    for (text, _) in corpus.queries.iter().take(20) {
+        block_on(store.search(&MemoryQuery::new(text.clone(), scopes.clone())))?;
+        stmt.query_map([fts_query(text)], |r| r.get::<_, String>(0))?
+            .count();
+    }
+    for (k, (text, relevant)) in corpus.queries.iter().enumerate() {
+        let query = MemoryQuery::new(text.clone(), scopes.clone());
+        let t = Instant::now();
+        let res = block_on(store.search(&query))?;
+        ours.push(t.elapsed());
+        let ids: Vec<String> = res.hits.iter().map(|h| h.record.id.to_string()).collect();
+        let r = recall(&ids, relevant);
+        ours_recall += r;
+        ours_by_lang[k % 2] += r;
+
+        let fq = fts_query(text);
+        let t = Instant::now();
+        let ids: Vec<String> = stmt
+            .query_map([fq], |r| r.get::<_, String>(0))?
+            .collect::<Result<_, _>>()?;
+        theirs.push(t.elapsed());
+        let r = recall(&ids, relevant);
+        theirs_recall += r;
+        theirs_by_lang[k % 2] += r;
+    }
+    ours.sort();
+    theirs.sort();
+    let ms = |d: Duration| format!("{:.3} ms", d.as_secs_f64() * 1e3);
+    for (label, p) in [("search p50", 0.5), ("search p99", 0.99)] {
+        let (a, b) = (percentile(&ours, p), percentile(&theirs, p));
+        rows.push([
+            format!("{label} ({q} queries)"),
+            ms(a),
+            ms(b),
+            format!(
+                "{:.2}× (lower is faster)",
+                a.as_secs_f64() / b.as_secs_f64()
+            ),
+        ]);
+    }
+    rows.push([
+        "recall@10 of planted records".into(),
+        format!("{:.3}", ours_recall / q as f64),
+        format!("{:.3}", theirs_recall / q as f64),
+        "higher is better".into(),
+    ]);
+
+    let half = (q as f64 / 2.0).max(1.0);
+    rows.push([
+        "recall@10 English / Chinese queries".into(),
+        format!(
+            "{:.3} / {:.3}",
+            ours_by_lang[0] / half,
+            ours_by_lang[1] / half
+        ),
+        format!(
+            "{:.3} / {:.3}",
+            theirs_by_lang[0] / half,
+            theirs_by_lang[1] / half
+        ),
+        "-".into(),
+    ]);
+
+    // --- durable put throughput --------------------------------------------------------------
+    let t = Instant::now();
+    for i in 0..puts {
+        block_on(store.put(
+            write_for(&format!("p{i}"), "durable put with cas")?,
+            None,
+            false,
+        ))?;
+    }
+    let ours_rate = puts as f64 / t.elapsed().as_secs_f64();
+    let floor_dir = work_path.as_path().join("floor");
+    std::fs::create_dir_all(&floor_dir)?;
+    let t = Instant::now();
+    for i in 0..puts {
+        let tmp = floor_dir.join(format!(".tmp{i}"));
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(b"{\"content\":\"durable put with cas\"}")?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, floor_dir.join(format!("r{i}.json")))?;
+        std::fs::File::open(&floor_dir)?.sync_all()?;
+    }
+    let floor_rate = puts as f64 / t.elapsed().as_secs_f64();
+    rows.push([
+        format!("durable put ({puts} writes)"),
+        format!("{ours_rate:.0} /s"),
+        format!("{floor_rate:.0} /s (temp+fsync+rename+dir fsync)"),
+        format!("{:.2}× (target ≥ 0.5×)", ours_rate / floor_rate),
+    ]);
+
+    // --- 8 concurrent writers --------------------------------------------------------------
+    let store = Arc::new(store);
+    let name = VariableName::parse("counter")?;
+    let per_writer = 50;
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let store = store.clone();
+            let name = name.clone();
+            std::thread::spawn(move || -> Result<u64, StoreError> {
+                let mut acked = 0;
+                for _ in 0..per_writer {
+                    loop {
+                        let cur = block_on(store.get(&ScopeKey::Global, &name))?;
+                        let v = cur.as_ref().and_then(|r| r.value.as_i64()).unwrap_or(0);
+                        match block_on(store.set(
+                            &ScopeKey::Global,
+                            &name,
+                            json!(v + 1),
+                            cur.as_ref().map(|r| &r.revision),
+                            MemorySource::system(),
+                        )) {
+                            Ok(_) => break,
+                            Err(StoreError::Conflict { .. }) => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    acked += 1;
+                }
+                Ok(acked)
+            })
+        })
+        .collect();
+    let mut acked = 0;
+    for h in handles {
+        acked += h.join().map_err(|_| "writer thread panicked")??;
+    }
+    let found = block_on(store.get(&ScopeKey::Global, &name))?
+        .and_then(|r| r.value.as_i64())
+        .unwrap_or(0);
+    rows.push([
+        "8 concurrent CAS writers".into(),
+        format!("{acked} acknowledged"),
+        format!("{found} found"),
+        format!("{} lost", acked as i64 - found),
+    ]);
+    drop(store);
+
+    // --- cold open ------------------------------------------------------------------------------
+    let t = Instant::now();
+    let reopened = FsStore::open(&root, clock)?;
+    let open_time = t.elapsed();
+    rows.push([
+        format!("cold open ({} records)", reopened.memory_len()),
+        format!("{:.0} ms", open_time.as_secs_f64() * 1e3),
+        "-".into(),
+        "target < 1000 ms".into(),
+    ]);
+
+    println!("| measurement | tavern-store (file) | reference | ratio / note |");
+    println!("|---|---|---|---|");
+    for r in rows {
+        println!("| {} | {} | {} | {} |", r[0], r[1], r[2], r[3]);
+    }
+    Ok(())
+}
