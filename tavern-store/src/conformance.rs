@@ -406,6 +406,19 @@ pub async fn memory_search(f: &Fixture) {
     q.max_tokens = Some(1);
     let res = s.search(&q).await.unwrap();
     assert!(res.hits.is_empty() && res.truncated && res.source_count == 3);
+
+    // Exact ties (same text, scores and time) fall back to scope, then id: stable order.
+    let t = agent("tie");
+    for id in ["t2", "t10", "t1"] {
+        s.put(write(id, t.clone(), "identical twin"), None, false).await.unwrap();
+    }
+    let ids = |r: crate::MemorySearchResult| -> Vec<String> {
+        r.hits.iter().map(|h| h.record.id.to_string()).collect()
+    };
+    let first = ids(s.search(&MemoryQuery::new("twin", vec![t.clone()])).await.unwrap());
+    assert_eq!(first, ["t1", "t10", "t2"]);
+    let again = ids(s.search(&MemoryQuery::new("twin", vec![t.clone()])).await.unwrap());
+    assert_eq!(first, again);
 }
 
 /// Variables: create/update CAS, no ABA after A→B→A or delete + re-create, tombstones audited.
