@@ -9,6 +9,7 @@
 
 pub mod binding;
 pub mod capability;
+pub mod chat;
 pub mod error;
 pub mod identity;
 pub mod ids;

@@ -87,9 +87,8 @@ pub trait ChatStore: Send + Sync {
 /// The branch back-link of a chat: SillyTavern records a branch's origin as
 /// `chat_metadata.main_chat` in the header line.
 pub fn parent_chat(file: &ChatFile) -> Option<ChatId> {
-    let header: serde_json::Value = serde_json::from_str(file.lines.first()?).ok()?;
-    let parent = header.pointer("/chat_metadata/main_chat")?.as_str()?;
-    ChatId::parse(parent).ok()
+    let header = tavern_core::chat::ChatLine::parse(file.lines.first()?).ok()?;
+    ChatId::parse(header.main_chat()?).ok()
 }
 
 /// Checks that every line is exactly one JSON object without line breaks.

@@ -410,14 +410,22 @@ pub async fn memory_search(f: &Fixture) {
     // Exact ties (same text, scores and time) fall back to scope, then id: stable order.
     let t = agent("tie");
     for id in ["t2", "t10", "t1"] {
-        s.put(write(id, t.clone(), "identical twin"), None, false).await.unwrap();
+        s.put(write(id, t.clone(), "identical twin"), None, false)
+            .await
+            .unwrap();
     }
     let ids = |r: crate::MemorySearchResult| -> Vec<String> {
         r.hits.iter().map(|h| h.record.id.to_string()).collect()
     };
-    let first = ids(s.search(&MemoryQuery::new("twin", vec![t.clone()])).await.unwrap());
+    let first = ids(s
+        .search(&MemoryQuery::new("twin", vec![t.clone()]))
+        .await
+        .unwrap());
     assert_eq!(first, ["t1", "t10", "t2"]);
-    let again = ids(s.search(&MemoryQuery::new("twin", vec![t.clone()])).await.unwrap());
+    let again = ids(s
+        .search(&MemoryQuery::new("twin", vec![t.clone()]))
+        .await
+        .unwrap());
     assert_eq!(first, again);
 }
 

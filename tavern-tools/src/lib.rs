@@ -1,7 +1,11 @@
 //! AgentTavern tool contracts (names, schemas, limits, structured errors), SillyTavern asset
-//! formats (cards, world info, chats) and lore activation.
+//! formats (cards, world info) and lore activation.
 //!
-//! Skeleton: the contracts land with issue 4; this crate already sits at its place in the
-//! dependency graph (core ← store ← tools).
+//! The model reaches everything beyond the kernel through these tools. Each runs in an
+//! immutable `ToolContext` built from the host's agent id → binding; no tool accepts a session,
+//! chat, character or scope id.
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+pub mod assets;

@@ -1,0 +1,175 @@
+//! Every real SillyTavern file in `../shared/fixtures` loads, with the properties its README
+//! promises. Fails loudly when the folder is missing.
+
+use std::path::{Path, PathBuf};
+
+use tavern_core::chat::ChatDocument;
+use tavern_tools::assets::card::{Card, CardVersion};
+use tavern_tools::assets::world::WorldBook;
+use tavern_tools::assets::AssetError;
+
+fn fixtures() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures");
+    assert!(
+        dir.join("README.md").is_file(),
+        "../shared/fixtures is missing beside the checkout ({}); these tests need the real SillyTavern files",
+        dir.display()
+    );
+    dir
+}
+
+fn files(sub: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(fixtures().join(sub))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    v.sort();
+    assert!(!v.is_empty(), "no fixtures in {sub}");
+    v
+}
+
+fn card(name: &str) -> Result<Card, AssetError> {
+    let bytes = std::fs::read(fixtures().join("cards").join(name)).unwrap();
+    Card::from_bytes(name, &bytes)
+}
+
+#[test]
+fn every_card_loads_or_is_reported_as_not_a_card() {
+    for path in files("cards") {
+        let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+        let res = Card::from_bytes(&name, &std::fs::read(&path).unwrap());
+        if name.starts_with("not-a-card") {
+            assert_eq!(res.unwrap_err(), AssetError::NotACard(name.clone()));
+        } else {
+            let card = res.unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(!card.name().is_empty(), "{name}");
+        }
+    }
+}
+
+#[test]
+fn card_versions_chunks_and_books_match_the_fixture_notes() {
+    let sera = card("Seraphina.v2v3.book4.png").unwrap();
+    assert_eq!(sera.version(), CardVersion::V3, "ccv3 wins over chara");
+    assert_eq!(sera.name(), "Seraphina");
+    assert_eq!(sera.linked_world(), Some("Eldoria"));
+    assert_eq!(sera.embedded_book().unwrap().entries.len(), 4);
+
+    let v2 = card("Seraphina.v2-only.png").unwrap();
+    assert_eq!(v2.version(), CardVersion::V2);
+    assert_eq!(v2.field("description"), sera.field("description"));
+
+    let megumin = card("Megumin.v1.png").unwrap();
+    assert_eq!(megumin.version(), CardVersion::V1);
+    assert_eq!(megumin.name(), "Megumin");
+    assert!(megumin.field("first_mes").is_some_and(|m| !m.is_empty()));
+
+    let amy = card("Amy.v3-in-both-chunks.png").unwrap();
+    assert_eq!(amy.version(), CardVersion::V3);
+
+    let sakana = card("Sakana.v2.book14.png").unwrap();
+    assert_eq!(sakana.embedded_book().unwrap().entries.len(), 14);
+
+    let capo = card("CapoGPT.v2.text-before-idat.png").unwrap();
+    assert_eq!(capo.version(), CardVersion::V2);
+
+    let zh = card("menzhizhu.v3.zh.png").unwrap();
+    assert_eq!(zh.version(), CardVersion::V3);
+    assert!(zh
+        .field("first_mes")
+        .unwrap()
+        .chars()
+        .any(|c| ('\u{4e00}'..='\u{9fff}').contains(&c)));
+}
+
+#[test]
+fn a_png_with_a_truncated_chunk_is_an_error_not_a_crash() {
+    let bytes = std::fs::read(fixtures().join("cards/Megumin.v1.png")).unwrap();
+    for cut in [0, 7, 8, 20, 33, bytes.len() / 2] {
+        let res = Card::from_bytes("cut.png", &bytes[..cut]);
+        assert!(res.is_err(), "cut at {cut}");
+    }
+}
+
+#[test]
+fn every_world_loads_in_every_shape() {
+    let expected = [
+        ("Eldoria.json", 4),
+        ("Eldoria.old-schema.json", 4),
+        ("KoboldAI_Sample.json", 2),
+        ("Toaru.2023.json", 18),
+        ("tarot.zh.json", 9),
+    ];
+    let all = files("worlds");
+    assert_eq!(
+        all.len(),
+        expected.len(),
+        "a new world fixture needs an expectation here"
+    );
+    for (file, n) in expected {
+        let bytes = std::fs::read(fixtures().join("worlds").join(file)).unwrap();
+        let book = WorldBook::from_json(file, &bytes).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert_eq!(book.entries.len(), n, "{file}");
+        assert!(book.entries.iter().all(|e| !e.content.is_empty()), "{file}");
+    }
+    let kobold = WorldBook::from_json(
+        "k",
+        &std::fs::read(fixtures().join("worlds/KoboldAI_Sample.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(kobold.entries[0].comment, "AAA definition");
+    let tarot = WorldBook::from_json(
+        "t",
+        &std::fs::read(fixtures().join("worlds/tarot.zh.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(tarot.entries.iter().any(|e| e.constant) && tarot.entries.iter().any(|e| !e.constant));
+    let old = WorldBook::from_json(
+        "o",
+        &std::fs::read(fixtures().join("worlds/Eldoria.old-schema.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        old.entries[0].keys,
+        ["eldoria", "wood", "forest", "magical forest"]
+    );
+}
+
+#[test]
+fn every_chat_parses_and_writes_back_byte_for_byte() {
+    for path in files("chats") {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let doc = ChatDocument::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(!doc.messages.is_empty());
+        assert!(
+            !text.ends_with('\n'),
+            "the fixtures have no trailing newline"
+        );
+        assert_eq!(doc.to_text(), text, "{}", path.display());
+    }
+    let sera = ChatDocument::parse(
+        &std::fs::read_to_string(fixtures().join("chats/Seraphina - 2024-09-19@20h03m29s.jsonl"))
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        sera.messages.iter().any(|m| !m.swipes().is_empty()),
+        "swipes are read"
+    );
+    let megumin = ChatDocument::parse(
+        &std::fs::read_to_string(fixtures().join("chats/Megumin_1673323621108.jsonl")).unwrap(),
+    )
+    .unwrap();
+    assert!(matches!(
+        megumin.messages[0].send_date(),
+        Some(tavern_core::chat::SendDate::Millis(_))
+    ));
+    let aqua = ChatDocument::parse(
+        &std::fs::read_to_string(fixtures().join("chats/Aqua_1677261616514.jsonl")).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        aqua.messages.iter().any(|m| m.text().contains("\r\n")),
+        "\\r\\n inside mes"
+    );
+}
