@@ -9,3 +9,4 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod assets;
+pub mod lore;
