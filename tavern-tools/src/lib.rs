@@ -9,4 +9,15 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod assets;
+pub mod context;
+pub mod docs;
+pub mod error;
 pub mod lore;
+pub mod registry;
+pub mod schema;
+pub mod tools;
+
+pub use context::{ToolContext, ToolLimits};
+pub use error::ToolError;
+pub use registry::{ToolRegistry, ToolServices};
+pub use tools::ToolSpec;

@@ -1,0 +1,155 @@
+//! The tool registry: lists the contracts (in OpenAI function-calling shape for hosts) and
+//! executes a call by name with JSON arguments — validating them against the schema, enforcing
+//! per-turn call and write limits and the result size. Independent of any host.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde_json::{json, Value};
+use tavern_core::SessionId;
+use tavern_store::{ChatStore, MemoryStore, VariableStore};
+
+use crate::assets::provider::AssetProvider;
+use crate::context::{ToolContext, ToolLimits};
+use crate::error::ToolError;
+use crate::schema::validate;
+use crate::tools::{self, ToolSpec};
+
+/// What the tools read and write.
+#[derive(Clone)]
+pub struct ToolServices {
+    /// Memories.
+    pub memory: Arc<dyn MemoryStore>,
+    /// Variables.
+    pub variables: Arc<dyn VariableStore>,
+    /// SillyTavern chats.
+    pub chats: Arc<dyn ChatStore>,
+    /// Cards, world books, persona.
+    pub assets: Arc<dyn AssetProvider>,
+}
+
+impl std::fmt::Debug for ToolServices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolServices").finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct TurnCount {
+    turn: u64,
+    calls: usize,
+    writes: usize,
+}
+
+/// Lists and runs the tools.
+#[derive(Debug)]
+pub struct ToolRegistry {
+    services: ToolServices,
+    limits: ToolLimits,
+    specs: Vec<ToolSpec>,
+    counts: Mutex<HashMap<SessionId, TurnCount>>,
+}
+
+impl ToolRegistry {
+    /// A registry over `services` with `limits`.
+    pub fn new(services: ToolServices, limits: ToolLimits) -> Self {
+        Self {
+            specs: tools::specs(&limits),
+            services,
+            limits,
+            counts: Mutex::default(),
+        }
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &ToolLimits {
+        &self.limits
+    }
+
+    /// Every tool's contract.
+    pub fn specs(&self) -> &[ToolSpec] {
+        &self.specs
+    }
+
+    /// The tools as OpenAI-style function definitions:
+    /// `[{type: "function", function: {name, description, parameters}}]`.
+    pub fn openai_tools(&self) -> Value {
+        Value::Array(
+            self.specs
+                .iter()
+                .map(|s| json!({"type": "function", "function": {"name": s.name, "description": s.description, "parameters": s.parameters}}))
+                .collect(),
+        )
+    }
+
+    /// Runs one call. Arguments are checked against the tool's schema first (so a forged
+    /// `sessionId`, `chatId` or `scopeId` is refused as an unknown argument), then the per-turn
+    /// limits, then the tool runs; its result must fit [`ToolLimits::max_result_bytes`].
+    ///
+    /// # Errors
+    /// A [`ToolError`] the model can act on.
+    pub async fn call(
+        &self,
+        ctx: &ToolContext,
+        name: &str,
+        args: &Value,
+    ) -> Result<Value, ToolError> {
+        let spec = self
+            .specs
+            .iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| ToolError::UnknownTool(name.to_owned()))?;
+        validate(&spec.parameters, args)?;
+        self.count(ctx, spec.writes)?;
+        let empty = serde_json::Map::new();
+        let map = args.as_object().unwrap_or(&empty);
+        let out = if name.starts_with("memory_") {
+            tools::memory::call(name, &self.services, ctx, map).await?
+        } else if name.starts_with("variable_") {
+            tools::variable::call(name, &self.services, ctx, map).await?
+        } else {
+            tools::tavern::call(name, &self.services, ctx, map).await?
+        };
+        let size = out.to_string().len();
+        if size > self.limits.max_result_bytes {
+            return Err(ToolError::LimitExceeded {
+                limit: "result bytes (ask for fewer results or a smaller maxTokens)".into(),
+                max: self.limits.max_result_bytes,
+                actual: size,
+            });
+        }
+        Ok(out)
+    }
+
+    fn count(&self, ctx: &ToolContext, writes: bool) -> Result<(), ToolError> {
+        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        let c = counts.entry(ctx.session().clone()).or_default();
+        if c.turn != ctx.turn() {
+            *c = TurnCount {
+                turn: ctx.turn(),
+                calls: 0,
+                writes: 0,
+            };
+        }
+        if c.calls >= self.limits.calls_per_turn {
+            return Err(ToolError::LimitExceeded {
+                limit: "tool calls per turn".into(),
+                max: self.limits.calls_per_turn,
+                actual: c.calls + 1,
+            });
+        }
+        // A refused write still spent one of the turn's calls: retry storms stay bounded.
+        c.calls += 1;
+        if writes && c.writes >= self.limits.writes_per_turn {
+            return Err(ToolError::LimitExceeded {
+                limit: "writing tool calls per turn".into(),
+                max: self.limits.writes_per_turn,
+                actual: c.writes + 1,
+            });
+        }
+        if writes {
+            c.writes += 1;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,894 @@
+//! The fourteen tools through the registry, on the strict in-memory store and real cards:
+//! happy paths, limits, errors, scope isolation, CAS recovery and forged ids.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use tavern_core::{normalize_state, AgentId, CharacterName, ChatId, TavernState, Timestamp};
+use tavern_store::clock::ManualClock;
+use tavern_store::mem::MemStore;
+use tavern_store::ChatStore;
+use tavern_tools::assets::card::Card;
+use tavern_tools::assets::provider::{MemAssets, Persona};
+use tavern_tools::assets::world::WorldBook;
+use tavern_tools::{ToolContext, ToolError, ToolLimits, ToolRegistry, ToolServices};
+
+const T0: Timestamp = Timestamp(1_700_000_000_000);
+
+struct Harness {
+    registry: ToolRegistry,
+    store: Arc<MemStore>,
+    state: TavernState,
+    clock: Arc<ManualClock>,
+    turn: u64,
+}
+
+fn fixture(rel: &str) -> Vec<u8> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/fixtures")
+        .join(rel);
+    std::fs::read(&p).unwrap_or_else(|e| panic!("../shared/fixtures/{rel} is needed ({e})"))
+}
+
+async fn harness_with(state: serde_json::Value, limits: ToolLimits) -> Harness {
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = Arc::new(MemStore::new(clock.clone()));
+    let mut assets = MemAssets::default();
+    let sera = Card::from_png("Seraphina", &fixture("cards/Seraphina.v2v3.book4.png")).unwrap();
+    assets.cards.insert("Seraphina".into(), sera);
+    assets.cards.insert(
+        "Megumin".into(),
+        Card::from_png("Megumin", &fixture("cards/Megumin.v1.png")).unwrap(),
+    );
+    assets.worlds.insert(
+        "Eldoria".into(),
+        WorldBook::from_json("Eldoria", &fixture("worlds/Eldoria.json")).unwrap(),
+    );
+    assets.worlds.insert(
+        "tarot".into(),
+        WorldBook::from_json("tarot", &fixture("worlds/tarot.zh.json")).unwrap(),
+    );
+    assets.global = vec!["tarot".into(), "Eldoria".into()];
+    assets.persona = Persona {
+        name: "白羽".into(),
+        description: "A traveler with a lantern.".into(),
+    };
+    let services = ToolServices {
+        memory: store.clone(),
+        variables: store.clone(),
+        chats: store.clone(),
+        assets: Arc::new(assets),
+    };
+    let sera = CharacterName::parse("Seraphina").unwrap();
+    let main = ChatId::parse("Seraphina - 1").unwrap();
+    let lines = vec![
+        r#"{"user_name":"白羽","character_name":"Seraphina","create_date":"2024-09-19@20h03m29s","chat_metadata":{"note_prompt":"Keep it gentle."}}"#.to_owned(),
+        r#"{"name":"Seraphina","is_user":false,"send_date":"September 19, 2024 8:03pm","mes":"You wake in my glade, traveler."}"#.to_owned(),
+        r#"{"name":"白羽","is_user":true,"send_date":"September 19, 2024 8:04pm","mes":"Where is the silver gate?"}"#.to_owned(),
+        r#"{"name":"Seraphina","is_user":false,"send_date":"September 19, 2024 8:05pm","mes":"The silver gate lies north, past the river spirits. 银色大门在北方。"}"#.to_owned(),
+    ];
+    store
+        .rewrite_chat(&sera, &main, &lines, None)
+        .await
+        .unwrap();
+    let branch = vec![
+        r#"{"user_name":"白羽","character_name":"Seraphina","create_date":"x","chat_metadata":{"main_chat":"Seraphina - 1"}}"#.to_owned(),
+        r#"{"name":"白羽","is_user":true,"send_date":1,"mes":"Tell me about the lantern."}"#.to_owned(),
+    ];
+    store
+        .rewrite_chat(
+            &sera,
+            &ChatId::parse("Seraphina - 2").unwrap(),
+            &branch,
+            None,
+        )
+        .await
+        .unwrap();
+    let (state, _) = normalize_state(&state);
+    Harness {
+        registry: ToolRegistry::new(services, limits),
+        store,
+        state,
+        clock,
+        turn: 1,
+    }
+}
+
+fn default_state() -> Value {
+    json!({"sessionBindings": {
+        "s1": {"character": "Seraphina", "chatId": "Seraphina - 1", "architecture": "agent-tavern", "contextMode": "dsh-native"},
+        "s2": {"character": "Seraphina", "chatId": "Seraphina - 2", "architecture": "agent-tavern", "contextMode": "dsh-native"},
+        "s3": {"character": "Megumin", "chatId": "Megumin - 1", "architecture": "agent-tavern", "contextMode": "dsh-native"},
+        "st1": {"character": "Seraphina", "chatId": "Seraphina - 1", "architecture": "st"},
+        "g1": {"character": "Party", "chatId": "p", "group": true, "architecture": "agent-tavern"}
+    }})
+}
+
+async fn harness() -> Harness {
+    harness_with(default_state(), ToolLimits::default()).await
+}
+
+impl Harness {
+    async fn call(&self, session: &str, name: &str, args: Value) -> Result<Value, ToolError> {
+        let ctx = ToolContext::for_agent(
+            &AgentId::parse(session).unwrap(),
+            &self.state,
+            self.turn,
+            &format!("call-{}-{}", self.clock_now().0, name),
+            *self.registry.limits(),
+            self.clock_now(),
+        )?;
+        self.registry.call(&ctx, name, &args).await
+    }
+
+    fn clock_now(&self) -> Timestamp {
+        use tavern_store::Clock;
+        self.clock.now()
+    }
+
+    async fn ok(&self, session: &str, name: &str, args: Value) -> Value {
+        self.clock.advance(1);
+        self.call(session, name, args)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+    }
+
+    async fn err(&self, session: &str, name: &str, args: Value) -> ToolError {
+        self.clock.advance(1);
+        self.call(session, name, args).await.expect_err(name)
+    }
+}
+
+#[tokio::test]
+async fn every_tool_is_listed_with_a_closed_schema() {
+    let h = harness().await;
+    let names: Vec<&str> = h.registry.specs().iter().map(|s| s.name).collect();
+    assert_eq!(
+        names,
+        [
+            "tavern_character_get",
+            "tavern_lore_search",
+            "tavern_history_search",
+            "tavern_scene_get",
+            "memory_search",
+            "memory_read",
+            "memory_write",
+            "memory_update",
+            "memory_forget",
+            "variable_get",
+            "variable_set",
+            "variable_patch",
+            "variable_delete",
+            "variable_list",
+        ]
+    );
+    for spec in h.registry.specs() {
+        assert_eq!(
+            spec.parameters["additionalProperties"], false,
+            "{}",
+            spec.name
+        );
+        assert_eq!(spec.parameters["type"], "object");
+        assert!(spec.description.len() > 30);
+        for forbidden in [
+            "sessionId",
+            "session",
+            "chatId",
+            "chat",
+            "character",
+            "scopeId",
+        ] {
+            assert!(
+                spec.parameters["properties"].get(forbidden).is_none(),
+                "{} accepts {forbidden}",
+                spec.name
+            );
+        }
+    }
+    let tools = h.registry.openai_tools();
+    assert_eq!(tools.as_array().unwrap().len(), 14);
+    assert_eq!(tools[0]["type"], "function");
+}
+
+#[tokio::test]
+async fn character_get_reads_fields_persona_and_cuts_to_budget() {
+    let h = harness().await;
+    let v = h.ok("s1", "tavern_character_get", json!({})).await;
+    assert_eq!(v["fields"]["name"], "Seraphina");
+    assert!(v["fields"]["description"].as_str().unwrap().len() > 100);
+    assert_eq!(
+        v["source"],
+        json!({"kind": "card", "character": "Seraphina", "spec": "v3"})
+    );
+    let v = h
+        .ok(
+            "s1",
+            "tavern_character_get",
+            json!({"fields": ["persona", "first_mes"], "maxTokens": 20}),
+        )
+        .await;
+    assert_eq!(v["fields"]["persona"]["name"], "白羽");
+    assert_eq!(v["truncatedFields"], json!(["first_mes"]));
+    let e = h
+        .err(
+            "s1",
+            "tavern_character_get",
+            json!({"fields": ["password"]}),
+        )
+        .await;
+    assert_eq!(e.code(), "invalid-arguments");
+    assert!(e.to_string().contains("fields[0]"), "{e}");
+    let e = h
+        .err("s1", "tavern_character_get", json!({"maxTokens": 999_999}))
+        .await;
+    assert!(e.to_string().contains("maxTokens"), "{e}");
+}
+
+#[tokio::test]
+async fn lore_search_reads_embedded_linked_and_global_books() {
+    let h = harness().await;
+    let v = h
+        .ok(
+            "s1",
+            "tavern_lore_search",
+            json!({"query": "tell me about the forest of eldoria", "limit": 10, "maxTokens": 4000}),
+        )
+        .await;
+    let items = v["items"].as_array().unwrap();
+    assert!(!items.is_empty());
+    assert_eq!(items[0]["reason"], "keyword");
+    let sources: Vec<&str> = v["source"]["books"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["source"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        sources,
+        ["embedded", "card-linked", "global"],
+        "Eldoria is linked, so it is not loaded twice"
+    );
+    let zh = h
+        .ok("s1", "tavern_lore_search", json!({"query": "用塔罗牌占卜"}))
+        .await;
+    assert!(zh["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|i| i["book"] == "tarot"));
+    let none = h
+        .ok(
+            "s1",
+            "tavern_lore_search",
+            json!({"query": "spaceship laser"}),
+        )
+        .await;
+    assert_eq!(none["items"], json!([]));
+    assert_eq!(none["sourceCount"], 0);
+    let e = h
+        .err(
+            "s1",
+            "tavern_lore_search",
+            json!({"query": "x".repeat(501)}),
+        )
+        .await;
+    assert_eq!(e.code(), "invalid-arguments");
+    let small = h
+        .ok(
+            "s1",
+            "tavern_lore_search",
+            json!({"query": "eldoria forest", "maxTokens": 10}),
+        )
+        .await;
+    assert_eq!(small["truncated"], true);
+    assert_eq!(small["truncatedBy"], "max-tokens");
+}
+
+#[tokio::test]
+async fn history_search_finds_messages_and_the_parent_branch() {
+    let h = harness().await;
+    let v = h
+        .ok(
+            "s1",
+            "tavern_history_search",
+            json!({"query": "silver gate"}),
+        )
+        .await;
+    let items = v["items"].as_array().unwrap();
+    assert_eq!(items.len(), 2);
+    assert!(items
+        .iter()
+        .all(|i| i["text"].as_str().unwrap().contains("silver gate")));
+    let zh = h
+        .ok("s1", "tavern_history_search", json!({"query": "银色大门"}))
+        .await;
+    assert_eq!(zh["items"][0]["index"], 2);
+    let latest = h
+        .ok(
+            "s1",
+            "tavern_history_search",
+            json!({"query": "", "limit": 1}),
+        )
+        .await;
+    assert_eq!(latest["items"][0]["index"], 2);
+    assert_eq!(
+        (latest["truncated"].clone(), latest["sourceCount"].clone()),
+        (json!(true), json!(3))
+    );
+    let branch = h
+        .ok(
+            "s2",
+            "tavern_history_search",
+            json!({"query": "silver gate"}),
+        )
+        .await;
+    assert_eq!(
+        branch["items"],
+        json!([]),
+        "the branch alone has no such message"
+    );
+    let with_parent = h
+        .ok(
+            "s2",
+            "tavern_history_search",
+            json!({"query": "silver gate", "includeParent": true}),
+        )
+        .await;
+    assert!(with_parent["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|i| i["chat"] == "parent"));
+    assert_eq!(with_parent["items"].as_array().unwrap().len(), 2);
+    let empty = h
+        .ok("s3", "tavern_history_search", json!({"query": "anything"}))
+        .await;
+    assert_eq!(
+        empty["items"],
+        json!([]),
+        "a chat with no file yet is empty, not an error"
+    );
+}
+
+#[tokio::test]
+async fn scene_get_describes_the_chat() {
+    let h = harness().await;
+    let v = h.ok("s1", "tavern_scene_get", json!({})).await;
+    assert_eq!(v["character"], "Seraphina");
+    assert_eq!(v["user"], "白羽");
+    assert_eq!(v["chat"]["messageCount"], 3);
+    assert_eq!(v["speakers"], json!(["Seraphina", "白羽"]));
+    assert_eq!(v["note"], "Keep it gentle.");
+    assert_eq!(v["contextMode"], "dsh-native");
+    let b = h.ok("s2", "tavern_scene_get", json!({})).await;
+    assert_eq!(b["chat"]["parent"], "Seraphina - 1");
+}
+
+#[tokio::test]
+async fn memory_lifecycle_with_dedupe_conflict_recovery_and_forget() {
+    let h = harness().await;
+    let w = h
+        .ok(
+            "s1",
+            "memory_write",
+            json!({"content": "白羽 fears deep water.", "tags": ["fear"], "importance": 0.9}),
+        )
+        .await;
+    assert_eq!(w["deduplicated"], false);
+    assert_eq!(
+        w["source"]["toolCallId"]
+            .as_str()
+            .map(|s| s.starts_with("call-")),
+        Some(true)
+    );
+    assert_eq!(w["source"]["session"], "s1");
+    let id = w["id"].as_str().unwrap().to_owned();
+    let again = h
+        .ok(
+            "s1",
+            "memory_write",
+            json!({"content": "  白羽 FEARS deep   water. "}),
+        )
+        .await;
+    assert_eq!(
+        (again["id"].as_str(), again["deduplicated"].clone()),
+        (Some(id.as_str()), json!(true))
+    );
+
+    let found = h.ok("s1", "memory_search", json!({"query": "water"})).await;
+    assert_eq!(found["items"][0]["id"], id.as_str());
+    assert!(found["items"][0]["score"].as_f64().unwrap() > 0.0);
+    assert_eq!(
+        h.ok("s1", "memory_search", json!({"query": "dragons"}))
+            .await["items"],
+        json!([])
+    );
+
+    let rev1 = w["revision"].as_str().unwrap().to_owned();
+    let upd = h
+        .ok(
+            "s1",
+            "memory_update",
+            json!({"id": id, "revision": rev1, "content": "白羽 fears deep water and storms."}),
+        )
+        .await;
+    let rev2 = upd["revision"].as_str().unwrap().to_owned();
+    // A stale revision conflicts and says what is current; re-reading and retrying succeeds.
+    let e = h
+        .err(
+            "s1",
+            "memory_update",
+            json!({"id": id, "revision": rev1, "importance": 0.1}),
+        )
+        .await;
+    assert_eq!(e.to_json()["error"]["currentRevision"], rev2.as_str());
+    let cur = h.ok("s1", "memory_read", json!({"id": id})).await;
+    let retried = h
+        .ok(
+            "s1",
+            "memory_update",
+            json!({"id": id, "revision": cur["revision"], "importance": 0.1}),
+        )
+        .await;
+    assert_eq!(retried["importance"], 0.1);
+    assert_eq!(retried["content"], "白羽 fears deep water and storms.");
+    assert_eq!(
+        h.err(
+            "s1",
+            "memory_update",
+            json!({"id": id, "revision": retried["revision"]})
+        )
+        .await
+        .code(),
+        "invalid-arguments"
+    );
+
+    let gone = h
+        .ok(
+            "s1",
+            "memory_forget",
+            json!({"id": id, "revision": retried["revision"]}),
+        )
+        .await;
+    assert_eq!(gone["forgotten"], true);
+    assert_eq!(
+        h.err("s1", "memory_read", json!({"id": id})).await.code(),
+        "not-found"
+    );
+    assert_eq!(
+        h.ok("s1", "memory_search", json!({"query": "water"})).await["items"],
+        json!([])
+    );
+    let audit = tavern_store::MemoryStore::memory_audit(&*h.store, &h.registry_scope("s1"), None)
+        .await
+        .unwrap();
+    assert_eq!(audit.len(), 4, "create, two updates, forget — each audited");
+    assert!(audit
+        .iter()
+        .all(|a| a.source.session.as_ref().map(|s| s.as_str()) == Some("s1")));
+}
+
+impl Harness {
+    fn registry_scope(&self, session: &str) -> tavern_core::ScopeKey {
+        let ctx = ToolContext::for_agent(
+            &AgentId::parse(session).unwrap(),
+            &self.state,
+            1,
+            "x",
+            ToolLimits::default(),
+            T0,
+        )
+        .unwrap();
+        ctx.scope(tavern_core::Scope::Chat)
+    }
+}
+
+#[tokio::test]
+async fn memory_limits_and_errors() {
+    let h = harness().await;
+    let e = h
+        .err("s1", "memory_write", json!({"content": "x".repeat(4097)}))
+        .await;
+    assert!(e.to_string().contains("content"), "{e}");
+    let e = h
+        .err(
+            "s1",
+            "memory_write",
+            json!({"content": "ok", "importance": 2}),
+        )
+        .await;
+    assert_eq!(e.to_json()["error"]["field"], "importance");
+    let e = h
+        .err(
+            "s1",
+            "memory_write",
+            json!({"content": "ok", "tags": ["a", "b", "c", "d", "e", "f", "g", "h", "i"]}),
+        )
+        .await;
+    assert_eq!(e.code(), "invalid-arguments");
+    let e = h.err("s1", "memory_write", json!({"content": "   "})).await;
+    assert_eq!(e.code(), "invalid-arguments");
+    let e = h
+        .err(
+            "s1",
+            "memory_write",
+            json!({"content": "global fact", "scope": "global"}),
+        )
+        .await;
+    assert_eq!(e.code(), "scope-denied");
+    let e = h
+        .err("s1", "memory_read", json!({"id": "../../etc/passwd"}))
+        .await;
+    assert_eq!(e.code(), "invalid-arguments");
+    let e = h
+        .err(
+            "s1",
+            "memory_forget",
+            json!({"id": "m1", "revision": "r1-00000000000000000000000000000000"}),
+        )
+        .await;
+    assert_eq!(e.code(), "not-found");
+    let e = h
+        .err("s1", "memory_search", json!({"query": "x", "limit": 21}))
+        .await;
+    assert_eq!(e.to_json()["error"]["field"], "limit");
+    let e = h.err("s1", "memory_frobnicate", json!({})).await;
+    assert_eq!(e.code(), "unknown-tool");
+}
+
+#[tokio::test]
+async fn global_writes_and_forgetting_follow_the_settings() {
+    let mut state = default_state();
+    state["allowGlobalWrites"] = json!(true);
+    state["requireForgetConfirmation"] = json!(true);
+    let h = harness_with(state, ToolLimits::default()).await;
+    let e = h
+        .err(
+            "s1",
+            "memory_write",
+            json!({"content": "shared fact", "scope": "global"}),
+        )
+        .await;
+    assert!(e.to_string().contains("confirmation"), "{e}");
+    let w = h
+        .ok(
+            "s1",
+            "memory_write",
+            json!({"content": "shared fact", "scope": "global", "confirmed": true}),
+        )
+        .await;
+    let e = h.err("s1", "memory_forget", json!({"id": w["id"], "scope": "global", "revision": w["revision"], "confirmed": false})).await;
+    assert_eq!(e.code(), "scope-denied");
+    h.ok(
+        "s1",
+        "memory_forget",
+        json!({"id": w["id"], "scope": "global", "revision": w["revision"], "confirmed": true}),
+    )
+    .await;
+    // A global memory is visible from another character's session.
+    let w = h
+        .ok(
+            "s1",
+            "memory_write",
+            json!({"content": "the moon is red", "scope": "global", "confirmed": true}),
+        )
+        .await;
+    let seen = h
+        .ok(
+            "s3",
+            "memory_search",
+            json!({"query": "moon", "scopes": ["global"]}),
+        )
+        .await;
+    assert_eq!(seen["items"][0]["id"], w["id"]);
+}
+
+#[tokio::test]
+async fn scopes_isolate_chats_and_characters() {
+    let h = harness().await;
+    h.ok("s1", "memory_write", json!({"content": "chat one secret"}))
+        .await;
+    h.ok(
+        "s1",
+        "memory_write",
+        json!({"content": "Seraphina-wide fact", "scope": "character"}),
+    )
+    .await;
+    h.ok("s1", "variable_set", json!({"name": "hp", "value": 10}))
+        .await;
+    // Another chat with the same character: sees the character scope, not chat one's.
+    let other_chat = h.ok("s2", "memory_search", json!({"query": ""})).await;
+    let contents: Vec<&str> = other_chat["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(contents, ["Seraphina-wide fact"]);
+    assert_eq!(
+        h.err("s2", "variable_get", json!({"name": "hp"}))
+            .await
+            .code(),
+        "not-found"
+    );
+    // Another character sees neither.
+    assert_eq!(
+        h.ok("s3", "memory_search", json!({"query": ""})).await["items"],
+        json!([])
+    );
+    assert_eq!(
+        h.err("s3", "variable_get", json!({"name": "hp"}))
+            .await
+            .code(),
+        "not-found"
+    );
+}
+
+#[tokio::test]
+async fn forged_ids_in_arguments_are_refused_and_reach_nothing() {
+    let h = harness().await;
+    let secret = h
+        .ok("s1", "memory_write", json!({"content": "chat one secret"}))
+        .await;
+    h.ok("s1", "variable_set", json!({"name": "hp", "value": 10}))
+        .await;
+    for (name, args) in [
+        (
+            "memory_search",
+            json!({"query": "secret", "sessionId": "s1"}),
+        ),
+        (
+            "memory_search",
+            json!({"query": "secret", "chatId": "Seraphina - 1"}),
+        ),
+        (
+            "memory_read",
+            json!({"id": secret["id"], "character": "Seraphina"}),
+        ),
+        (
+            "variable_get",
+            json!({"name": "hp", "scopeId": "chat:Seraphina:Seraphina - 1"}),
+        ),
+        (
+            "variable_set",
+            json!({"name": "hp", "value": 0, "session": "s1"}),
+        ),
+        (
+            "tavern_history_search",
+            json!({"query": "gate", "chat": "Seraphina - 1"}),
+        ),
+    ] {
+        let e = h.err("s3", name, args).await;
+        assert_eq!(e.code(), "invalid-arguments", "{name}");
+        assert!(e.to_string().contains("is not an argument"), "{e}");
+    }
+    // Even a correct id names only a record within the caller's own scopes.
+    assert_eq!(
+        h.err("s3", "memory_read", json!({"id": secret["id"]}))
+            .await
+            .code(),
+        "not-found"
+    );
+    assert_eq!(
+        h.err("s2", "memory_read", json!({"id": secret["id"]}))
+            .await
+            .code(),
+        "not-found"
+    );
+    // Scope kinds outside the enum are refused.
+    assert_eq!(
+        h.err(
+            "s3",
+            "variable_get",
+            json!({"name": "hp", "scope": "chat:Seraphina"})
+        )
+        .await
+        .code(),
+        "invalid-arguments"
+    );
+}
+
+#[tokio::test]
+async fn only_agent_tavern_sessions_get_tools() {
+    let h = harness().await;
+    for session in ["st1", "g1", "nobody"] {
+        let e = h.err(session, "memory_search", json!({"query": ""})).await;
+        assert_eq!(e.code(), "unavailable", "{session}");
+    }
+}
+
+#[tokio::test]
+async fn variables_cas_patch_delete_list() {
+    let h = harness().await;
+    let a = h
+        .ok(
+            "s1",
+            "variable_set",
+            json!({"name": "basic.好感度", "value": 10}),
+        )
+        .await;
+    let e = h
+        .err(
+            "s1",
+            "variable_set",
+            json!({"name": "basic.好感度", "value": 11}),
+        )
+        .await;
+    assert_eq!(e.to_json()["error"]["currentRevision"], a["revision"]);
+    let b = h
+        .ok(
+            "s1",
+            "variable_set",
+            json!({"name": "basic.好感度", "value": 11, "revision": a["revision"]}),
+        )
+        .await;
+    assert_eq!(
+        h.ok("s1", "variable_get", json!({"name": "basic.好感度"}))
+            .await["value"],
+        11
+    );
+    // Recover from a conflict: read the current revision, retry.
+    let e = h
+        .err(
+            "s1",
+            "variable_set",
+            json!({"name": "basic.好感度", "value": 12, "revision": a["revision"]}),
+        )
+        .await;
+    assert_eq!(e.code(), "revision-conflict");
+    let cur = h
+        .ok("s1", "variable_get", json!({"name": "basic.好感度"}))
+        .await;
+    h.ok(
+        "s1",
+        "variable_set",
+        json!({"name": "basic.好感度", "value": 12, "revision": cur["revision"]}),
+    )
+    .await;
+    assert_eq!(b["revision"], cur["revision"]);
+
+    let list = h.ok("s1", "variable_list", json!({})).await;
+    let scope_rev = list["scopeRevision"].clone();
+    let hp_rev = list["items"][0]["revision"].clone();
+    let patched = h
+        .ok(
+            "s1",
+            "variable_patch",
+            json!({"scopeRevision": scope_rev, "changes": [
+                {"name": "basic.好感度", "value": 13, "revision": hp_rev},
+                {"name": "当前周期", "value": {"day": 1, "phase": "dawn"}}
+            ]}),
+        )
+        .await;
+    assert_eq!(patched["items"].as_array().unwrap().len(), 2);
+    // The same patch again: the scope moved on, nothing is written.
+    let e = h
+        .err(
+            "s1",
+            "variable_patch",
+            json!({"scopeRevision": scope_rev, "changes": [{"name": "x", "value": 1}]}),
+        )
+        .await;
+    assert_eq!(e.code(), "revision-conflict");
+    assert_eq!(
+        h.err("s1", "variable_get", json!({"name": "x"}))
+            .await
+            .code(),
+        "not-found"
+    );
+    let e = h
+        .err(
+            "s1",
+            "variable_patch",
+            json!({"changes": [{"name": "x", "delete": true}]}),
+        )
+        .await;
+    assert_eq!(e.to_json()["error"]["field"], "changes[0].revision");
+    let e = h.err("s1", "variable_patch", json!({"changes": []})).await;
+    assert_eq!(e.code(), "invalid-arguments");
+    let e = h
+        .err("s1", "variable_set", json!({"name": "1bad", "value": 1}))
+        .await;
+    assert_eq!(e.to_json()["error"]["field"], "name");
+    let e = h
+        .err(
+            "s1",
+            "variable_set",
+            json!({"name": "big", "value": "x".repeat(40_000)}),
+        )
+        .await;
+    assert_eq!(e.code(), "limit-exceeded");
+
+    let day = h
+        .ok("s1", "variable_get", json!({"name": "当前周期"}))
+        .await;
+    h.ok(
+        "s1",
+        "variable_delete",
+        json!({"name": "当前周期", "revision": day["revision"]}),
+    )
+    .await;
+    assert_eq!(
+        h.err("s1", "variable_get", json!({"name": "当前周期"}))
+            .await
+            .code(),
+        "not-found"
+    );
+    let listing = h
+        .ok("s1", "variable_list", json!({"prefix": "basic."}))
+        .await;
+    assert_eq!(listing["total"], 1);
+    assert_eq!(listing["items"][0]["preview"], "13");
+    let turn = h
+        .ok(
+            "s1",
+            "variable_set",
+            json!({"name": "scratch", "value": true, "scope": "turn"}),
+        )
+        .await;
+    assert_eq!(turn["scope"], "turn");
+}
+
+#[tokio::test]
+async fn per_turn_call_and_write_limits_name_the_limit() {
+    let limits = ToolLimits {
+        calls_per_turn: 4,
+        writes_per_turn: 2,
+        ..ToolLimits::default()
+    };
+    let mut h = harness_with(default_state(), limits).await;
+    h.ok("s1", "variable_set", json!({"name": "a", "value": 1}))
+        .await;
+    h.ok("s1", "variable_set", json!({"name": "b", "value": 1}))
+        .await;
+    let e = h
+        .err("s1", "variable_set", json!({"name": "c", "value": 1}))
+        .await;
+    assert_eq!(e.to_json()["error"]["limit"], "writing tool calls per turn");
+    h.ok("s1", "variable_get", json!({"name": "a"})).await;
+    let e = h.err("s1", "variable_get", json!({"name": "a"})).await;
+    assert_eq!(e.to_json()["error"]["limit"], "tool calls per turn");
+    // Another session has its own budget; a new turn resets it.
+    h.ok("s2", "variable_list", json!({})).await;
+    h.turn = 2;
+    h.ok("s1", "variable_get", json!({"name": "a"})).await;
+}
+
+#[tokio::test]
+async fn a_retried_call_does_not_duplicate_a_memory() {
+    let h = harness().await;
+    let ctx = ToolContext::for_agent(
+        &AgentId::parse("s1").unwrap(),
+        &h.state,
+        1,
+        "call-fixed",
+        ToolLimits::default(),
+        T0,
+    )
+    .unwrap();
+    let a = h
+        .registry
+        .call(&ctx, "memory_write", &json!({"content": "written once"}))
+        .await
+        .unwrap();
+    let b = h
+        .registry
+        .call(&ctx, "memory_write", &json!({"content": "written once"}))
+        .await
+        .unwrap();
+    assert_eq!(a["id"], b["id"]);
+    assert_eq!(b["deduplicated"], true);
+}
+
+#[test]
+fn docs_tools_md_matches_the_schemas() {
+    let limits = ToolLimits::default();
+    let want = tavern_tools::docs::render(&tavern_tools::tools::specs(&limits), &limits);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/TOOLS.md");
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        have == want,
+        "docs/TOOLS.md is out of date: run `cargo run -p tavern-tools --bin tools-doc > docs/TOOLS.md`"
+    );
+}
