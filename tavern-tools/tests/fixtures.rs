@@ -173,3 +173,47 @@ fn every_chat_parses_and_writes_back_byte_for_byte() {
         "\\r\\n inside mes"
     );
 }
+
+#[tokio::test]
+async fn a_sillytavern_data_folder_serves_cards_and_worlds_by_name_only() {
+    use tavern_tools::assets::provider::{AssetProvider, DirAssets, Persona};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("characters")).unwrap();
+    std::fs::create_dir_all(dir.path().join("worlds")).unwrap();
+    std::fs::copy(
+        fixtures().join("cards/Seraphina.v2v3.book4.png"),
+        dir.path().join("characters/Seraphina.png"),
+    )
+    .unwrap();
+    std::fs::copy(
+        fixtures().join("worlds/Eldoria.json"),
+        dir.path().join("worlds/Eldoria.json"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("secret.json"), "{\"entries\": {}}").unwrap();
+    let assets = DirAssets::new(dir.path(), vec!["Eldoria".into()], Persona::default());
+    let sera = tavern_core::CharacterName::parse("Seraphina").unwrap();
+    assert_eq!(
+        assets.card(&sera).await.unwrap().unwrap().name(),
+        "Seraphina"
+    );
+    assert!(assets
+        .card(&tavern_core::CharacterName::parse("Nobody").unwrap())
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(
+        assets
+            .world("Eldoria")
+            .await
+            .unwrap()
+            .unwrap()
+            .entries
+            .len(),
+        4
+    );
+    for hostile in ["../secret", "..", "/etc/passwd", "Eldoria.json", ""] {
+        assert!(assets.world(hostile).await.unwrap().is_none(), "{hostile}");
+    }
+    assert_eq!(assets.global_worlds().await, ["Eldoria"]);
+}
