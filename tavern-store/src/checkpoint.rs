@@ -32,6 +32,13 @@ pub struct ProjectorCheckpoint {
     pub error: Option<String>,
     /// The chat revision after the last projected line.
     pub chat_revision: Option<String>,
+    /// The turn in progress at `last_cursor` (0: none), so a projection resumed after a
+    /// restart knows which turn a user message belongs to.
+    #[serde(default)]
+    pub turn: u64,
+    /// The step in progress at `last_cursor` (0: none).
+    #[serde(default)]
+    pub step: u64,
     /// Last change.
     pub updated_at: Timestamp,
 }

@@ -769,6 +769,8 @@ pub async fn checkpoints(f: &Fixture) {
         pending_cursor: None,
         error: None,
         chat_revision: Some("c".into()),
+        turn: 2,
+        step: 1,
         updated_at: T0,
     };
     s.save_checkpoint(&cp).await.unwrap();

@@ -90,6 +90,12 @@ impl MemStore {
         }
     }
 
+    /// Disarms every injected fault not triggered yet and returns them (for randomized tests
+    /// where a fault may legitimately never be reached).
+    pub fn clear_faults(&self) -> Vec<String> {
+        std::mem::take(&mut *lock(&self.faults))
+    }
+
     /// Simulates another program (a SillyTavern client) replacing a chat file behind the
     /// store's back.
     pub fn external_rewrite(&self, character: &CharacterName, chat: &ChatId, lines: Vec<String>) {

@@ -1,0 +1,400 @@
+//! The chat projector: host events → SillyTavern JSONL lines, exactly once.
+//!
+//! Every line carries `extra.agentTavern {sessionId, eventSeq, turn, step, architecture,
+//! contextMode}`; `(sessionId, eventSeq)` is the idempotency key. A checkpoint per session
+//! records the last decided seq and the chat revision after our last write. When the chat is
+//! still at that revision, lines are appended without reading the file (cost independent of
+//! the chat's length); otherwise (a restart between write and checkpoint, another writer) the
+//! chat is re-read, lines already present are skipped, and the append is retried under the
+//! chat's revision check. The projector only appends, so another writer's lines survive.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde_json::{json, Map, Value};
+use tavern_core::chat::{header_line, message_line, ChatLine, SendDate};
+use tavern_core::{SessionBinding, SessionId};
+use tavern_store::{
+    ChatRevision, ChatStore, CheckpointStatus, CheckpointStore, Clock, ProjectorCheckpoint,
+    StoreError,
+};
+use thiserror::Error;
+
+use crate::event::HostEvent;
+use crate::plan::{plan, PlannedLine, Position};
+
+/// Attempts at appending when the chat keeps changing under us.
+const APPEND_ATTEMPTS: usize = 5;
+
+/// Why a projection did not complete. The checkpoint is then `pending` with this error and a
+/// replay from the host log fills the gap.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ProjectorError {
+    /// The chat or checkpoint store failed.
+    #[error("projection of session {session} failed: {source}")]
+    Store {
+        /// The session.
+        session: String,
+        /// The cause.
+        #[source]
+        source: StoreError,
+    },
+    /// An unknown, non-ignorable event stopped the projection.
+    #[error("projection of session {session} is blocked: {reason}")]
+    Blocked {
+        /// The session.
+        session: String,
+        /// Which event.
+        reason: String,
+    },
+    /// The chat changed on every attempt.
+    #[error(
+        "projection of session {session} gave up after {attempts} attempts: the chat kept changing"
+    )]
+    Contended {
+        /// The session.
+        session: String,
+        /// How many attempts.
+        attempts: usize,
+    },
+}
+
+/// What one projection call did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Outcome {
+    /// Lines appended to the chat.
+    pub appended: usize,
+    /// Planned lines found already in the chat (written before a restart).
+    pub already_present: usize,
+    /// The checkpoint cursor afterwards.
+    pub cursor: Option<u64>,
+    /// Events held back: a gap in the seqs, or an assistant message whose step has not ended.
+    pub waiting: usize,
+}
+
+/// Names used in projected lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectorConfig {
+    /// The user's display name for user lines and new chat headers.
+    pub user_name: String,
+}
+
+/// Projects host events into SillyTavern chats.
+pub struct ChatProjector {
+    chats: Arc<dyn ChatStore>,
+    checkpoints: Arc<dyn CheckpointStore>,
+    clock: Arc<dyn Clock>,
+    config: ProjectorConfig,
+    buffers: Mutex<HashMap<SessionId, BTreeMap<u64, HostEvent>>>,
+}
+
+impl std::fmt::Debug for ChatProjector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatProjector")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The idempotency key of a projected line, if it is one of `session`'s.
+fn key_of(line: &ChatLine, session: &SessionId) -> Option<u64> {
+    let at = line.extra()?.get("agentTavern")?;
+    (at.get("sessionId")?.as_str()? == session.as_str())
+        .then(|| at.get("eventSeq")?.as_u64())
+        .flatten()
+}
+
+impl ChatProjector {
+    /// A projector over the given stores.
+    pub fn new(
+        chats: Arc<dyn ChatStore>,
+        checkpoints: Arc<dyn CheckpointStore>,
+        clock: Arc<dyn Clock>,
+        config: ProjectorConfig,
+    ) -> Self {
+        Self {
+            chats,
+            checkpoints,
+            clock,
+            config,
+            buffers: Mutex::default(),
+        }
+    }
+
+    fn store_err(session: &SessionId) -> impl Fn(StoreError) -> ProjectorError + '_ {
+        move |source| ProjectorError::Store {
+            session: session.to_string(),
+            source,
+        }
+    }
+
+    /// Feeds one live event. Duplicates and events at or before the cursor are ignored;
+    /// events after a gap wait until the gap is filled (by later delivery or [`Self::replay`]).
+    ///
+    /// # Errors
+    /// [`ProjectorError`]; the checkpoint is then pending with the error.
+    pub async fn on_event(
+        &self,
+        session: &SessionId,
+        binding: &SessionBinding,
+        event: HostEvent,
+    ) -> Result<Outcome, ProjectorError> {
+        self.feed(session, binding, vec![event]).await
+    }
+
+    /// Feeds events read from the host log (after a restart, or to fill a pending gap): only
+    /// what is not projected yet is written.
+    ///
+    /// # Errors
+    /// As [`Self::on_event`].
+    pub async fn replay(
+        &self,
+        session: &SessionId,
+        binding: &SessionBinding,
+        events: Vec<HostEvent>,
+    ) -> Result<Outcome, ProjectorError> {
+        self.feed(session, binding, events).await
+    }
+
+    /// Sessions whose projection is pending (failed and waiting for a replay).
+    ///
+    /// # Errors
+    /// Store failures.
+    pub async fn pending(&self) -> Result<Vec<ProjectorCheckpoint>, StoreError> {
+        self.checkpoints.pending_checkpoints().await
+    }
+
+    async fn feed(
+        &self,
+        session: &SessionId,
+        binding: &SessionBinding,
+        events: Vec<HostEvent>,
+    ) -> Result<Outcome, ProjectorError> {
+        let checkpoint = self
+            .checkpoints
+            .load_checkpoint(session)
+            .await
+            .map_err(Self::store_err(session))?;
+        let cursor = checkpoint.as_ref().and_then(|c| c.last_cursor);
+        let batch: Vec<HostEvent> = {
+            let mut buffers = self.buffers.lock().unwrap_or_else(PoisonError::into_inner);
+            let buf = buffers.entry(session.clone()).or_default();
+            for e in events {
+                if cursor.is_none_or(|c| e.seq > c) {
+                    buf.insert(e.seq, e);
+                }
+            }
+            buf.retain(|seq, _| cursor.is_none_or(|c| *seq > c));
+            let mut next = cursor.map_or(0, |c| c + 1);
+            let mut run = Vec::new();
+            while let Some(e) = buf.get(&next) {
+                run.push(e.clone());
+                next += 1;
+            }
+            run
+        };
+        let start = checkpoint
+            .as_ref()
+            .map_or(Position::default(), |c| Position {
+                turn: c.turn,
+                step: c.step,
+            });
+        let planned = plan(&batch, start);
+        let result = match &planned.blocked {
+            Some(reason) if planned.lines.is_empty() && planned.cursor.is_none() => {
+                Err(ProjectorError::Blocked {
+                    session: session.to_string(),
+                    reason: reason.clone(),
+                })
+            }
+            _ => {
+                self.write(session, binding, &planned.lines, checkpoint.as_ref())
+                    .await
+            }
+        };
+        let new_cursor = planned.cursor.or(cursor);
+        let (status, error, pending_cursor, chat_revision, written) = match &result {
+            Ok((rev, appended, present)) => {
+                let blocked = planned.blocked.clone();
+                (
+                    if blocked.is_some() {
+                        CheckpointStatus::Pending
+                    } else {
+                        CheckpointStatus::Ok
+                    },
+                    blocked.clone(),
+                    blocked.map(|_| new_cursor.map_or(0, |c| c + 1)),
+                    rev.clone()
+                        .or_else(|| checkpoint.as_ref().and_then(|c| c.chat_revision.clone())),
+                    Some((*appended, *present)),
+                )
+            }
+            Err(e) => (
+                CheckpointStatus::Pending,
+                Some(e.to_string()),
+                Some(cursor.map_or(0, |c| c + 1)),
+                checkpoint.as_ref().and_then(|c| c.chat_revision.clone()),
+                None,
+            ),
+        };
+        let advanced = if written.is_some() {
+            new_cursor
+        } else {
+            cursor
+        };
+        let position = if written.is_some() {
+            planned.position
+        } else {
+            start
+        };
+        let next = ProjectorCheckpoint {
+            session_id: session.clone(),
+            last_cursor: advanced,
+            status,
+            pending_cursor,
+            error,
+            chat_revision,
+            turn: position.turn,
+            step: position.step,
+            updated_at: self.clock.now(),
+        };
+        if checkpoint.as_ref() != Some(&next) {
+            self.checkpoints
+                .save_checkpoint(&next)
+                .await
+                .map_err(Self::store_err(session))?;
+        }
+        let waiting = {
+            let mut buffers = self.buffers.lock().unwrap_or_else(PoisonError::into_inner);
+            let buf = buffers.entry(session.clone()).or_default();
+            buf.retain(|seq, _| advanced.is_none_or(|c| *seq > c));
+            buf.len()
+        };
+        match (result, planned.blocked) {
+            (Err(e), _) => Err(e),
+            (Ok(_), Some(reason)) => Err(ProjectorError::Blocked {
+                session: session.to_string(),
+                reason,
+            }),
+            (Ok((_, appended, already_present)), None) => Ok(Outcome {
+                appended,
+                already_present,
+                cursor: advanced,
+                waiting,
+            }),
+        }
+    }
+
+    fn line_for(&self, session: &SessionId, binding: &SessionBinding, p: &PlannedLine) -> String {
+        let mut at = Map::new();
+        at.insert("sessionId".into(), json!(session.as_str()));
+        at.insert("eventSeq".into(), json!(p.seq));
+        at.insert("turn".into(), json!(p.turn));
+        at.insert("step".into(), json!(p.step));
+        at.insert(
+            "architecture".into(),
+            json!(binding.architecture().as_str()),
+        );
+        at.insert(
+            "contextMode".into(),
+            json!(binding.context_mode().map(|m| m.as_str())),
+        );
+        let mut extra = Map::new();
+        extra.insert("agentTavern".into(), Value::Object(at));
+        let name = if p.is_user {
+            self.config.user_name.as_str()
+        } else {
+            binding.target().character.as_str()
+        };
+        message_line(name, p.is_user, &SendDate::Millis(p.time), &p.text, extra)
+            .raw()
+            .to_owned()
+    }
+
+    /// Appends `lines` exactly once. Returns the chat revision after the write (if any write or
+    /// read happened), lines appended, lines found already present.
+    async fn write(
+        &self,
+        session: &SessionId,
+        binding: &SessionBinding,
+        lines: &[PlannedLine],
+        checkpoint: Option<&ProjectorCheckpoint>,
+    ) -> Result<(Option<String>, usize, usize), ProjectorError> {
+        if lines.is_empty() {
+            return Ok((None, 0, 0));
+        }
+        let err = Self::store_err(session);
+        let target = binding.target();
+        let (character, chat) = (&target.character, &target.chat_id);
+        for _ in 0..APPEND_ATTEMPTS {
+            let current = match self
+                .chats
+                .chat_revision(character, chat)
+                .await
+                .map_err(&err)?
+            {
+                Some(rev) => rev,
+                None => {
+                    let header = header_line(
+                        &self.config.user_name,
+                        character.as_str(),
+                        &self.clock.now().0.to_string(),
+                        Map::new(),
+                    );
+                    match self
+                        .chats
+                        .rewrite_chat(character, chat, &[header.raw().to_owned()], None)
+                        .await
+                    {
+                        Ok(rev) => rev,
+                        Err(StoreError::Conflict { .. }) => continue,
+                        Err(e) => return Err(err(e)),
+                    }
+                }
+            };
+            let clean =
+                checkpoint.and_then(|c| c.chat_revision.as_deref()) == Some(current.0.as_str());
+            let (expected, todo): (ChatRevision, Vec<&PlannedLine>) = if clean {
+                (current, lines.iter().collect())
+            } else {
+                // Unknown state: read the chat and skip lines that are already there.
+                let Some(file) = self.chats.read_chat(character, chat).await.map_err(&err)? else {
+                    continue;
+                };
+                let present: HashSet<u64> = file
+                    .lines
+                    .iter()
+                    .skip(1)
+                    .filter_map(|l| ChatLine::parse(l).ok())
+                    .filter_map(|l| key_of(&l, session))
+                    .collect();
+                (
+                    file.revision,
+                    lines.iter().filter(|p| !present.contains(&p.seq)).collect(),
+                )
+            };
+            let already = lines.len() - todo.len();
+            if todo.is_empty() {
+                return Ok((Some(expected.0), 0, already));
+            }
+            let raw: Vec<String> = todo
+                .iter()
+                .map(|p| self.line_for(session, binding, p))
+                .collect();
+            match self
+                .chats
+                .append_lines(character, chat, &raw, &expected)
+                .await
+            {
+                Ok(rev) => return Ok((Some(rev.0), raw.len(), already)),
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return Err(err(e)),
+            }
+        }
+        Err(ProjectorError::Contended {
+            session: session.to_string(),
+            attempts: APPEND_ATTEMPTS,
+        })
+    }
+}
