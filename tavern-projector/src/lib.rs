@@ -4,6 +4,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod context;
 pub mod event;
 pub mod plan;
 pub mod projector;
