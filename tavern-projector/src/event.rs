@@ -96,7 +96,7 @@ pub struct HostEvent {
 }
 
 /// Event types that exist and never become chat lines.
-const KNOWN_SILENT: [&str; 12] = [
+const KNOWN_SILENT: [&str; 13] = [
     "session",
     "assistant/chunk",
     "assistant/reasoning",
@@ -106,6 +106,7 @@ const KNOWN_SILENT: [&str; 12] = [
     "request/projection",
     "agent-tavern/context-mode",
     "agent-tavern/binding",
+    "agent-tavern/greeting",
     "usage",
     "system/prompt",
     "runtime/context",

@@ -1,0 +1,37 @@
+//! The one error type of the adapter crate boundary.
+
+use tavern_core::CoreError;
+use tavern_projector::ProjectorError;
+use tavern_store::StoreError;
+use thiserror::Error;
+
+use crate::host::HostError;
+
+/// Why a runtime operation failed.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum AdapterError {
+    /// The host failed.
+    #[error(transparent)]
+    Host(#[from] HostError),
+    /// A store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A domain rule refused (mode switch, invalid id).
+    #[error(transparent)]
+    Core(#[from] CoreError),
+    /// Projection failed (the turn itself is unaffected; replay fills the gap).
+    #[error(transparent)]
+    Projection(#[from] ProjectorError),
+    /// The action conflicts with the session's architecture (HTTP 409 in a host route).
+    #[error("conflict for session {session}: {reason}")]
+    Conflict {
+        /// The session.
+        session: String,
+        /// Why.
+        reason: String,
+    },
+    /// The session has no binding.
+    #[error("session {0} is not bound to a tavern chat")]
+    NotBound(String),
+}

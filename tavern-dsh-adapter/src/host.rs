@@ -1,0 +1,95 @@
+//! The host port: what AgentTavern needs from an agent harness. The host owns the loop, model
+//! requests, tool execution and the session log; it pushes events and tool calls into the
+//! [`crate::runtime::Runtime`] and asks it for prompt text each request.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tavern_core::{AgentId, HostFacts, SessionId};
+use thiserror::Error;
+
+/// A failure reported by the host.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("host: {0}")]
+pub struct HostError(pub String);
+
+/// A prompt section the host asks the runtime to fill on every request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptSection {
+    /// Section name (`agent-tavern:kernel`, `deployment:persona-prefix`).
+    pub name: String,
+    /// Order in the system prompt (DSH: −100 identity, 0 persona, 100–199 tool guidance).
+    pub order: i32,
+}
+
+/// A tool as the host registers it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolDefinition {
+    /// Name.
+    pub name: String,
+    /// Model-facing description.
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub parameters: Value,
+    /// JSON Schema of the result.
+    pub output_schema: Value,
+    /// Timeout the host applies.
+    pub timeout_ms: u64,
+}
+
+/// What AgentTavern mounts on one agent: the preset id, agent-scoped prompt sections and tools.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentMount {
+    /// Preset id (`agent-tavern`).
+    pub preset: String,
+    /// Agent-scoped prompt sections, filled per request by the runtime.
+    pub sections: Vec<PromptSection>,
+    /// Tools registered for this agent only.
+    pub tools: Vec<ToolDefinition>,
+}
+
+/// The host, as the runtime drives it.
+///
+/// Events flow the other way: the host calls [`crate::runtime::Runtime::on_event`] for every
+/// appended session event, in seq order, and
+/// [`crate::runtime::Runtime::call_tool`] for every tool call of a mounted agent.
+#[async_trait]
+pub trait HostPort: Send + Sync {
+    /// What the host supports (seams, compaction cooperation).
+    fn facts(&self) -> HostFacts;
+
+    /// Mounts prompt sections and tools on one agent before it is published. Other agents are
+    /// never affected. Mounting the same agent again replaces its mount.
+    ///
+    /// # Errors
+    /// [`HostError`] when the host refuses.
+    async fn mount(&self, agent: &AgentId, mount: &AgentMount) -> Result<(), HostError>;
+
+    /// Whether the agent is idle at a turn boundary.
+    ///
+    /// # Errors
+    /// [`HostError`] for an unknown agent.
+    async fn is_idle(&self, agent: &AgentId) -> Result<bool, HostError>;
+
+    /// Appends a logged event (binding and mode changes, greetings) to a session's log and
+    /// returns the envelope as logged (with its seq). `ignorable` marks it skippable for
+    /// readers that do not know it. The runtime feeds the returned event to itself; a host
+    /// that also echoes it through its event stream is fine (the projector ignores repeats).
+    ///
+    /// # Errors
+    /// [`HostError`] when the log cannot be written.
+    async fn append_event(
+        &self,
+        session: &SessionId,
+        event_type: &str,
+        data: Value,
+        ignorable: bool,
+    ) -> Result<Value, HostError>;
+
+    /// The session's events with seq greater than `after`, in seq order.
+    ///
+    /// # Errors
+    /// [`HostError`] when the log cannot be read.
+    async fn read_events(&self, session: &SessionId, after: Option<u64>) -> Result<Vec<Value>, HostError>;
+}

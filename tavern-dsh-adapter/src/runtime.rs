@@ -1,0 +1,466 @@
+//! The AgentTavern runtime: wires the crates onto a [`HostPort`]. Agent created → resolve the
+//! binding → mount kernel, persona and tools for agent-tavern sessions only; tool calls → the
+//! tool registry with a context from the real agent id; events → the chat projector; turn end →
+//! clear turn variables; mode switches at idle turn boundaries only, logged and persisted.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde_json::{json, Map, Value};
+use tavern_core::chat::{header_line, message_line, ChatDocument, SendDate};
+use tavern_core::{
+    render_kernel, switch_context_mode, AgentId, AgentTavernCapabilities, BindingTarget,
+    CharacterName, ChatId, ContextMode, ContextModeEvent, IdentitySummary, KernelInput,
+    MemorySource, ScopeKey, SessionBinding, SessionId, TavernArchitecture, TavernState,
+    TurnState, WritePolicy,
+};
+use tavern_projector::context::{project, Projection, ProjectionInput};
+use tavern_projector::{ChatProjector, HostEvent, Outcome, ProjectorConfig};
+use tavern_store::{AllStores, Clock, StoreError};
+use tavern_tools::assets::provider::AssetProvider;
+use tavern_tools::{ToolContext, ToolLimits, ToolRegistry, ToolServices};
+
+use crate::error::AdapterError;
+use crate::host::{AgentMount, HostPort, PromptSection, ToolDefinition};
+use crate::tavern_mode::{TavernModePreset, PERSONA_SECTION};
+
+/// The kernel's section name.
+pub const KERNEL_SECTION: &str = "agent-tavern:kernel";
+/// The preset mounted on agent-tavern agents.
+pub const PRESET_ID: &str = "agent-tavern";
+
+/// Runtime settings.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// The user's display name.
+    pub user_name: String,
+    /// Tool limits.
+    pub limits: ToolLimits,
+    /// The tavern-mode preset (default persona prompt).
+    pub tavern_mode: TavernModePreset,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self { user_name: "User".into(), limits: ToolLimits::default(), tavern_mode: TavernModePreset::default() }
+    }
+}
+
+/// Actions only the SillyTavern pipeline has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StAction {
+    /// `/generate`.
+    Generate,
+    /// Regenerate the last reply.
+    Regenerate,
+    /// Swipe to another reply.
+    Swipe,
+}
+
+/// What happened when an agent was created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MountDecision {
+    /// AgentTavern was mounted (preset, kernel, persona, tools).
+    Mounted,
+    /// Nothing was mounted: a plain host session or an `st` session.
+    Untouched,
+}
+
+/// The AgentTavern runtime on one host.
+pub struct Runtime {
+    host: Arc<dyn HostPort>,
+    stores: Arc<dyn AllStores>,
+    assets: Arc<dyn AssetProvider>,
+    registry: ToolRegistry,
+    projector: ChatProjector,
+    clock: Arc<dyn Clock>,
+    config: RuntimeConfig,
+    turns: Mutex<HashMap<AgentId, u64>>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+fn session_of(agent: &AgentId) -> Result<SessionId, AdapterError> {
+    Ok(SessionId::parse(agent.as_str())?)
+}
+
+impl Runtime {
+    /// A runtime over a host, stores and assets.
+    pub fn new(
+        host: Arc<dyn HostPort>,
+        stores: Arc<dyn AllStores>,
+        assets: Arc<dyn AssetProvider>,
+        clock: Arc<dyn Clock>,
+        config: RuntimeConfig,
+    ) -> Self {
+        let services = ToolServices {
+            memory: stores.clone(),
+            variables: stores.clone(),
+            chats: stores.clone(),
+            assets: assets.clone(),
+        };
+        let projector = ChatProjector::new(
+            stores.clone(),
+            stores.clone(),
+            clock.clone(),
+            ProjectorConfig { user_name: config.user_name.clone() },
+        );
+        Self {
+            registry: ToolRegistry::new(services, config.limits),
+            host,
+            stores,
+            assets,
+            projector,
+            clock,
+            config,
+            turns: Mutex::default(),
+        }
+    }
+
+    /// AgentTavern's capabilities on this host.
+    pub fn capabilities(&self) -> AgentTavernCapabilities {
+        AgentTavernCapabilities::from_host(&self.host.facts())
+    }
+
+    /// The persisted state.
+    ///
+    /// # Errors
+    /// Store failures.
+    pub async fn state(&self) -> Result<TavernState, AdapterError> {
+        Ok(self.stores.load_state().await?.0)
+    }
+
+    async fn binding(&self, session: &SessionId) -> Result<Option<SessionBinding>, AdapterError> {
+        Ok(self.state().await?.binding(session).cloned())
+    }
+
+    fn is_agent_tavern(b: &SessionBinding) -> bool {
+        b.architecture() == TavernArchitecture::AgentTavern && !b.target().group
+    }
+
+    /// Binds a new chat to a session with the defaults for new sessions (group chats: `st`)
+    /// and, for agent-tavern, records the card's greeting in the chat and the host log without
+    /// counting it as a model turn.
+    ///
+    /// # Errors
+    /// Store or host failures; a session that is already bound is a conflict.
+    pub async fn new_chat(
+        &self,
+        session: &SessionId,
+        character: &CharacterName,
+        chat: &ChatId,
+        group: bool,
+    ) -> Result<SessionBinding, AdapterError> {
+        let target = BindingTarget { character: character.clone(), chat_id: chat.clone(), group };
+        let mut created = None;
+        let mut mutate = |state: &mut TavernState| {
+            if state.binding(session).is_some() {
+                return Err(StoreError::Conflict { target: format!("binding of session {session}"), current: None });
+            }
+            let b = SessionBinding::new_for_chat(target.clone(), state);
+            state.set_binding(session.clone(), b.clone());
+            created = Some(b);
+            Ok(())
+        };
+        self.stores.update_state(&mut mutate).await.map_err(|e| match e {
+            StoreError::Conflict { .. } => AdapterError::Conflict { session: session.to_string(), reason: "the session is already bound".into() },
+            other => other.into(),
+        })?;
+        let binding = created.ok_or_else(|| AdapterError::NotBound(session.to_string()))?;
+        if Self::is_agent_tavern(&binding) {
+            let greeting = match self.assets.card(character).await {
+                Ok(Some(card)) => card.field("first_mes").map(str::to_owned).filter(|g| !g.trim().is_empty()),
+                _ => None,
+            };
+            let header = header_line(&self.config.user_name, character.as_str(), &self.clock.now().0.to_string(), Map::new());
+            let mut lines = vec![header.raw().to_owned()];
+            if let Some(text) = &greeting {
+                let mut at = Map::new();
+                at.insert("sessionId".into(), json!(session.as_str()));
+                at.insert("greeting".into(), json!(true));
+                let mut extra = Map::new();
+                extra.insert("agentTavern".into(), Value::Object(at));
+                lines.push(message_line(character.as_str(), false, &SendDate::Millis(self.clock.now().0), text, extra).raw().to_owned());
+            }
+            if self.stores.chat_revision(character, chat).await?.is_none() {
+                self.stores.rewrite_chat(character, chat, &lines, None).await?;
+            }
+            if let Some(text) = &greeting {
+                let event = self.host.append_event(session, "agent-tavern/greeting", json!({"text": text}), true).await?;
+                self.on_event(session, &event).await?;
+            }
+        }
+        Ok(binding)
+    }
+
+    /// Called by the host when an agent is created, before it is published: mounts the
+    /// AgentTavern preset for agent-tavern sessions only, after reconciling the binding's mode
+    /// with the last `agent-tavern/context-mode` event in the log (the log wins).
+    ///
+    /// # Errors
+    /// Store or host failures.
+    pub async fn agent_created(&self, agent: &AgentId) -> Result<MountDecision, AdapterError> {
+        let session = session_of(agent)?;
+        let Some(binding) = self.binding(&session).await? else {
+            return Ok(MountDecision::Untouched);
+        };
+        if !Self::is_agent_tavern(&binding) {
+            return Ok(MountDecision::Untouched);
+        }
+        self.reconcile_mode(&session, &binding).await?;
+        let mount = AgentMount {
+            preset: PRESET_ID.into(),
+            sections: vec![
+                PromptSection { name: PERSONA_SECTION.into(), order: 0 },
+                PromptSection { name: KERNEL_SECTION.into(), order: 50 },
+            ],
+            tools: self
+                .registry
+                .specs()
+                .iter()
+                .map(|s| ToolDefinition {
+                    name: s.name.into(),
+                    description: s.description.into(),
+                    parameters: s.parameters.clone(),
+                    output_schema: s.result.clone(),
+                    timeout_ms: self.config.limits.timeout_ms,
+                })
+                .collect(),
+        };
+        self.host.mount(agent, &mount).await?;
+        Ok(MountDecision::Mounted)
+    }
+
+    async fn reconcile_mode(&self, session: &SessionId, binding: &SessionBinding) -> Result<(), AdapterError> {
+        let events = self.host.read_events(session, None).await?;
+        let last = events
+            .iter()
+            .rev()
+            .find(|e| e.get("type").and_then(Value::as_str) == Some(ContextModeEvent::EVENT_TYPE))
+            .and_then(|e| e.pointer("/data/to"))
+            .and_then(Value::as_str)
+            .and_then(ContextMode::from_label);
+        if let Some(mode) = last.filter(|m| Some(*m) != binding.context_mode()) {
+            let fixed = SessionBinding::AgentTavern { target: binding.target().clone(), context_mode: mode };
+            let mut mutate = |state: &mut TavernState| {
+                state.set_binding(session.clone(), fixed.clone());
+                Ok(())
+            };
+            self.stores.update_state(&mut mutate).await?;
+        }
+        Ok(())
+    }
+
+    /// The text of one mounted prompt section, evaluated on every request: the kernel, or the
+    /// persona (the session's custom prompt or the preset default, braces kept literally).
+    /// `None` for sessions AgentTavern did not mount and for unknown sections.
+    ///
+    /// # Errors
+    /// Store failures.
+    pub async fn section_text(&self, agent: &AgentId, section: &str) -> Result<Option<String>, AdapterError> {
+        let session = session_of(agent)?;
+        let state = self.state().await?;
+        let Some(binding) = state.binding(&session).filter(|b| Self::is_agent_tavern(b)).cloned() else {
+            return Ok(None);
+        };
+        match section {
+            PERSONA_SECTION => Ok(Some(self.config.tavern_mode.persona_text(&*self.stores, &session).await)),
+            KERNEL_SECTION => {
+                let character = binding.target().character.clone();
+                let card = self.assets.card(&character).await.ok().flatten();
+                let identity = card.as_ref().map_or_else(
+                    || IdentitySummary::from_card(&json!({"name": character.as_str()})),
+                    |c| IdentitySummary::from_card(c.raw()),
+                );
+                let persona = self.assets.persona().await;
+                let input = KernelInput {
+                    character,
+                    identity,
+                    user_name: self.config.user_name.clone(),
+                    persona_summary: Some(persona.description).filter(|d| !d.trim().is_empty()),
+                    session,
+                    binding,
+                    tools: self.registry.specs().iter().map(|s| s.name.to_owned()).collect(),
+                    policy: WritePolicy::from_state(&state),
+                };
+                Ok(Some(render_kernel(&input)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Runs a tool call for an agent. Identity comes only from `agent` (the host's real agent
+    /// id); the result is the tool's JSON or `{"error": …}` for the model.
+    pub async fn call_tool(&self, agent: &AgentId, call_id: &str, name: &str, args: &Value) -> Value {
+        let state = match self.state().await {
+            Ok(s) => s,
+            Err(e) => return json!({"error": {"code": "unavailable", "message": format!("state unavailable: {e}")}}),
+        };
+        let turn = self.turns.lock().unwrap_or_else(PoisonError::into_inner).get(agent).copied().unwrap_or(0);
+        let ctx = match ToolContext::for_agent(agent, &state, turn, call_id, self.config.limits, self.clock.now()) {
+            Ok(c) => c,
+            Err(e) => return e.to_json(),
+        };
+        match self.registry.call(&ctx, name, args).await {
+            Ok(v) => v,
+            Err(e) => e.to_json(),
+        }
+    }
+
+    /// Feeds one host event (the host calls this for every appended event, in order). For
+    /// agent-tavern sessions: tracks the turn, clears turn variables at `turn/end`, and projects
+    /// the chat. Other sessions are ignored. A projection error is returned for the host to
+    /// log; the turn itself is never affected.
+    ///
+    /// # Errors
+    /// [`AdapterError::Projection`] (the checkpoint is pending; [`Self::resume`] replays).
+    pub async fn on_event(&self, session: &SessionId, raw: &Value) -> Result<Option<Outcome>, AdapterError> {
+        let Some(binding) = self.binding(session).await?.filter(Self::is_agent_tavern) else {
+            return Ok(None);
+        };
+        let event = HostEvent::from_json(raw).map_err(|reason| AdapterError::Conflict { session: session.to_string(), reason })?;
+        let agent = AgentId::parse(session.as_str())?;
+        match event.kind {
+            tavern_projector::EventKind::TurnStart { turn } => {
+                self.turns.lock().unwrap_or_else(PoisonError::into_inner).insert(agent.clone(), turn);
+            }
+            tavern_projector::EventKind::TurnEnd { .. } => {
+                self.stores.clear_scope(&ScopeKey::Turn { agent: agent.clone() }, MemorySource::system()).await?;
+            }
+            _ => {}
+        }
+        Ok(Some(self.projector.on_event(session, &binding, event).await?))
+    }
+
+    /// Replays the host log into the projector (after a restart, or to fill a pending gap).
+    ///
+    /// # Errors
+    /// Host, store or projection failures.
+    pub async fn resume(&self, session: &SessionId) -> Result<Option<Outcome>, AdapterError> {
+        let Some(binding) = self.binding(session).await?.filter(Self::is_agent_tavern) else {
+            return Ok(None);
+        };
+        let after = self.stores.load_checkpoint(session).await?.and_then(|c| c.last_cursor);
+        let raw = self.host.read_events(session, after).await?;
+        let events: Vec<HostEvent> = raw.iter().filter_map(|v| HostEvent::from_json(v).ok()).collect();
+        if let Some(turn) = events.iter().rev().find_map(|e| match e.kind {
+            tavern_projector::EventKind::TurnStart { turn } => Some(turn),
+            _ => None,
+        }) {
+            let agent = AgentId::parse(session.as_str())?;
+            self.turns.lock().unwrap_or_else(PoisonError::into_inner).insert(agent, turn);
+        }
+        Ok(Some(self.projector.replay(session, &binding, events).await?))
+    }
+
+    /// Switches a session's context mode: agent-tavern only, idle only, available modes only.
+    /// The `agent-tavern/context-mode` event is logged first (the log is the source of truth),
+    /// then the binding is saved; should the save fail, the next [`Self::agent_created`]
+    /// reconciles the binding from the log.
+    ///
+    /// # Errors
+    /// [`AdapterError::Core`] naming the rule that refused; host or store failures.
+    pub async fn switch_mode(&self, session: &SessionId, to: ContextMode) -> Result<SessionBinding, AdapterError> {
+        let binding = self.binding(session).await?.ok_or_else(|| AdapterError::NotBound(session.to_string()))?;
+        let agent = AgentId::parse(session.as_str())?;
+        let idle = if self.host.is_idle(&agent).await? { TurnState::Idle } else { TurnState::Running };
+        let (next, event) = switch_context_mode(session, &binding, to, idle, &self.capabilities(), self.clock.now())?;
+        let data = serde_json::to_value(&event).unwrap_or(Value::Null);
+        let logged = self.host.append_event(session, ContextModeEvent::EVENT_TYPE, data, true).await?;
+        let saved = next.clone();
+        let mut mutate = |state: &mut TavernState| {
+            state.set_binding(session.clone(), saved.clone());
+            Ok(())
+        };
+        self.stores.update_state(&mut mutate).await?;
+        self.on_event(session, &logged).await?;
+        Ok(next)
+    }
+
+    /// Refuses SillyTavern-only actions (generate, regenerate, swipe) for agent-tavern sessions
+    /// with a conflict; `st` sessions may proceed in their own pipeline.
+    ///
+    /// # Errors
+    /// [`AdapterError::Conflict`] for agent-tavern sessions, [`AdapterError::NotBound`].
+    pub async fn check_st_action(&self, session: &SessionId, action: StAction) -> Result<(), AdapterError> {
+        let binding = self.binding(session).await?.ok_or_else(|| AdapterError::NotBound(session.to_string()))?;
+        if binding.architecture() == TavernArchitecture::AgentTavern {
+            return Err(AdapterError::Conflict {
+                session: session.to_string(),
+                reason: format!("{action:?} belongs to the st pipeline; agent-tavern sessions run in the host loop (fork the chat into st to use it)").to_lowercase(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Forks a session's chat into a new session of the given architecture: the messages are
+    /// copied into a new chat whose header links back to the origin (`chat_metadata.main_chat`).
+    ///
+    /// # Errors
+    /// Store failures; a missing origin chat is [`AdapterError::NotBound`].
+    pub async fn fork(
+        &self,
+        origin: &SessionId,
+        new_session: &SessionId,
+        new_chat: &ChatId,
+        architecture: TavernArchitecture,
+    ) -> Result<SessionBinding, AdapterError> {
+        let from = self.binding(origin).await?.ok_or_else(|| AdapterError::NotBound(origin.to_string()))?;
+        let target = from.target();
+        let file = self
+            .stores
+            .read_chat(&target.character, &target.chat_id)
+            .await?
+            .ok_or_else(|| AdapterError::NotBound(origin.to_string()))?;
+        let doc = ChatDocument::parse(&file.lines.join("\n"))?;
+        let mut meta = doc.header.object().get("chat_metadata").and_then(Value::as_object).cloned().unwrap_or_default();
+        meta.insert("main_chat".into(), json!(target.chat_id.as_str()));
+        let mut header = doc.header.object().clone();
+        header.insert("chat_metadata".into(), Value::Object(meta));
+        let mut lines = vec![Value::Object(header).to_string()];
+        lines.extend(doc.messages.iter().map(|m| m.raw().to_owned()));
+        self.stores.rewrite_chat(&target.character, new_chat, &lines, None).await?;
+        let new_target = BindingTarget { character: target.character.clone(), chat_id: new_chat.clone(), group: target.group };
+        let mut made = None;
+        let mut mutate = |state: &mut TavernState| {
+            let b = SessionBinding::with_architecture(new_target.clone(), architecture, state.default_context_mode);
+            state.set_binding(new_session.clone(), b.clone());
+            made = Some(b);
+            Ok(())
+        };
+        self.stores.update_state(&mut mutate).await?;
+        made.ok_or_else(|| AdapterError::NotBound(new_session.to_string()))
+    }
+
+    /// The context projection for an agent-managed request, or `None` when the session is
+    /// `dsh-native` (which registers no projection) or not AgentTavern's.
+    ///
+    /// # Errors
+    /// Store failures.
+    pub async fn project_context(&self, agent: &AgentId, input: &ProjectionInput) -> Result<Option<Projection>, AdapterError> {
+        let session = session_of(agent)?;
+        let managed = self
+            .binding(&session)
+            .await?
+            .filter(Self::is_agent_tavern)
+            .is_some_and(|b| b.context_mode() == Some(ContextMode::AgentManaged));
+        Ok(managed.then(|| project(input)))
+    }
+
+    /// Sessions whose projection is pending.
+    ///
+    /// # Errors
+    /// Store failures.
+    pub async fn pending_projections(&self) -> Result<Vec<tavern_store::ProjectorCheckpoint>, AdapterError> {
+        Ok(self.projector.pending().await?)
+    }
+
+    /// The stores this runtime uses.
+    pub fn stores(&self) -> &Arc<dyn AllStores> {
+        &self.stores
+    }
+}
