@@ -91,5 +91,9 @@ pub trait HostPort: Send + Sync {
     ///
     /// # Errors
     /// [`HostError`] when the log cannot be read.
-    async fn read_events(&self, session: &SessionId, after: Option<u64>) -> Result<Vec<Value>, HostError>;
+    async fn read_events(
+        &self,
+        session: &SessionId,
+        after: Option<u64>,
+    ) -> Result<Vec<Value>, HostError>;
 }

@@ -11,8 +11,8 @@ use tavern_core::chat::{header_line, message_line, ChatDocument, SendDate};
 use tavern_core::{
     render_kernel, switch_context_mode, AgentId, AgentTavernCapabilities, BindingTarget,
     CharacterName, ChatId, ContextMode, ContextModeEvent, IdentitySummary, KernelInput,
-    MemorySource, ScopeKey, SessionBinding, SessionId, TavernArchitecture, TavernState,
-    TurnState, WritePolicy,
+    MemorySource, ScopeKey, SessionBinding, SessionId, TavernArchitecture, TavernState, TurnState,
+    WritePolicy,
 };
 use tavern_projector::context::{project, Projection, ProjectionInput};
 use tavern_projector::{ChatProjector, HostEvent, Outcome, ProjectorConfig};
@@ -42,7 +42,11 @@ pub struct RuntimeConfig {
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
-        Self { user_name: "User".into(), limits: ToolLimits::default(), tavern_mode: TavernModePreset::default() }
+        Self {
+            user_name: "User".into(),
+            limits: ToolLimits::default(),
+            tavern_mode: TavernModePreset::default(),
+        }
     }
 }
 
@@ -80,7 +84,9 @@ pub struct Runtime {
 
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Runtime").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("Runtime")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
@@ -107,7 +113,9 @@ impl Runtime {
             stores.clone(),
             stores.clone(),
             clock.clone(),
-            ProjectorConfig { user_name: config.user_name.clone() },
+            ProjectorConfig {
+                user_name: config.user_name.clone(),
+            },
         );
         Self {
             registry: ToolRegistry::new(services, config.limits),
@@ -155,28 +163,49 @@ impl Runtime {
         chat: &ChatId,
         group: bool,
     ) -> Result<SessionBinding, AdapterError> {
-        let target = BindingTarget { character: character.clone(), chat_id: chat.clone(), group };
+        let target = BindingTarget {
+            character: character.clone(),
+            chat_id: chat.clone(),
+            group,
+        };
         let mut created = None;
         let mut mutate = |state: &mut TavernState| {
             if state.binding(session).is_some() {
-                return Err(StoreError::Conflict { target: format!("binding of session {session}"), current: None });
+                return Err(StoreError::Conflict {
+                    target: format!("binding of session {session}"),
+                    current: None,
+                });
             }
             let b = SessionBinding::new_for_chat(target.clone(), state);
             state.set_binding(session.clone(), b.clone());
             created = Some(b);
             Ok(())
         };
-        self.stores.update_state(&mut mutate).await.map_err(|e| match e {
-            StoreError::Conflict { .. } => AdapterError::Conflict { session: session.to_string(), reason: "the session is already bound".into() },
-            other => other.into(),
-        })?;
+        self.stores
+            .update_state(&mut mutate)
+            .await
+            .map_err(|e| match e {
+                StoreError::Conflict { .. } => AdapterError::Conflict {
+                    session: session.to_string(),
+                    reason: "the session is already bound".into(),
+                },
+                other => other.into(),
+            })?;
         let binding = created.ok_or_else(|| AdapterError::NotBound(session.to_string()))?;
         if Self::is_agent_tavern(&binding) {
             let greeting = match self.assets.card(character).await {
-                Ok(Some(card)) => card.field("first_mes").map(str::to_owned).filter(|g| !g.trim().is_empty()),
+                Ok(Some(card)) => card
+                    .field("first_mes")
+                    .map(str::to_owned)
+                    .filter(|g| !g.trim().is_empty()),
                 _ => None,
             };
-            let header = header_line(&self.config.user_name, character.as_str(), &self.clock.now().0.to_string(), Map::new());
+            let header = header_line(
+                &self.config.user_name,
+                character.as_str(),
+                &self.clock.now().0.to_string(),
+                Map::new(),
+            );
             let mut lines = vec![header.raw().to_owned()];
             if let Some(text) = &greeting {
                 let mut at = Map::new();
@@ -184,13 +213,33 @@ impl Runtime {
                 at.insert("greeting".into(), json!(true));
                 let mut extra = Map::new();
                 extra.insert("agentTavern".into(), Value::Object(at));
-                lines.push(message_line(character.as_str(), false, &SendDate::Millis(self.clock.now().0), text, extra).raw().to_owned());
+                lines.push(
+                    message_line(
+                        character.as_str(),
+                        false,
+                        &SendDate::Millis(self.clock.now().0),
+                        text,
+                        extra,
+                    )
+                    .raw()
+                    .to_owned(),
+                );
             }
             if self.stores.chat_revision(character, chat).await?.is_none() {
-                self.stores.rewrite_chat(character, chat, &lines, None).await?;
+                self.stores
+                    .rewrite_chat(character, chat, &lines, None)
+                    .await?;
             }
             if let Some(text) = &greeting {
-                let event = self.host.append_event(session, "agent-tavern/greeting", json!({"text": text}), true).await?;
+                let event = self
+                    .host
+                    .append_event(
+                        session,
+                        "agent-tavern/greeting",
+                        json!({"text": text}),
+                        true,
+                    )
+                    .await?;
                 self.on_event(session, &event).await?;
             }
         }
@@ -215,8 +264,14 @@ impl Runtime {
         let mount = AgentMount {
             preset: PRESET_ID.into(),
             sections: vec![
-                PromptSection { name: PERSONA_SECTION.into(), order: 0 },
-                PromptSection { name: KERNEL_SECTION.into(), order: 50 },
+                PromptSection {
+                    name: PERSONA_SECTION.into(),
+                    order: 0,
+                },
+                PromptSection {
+                    name: KERNEL_SECTION.into(),
+                    order: 50,
+                },
             ],
             tools: self
                 .registry
@@ -235,7 +290,11 @@ impl Runtime {
         Ok(MountDecision::Mounted)
     }
 
-    async fn reconcile_mode(&self, session: &SessionId, binding: &SessionBinding) -> Result<(), AdapterError> {
+    async fn reconcile_mode(
+        &self,
+        session: &SessionId,
+        binding: &SessionBinding,
+    ) -> Result<(), AdapterError> {
         let events = self.host.read_events(session, None).await?;
         let last = events
             .iter()
@@ -245,7 +304,10 @@ impl Runtime {
             .and_then(Value::as_str)
             .and_then(ContextMode::from_label);
         if let Some(mode) = last.filter(|m| Some(*m) != binding.context_mode()) {
-            let fixed = SessionBinding::AgentTavern { target: binding.target().clone(), context_mode: mode };
+            let fixed = SessionBinding::AgentTavern {
+                target: binding.target().clone(),
+                context_mode: mode,
+            };
             let mut mutate = |state: &mut TavernState| {
                 state.set_binding(session.clone(), fixed.clone());
                 Ok(())
@@ -261,14 +323,27 @@ impl Runtime {
     ///
     /// # Errors
     /// Store failures.
-    pub async fn section_text(&self, agent: &AgentId, section: &str) -> Result<Option<String>, AdapterError> {
+    pub async fn section_text(
+        &self,
+        agent: &AgentId,
+        section: &str,
+    ) -> Result<Option<String>, AdapterError> {
         let session = session_of(agent)?;
         let state = self.state().await?;
-        let Some(binding) = state.binding(&session).filter(|b| Self::is_agent_tavern(b)).cloned() else {
+        let Some(binding) = state
+            .binding(&session)
+            .filter(|b| Self::is_agent_tavern(b))
+            .cloned()
+        else {
             return Ok(None);
         };
         match section {
-            PERSONA_SECTION => Ok(Some(self.config.tavern_mode.persona_text(&*self.stores, &session).await)),
+            PERSONA_SECTION => Ok(Some(
+                self.config
+                    .tavern_mode
+                    .persona_text(&*self.stores, &session)
+                    .await,
+            )),
             KERNEL_SECTION => {
                 let character = binding.target().character.clone();
                 let card = self.assets.card(&character).await.ok().flatten();
@@ -284,7 +359,12 @@ impl Runtime {
                     persona_summary: Some(persona.description).filter(|d| !d.trim().is_empty()),
                     session,
                     binding,
-                    tools: self.registry.specs().iter().map(|s| s.name.to_owned()).collect(),
+                    tools: self
+                        .registry
+                        .specs()
+                        .iter()
+                        .map(|s| s.name.to_owned())
+                        .collect(),
                     policy: WritePolicy::from_state(&state),
                 };
                 Ok(Some(render_kernel(&input)))
@@ -295,13 +375,34 @@ impl Runtime {
 
     /// Runs a tool call for an agent. Identity comes only from `agent` (the host's real agent
     /// id); the result is the tool's JSON or `{"error": …}` for the model.
-    pub async fn call_tool(&self, agent: &AgentId, call_id: &str, name: &str, args: &Value) -> Value {
+    pub async fn call_tool(
+        &self,
+        agent: &AgentId,
+        call_id: &str,
+        name: &str,
+        args: &Value,
+    ) -> Value {
         let state = match self.state().await {
             Ok(s) => s,
-            Err(e) => return json!({"error": {"code": "unavailable", "message": format!("state unavailable: {e}")}}),
+            Err(e) => {
+                return json!({"error": {"code": "unavailable", "message": format!("state unavailable: {e}")}})
+            }
         };
-        let turn = self.turns.lock().unwrap_or_else(PoisonError::into_inner).get(agent).copied().unwrap_or(0);
-        let ctx = match ToolContext::for_agent(agent, &state, turn, call_id, self.config.limits, self.clock.now()) {
+        let turn = self
+            .turns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(agent)
+            .copied()
+            .unwrap_or(0);
+        let ctx = match ToolContext::for_agent(
+            agent,
+            &state,
+            turn,
+            call_id,
+            self.config.limits,
+            self.clock.now(),
+        ) {
             Ok(c) => c,
             Err(e) => return e.to_json(),
         };
@@ -318,22 +419,41 @@ impl Runtime {
     ///
     /// # Errors
     /// [`AdapterError::Projection`] (the checkpoint is pending; [`Self::resume`] replays).
-    pub async fn on_event(&self, session: &SessionId, raw: &Value) -> Result<Option<Outcome>, AdapterError> {
+    pub async fn on_event(
+        &self,
+        session: &SessionId,
+        raw: &Value,
+    ) -> Result<Option<Outcome>, AdapterError> {
         let Some(binding) = self.binding(session).await?.filter(Self::is_agent_tavern) else {
             return Ok(None);
         };
-        let event = HostEvent::from_json(raw).map_err(|reason| AdapterError::Conflict { session: session.to_string(), reason })?;
+        let event = HostEvent::from_json(raw).map_err(|reason| AdapterError::Conflict {
+            session: session.to_string(),
+            reason,
+        })?;
         let agent = AgentId::parse(session.as_str())?;
         match event.kind {
             tavern_projector::EventKind::TurnStart { turn } => {
-                self.turns.lock().unwrap_or_else(PoisonError::into_inner).insert(agent.clone(), turn);
+                self.turns
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(agent.clone(), turn);
             }
             tavern_projector::EventKind::TurnEnd { .. } => {
-                self.stores.clear_scope(&ScopeKey::Turn { agent: agent.clone() }, MemorySource::system()).await?;
+                self.stores
+                    .clear_scope(
+                        &ScopeKey::Turn {
+                            agent: agent.clone(),
+                        },
+                        MemorySource::system(),
+                    )
+                    .await?;
             }
             _ => {}
         }
-        Ok(Some(self.projector.on_event(session, &binding, event).await?))
+        Ok(Some(
+            self.projector.on_event(session, &binding, event).await?,
+        ))
     }
 
     /// Replays the host log into the projector (after a restart, or to fill a pending gap).
@@ -344,17 +464,29 @@ impl Runtime {
         let Some(binding) = self.binding(session).await?.filter(Self::is_agent_tavern) else {
             return Ok(None);
         };
-        let after = self.stores.load_checkpoint(session).await?.and_then(|c| c.last_cursor);
+        let after = self
+            .stores
+            .load_checkpoint(session)
+            .await?
+            .and_then(|c| c.last_cursor);
         let raw = self.host.read_events(session, after).await?;
-        let events: Vec<HostEvent> = raw.iter().filter_map(|v| HostEvent::from_json(v).ok()).collect();
+        let events: Vec<HostEvent> = raw
+            .iter()
+            .filter_map(|v| HostEvent::from_json(v).ok())
+            .collect();
         if let Some(turn) = events.iter().rev().find_map(|e| match e.kind {
             tavern_projector::EventKind::TurnStart { turn } => Some(turn),
             _ => None,
         }) {
             let agent = AgentId::parse(session.as_str())?;
-            self.turns.lock().unwrap_or_else(PoisonError::into_inner).insert(agent, turn);
+            self.turns
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(agent, turn);
         }
-        Ok(Some(self.projector.replay(session, &binding, events).await?))
+        Ok(Some(
+            self.projector.replay(session, &binding, events).await?,
+        ))
     }
 
     /// Switches a session's context mode: agent-tavern only, idle only, available modes only.
@@ -364,13 +496,34 @@ impl Runtime {
     ///
     /// # Errors
     /// [`AdapterError::Core`] naming the rule that refused; host or store failures.
-    pub async fn switch_mode(&self, session: &SessionId, to: ContextMode) -> Result<SessionBinding, AdapterError> {
-        let binding = self.binding(session).await?.ok_or_else(|| AdapterError::NotBound(session.to_string()))?;
+    pub async fn switch_mode(
+        &self,
+        session: &SessionId,
+        to: ContextMode,
+    ) -> Result<SessionBinding, AdapterError> {
+        let binding = self
+            .binding(session)
+            .await?
+            .ok_or_else(|| AdapterError::NotBound(session.to_string()))?;
         let agent = AgentId::parse(session.as_str())?;
-        let idle = if self.host.is_idle(&agent).await? { TurnState::Idle } else { TurnState::Running };
-        let (next, event) = switch_context_mode(session, &binding, to, idle, &self.capabilities(), self.clock.now())?;
+        let idle = if self.host.is_idle(&agent).await? {
+            TurnState::Idle
+        } else {
+            TurnState::Running
+        };
+        let (next, event) = switch_context_mode(
+            session,
+            &binding,
+            to,
+            idle,
+            &self.capabilities(),
+            self.clock.now(),
+        )?;
         let data = serde_json::to_value(&event).unwrap_or(Value::Null);
-        let logged = self.host.append_event(session, ContextModeEvent::EVENT_TYPE, data, true).await?;
+        let logged = self
+            .host
+            .append_event(session, ContextModeEvent::EVENT_TYPE, data, true)
+            .await?;
         let saved = next.clone();
         let mut mutate = |state: &mut TavernState| {
             state.set_binding(session.clone(), saved.clone());
@@ -386,8 +539,15 @@ impl Runtime {
     ///
     /// # Errors
     /// [`AdapterError::Conflict`] for agent-tavern sessions, [`AdapterError::NotBound`].
-    pub async fn check_st_action(&self, session: &SessionId, action: StAction) -> Result<(), AdapterError> {
-        let binding = self.binding(session).await?.ok_or_else(|| AdapterError::NotBound(session.to_string()))?;
+    pub async fn check_st_action(
+        &self,
+        session: &SessionId,
+        action: StAction,
+    ) -> Result<(), AdapterError> {
+        let binding = self
+            .binding(session)
+            .await?
+            .ok_or_else(|| AdapterError::NotBound(session.to_string()))?;
         if binding.architecture() == TavernArchitecture::AgentTavern {
             return Err(AdapterError::Conflict {
                 session: session.to_string(),
@@ -409,7 +569,10 @@ impl Runtime {
         new_chat: &ChatId,
         architecture: TavernArchitecture,
     ) -> Result<SessionBinding, AdapterError> {
-        let from = self.binding(origin).await?.ok_or_else(|| AdapterError::NotBound(origin.to_string()))?;
+        let from = self
+            .binding(origin)
+            .await?
+            .ok_or_else(|| AdapterError::NotBound(origin.to_string()))?;
         let target = from.target();
         let file = self
             .stores
@@ -417,17 +580,33 @@ impl Runtime {
             .await?
             .ok_or_else(|| AdapterError::NotBound(origin.to_string()))?;
         let doc = ChatDocument::parse(&file.lines.join("\n"))?;
-        let mut meta = doc.header.object().get("chat_metadata").and_then(Value::as_object).cloned().unwrap_or_default();
+        let mut meta = doc
+            .header
+            .object()
+            .get("chat_metadata")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
         meta.insert("main_chat".into(), json!(target.chat_id.as_str()));
         let mut header = doc.header.object().clone();
         header.insert("chat_metadata".into(), Value::Object(meta));
         let mut lines = vec![Value::Object(header).to_string()];
         lines.extend(doc.messages.iter().map(|m| m.raw().to_owned()));
-        self.stores.rewrite_chat(&target.character, new_chat, &lines, None).await?;
-        let new_target = BindingTarget { character: target.character.clone(), chat_id: new_chat.clone(), group: target.group };
+        self.stores
+            .rewrite_chat(&target.character, new_chat, &lines, None)
+            .await?;
+        let new_target = BindingTarget {
+            character: target.character.clone(),
+            chat_id: new_chat.clone(),
+            group: target.group,
+        };
         let mut made = None;
         let mut mutate = |state: &mut TavernState| {
-            let b = SessionBinding::with_architecture(new_target.clone(), architecture, state.default_context_mode);
+            let b = SessionBinding::with_architecture(
+                new_target.clone(),
+                architecture,
+                state.default_context_mode,
+            );
             state.set_binding(new_session.clone(), b.clone());
             made = Some(b);
             Ok(())
@@ -441,7 +620,11 @@ impl Runtime {
     ///
     /// # Errors
     /// Store failures.
-    pub async fn project_context(&self, agent: &AgentId, input: &ProjectionInput) -> Result<Option<Projection>, AdapterError> {
+    pub async fn project_context(
+        &self,
+        agent: &AgentId,
+        input: &ProjectionInput,
+    ) -> Result<Option<Projection>, AdapterError> {
         let session = session_of(agent)?;
         let managed = self
             .binding(&session)
@@ -455,7 +638,9 @@ impl Runtime {
     ///
     /// # Errors
     /// Store failures.
-    pub async fn pending_projections(&self) -> Result<Vec<tavern_store::ProjectorCheckpoint>, AdapterError> {
+    pub async fn pending_projections(
+        &self,
+    ) -> Result<Vec<tavern_store::ProjectorCheckpoint>, AdapterError> {
         Ok(self.projector.pending().await?)
     }
 

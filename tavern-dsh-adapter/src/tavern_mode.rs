@@ -25,10 +25,11 @@ impl Default for TavernModePreset {
     fn default() -> Self {
         Self {
             id: "tavern-mode".into(),
-            default_prompt: "You are {{char}} in an ongoing roleplay with {{user}}. Stay in character, \
+            default_prompt:
+                "You are {{char}} in an ongoing roleplay with {{user}}. Stay in character, \
                 write vivid but concise replies, never speak or act for {{user}}, and keep the \
                 story consistent with what you know."
-                .into(),
+                    .into(),
         }
     }
 }
@@ -65,7 +66,10 @@ pub struct RouteResponse {
 
 impl RouteResponse {
     fn error(status: u16, code: &str, message: impl Into<String>) -> Self {
-        Self { status, body: json!({"ok": false, "error": code, "message": message.into()}) }
+        Self {
+            status,
+            body: json!({"ok": false, "error": code, "message": message.into()}),
+        }
     }
 }
 
@@ -88,29 +92,60 @@ pub enum RouteAction {
 /// The error response to send.
 pub fn parse_route(req: RouteRequest<'_>) -> Result<RouteAction, RouteResponse> {
     if !req.method.eq_ignore_ascii_case("POST") {
-        return Err(RouteResponse::error(405, "method-not-allowed", format!("{} is not allowed; use POST", req.method)));
+        return Err(RouteResponse::error(
+            405,
+            "method-not-allowed",
+            format!("{} is not allowed; use POST", req.method),
+        ));
     }
     if !req.admitted {
-        return Err(RouteResponse::error(401, "unauthorized", "the caller is not admitted"));
+        return Err(RouteResponse::error(
+            401,
+            "unauthorized",
+            "the caller is not admitted",
+        ));
     }
     let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(req.body) else {
-        return Err(RouteResponse::error(400, "bad-request", "the body must be a json object"));
+        return Err(RouteResponse::error(
+            400,
+            "bad-request",
+            "the body must be a json object",
+        ));
     };
-    let action = body.get("action").and_then(Value::as_str).unwrap_or_default();
+    let action = body
+        .get("action")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     if !matches!(action, "read" | "save" | "reset") {
-        return Err(RouteResponse::error(400, "unknown-action", format!("unknown action {action:?}; use read, save or reset")));
+        return Err(RouteResponse::error(
+            400,
+            "unknown-action",
+            format!("unknown action {action:?}; use read, save or reset"),
+        ));
     }
-    let raw = body.get("sessionId").and_then(Value::as_str).unwrap_or_default();
-    let session = SessionId::parse(raw).map_err(|e| RouteResponse::error(400, "bad-session", e.to_string()))?;
+    let raw = body
+        .get("sessionId")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let session = SessionId::parse(raw)
+        .map_err(|e| RouteResponse::error(400, "bad-session", e.to_string()))?;
     match action {
         "read" => Ok(RouteAction::Read(session)),
         "reset" => Ok(RouteAction::Reset(session)),
         _ => {
             let Some(text) = body.get("text").and_then(Value::as_str) else {
-                return Err(RouteResponse::error(400, "bad-request", "save needs a text string"));
+                return Err(RouteResponse::error(
+                    400,
+                    "bad-request",
+                    "save needs a text string",
+                ));
             };
             if text.len() > PROMPT_MAX_BYTES {
-                return Err(RouteResponse::error(413, "too-long", format!("text has {} bytes; at most {PROMPT_MAX_BYTES}", text.len())));
+                return Err(RouteResponse::error(
+                    413,
+                    "too-long",
+                    format!("text has {} bytes; at most {PROMPT_MAX_BYTES}", text.len()),
+                ));
             }
             Ok(RouteAction::Save(session, text.to_owned()))
         }
@@ -119,7 +154,11 @@ pub fn parse_route(req: RouteRequest<'_>) -> Result<RouteAction, RouteResponse> 
 
 /// Handles a request end to end. A save is on disk before it is visible; a failed save
 /// changes nothing and answers 500 `save-failed` with the cause.
-pub async fn handle_route(req: RouteRequest<'_>, prompts: &dyn PromptStore, preset: &TavernModePreset) -> RouteResponse {
+pub async fn handle_route(
+    req: RouteRequest<'_>,
+    prompts: &dyn PromptStore,
+    preset: &TavernModePreset,
+) -> RouteResponse {
     let action = match parse_route(req) {
         Ok(a) => a,
         Err(resp) => return resp,

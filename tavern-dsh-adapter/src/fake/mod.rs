@@ -39,7 +39,10 @@ pub struct ToolCallPlan {
 impl ToolCallPlan {
     /// A call of `name` with `args`.
     pub fn new(name: &str, args: Value) -> Self {
-        Self { name: name.into(), args }
+        Self {
+            name: name.into(),
+            args,
+        }
     }
 }
 
@@ -157,7 +160,9 @@ pub struct FakeHost {
 
 impl std::fmt::Debug for FakeHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FakeHost").field("facts", &self.facts).finish_non_exhaustive()
+        f.debug_struct("FakeHost")
+            .field("facts", &self.facts)
+            .finish_non_exhaustive()
     }
 }
 
@@ -190,17 +195,26 @@ impl FakeHost {
     /// [`HostError`] when the directory or a log cannot be read.
     pub fn open(dir: impl AsRef<Path>, facts: HostFacts) -> Result<Self, HostError> {
         let dir = dir.as_ref().to_path_buf();
-        std::fs::create_dir_all(&dir).map_err(|e| HostError(format!("cannot create the log directory: {e}")))?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| HostError(format!("cannot create the log directory: {e}")))?;
         let mut logs = HashMap::new();
         for entry in std::fs::read_dir(&dir).map_err(|e| HostError(e.to_string()))? {
             let path = entry.map_err(|e| HostError(e.to_string()))?.path();
-            let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else { continue };
+            let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else {
+                continue;
+            };
             if path.extension().and_then(|e| e.to_str()) != Some("jsonl") {
                 continue;
             }
-            let Ok(session) = SessionId::parse(stem) else { continue };
-            let text = std::fs::read_to_string(&path).map_err(|e| HostError(format!("log {stem}: {e}")))?;
-            let events: Vec<Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+            let Ok(session) = SessionId::parse(stem) else {
+                continue;
+            };
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| HostError(format!("log {stem}: {e}")))?;
+            let events: Vec<Value> = text
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect();
             logs.insert(session, events);
         }
         Ok(Self {
@@ -248,11 +262,17 @@ impl FakeHost {
     /// Marks the agent as running a turn until the guard is dropped.
     pub fn hold_running(&self, agent: &AgentId) -> RunningGuard<'_> {
         self.set_status(agent, Status::Running);
-        RunningGuard { host: self, agent: agent.clone() }
+        RunningGuard {
+            host: self,
+            agent: agent.clone(),
+        }
     }
 
     fn set_status(&self, agent: &AgentId, status: Status) {
-        lock(&self.agents).entry(agent.clone()).or_insert((Status::Idle, None)).0 = status;
+        lock(&self.agents)
+            .entry(agent.clone())
+            .or_insert((Status::Idle, None))
+            .0 = status;
     }
 
     /// Creates an agent (for the session of the same id) and lets the runtime mount on it
@@ -260,12 +280,25 @@ impl FakeHost {
     ///
     /// # Errors
     /// The runtime's error, as text.
-    pub async fn create_agent(&self, runtime: &Runtime, agent: &AgentId) -> Result<MountDecision, HostError> {
+    pub async fn create_agent(
+        &self,
+        runtime: &Runtime,
+        agent: &AgentId,
+    ) -> Result<MountDecision, HostError> {
         self.set_status(agent, Status::Idle);
-        runtime.agent_created(agent).await.map_err(|e| HostError(e.to_string()))
+        runtime
+            .agent_created(agent)
+            .await
+            .map_err(|e| HostError(e.to_string()))
     }
 
-    fn append(&self, session: &SessionId, ty: &str, data: Value, ignorable: bool) -> Result<Value, HostError> {
+    fn append(
+        &self,
+        session: &SessionId,
+        ty: &str,
+        data: Value,
+        ignorable: bool,
+    ) -> Result<Value, HostError> {
         let mut logs = lock(&self.logs);
         let log = logs.entry(session.clone()).or_default();
         let seq = log.len() as u64;
@@ -280,12 +313,22 @@ impl FakeHost {
             .append(true)
             .open(&path)
             .map_err(|e| HostError(format!("log {session}: {e}")))?;
-        writeln!(file, "{event}").and_then(|()| file.sync_data()).map_err(|e| HostError(format!("log {session}: {e}")))?;
+        writeln!(file, "{event}")
+            .and_then(|()| file.sync_data())
+            .map_err(|e| HostError(format!("log {session}: {e}")))?;
         log.push(event.clone());
         Ok(event)
     }
 
-    async fn emit(&self, runtime: &Runtime, report: &mut TurnReport, session: &SessionId, ty: &str, data: Value, ignorable: bool) -> Result<u64, HostError> {
+    async fn emit(
+        &self,
+        runtime: &Runtime,
+        report: &mut TurnReport,
+        session: &SessionId,
+        ty: &str,
+        data: Value,
+        ignorable: bool,
+    ) -> Result<u64, HostError> {
         let event = self.append(session, ty, data, ignorable)?;
         if let Err(e) = runtime.on_event(session, &event).await {
             report.projection_errors.push(e.to_string());
@@ -300,19 +343,59 @@ impl FakeHost {
             let seq = e["seq"].as_u64().unwrap_or(0);
             let data = &e["data"];
             let text_of = |m: &Value| -> String {
-                m["content"].as_array().map(|parts| parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("")).unwrap_or_default()
+                m["content"]
+                    .as_array()
+                    .map(|parts| {
+                        parts
+                            .iter()
+                            .filter_map(|p| p["text"].as_str())
+                            .collect::<Vec<_>>()
+                            .join("")
+                    })
+                    .unwrap_or_default()
             };
             match e["type"].as_str().unwrap_or_default() {
-                "user/message" => out.push(ModelMessage { seq, role: "user", text: text_of(data), tool_calls: vec![], call_id: None }),
-                "agent-tavern/greeting" => out.push(ModelMessage { seq, role: "assistant", text: data["text"].as_str().unwrap_or_default().into(), tool_calls: vec![], call_id: None }),
+                "user/message" => out.push(ModelMessage {
+                    seq,
+                    role: "user",
+                    text: text_of(data),
+                    tool_calls: vec![],
+                    call_id: None,
+                }),
+                "agent-tavern/greeting" => out.push(ModelMessage {
+                    seq,
+                    role: "assistant",
+                    text: data["text"].as_str().unwrap_or_default().into(),
+                    tool_calls: vec![],
+                    call_id: None,
+                }),
                 "assistant/message" => {
                     let m = &data["message"];
-                    let calls = m["toolCalls"].as_array().map(|a| a.iter().filter_map(|c| c["id"].as_str().map(str::to_owned)).collect()).unwrap_or_default();
-                    out.push(ModelMessage { seq, role: "assistant", text: text_of(m), tool_calls: calls, call_id: None });
+                    let calls = m["toolCalls"]
+                        .as_array()
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(|c| c["id"].as_str().map(str::to_owned))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    out.push(ModelMessage {
+                        seq,
+                        role: "assistant",
+                        text: text_of(m),
+                        tool_calls: calls,
+                        call_id: None,
+                    });
                 }
                 "tool/result" => {
                     let m = &data["message"];
-                    out.push(ModelMessage { seq, role: "tool", text: text_of(m), tool_calls: vec![], call_id: m["toolCallId"].as_str().map(str::to_owned) });
+                    out.push(ModelMessage {
+                        seq,
+                        role: "tool",
+                        text: text_of(m),
+                        tool_calls: vec![],
+                        call_id: m["toolCallId"].as_str().map(str::to_owned),
+                    });
                 }
                 _ => {}
             }
@@ -325,65 +408,191 @@ impl FakeHost {
     /// # Errors
     /// [`HostError`] when the log cannot be written or the model was called with no script
     /// step left (the strict fake's way of failing a test).
-    pub async fn run_turn(&self, runtime: &Runtime, agent: &AgentId, text: &str) -> Result<TurnReport, HostError> {
+    pub async fn run_turn(
+        &self,
+        runtime: &Runtime,
+        agent: &AgentId,
+        text: &str,
+    ) -> Result<TurnReport, HostError> {
         let session = SessionId::parse(agent.as_str()).map_err(|e| HostError(e.to_string()))?;
-        let turn = self.log(&session).iter().filter(|e| e["type"] == "turn/start").count() as u64 + 1;
-        let mut report = TurnReport { turn, reply: None, reason: "completed".into(), tool_results: vec![], projection_errors: vec![] };
+        let turn = self
+            .log(&session)
+            .iter()
+            .filter(|e| e["type"] == "turn/start")
+            .count() as u64
+            + 1;
+        let mut report = TurnReport {
+            turn,
+            reply: None,
+            reason: "completed".into(),
+            tool_results: vec![],
+            projection_errors: vec![],
+        };
         self.set_status(agent, Status::Running);
-        let result = self.react(runtime, agent, &session, text, &mut report).await;
+        let result = self
+            .react(runtime, agent, &session, text, &mut report)
+            .await;
         self.set_status(agent, Status::Idle);
         result.map(|()| report)
     }
 
-    async fn react(&self, runtime: &Runtime, agent: &AgentId, session: &SessionId, text: &str, report: &mut TurnReport) -> Result<(), HostError> {
+    async fn react(
+        &self,
+        runtime: &Runtime,
+        agent: &AgentId,
+        session: &SessionId,
+        text: &str,
+        report: &mut TurnReport,
+    ) -> Result<(), HostError> {
         let turn = report.turn;
-        self.emit(runtime, report, session, "turn/start", json!({"turn": turn}), false).await?;
+        self.emit(
+            runtime,
+            report,
+            session,
+            "turn/start",
+            json!({"turn": turn}),
+            false,
+        )
+        .await?;
         let mut step = 1u64;
-        self.emit(runtime, report, session, "step/start", json!({"turn": turn, "step": step}), false).await?;
+        self.emit(
+            runtime,
+            report,
+            session,
+            "step/start",
+            json!({"turn": turn, "step": step}),
+            false,
+        )
+        .await?;
         let user_seq = self
             .emit(runtime, report, session, "user/message", json!({"role": "user", "id": format!("u{turn}"), "source": {"kind": "user"}, "content": [{"type": "text", "text": text}]}), false)
             .await?;
         let mount = self.mount_of(agent);
         loop {
-            let request = self.request(runtime, report, agent, session, turn, step, user_seq, mount.as_ref()).await?;
+            let request = self
+                .request(
+                    runtime,
+                    report,
+                    agent,
+                    session,
+                    turn,
+                    step,
+                    user_seq,
+                    mount.as_ref(),
+                )
+                .await?;
             self.model_calls.fetch_add(1, Ordering::SeqCst);
             lock(&self.requests).push(request.clone());
             let Some(next) = lock(&self.script).pop_front() else {
-                self.emit(runtime, report, session, "step/end", json!({"turn": turn, "step": step}), false).await?;
+                self.emit(
+                    runtime,
+                    report,
+                    session,
+                    "step/end",
+                    json!({"turn": turn, "step": step}),
+                    false,
+                )
+                .await?;
                 self.emit(runtime, report, session, "turn/end", json!({"turn": turn, "reason": {"kind": "error", "message": "unscripted model call"}}), false).await?;
-                return Err(HostError(format!("unscripted model call in turn {turn} step {step}")));
+                return Err(HostError(format!(
+                    "unscripted model call in turn {turn} step {step}"
+                )));
             };
             let calls = match next {
                 ModelStep::Reply(text) => {
                     self.emit(runtime, report, session, "assistant/message", json!({"turn": turn, "step": step, "message": {"role": "assistant", "content": [{"type": "text", "text": text}]}}), false).await?;
-                    self.emit(runtime, report, session, "step/end", json!({"turn": turn, "step": step}), false).await?;
-                    self.emit(runtime, report, session, "turn/end", json!({"turn": turn, "reason": {"kind": "completed"}}), false).await?;
+                    self.emit(
+                        runtime,
+                        report,
+                        session,
+                        "step/end",
+                        json!({"turn": turn, "step": step}),
+                        false,
+                    )
+                    .await?;
+                    self.emit(
+                        runtime,
+                        report,
+                        session,
+                        "turn/end",
+                        json!({"turn": turn, "reason": {"kind": "completed"}}),
+                        false,
+                    )
+                    .await?;
                     report.reply = Some(text);
                     return Ok(());
                 }
                 ModelStep::ProviderError(message) => {
-                    self.emit(runtime, report, session, "step/end", json!({"turn": turn, "step": step}), false).await?;
-                    self.emit(runtime, report, session, "turn/end", json!({"turn": turn, "reason": {"kind": "error", "message": message}}), false).await?;
+                    self.emit(
+                        runtime,
+                        report,
+                        session,
+                        "step/end",
+                        json!({"turn": turn, "step": step}),
+                        false,
+                    )
+                    .await?;
+                    self.emit(
+                        runtime,
+                        report,
+                        session,
+                        "turn/end",
+                        json!({"turn": turn, "reason": {"kind": "error", "message": message}}),
+                        false,
+                    )
+                    .await?;
                     report.reason = "error".into();
                     return Ok(());
                 }
                 ModelStep::Stop { partial } => {
-                    self.emit(runtime, report, session, "assistant/chunk", json!({"turn": turn, "step": step, "delta": partial}), true).await?;
+                    self.emit(
+                        runtime,
+                        report,
+                        session,
+                        "assistant/chunk",
+                        json!({"turn": turn, "step": step, "delta": partial}),
+                        true,
+                    )
+                    .await?;
                     self.emit(runtime, report, session, "assistant/message", json!({"turn": turn, "step": step, "message": {"role": "assistant", "content": [{"type": "text", "text": partial}]}, "interrupted": true}), false).await?;
-                    self.emit(runtime, report, session, "step/end", json!({"turn": turn, "step": step}), false).await?;
-                    self.emit(runtime, report, session, "turn/end", json!({"turn": turn, "reason": {"kind": "aborted"}}), false).await?;
+                    self.emit(
+                        runtime,
+                        report,
+                        session,
+                        "step/end",
+                        json!({"turn": turn, "step": step}),
+                        false,
+                    )
+                    .await?;
+                    self.emit(
+                        runtime,
+                        report,
+                        session,
+                        "turn/end",
+                        json!({"turn": turn, "reason": {"kind": "aborted"}}),
+                        false,
+                    )
+                    .await?;
                     report.reason = "aborted".into();
                     return Ok(());
                 }
                 ModelStep::Tools(calls) => calls,
                 ModelStep::ToolsWith(plan) => plan(&request),
             };
-            let ids: Vec<String> = (0..calls.len()).map(|i| format!("call-{turn}-{step}-{i}")).collect();
-            let listed: Vec<Value> = calls.iter().zip(&ids).map(|(c, id)| json!({"id": id, "name": c.name})).collect();
+            let ids: Vec<String> = (0..calls.len())
+                .map(|i| format!("call-{turn}-{step}-{i}"))
+                .collect();
+            let listed: Vec<Value> = calls
+                .iter()
+                .zip(&ids)
+                .map(|(c, id)| json!({"id": id, "name": c.name}))
+                .collect();
             self.emit(runtime, report, session, "assistant/message", json!({"turn": turn, "step": step, "message": {"role": "assistant", "content": [], "toolCalls": listed}}), false).await?;
             for (call, id) in calls.iter().zip(&ids) {
                 self.emit(runtime, report, session, "tool/call", json!({"turn": turn, "step": step, "callId": id, "name": call.name, "arguments": call.args}), false).await?;
-                let offered = mount.as_ref().is_some_and(|m| m.tools.iter().any(|t| t.name == call.name));
+                let offered = mount
+                    .as_ref()
+                    .is_some_and(|m| m.tools.iter().any(|t| t.name == call.name));
                 let result = if offered {
                     runtime.call_tool(agent, id, &call.name, &call.args).await
                 } else {
@@ -392,20 +601,51 @@ impl FakeHost {
                 report.tool_results.push(result.clone());
                 self.emit(runtime, report, session, "tool/result", json!({"turn": turn, "step": step, "message": {"role": "tool", "toolCallId": id, "content": [{"type": "text", "text": result.to_string()}]}, "error": result.get("error").is_some()}), false).await?;
             }
-            self.emit(runtime, report, session, "step/end", json!({"turn": turn, "step": step}), false).await?;
+            self.emit(
+                runtime,
+                report,
+                session,
+                "step/end",
+                json!({"turn": turn, "step": step}),
+                false,
+            )
+            .await?;
             step += 1;
-            self.emit(runtime, report, session, "step/start", json!({"turn": turn, "step": step}), false).await?;
+            self.emit(
+                runtime,
+                report,
+                session,
+                "step/start",
+                json!({"turn": turn, "step": step}),
+                false,
+            )
+            .await?;
         }
     }
 
     #[allow(clippy::too_many_arguments)]
-    async fn request(&self, runtime: &Runtime, report: &mut TurnReport, agent: &AgentId, session: &SessionId, turn: u64, step: u64, user_seq: u64, mount: Option<&AgentMount>) -> Result<ModelRequest, HostError> {
-        let mut system = String::from("You are a helpful assistant running in the host's agent loop.");
+    async fn request(
+        &self,
+        runtime: &Runtime,
+        report: &mut TurnReport,
+        agent: &AgentId,
+        session: &SessionId,
+        turn: u64,
+        step: u64,
+        user_seq: u64,
+        mount: Option<&AgentMount>,
+    ) -> Result<ModelRequest, HostError> {
+        let mut system =
+            String::from("You are a helpful assistant running in the host's agent loop.");
         if let Some(m) = mount {
             let mut sections = m.sections.clone();
             sections.sort_by_key(|s| s.order);
             for s in sections {
-                if let Some(text) = runtime.section_text(agent, &s.name).await.map_err(|e| HostError(e.to_string()))? {
+                if let Some(text) = runtime
+                    .section_text(agent, &s.name)
+                    .await
+                    .map_err(|e| HostError(e.to_string()))?
+                {
                     system.push_str("\n\n");
                     system.push_str(&text);
                 }
@@ -415,7 +655,17 @@ impl FakeHost {
         let context_window = self.context_window.load(Ordering::SeqCst);
         let mut projection = None;
         if self.facts.agent_context_seam {
-            let words: Vec<String> = messages.iter().rfind(|m| m.role == "user").map(|m| m.text.to_lowercase().split_whitespace().map(str::to_owned).collect()).unwrap_or_default();
+            let words: Vec<String> = messages
+                .iter()
+                .rfind(|m| m.role == "user")
+                .map(|m| {
+                    m.text
+                        .to_lowercase()
+                        .split_whitespace()
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default();
             let nodes: Vec<SurfaceNode> = messages
                 .iter()
                 .map(|m| {
@@ -425,25 +675,46 @@ impl FakeHost {
                         seq: m.seq,
                         role: match m.role {
                             "user" => NodeRole::User,
-                            "tool" => NodeRole::Tool { call_id: m.call_id.clone().unwrap_or_default() },
-                            _ => NodeRole::Assistant { tool_calls: m.tool_calls.clone() },
+                            "tool" => NodeRole::Tool {
+                                call_id: m.call_id.clone().unwrap_or_default(),
+                            },
+                            _ => NodeRole::Assistant {
+                                tool_calls: m.tool_calls.clone(),
+                            },
                         },
                         tokens: DefaultTokenEstimator.estimate(&m.text) + 4,
-                        relevance: if words.is_empty() { 0.0 } else { hits as f64 / words.len() as f64 },
+                        relevance: if words.is_empty() {
+                            0.0
+                        } else {
+                            hits as f64 / words.len() as f64
+                        },
                         importance: 0.5,
                         trusted: m.role != "tool",
                     }
                 })
                 .collect();
             // The current step's user message and this turn's unfinished tool units.
-            let required: Vec<u64> = messages.iter().filter(|m| m.seq >= user_seq).map(|m| m.seq).collect();
+            let required: Vec<u64> = messages
+                .iter()
+                .filter(|m| m.seq >= user_seq)
+                .map(|m| m.seq)
+                .collect();
             let input = ProjectionInput {
                 nodes,
                 required,
-                budget: Budget { total: context_window, kernel: DefaultTokenEstimator.estimate(&system), reply: 1024, recent_share: 0.6 },
+                budget: Budget {
+                    total: context_window,
+                    kernel: DefaultTokenEstimator.estimate(&system),
+                    reply: 1024,
+                    recent_share: 0.6,
+                },
                 surface_generation: 0,
             };
-            if let Some(p) = runtime.project_context(agent, &input).await.map_err(|e| HostError(e.to_string()))? {
+            if let Some(p) = runtime
+                .project_context(agent, &input)
+                .await
+                .map_err(|e| HostError(e.to_string()))?
+            {
                 self.emit(runtime, report, session, "request/projection", json!({"turn": turn, "step": step, "surfaceGeneration": 0, "include": p.include, "revision": p.revision.as_str()}), false).await?;
                 messages.retain(|m| p.include.contains(&m.seq));
                 projection = Some(p.include);
@@ -454,7 +725,9 @@ impl FakeHost {
             turn,
             step,
             system,
-            tools: mount.map(|m| m.tools.iter().map(|t| t.name.clone()).collect()).unwrap_or_default(),
+            tools: mount
+                .map(|m| m.tools.iter().map(|t| t.name.clone()).collect())
+                .unwrap_or_default(),
             messages,
             context_window,
             projection,
@@ -469,7 +742,10 @@ impl HostPort for FakeHost {
     }
 
     async fn mount(&self, agent: &AgentId, mount: &AgentMount) -> Result<(), HostError> {
-        lock(&self.agents).entry(agent.clone()).or_insert((Status::Idle, None)).1 = Some(mount.clone());
+        lock(&self.agents)
+            .entry(agent.clone())
+            .or_insert((Status::Idle, None))
+            .1 = Some(mount.clone());
         Ok(())
     }
 
@@ -480,11 +756,21 @@ impl HostPort for FakeHost {
             .ok_or_else(|| HostError(format!("unknown agent {agent}")))
     }
 
-    async fn append_event(&self, session: &SessionId, event_type: &str, data: Value, ignorable: bool) -> Result<Value, HostError> {
+    async fn append_event(
+        &self,
+        session: &SessionId,
+        event_type: &str,
+        data: Value,
+        ignorable: bool,
+    ) -> Result<Value, HostError> {
         self.append(session, event_type, data, ignorable)
     }
 
-    async fn read_events(&self, session: &SessionId, after: Option<u64>) -> Result<Vec<Value>, HostError> {
+    async fn read_events(
+        &self,
+        session: &SessionId,
+        after: Option<u64>,
+    ) -> Result<Vec<Value>, HostError> {
         Ok(self
             .log(session)
             .into_iter()

@@ -18,15 +18,26 @@ use tavern_tools::assets::world::WorldBook;
 pub const T0: Timestamp = Timestamp(1_700_000_000_000);
 
 pub fn fixture(rel: &str) -> Vec<u8> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures").join(rel);
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/fixtures")
+        .join(rel);
     std::fs::read(&p).unwrap_or_else(|e| panic!("../shared/fixtures/{rel} is needed ({e})"))
 }
 
 pub fn assets() -> Arc<MemAssets> {
     let mut a = MemAssets::default();
-    a.cards.insert("Seraphina".into(), Card::from_png("Seraphina", &fixture("cards/Seraphina.v2v3.book4.png")).unwrap());
-    a.worlds.insert("Eldoria".into(), WorldBook::from_json("Eldoria", &fixture("worlds/Eldoria.json")).unwrap());
-    a.persona = Persona { name: "Kai".into(), description: "A traveler with a cracked compass.".into() };
+    a.cards.insert(
+        "Seraphina".into(),
+        Card::from_png("Seraphina", &fixture("cards/Seraphina.v2v3.book4.png")).unwrap(),
+    );
+    a.worlds.insert(
+        "Eldoria".into(),
+        WorldBook::from_json("Eldoria", &fixture("worlds/Eldoria.json")).unwrap(),
+    );
+    a.persona = Persona {
+        name: "Kai".into(),
+        description: "A traveler with a cracked compass.".into(),
+    };
     Arc::new(a)
 }
 
@@ -35,7 +46,12 @@ pub fn rc6() -> HostFacts {
 }
 
 pub fn seam() -> HostFacts {
-    HostFacts { host: "fake host with agent/context".into(), agent_context_seam: true, projection_aware_compaction: true, session_compaction_suppression: false }
+    HostFacts {
+        host: "fake host with agent/context".into(),
+        agent_context_seam: true,
+        projection_aware_compaction: true,
+        session_compaction_suppression: false,
+    }
 }
 
 /// A world on disk: store root and host log folder under one temporary directory, so it can
@@ -53,16 +69,30 @@ impl World {
         let clock = Arc::new(ManualClock::new(T0));
         let store = Arc::new(FsStore::open(dir.join("store"), clock.clone()).unwrap());
         let host = Arc::new(FakeHost::open(dir.join("host"), facts).unwrap());
-        let config = RuntimeConfig { user_name: "Kai".into(), ..RuntimeConfig::default() };
+        let config = RuntimeConfig {
+            user_name: "Kai".into(),
+            ..RuntimeConfig::default()
+        };
         let runtime = Runtime::new(host.clone(), store.clone(), assets(), clock.clone(), config);
-        Self { dir: dir.to_path_buf(), host, store, runtime, clock }
+        Self {
+            dir: dir.to_path_buf(),
+            host,
+            store,
+            runtime,
+            clock,
+        }
     }
 
     /// A bound, created agent-tavern session with the default binding.
     pub async fn session(&self, id: &str, chat: &str) -> AgentId {
         let session = SessionId::parse(id).unwrap();
         self.runtime
-            .new_chat(&session, &CharacterName::parse("Seraphina").unwrap(), &ChatId::parse(chat).unwrap(), false)
+            .new_chat(
+                &session,
+                &CharacterName::parse("Seraphina").unwrap(),
+                &ChatId::parse(chat).unwrap(),
+                false,
+            )
             .await
             .unwrap();
         let agent = AgentId::parse(id).unwrap();
@@ -79,7 +109,10 @@ impl World {
         use tavern_store::ChatStore;
         let file = self
             .store
-            .read_chat(&CharacterName::parse("Seraphina").unwrap(), &ChatId::parse(chat).unwrap())
+            .read_chat(
+                &CharacterName::parse("Seraphina").unwrap(),
+                &ChatId::parse(chat).unwrap(),
+            )
             .await
             .unwrap()
             .unwrap();
@@ -88,7 +121,10 @@ impl World {
             .skip(1)
             .map(|l| {
                 let v: Value = serde_json::from_str(l).unwrap();
-                (v["is_user"].as_bool().unwrap(), v["mes"].as_str().unwrap().to_owned())
+                (
+                    v["is_user"].as_bool().unwrap(),
+                    v["mes"].as_str().unwrap().to_owned(),
+                )
             })
             .collect()
     }
