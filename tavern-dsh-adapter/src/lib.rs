@@ -5,6 +5,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod bridge;
 pub mod error;
 pub mod fake;
 pub mod host;

@@ -231,7 +231,9 @@ impl Runtime {
                     .await?;
             }
             if let Some(text) = &greeting {
-                let event = self
+                // Hosts that cannot append logged events (DSH rc.6) still get the greeting in
+                // the chat; only the model's view of it depends on the host.
+                let logged = self
                     .host
                     .append_event(
                         session,
@@ -239,8 +241,10 @@ impl Runtime {
                         json!({"text": text}),
                         true,
                     )
-                    .await?;
-                self.on_event(session, &event).await?;
+                    .await;
+                if let Ok(event) = logged {
+                    self.on_event(session, &event).await?;
+                }
             }
         }
         Ok(binding)
@@ -263,31 +267,40 @@ impl Runtime {
         self.reconcile_mode(&session, &binding).await?;
         let mount = AgentMount {
             preset: PRESET_ID.into(),
-            sections: vec![
-                PromptSection {
-                    name: PERSONA_SECTION.into(),
-                    order: 0,
-                },
-                PromptSection {
-                    name: KERNEL_SECTION.into(),
-                    order: 50,
-                },
-            ],
-            tools: self
-                .registry
-                .specs()
-                .iter()
-                .map(|s| ToolDefinition {
-                    name: s.name.into(),
-                    description: s.description.into(),
-                    parameters: s.parameters.clone(),
-                    output_schema: s.result.clone(),
-                    timeout_ms: self.config.limits.timeout_ms,
-                })
-                .collect(),
+            sections: Self::sections(),
+            tools: self.tool_definitions(),
         };
         self.host.mount(agent, &mount).await?;
         Ok(MountDecision::Mounted)
+    }
+
+    /// The prompt sections AgentTavern fills: the persona (order 0) and the kernel (order 50).
+    pub fn sections() -> Vec<PromptSection> {
+        vec![
+            PromptSection {
+                name: PERSONA_SECTION.into(),
+                order: 0,
+            },
+            PromptSection {
+                name: KERNEL_SECTION.into(),
+                order: 50,
+            },
+        ]
+    }
+
+    /// Every tool as the host registers it.
+    pub fn tool_definitions(&self) -> Vec<ToolDefinition> {
+        self.registry
+            .specs()
+            .iter()
+            .map(|s| ToolDefinition {
+                name: s.name.into(),
+                description: s.description.into(),
+                parameters: s.parameters.clone(),
+                output_schema: s.result.clone(),
+                timeout_ms: self.config.limits.timeout_ms,
+            })
+            .collect()
     }
 
     async fn reconcile_mode(

@@ -103,7 +103,10 @@ async fn a02_one_set_of_native_events_per_turn() {
         report.reply.as_deref(),
         Some("The forest of Eldoria shelters you.")
     );
-    assert!(!report.tool_results[0]["items"].as_array().unwrap().is_empty());
+    assert!(!report.tool_results[0]["items"]
+        .as_array()
+        .unwrap()
+        .is_empty());
     let events = w.events("s1");
     let t = types(&events);
     assert_eq!(t.iter().filter(|x| *x == "turn/start").count(), 1);

@@ -1,0 +1,138 @@
+//! `BridgeHost`: the [`HostPort`] seen from the sidecar. It learns everything from the plugin's
+//! frames (facts at handshake, agent status, every session event) and reads a session's
+//! on-disk log (DSH's `session.jsonl`) to replay after a restart.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use async_trait::async_trait;
+use serde_json::Value;
+use tavern_core::{AgentId, HostFacts, SessionId};
+
+use crate::host::{AgentMount, HostError, HostPort};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The host as the sidecar knows it.
+#[derive(Debug)]
+pub struct BridgeHost {
+    facts: Mutex<HostFacts>,
+    sessions_root: Mutex<Option<PathBuf>>,
+    running: Mutex<HashMap<AgentId, bool>>,
+    mounts: Mutex<HashMap<AgentId, AgentMount>>,
+    events: Mutex<HashMap<SessionId, BTreeMap<u64, Value>>>,
+}
+
+impl Default for BridgeHost {
+    fn default() -> Self {
+        Self {
+            facts: Mutex::new(HostFacts::dsh_rc6()),
+            sessions_root: Mutex::default(),
+            running: Mutex::default(),
+            mounts: Mutex::default(),
+            events: Mutex::default(),
+        }
+    }
+}
+
+impl BridgeHost {
+    /// Records what the handshake said.
+    pub fn configure(&self, facts: HostFacts, sessions_root: Option<PathBuf>) {
+        *lock(&self.facts) = facts;
+        *lock(&self.sessions_root) = sessions_root;
+    }
+
+    /// Records an `agent/status` notification.
+    pub fn set_running(&self, agent: &AgentId, running: bool) {
+        lock(&self.running).insert(agent.clone(), running);
+    }
+
+    /// Records a session event the plugin forwarded.
+    pub fn record(&self, session: &SessionId, event: &Value) {
+        if let Some(seq) = event.get("seq").and_then(Value::as_u64) {
+            lock(&self.events)
+                .entry(session.clone())
+                .or_default()
+                .insert(seq, event.clone());
+        }
+    }
+
+    /// What was mounted on an agent.
+    pub fn mount_of(&self, agent: &AgentId) -> Option<AgentMount> {
+        lock(&self.mounts).get(agent).cloned()
+    }
+
+    /// Finds `<root>/<anything>/<session>/session.jsonl` (DSH's raw JSONL layout).
+    fn log_file(root: &Path, session: &SessionId) -> Option<PathBuf> {
+        for entry in std::fs::read_dir(root).ok()?.filter_map(Result::ok) {
+            let candidate = entry.path().join(session.as_str()).join("session.jsonl");
+            if candidate.is_file() {
+                return Some(candidate);
+            }
+        }
+        None
+    }
+}
+
+#[async_trait]
+impl HostPort for BridgeHost {
+    fn facts(&self) -> HostFacts {
+        lock(&self.facts).clone()
+    }
+
+    async fn mount(&self, agent: &AgentId, mount: &AgentMount) -> Result<(), HostError> {
+        lock(&self.mounts).insert(agent.clone(), mount.clone());
+        Ok(())
+    }
+
+    async fn is_idle(&self, agent: &AgentId) -> Result<bool, HostError> {
+        Ok(!lock(&self.running).get(agent).copied().unwrap_or(false))
+    }
+
+    async fn append_event(
+        &self,
+        _session: &SessionId,
+        event_type: &str,
+        _data: Value,
+        _ignorable: bool,
+    ) -> Result<Value, HostError> {
+        Err(HostError(format!(
+            "{} cannot append logged {event_type} events from a plugin",
+            lock(&self.facts).host
+        )))
+    }
+
+    async fn read_events(
+        &self,
+        session: &SessionId,
+        after: Option<u64>,
+    ) -> Result<Vec<Value>, HostError> {
+        let mut all: BTreeMap<u64, Value> = BTreeMap::new();
+        let root = lock(&self.sessions_root).clone();
+        if let Some(path) = root.as_deref().and_then(|r| Self::log_file(r, session)) {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| HostError(format!("session log of {session}: {e}")))?;
+            for v in text
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            {
+                if let Some(seq) = v.get("seq").and_then(Value::as_u64) {
+                    all.insert(seq, v);
+                }
+            }
+        }
+        if let Some(mirror) = lock(&self.events).get(session) {
+            for (seq, v) in mirror {
+                all.entry(*seq).or_insert_with(|| v.clone());
+            }
+        }
+        Ok(all
+            .into_iter()
+            .filter(|(s, _)| after.is_none_or(|a| *s > a))
+            .map(|(_, v)| v)
+            .collect())
+    }
+}
