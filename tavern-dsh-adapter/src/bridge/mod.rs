@@ -139,11 +139,31 @@ impl Bridge {
                 }))
             }
             "agent/created" => {
-                let decision = self
-                    .runtime
-                    .agent_created(&agent("agent")?)
-                    .await
-                    .map_err(runtime_err)?;
+                let a = agent("agent")?;
+                // Optional: bind a session that has no binding yet (headless hosts create
+                // sessions themselves, so the plugin binds them on creation).
+                if let Some(bind) = p.get("bind").filter(|b| b.is_object()) {
+                    let s = SessionId::parse(a.as_str()).map_err(|e| invalid(e.to_string()))?;
+                    if self
+                        .runtime
+                        .state()
+                        .await
+                        .map_err(runtime_err)?
+                        .binding(&s)
+                        .is_none()
+                    {
+                        let character =
+                            CharacterName::parse(param(bind, "character").map_err(invalid)?)
+                                .map_err(|e| invalid(e.to_string()))?;
+                        let chat = ChatId::parse(param(bind, "chatId").map_err(invalid)?)
+                            .map_err(|e| invalid(e.to_string()))?;
+                        self.runtime
+                            .new_chat(&s, &character, &chat, false)
+                            .await
+                            .map_err(runtime_err)?;
+                    }
+                }
+                let decision = self.runtime.agent_created(&a).await.map_err(runtime_err)?;
                 Ok(json!({"mounted": decision == crate::MountDecision::Mounted}))
             }
             "agent/disposed" => {
