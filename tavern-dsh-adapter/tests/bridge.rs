@@ -143,6 +143,15 @@ fn the_bridge_serves_a_whole_session_over_stdio() {
         p.call(8, "agent/created", json!({"agent": "plain"}))["result"]["mounted"],
         false
     );
+    let auto = p.call(
+        81,
+        "agent/created",
+        json!({"agent": "fresh-1", "bind": {"character": "Mira", "chatId": "Mira - fresh-1"}}),
+    );
+    assert_eq!(
+        auto["result"]["mounted"], true,
+        "an unbound session is bound on creation"
+    );
     let prompt = p.call(9, "prompt", json!({"agent": "s1"}));
     let text = prompt["result"]["text"].as_str().unwrap();
     assert!(
