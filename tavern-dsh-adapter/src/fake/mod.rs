@@ -336,6 +336,37 @@ impl FakeHost {
         Ok(event["seq"].as_u64().unwrap_or(0))
     }
 
+    /// Ends the step and the turn with `reason`.
+    async fn finish(
+        &self,
+        runtime: &Runtime,
+        report: &mut TurnReport,
+        session: &SessionId,
+        turn: u64,
+        step: u64,
+        reason: Value,
+    ) -> Result<(), HostError> {
+        self.emit(
+            runtime,
+            report,
+            session,
+            "step/end",
+            json!({"turn": turn, "step": step}),
+            false,
+        )
+        .await?;
+        self.emit(
+            runtime,
+            report,
+            session,
+            "turn/end",
+            json!({"turn": turn, "reason": reason}),
+            false,
+        )
+        .await?;
+        Ok(())
+    }
+
     /// The messages the model sees, derived from the log as DSH derives them.
     fn messages(&self, session: &SessionId) -> Vec<ModelMessage> {
         let mut out = Vec::new();
@@ -484,61 +515,52 @@ impl FakeHost {
             self.model_calls.fetch_add(1, Ordering::SeqCst);
             lock(&self.requests).push(request.clone());
             let Some(next) = lock(&self.script).pop_front() else {
-                self.emit(
+                self.finish(
                     runtime,
                     report,
                     session,
-                    "step/end",
-                    json!({"turn": turn, "step": step}),
-                    false,
+                    turn,
+                    step,
+                    json!({"kind": "error", "message": "unscripted model call"}),
                 )
                 .await?;
-                self.emit(runtime, report, session, "turn/end", json!({"turn": turn, "reason": {"kind": "error", "message": "unscripted model call"}}), false).await?;
                 return Err(HostError(format!(
                     "unscripted model call in turn {turn} step {step}"
                 )));
             };
             let calls = match next {
                 ModelStep::Reply(text) => {
-                    self.emit(runtime, report, session, "assistant/message", json!({"turn": turn, "step": step, "message": {"role": "assistant", "content": [{"type": "text", "text": text}]}}), false).await?;
+                    let message =
+                        json!({"role": "assistant", "content": [{"type": "text", "text": text}]});
                     self.emit(
                         runtime,
                         report,
                         session,
-                        "step/end",
-                        json!({"turn": turn, "step": step}),
+                        "assistant/message",
+                        json!({"turn": turn, "step": step, "message": message}),
                         false,
                     )
                     .await?;
-                    self.emit(
+                    self.finish(
                         runtime,
                         report,
                         session,
-                        "turn/end",
-                        json!({"turn": turn, "reason": {"kind": "completed"}}),
-                        false,
+                        turn,
+                        step,
+                        json!({"kind": "completed"}),
                     )
                     .await?;
                     report.reply = Some(text);
                     return Ok(());
                 }
                 ModelStep::ProviderError(message) => {
-                    self.emit(
+                    self.finish(
                         runtime,
                         report,
                         session,
-                        "step/end",
-                        json!({"turn": turn, "step": step}),
-                        false,
-                    )
-                    .await?;
-                    self.emit(
-                        runtime,
-                        report,
-                        session,
-                        "turn/end",
-                        json!({"turn": turn, "reason": {"kind": "error", "message": message}}),
-                        false,
+                        turn,
+                        step,
+                        json!({"kind": "error", "message": message}),
                     )
                     .await?;
                     report.reason = "error".into();
@@ -554,23 +576,15 @@ impl FakeHost {
                         true,
                     )
                     .await?;
-                    self.emit(runtime, report, session, "assistant/message", json!({"turn": turn, "step": step, "message": {"role": "assistant", "content": [{"type": "text", "text": partial}]}, "interrupted": true}), false).await?;
-                    self.emit(
+                    let message = json!({"role": "assistant", "content": [{"type": "text", "text": partial}]});
+                    self.emit(runtime, report, session, "assistant/message", json!({"turn": turn, "step": step, "message": message, "interrupted": true}), false).await?;
+                    self.finish(
                         runtime,
                         report,
                         session,
-                        "step/end",
-                        json!({"turn": turn, "step": step}),
-                        false,
-                    )
-                    .await?;
-                    self.emit(
-                        runtime,
-                        report,
-                        session,
-                        "turn/end",
-                        json!({"turn": turn, "reason": {"kind": "aborted"}}),
-                        false,
+                        turn,
+                        step,
+                        json!({"kind": "aborted"}),
                     )
                     .await?;
                     report.reason = "aborted".into();
