@@ -271,6 +271,10 @@ impl Runtime {
             tools: self.tool_definitions(),
         };
         self.host.mount(agent, &mount).await?;
+        // Events the host logged before the session was bound (DSH logs its policies at
+        // session creation) were not projected yet: catch up from the log. A failure here
+        // leaves the projection pending and visible; it must not stop the agent.
+        let _ = self.resume(&session).await;
         Ok(MountDecision::Mounted)
     }
 

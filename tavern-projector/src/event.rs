@@ -1,5 +1,6 @@
 //! The host's session events (DSH rc.6 envelope and core types) as the projector reads them.
-//! Unknown types that are not marked ignorable are reported, never guessed at.
+//! An unknown type that changes the model-visible surface (`surfaceOp`) is reported, never
+//! guessed at; other unknown types are host bookkeeping and skipped.
 
 use serde_json::Value;
 
@@ -80,7 +81,8 @@ pub enum EventKind {
     /// Any other type this projector knows and never turns into lines (`assistant/chunk`,
     /// `tool/result`, `request/*`, `compaction/*`, AgentTavern's own events, …).
     Known(String),
-    /// A type nobody declared ignorable and this projector does not know.
+    /// A type this projector does not know that changes the model-visible surface
+    /// (`surfaceOp`), so it might carry a message: projection stops there.
     Unknown(String),
 }
 
@@ -232,7 +234,13 @@ impl HostEvent {
             t if KNOWN_SILENT.contains(&t) || t.starts_with("compaction/") || ignorable => {
                 EventKind::Known(t.to_owned())
             }
-            t => EventKind::Unknown(t.to_owned()),
+            // A type this projector does not know can only carry a chat message if it changes
+            // what the model sees (`surfaceOp`). Those are refused, never guessed at; the
+            // host's bookkeeping events (policies, inbox, titles, …) are skipped.
+            t if v.get("surfaceOp").is_some_and(|op| !op.is_null()) => {
+                EventKind::Unknown(t.to_owned())
+            }
+            t => EventKind::Known(t.to_owned()),
         };
         Ok(Self { seq, time, kind })
     }

@@ -261,11 +261,20 @@ async fn an_unknown_event_type_blocks_instead_of_being_guessed_at() {
     evs.truncate(6);
     evs.push(
         HostEvent::from_json(
-            &serde_json::json!({"type": "assistant/message-v2", "seq": 6, "time": 1, "data": {}}),
+            &serde_json::json!({"type": "assistant/message-v2", "seq": 6, "time": 1, "data": {}, "surfaceOp": "append"}),
         )
         .unwrap(),
     );
     evs.push(HostEvent::from_json(&serde_json::json!({"type": "ui/hint", "seq": 7, "time": 1, "data": {}, "ignorable": true})).unwrap());
+    // Host bookkeeping of unknown types without a surface change is skipped, not blocking.
+    let bookkeeping = HostEvent::from_json(
+        &serde_json::json!({"type": "sandbox/mode", "seq": 0, "time": 1, "data": {"mode": "x"}}),
+    )
+    .unwrap();
+    assert_eq!(
+        bookkeeping.kind,
+        tavern_projector::EventKind::Known("sandbox/mode".into())
+    );
     let res = p.replay(&session(), &binding(), evs).await;
     let err = res.unwrap_err().to_string();
     assert!(

