@@ -84,7 +84,7 @@ pub trait VariableStore: Send + Sync {
     ) -> Result<Option<VariableRecord>, StoreError>;
 
     /// Sets a variable: `expected = None` creates (conflict if it exists), otherwise it must be
-    /// the current revision.
+    /// the current revision. Provided as a one-change [`VariableStore::patch`].
     ///
     /// # Errors
     /// [`StoreError::Conflict`] with the current revision; [`StoreError::Invalid`] for a value
@@ -96,7 +96,21 @@ pub trait VariableStore: Send + Sync {
         value: Value,
         expected: Option<&Revision>,
         source: MemorySource,
-    ) -> Result<VariableRecord, StoreError>;
+    ) -> Result<VariableRecord, StoreError> {
+        let change = VariableChange::Set {
+            name: name.clone(),
+            value,
+            expected: expected.cloned(),
+        };
+        let out = self.patch(scope, &[change], None, source).await?;
+        out.records
+            .into_iter()
+            .next()
+            .ok_or_else(|| StoreError::Corrupt {
+                file: format!("variable scope {scope}"),
+                reason: "a one-change patch wrote no record".into(),
+            })
+    }
 
     /// Applies several changes to one scope atomically: all or nothing. `expected_scope`, when
     /// given, must equal the scope's current revision; each change is also checked on its own.
@@ -112,7 +126,8 @@ pub trait VariableStore: Send + Sync {
         source: MemorySource,
     ) -> Result<PatchOutcome, StoreError>;
 
-    /// Deletes a variable at its current revision (leaving an audited tombstone).
+    /// Deletes a variable at its current revision (leaving an audited tombstone). Provided as a
+    /// one-change [`VariableStore::patch`].
     ///
     /// # Errors
     /// [`StoreError::NotFound`] if absent, [`StoreError::Conflict`] for a stale revision.
@@ -122,7 +137,13 @@ pub trait VariableStore: Send + Sync {
         name: &VariableName,
         expected: &Revision,
         source: MemorySource,
-    ) -> Result<(), StoreError>;
+    ) -> Result<(), StoreError> {
+        let change = VariableChange::Delete {
+            name: name.clone(),
+            expected: expected.clone(),
+        };
+        self.patch(scope, &[change], None, source).await.map(|_| ())
+    }
 
     /// Lists live variables whose names start with `prefix`, by name, at most `limit`.
     ///

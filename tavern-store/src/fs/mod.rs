@@ -427,23 +427,6 @@ impl VariableStore for FsStore {
         self.read_variables(|t| t.get(scope, name).cloned())
     }
 
-    async fn set(
-        &self,
-        scope: &ScopeKey,
-        name: &VariableName,
-        value: Value,
-        expected: Option<&Revision>,
-        source: MemorySource,
-    ) -> Result<VariableRecord, StoreError> {
-        let change = VariableChange::Set {
-            name: name.clone(),
-            value,
-            expected: expected.cloned(),
-        };
-        let mut out = self.patch(scope, &[change], None, source).await?;
-        Ok(out.records.remove(0))
-    }
-
     async fn patch(
         &self,
         scope: &ScopeKey,
@@ -460,20 +443,6 @@ impl VariableStore for FsStore {
             file: VARIABLE_LOG.into(),
             reason: "a patch produced no operation".into(),
         })
-    }
-
-    async fn delete(
-        &self,
-        scope: &ScopeKey,
-        name: &VariableName,
-        expected: &Revision,
-        source: MemorySource,
-    ) -> Result<(), StoreError> {
-        let change = VariableChange::Delete {
-            name: name.clone(),
-            expected: expected.clone(),
-        };
-        self.patch(scope, &[change], None, source).await.map(|_| ())
     }
 
     async fn list(
