@@ -15,22 +15,16 @@ use crate::error::ToolError;
 use crate::lore::{self, LoreOptions, LoreSource};
 use crate::registry::ToolServices;
 
-const CHARACTER_FIELDS: [&str; 14] = [
-    "name",
-    "nickname",
-    "description",
-    "personality",
-    "scenario",
-    "first_mes",
-    "mes_example",
-    "creator_notes",
-    "system_prompt",
-    "post_history_instructions",
-    "alternate_greetings",
-    "tags",
-    "persona",
-    "group_members",
-];
+/// Fields `tavern_character_get` serves beyond the card's text fields.
+const EXTRA_FIELDS: [&str; 4] = ["alternate_greetings", "tags", "persona", "group_members"];
+
+fn character_fields() -> Vec<&'static str> {
+    CARD_TEXT_FIELDS
+        .iter()
+        .chain(EXTRA_FIELDS.iter())
+        .copied()
+        .collect()
+}
 const DEFAULT_FIELDS: [&str; 4] = ["name", "description", "personality", "scenario"];
 
 pub(crate) fn specs(l: &ToolLimits) -> Vec<ToolSpec> {
@@ -39,7 +33,7 @@ pub(crate) fn specs(l: &ToolLimits) -> Vec<ToolSpec> {
             name: "tavern_character_get",
             description: "Read fields of the current character's card, the user's persona or the group members. Long fields are cut to the token budget and listed in truncatedFields.",
             parameters: object(json!({
-                "fields": {"type": "array", "minItems": 1, "maxItems": CHARACTER_FIELDS.len(), "items": {"type": "string", "enum": CHARACTER_FIELDS},
+                "fields": {"type": "array", "minItems": 1, "maxItems": character_fields().len(), "items": {"type": "string", "enum": character_fields()},
                     "description": "Which fields (default name, description, personality, scenario)."},
                 "maxTokens": tokens_param(l),
             }), &[]),
