@@ -37,6 +37,20 @@ pub(crate) enum MemoryOp {
         id: MemoryId,
         at: Timestamp,
     },
+    /// A record's current version with its whole audit history (written by compaction).
+    Snapshot {
+        record: Box<MemoryRecord>,
+        history: Vec<AuditLine>,
+    },
+}
+
+/// One audit entry of a record, as compaction keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct AuditLine {
+    action: AuditAction,
+    at: Timestamp,
+    revision: Revision,
+    source: MemorySource,
 }
 
 /// What search filters need of a record, kept compact and parallel to `records` so a query
@@ -226,31 +240,56 @@ impl MemoryTable {
         self.index.insert_many(&refs);
     }
 
+    /// Stores a record version in its slot (a new slot for a new key); access times survive.
+    fn place(&mut self, mut record: MemoryRecord) -> u32 {
+        let scope = self.scope_id(&record.scope);
+        let meta = Meta::of(&record, scope);
+        match self.slots[scope as usize].get(&record.id) {
+            Some(&slot) => {
+                record.last_accessed_at = record
+                    .last_accessed_at
+                    .max(self.records[slot as usize].last_accessed_at);
+                self.records[slot as usize] = record;
+                self.meta[slot as usize] = meta;
+                slot
+            }
+            None => {
+                let slot = u32::try_from(self.records.len()).unwrap_or(u32::MAX);
+                self.slots[scope as usize].insert(record.id.clone(), slot);
+                self.records.push(record);
+                self.meta.push(meta);
+                slot
+            }
+        }
+    }
+
+    /// The whole table as one snapshot operation per record (for log compaction): replaying
+    /// them yields the same records, access times and audit trails.
+    pub(crate) fn snapshot(&self) -> Vec<MemoryOp> {
+        let mut history: Vec<Vec<AuditLine>> = vec![Vec::new(); self.records.len()];
+        for a in &self.audit {
+            history[a.slot as usize].push(AuditLine {
+                action: a.action,
+                at: a.at,
+                revision: a.revision.clone(),
+                source: a.source.clone(),
+            });
+        }
+        self.records
+            .iter()
+            .zip(history)
+            .map(|(r, history)| MemoryOp::Snapshot {
+                record: Box::new(r.clone()),
+                history,
+            })
+            .collect()
+    }
+
     /// Applies an operation to the records and audit; returns the slot whose text changed.
     fn apply_record(&mut self, op: MemoryOp) -> Option<u32> {
         match op {
             MemoryOp::Put { record, action } => {
-                let scope = self.scope_id(&record.scope);
-                let meta = Meta::of(&record, scope);
-                let slot = match self.slots[scope as usize].get(&record.id) {
-                    Some(&slot) => {
-                        let mut record = *record;
-                        // Access times survive content updates.
-                        record.last_accessed_at = record
-                            .last_accessed_at
-                            .max(self.records[slot as usize].last_accessed_at);
-                        self.records[slot as usize] = record;
-                        self.meta[slot as usize] = meta;
-                        slot
-                    }
-                    None => {
-                        let slot = u32::try_from(self.records.len()).unwrap_or(u32::MAX);
-                        self.slots[scope as usize].insert(record.id.clone(), slot);
-                        self.records.push(*record);
-                        self.meta.push(meta);
-                        slot
-                    }
-                };
+                let slot = self.place(*record);
                 let r = &self.records[slot as usize];
                 self.audit.push(AuditItem {
                     slot,
@@ -259,6 +298,17 @@ impl MemoryTable {
                     revision: r.revision.clone(),
                     source: r.source.clone(),
                 });
+                Some(slot)
+            }
+            MemoryOp::Snapshot { record, history } => {
+                let slot = self.place(*record);
+                self.audit.extend(history.into_iter().map(|h| AuditItem {
+                    slot,
+                    action: h.action,
+                    at: h.at,
+                    revision: h.revision,
+                    source: h.source,
+                }));
                 Some(slot)
             }
             MemoryOp::Touch { scope, id, at } => {

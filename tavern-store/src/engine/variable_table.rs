@@ -203,6 +203,27 @@ impl VariableTable {
         scope.audit.extend(op.audit);
     }
 
+    /// How many scopes have ever been written.
+    pub(crate) fn scope_count(&self) -> usize {
+        self.scopes.len()
+    }
+
+    /// The whole table as one operation per scope (for log compaction): every variable with
+    /// its tombstones, the scope revision and the audit trail.
+    pub(crate) fn snapshot(&self) -> Vec<VariableOp> {
+        self.scopes
+            .iter()
+            .filter_map(|(scope, vars)| {
+                Some(VariableOp {
+                    scope: scope.clone(),
+                    records: vars.vars.values().cloned().collect(),
+                    scope_revision: vars.revision.clone()?,
+                    audit: vars.audit.clone(),
+                })
+            })
+            .collect()
+    }
+
     pub(crate) fn outcome(op: &VariableOp) -> PatchOutcome {
         PatchOutcome {
             scope_revision: op.scope_revision.clone(),

@@ -7,6 +7,10 @@
 //! skipped with a diagnostic; the next writer terminates it first so it cannot glue onto a new
 //! line. Readers consume only complete lines and remember their offset, so every process sees
 //! every other process's appends in order.
+//!
+//! Compaction replaces the whole file (temp + fsync + rename + directory fsync) with one line
+//! per live state; a reader notices the replacement (another file identity, or a length below
+//! its offset) and rebuilds its table from the new file.
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -22,6 +26,27 @@ pub(crate) struct DurableLog {
     rel: String,
     offset: u64,
     lines: u64,
+    /// Identity of the file the offset refers to.
+    identity: Option<u64>,
+}
+
+/// What a read found.
+pub(crate) enum NewLines {
+    /// Verified payloads appended since the last read.
+    Lines(Vec<String>),
+    /// The file was replaced (compacted): the reader must start over from an empty table.
+    Replaced,
+}
+
+#[cfg(unix)]
+fn identity(meta: &std::fs::Metadata) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    Some(meta.ino())
+}
+
+#[cfg(not(unix))]
+fn identity(_meta: &std::fs::Metadata) -> Option<u64> {
+    None
 }
 
 impl DurableLog {
@@ -43,7 +68,39 @@ impl DurableLog {
             rel: rel.to_owned(),
             offset: 0,
             lines: 0,
+            identity: None,
         })
+    }
+
+    /// How many lines were read (including damaged ones).
+    pub(crate) fn lines(&self) -> u64 {
+        self.lines
+    }
+
+    /// Forgets the position (after a replacement) so the next read starts at the beginning.
+    pub(crate) fn restart(&mut self) {
+        self.offset = 0;
+        self.lines = 0;
+        self.identity = None;
+    }
+
+    /// Replaces the whole log with `payloads` atomically and durably. The caller holds the
+    /// exclusive lock and has read every line.
+    pub(crate) fn replace_with(&mut self, payloads: &[String]) -> Result<(), StoreError> {
+        let mut text = String::with_capacity(payloads.iter().map(|p| p.len() + 18).sum());
+        for payload in payloads {
+            text.push_str(&short_digest(&[payload.as_bytes()]));
+            text.push(' ');
+            text.push_str(payload);
+            text.push('\n');
+        }
+        super::atomic::write_atomic(&self.root, &self.rel, text.as_bytes())?;
+        let meta =
+            std::fs::metadata(under(&self.root, &self.rel)).map_err(io_err("stat", &self.rel))?;
+        self.offset = meta.len();
+        self.lines = payloads.len() as u64;
+        self.identity = identity(&meta);
+        Ok(())
     }
 
     /// The log's root-relative name.
@@ -60,12 +117,19 @@ impl DurableLog {
     pub(crate) fn read_new(
         &mut self,
         diags: &mut Vec<StoreDiagnostic>,
-    ) -> Result<Vec<String>, StoreError> {
+    ) -> Result<NewLines, StoreError> {
         let mut file =
             std::fs::File::open(under(&self.root, &self.rel)).map_err(io_err("open", &self.rel))?;
-        let len = file.metadata().map_err(io_err("stat", &self.rel))?.len();
+        let meta = file.metadata().map_err(io_err("stat", &self.rel))?;
+        let len = meta.len();
+        let replaced =
+            len < self.offset || (self.identity.is_some() && identity(&meta) != self.identity);
+        if replaced {
+            return Ok(NewLines::Replaced);
+        }
+        self.identity = identity(&meta);
         if len <= self.offset {
-            return Ok(Vec::new());
+            return Ok(NewLines::Lines(Vec::new()));
         }
         file.seek(SeekFrom::Start(self.offset))
             .map_err(io_err("seek", &self.rel))?;
@@ -73,7 +137,7 @@ impl DurableLog {
         file.read_to_end(&mut buf)
             .map_err(io_err("read", &self.rel))?;
         let Some(end) = buf.iter().rposition(|b| *b == b'\n') else {
-            return Ok(Vec::new());
+            return Ok(NewLines::Lines(Vec::new()));
         };
         let mut out = Vec::new();
         for raw in buf[..end].split(|b| *b == b'\n') {
@@ -87,7 +151,7 @@ impl DurableLog {
             }
         }
         self.offset += end as u64 + 1;
-        Ok(out)
+        Ok(NewLines::Lines(out))
     }
 
     /// Appends one payload durably. The caller holds the exclusive lock and has read every

@@ -25,7 +25,7 @@ use tavern_core::{
 };
 
 use self::atomic::{ensure_dir, io_err, read_optional, remove, set_aside, write_atomic, FileLock};
-use self::log::DurableLog;
+use self::log::{DurableLog, NewLines};
 use crate::checkpoint::{CheckpointStatus, CheckpointStore, ProjectorCheckpoint};
 use crate::clock::Clock;
 use crate::engine::memory_table::{MemoryOp, MemoryTable};
@@ -64,9 +64,13 @@ struct Logged<T> {
 }
 
 /// A log-backed table: its operations and how to apply them.
-trait Table {
+trait Table: Default {
     type Op: Serialize + DeserializeOwned + Send;
     fn apply_op(&mut self, op: Self::Op);
+    /// The table as operations that rebuild it (for compaction).
+    fn snapshot(&self) -> Vec<Self::Op>;
+    /// How many operations [`Table::snapshot`] would produce.
+    fn snapshot_len(&self) -> usize;
     /// Applies many operations in order (may be faster than one by one).
     fn apply_ops(&mut self, ops: Vec<Self::Op>) {
         for op in ops {
@@ -74,6 +78,9 @@ trait Table {
         }
     }
 }
+
+/// Logs shorter than this are never compacted automatically.
+const COMPACT_MIN_LINES: u64 = 4096;
 
 /// Below this many new lines a catch-up parses on the calling thread.
 const PARALLEL_PARSE_MIN: usize = 4096;
@@ -86,6 +93,12 @@ impl Table for MemoryTable {
     fn apply_ops(&mut self, ops: Vec<MemoryOp>) {
         self.apply_many(ops);
     }
+    fn snapshot(&self) -> Vec<MemoryOp> {
+        MemoryTable::snapshot(self)
+    }
+    fn snapshot_len(&self) -> usize {
+        self.len()
+    }
 }
 
 impl Table for VariableTable {
@@ -93,12 +106,29 @@ impl Table for VariableTable {
     fn apply_op(&mut self, op: VariableOp) {
         self.apply(op);
     }
+    fn snapshot(&self) -> Vec<VariableOp> {
+        VariableTable::snapshot(self)
+    }
+    fn snapshot_len(&self) -> usize {
+        self.scope_count()
+    }
 }
 
 impl<T: Table> Logged<T> {
     fn catch_up(&mut self, diags: &Mutex<Vec<StoreDiagnostic>>) -> Result<(), StoreError> {
         let mut found = Vec::new();
-        let payloads = self.log.read_new(&mut found)?;
+        let payloads = match self.log.read_new(&mut found)? {
+            NewLines::Lines(lines) => lines,
+            NewLines::Replaced => {
+                // Another process compacted the log: rebuild from the new file.
+                self.table = T::default();
+                self.log.restart();
+                match self.log.read_new(&mut found)? {
+                    NewLines::Lines(lines) => lines,
+                    NewLines::Replaced => Vec::new(),
+                }
+            }
+        };
         if payloads.is_empty() {
             lock(diags).extend(found);
             return Ok(());
@@ -159,6 +189,39 @@ impl<T: Table> Logged<T> {
     fn log_name(&self) -> String {
         self.log.rel().to_owned()
     }
+
+    /// Rewrites the log as one line per live state. The caller holds the exclusive lock and
+    /// has caught up. Returns `(lines before, lines after)`.
+    fn compact(&mut self) -> Result<(u64, u64), StoreError> {
+        let before = self.log.lines();
+        let payloads = self
+            .table
+            .snapshot()
+            .iter()
+            .map(serde_json::to_string)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| StoreError::Corrupt {
+                file: self.log_name(),
+                reason: format!("cannot encode a snapshot: {e}"),
+            })?;
+        self.log.replace_with(&payloads)?;
+        Ok((before, payloads.len() as u64))
+    }
+
+    /// Whether the log holds many more lines than the state it describes.
+    fn bloated(&self) -> bool {
+        let lines = self.log.lines();
+        lines > COMPACT_MIN_LINES && lines > 2 * self.table.snapshot_len() as u64
+    }
+}
+
+/// What a compaction did: `(lines before, lines after)` per log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactReport {
+    /// `memory.log`.
+    pub memory: (u64, u64),
+    /// `variables.log`.
+    pub variables: (u64, u64),
 }
 
 /// Every store port on one root directory.
@@ -203,7 +266,36 @@ impl FsStore {
         };
         lock(&store.memory).catch_up(&store.diagnostics)?;
         lock(&store.variables).catch_up(&store.diagnostics)?;
+        // A log that has grown far beyond its state (updates, access times) is compacted so
+        // opening stays proportional to what is stored, not to its history.
+        if lock(&store.memory).bloated() || lock(&store.variables).bloated() {
+            store.compact()?;
+        }
         Ok(store)
+    }
+
+    /// Rewrites both logs as one line per record (memories, with their whole audit trail) and
+    /// per scope (variables, with tombstones and audit): nothing is lost, history lines and
+    /// access-time lines are folded. Atomic and durable (temp + fsync + rename + directory
+    /// fsync); other processes sharing the root notice and reload. Runs automatically at open
+    /// when a log has more than twice the lines its state needs.
+    ///
+    /// # Errors
+    /// IO failures; the old logs stay in place then.
+    pub fn compact(&self) -> Result<CompactReport, StoreError> {
+        let memory = {
+            let mut g = lock(&self.memory);
+            let _lock = g.log.lock(true)?;
+            g.catch_up(&self.diagnostics)?;
+            g.compact()?
+        };
+        let variables = {
+            let mut g = lock(&self.variables);
+            let _lock = g.log.lock(true)?;
+            g.catch_up(&self.diagnostics)?;
+            g.compact()?
+        };
+        Ok(CompactReport { memory, variables })
     }
 
     /// Problems found in stored data so far (file names relative to the root).
