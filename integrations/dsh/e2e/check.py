@@ -72,6 +72,15 @@ wrote = tool_results(first[1])
 check(wrote[0].get("content") == "Kai's lantern is blue." and wrote[0].get("deduplicated") is False, "memory_write stored the memory")
 check(wrote[1].get("name") == "trust" and wrote[1].get("value") == 1, "variable_set stored the variable")
 
+# --- a plain session: no kernel, no AgentTavern tools, no chat -------------------------------------
+plain = requests(1, "plain-1")
+check(len(plain) == 1, "the plain session made one model request")
+plain_system = plain[0]["body"]["messages"][0]["content"]
+plain_tools = {t["function"]["name"] for t in plain[0]["body"]["tools"]}
+check("AgentTavern" not in plain_system and "{{" not in plain_system, "a plain session gets no kernel or persona")
+check(not (plain_tools & {"memory_write", "memory_search", "variable_set", "tavern_lore_search"}), "a plain session is offered no AgentTavern tool")
+check(not glob.glob(f"{work}/data/chats/*/*plain-1*"), "a plain session gets no chat")
+
 # --- turn 2, a new host process: found again; forged identity reaches nothing ------------------
 second = requests(2, "e2e-session-1")
 check(len(second) == 2, "turn 2 took two model requests")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end test of AgentTavern inside the real DeepSeek Harness 0.1.0-rc.6:
 #   run 1: two sessions; the model writes a memory and sets a variable in the first, a
-#          secret memory in the second;
+#          secret memory in the second; a third, plain session gets nothing of AgentTavern;
 #   run 2: a new host process resumes the first session; the model finds the memory and the
 #          variable, and a forged session id in tool arguments reaches nothing;
 #   run 3: DSH's own MCP client drives `tavern-bridge mcp` for one fixed binding.
@@ -61,6 +61,7 @@ cat > "$work/tavern.patch.yml" <<YAML
         assets: $work/assets
         user: Kai
         character: Mira
+        bindPattern: '^e2e-'
         sessionsRoot: $work/home/sessions-raw
 YAML
 
@@ -107,7 +108,7 @@ YAML
   server_pid=""
 }
 
-run 1 "$here/script-1.json" '[{sessionId: e2e-session-1, messages: ["My lantern is blue. Remember it, and that I trust you a little."]}, {sessionId: e2e-other, messages: ["Keep this secret: the vault code is 4471."]}]' "$work/tavern.patch.yml"
+run 1 "$here/script-1.json" '[{sessionId: e2e-session-1, messages: ["My lantern is blue. Remember it, and that I trust you a little."]}, {sessionId: e2e-other, messages: ["Keep this secret: the vault code is 4471."]}, {sessionId: plain-1, messages: ["Just a plain coding question."]}]' "$work/tavern.patch.yml"
 run 2 "$here/script-2.json" '[{sessionId: e2e-session-1, resume: true, messages: ["What colour is my lantern, and how much do I trust you?"]}]' "$work/tavern.patch.yml"
 run 3 "$here/script-3.json" '[{sessionId: e2e-mcp-host, messages: ["Note that the bridge works over MCP."]}]' "$work/mcp.patch.yml"
 

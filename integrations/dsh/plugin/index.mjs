@@ -9,6 +9,8 @@
 //     the system-prompt/assemble waterfall fills per agent and request from the bridge: rc.6
 //     interpolation is strict and never re-scans variable values, so {{char}} in a custom
 //     prompt stays literal;
+//   - the same waterfall removes AgentTavern's tools from requests of agents it did not mount
+//     (headless registers tools globally);
 //   - tool execution → `tool/call` with exec.agent.id as the only identity, plus cancellation;
 //   - every session/event, agent/status and agent/disposed → notifications for the projector.
 // The child process is tied to the plugin's life with ctx.effect and shut down in order.
@@ -113,9 +115,11 @@ export async function apply(ctx, config) {
   // waterfall writes that agent's current text into the assembled variables. Agents
   // AgentTavern did not mount get empty text, and empty sections are dropped.
   const prompts = new Map()
-  const bind = (id) => config.character
+  const bindable = new RegExp(config.bindPattern ?? '.*')
+  const bind = (id) => config.character && bindable.test(id)
     ? { character: config.character, chatId: `${config.chatPrefix ?? config.character} - ${id}`.slice(0, 80) }
     : undefined
+  const ours = new Set(hello.tools.map((t) => t.name))
   ctx.effect(() => ctx.systemPrompt.variable('tavern_persona', (c) => prompts.get(c?.scope?.id)?.persona ?? ''))
   ctx.effect(() => ctx.systemPrompt.variable('tavern_kernel', (c) => prompts.get(c?.scope?.id)?.kernel ?? ''))
   ctx.effect(() => ctx.systemPrompt.section({ name: 'deployment:persona-prefix', order: 0, text: '{{tavern_persona}}' }))
@@ -123,14 +127,19 @@ export async function apply(ctx, config) {
   ctx.on('system-prompt/assemble', async (_assembly, context, next) => {
     const assembly = await next()
     const id = context?.scope?.id
-    if (id && prompts.has(id)) {
-      try {
-        const text = splitPrompt(await bridge.call('prompt', { agent: id }))
-        prompts.set(id, text)
-        assembly.variables.tavern_persona = text.persona
-        assembly.variables.tavern_kernel = text.kernel
-      } catch (e) { logger.warn?.('agent-tavern: prompt failed: %s', e.message) }
+    if (!id || !prompts.has(id)) return assembly
+    let result = null
+    try { result = await bridge.call('prompt', { agent: id }) } catch (e) { logger.warn?.('agent-tavern: prompt failed: %s', e.message) }
+    if (result?.text == null) {
+      // Not an AgentTavern session (or the bridge is down): headless registers tools globally,
+      // so take ours out of this agent's request; the bridge would refuse them anyway.
+      assembly.tools = assembly.tools.filter((t) => !ours.has(t.name))
+      return assembly
     }
+    const text = splitPrompt(result)
+    prompts.set(id, text)
+    assembly.variables.tavern_persona = text.persona
+    assembly.variables.tavern_kernel = text.kernel
     return assembly
   })
 
