@@ -661,6 +661,15 @@ impl Runtime {
         Ok(self.projector.pending().await?)
     }
 
+    /// Answers the tavern-mode route `POST /tavern-mode/system-prompt` over this runtime's
+    /// prompt store and preset (see [`crate::tavern_mode::handle_route`]).
+    pub async fn tavern_mode_route(
+        &self,
+        req: crate::tavern_mode::RouteRequest<'_>,
+    ) -> crate::tavern_mode::RouteResponse {
+        crate::tavern_mode::handle_route(req, &*self.stores, &self.config.tavern_mode).await
+    }
+
     /// The stores this runtime uses.
     pub fn stores(&self) -> &Arc<dyn AllStores> {
         &self.stores

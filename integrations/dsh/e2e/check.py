@@ -56,9 +56,9 @@ def chat(name):
 log = session_log("e2e-session-1")
 types = [e["type"] for e in log]
 check([e["seq"] for e in log] == list(range(len(log))), "session log seqs are contiguous from 0")
-check(types.count("turn/start") == 2 and types.count("turn/end") == 2, "two turns, each started and ended once")
+check(types.count("turn/start") == 3 and types.count("turn/end") == 3, "three turns (runs 1, 2, 4), each started and ended once")
 check(types.count("tool/call") == 6, "six tool calls (2 in turn 1, 4 in turn 2), each logged once")
-check(all(e["data"]["reason"]["kind"] == "completed" for e in log if e["type"] == "turn/end"), "both turns completed")
+check(all(e["data"]["reason"]["kind"] == "completed" for e in log if e["type"] == "turn/end"), "every turn completed")
 
 # --- turn 1: the model had the kernel and the tools, and wrote ---------------------------------
 first = requests(1, "e2e-session-1")
@@ -99,6 +99,8 @@ check([l["mes"] for l in projected] == [
     "I will remember your blue lantern, Kai.",
     "What colour is my lantern, and how much do I trust you?",
     "Your lantern is blue, and you trust me a little.",
+    "A riddle, please.",
+    "What walks on four legs at dawn?",
 ], "the chat holds each user and final assistant message exactly once, in order")
 seqs = [l["extra"]["agentTavern"]["eventSeq"] for l in projected]
 check(len(set(seqs)) == len(seqs), "no idempotency key repeats")
@@ -113,6 +115,21 @@ check("mcp__tavern__memory_write" in names and "mcp__tavern__memory_search" in n
 results = tool_results(mcp[-1])
 check(results[0].get("content") == "The bridge works over MCP.", "memory_write over MCP")
 check(any(i["content"] == "The bridge works over MCP." for i in results[1].get("items", [])), "memory_search over MCP finds it")
+
+# --- tavern mode's route on the web profile, then used by the next request ------------------------
+with open(f"{work}/web.json", encoding="utf-8") as f:
+    web = json.load(f)
+check(web["save"][0] == 200 and web["save"][1]["custom"] is True, "the web route saves a custom prompt")
+check(web["read"][1]["text"] == "Speak as {{char}}, in riddles, to {{user}}.", "the route reads it back literally")
+check(web["other"][1]["custom"] is False, "other sessions keep the preset default")
+for case, status, code in [("get", 405, "method-not-allowed"), ("not-json", 400, "bad-request"),
+                           ("bad-session", 400, "bad-session"), ("unknown-action", 400, "unknown-action"),
+                           ("too-long", 413, "too-long")]:
+    check(web[case][0] == status and web[case][1]["error"] == code, f"the route answers {status} {code}")
+fourth = requests(4, "e2e-session-1")
+check(bool(fourth) and "Speak as {{char}}, in riddles, to {{user}}." in fourth[0]["body"]["messages"][0]["content"],
+      "the next request carries the custom prompt with its braces")
+check(bool(fourth) and "AgentTavern roleplay kernel" in fourth[0]["body"]["messages"][0]["content"], "and still the kernel")
 
 print(f"e2e: {len(passed)} passed, {len(failures)} failed")
 sys.exit(1 if failures else 0)

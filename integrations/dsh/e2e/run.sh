@@ -4,7 +4,9 @@
 #          secret memory in the second; a third, plain session gets nothing of AgentTavern;
 #   run 2: a new host process resumes the first session; the model finds the memory and the
 #          variable, and a forged session id in tool arguments reaches nothing;
-#   run 3: DSH's own MCP client drives `tavern-bridge mcp` for one fixed binding.
+#   run 3: DSH's own MCP client drives `tavern-bridge mcp` for one fixed binding;
+#   web:   the web profile serves tavern mode's route; a custom prompt is saved through it;
+#   run 4: the resumed session's next request carries that prompt, braces intact.
 # check.py then asserts on the host's session logs, the model requests and the projected chats.
 # Installs the host from the committed lockfile when needed. Exits non-zero on any failure.
 set -euo pipefail
@@ -111,5 +113,19 @@ YAML
 run 1 "$here/script-1.json" '[{sessionId: e2e-session-1, messages: ["My lantern is blue. Remember it, and that I trust you a little."]}, {sessionId: e2e-other, messages: ["Keep this secret: the vault code is 4471."]}, {sessionId: plain-1, messages: ["Just a plain coding question."]}]' "$work/tavern.patch.yml"
 run 2 "$here/script-2.json" '[{sessionId: e2e-session-1, resume: true, messages: ["What colour is my lantern, and how much do I trust you?"]}]' "$work/tavern.patch.yml"
 run 3 "$here/script-3.json" '[{sessionId: e2e-mcp-host, messages: ["Note that the bridge works over MCP."]}]' "$work/mcp.patch.yml"
+
+# The web profile serves tavern mode's route: save a custom prompt for the first session …
+echo "e2e: web profile"
+web_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+(cd "$work" && DSH_HOME="$work/home" DSH_TELEMETRY_DISABLED=1 DEEPSEEK_API_KEY=e2e \
+  npm exec --prefix "$host" -- dsh --profile web --patch "$work/tavern.patch.yml" --host 127.0.0.1 --port "$web_port" --no-open \
+  > "$work/web.out" 2> "$work/web.err") &
+web_pid=$!
+python3 "$here/web_check.py" "$web_port" "$work/web.json" || { cat "$work/web.err" >&2; kill "$web_pid"; exit 1; }
+pkill -P "$web_pid" 2>/dev/null || true
+kill "$web_pid" 2>/dev/null || true
+wait "$web_pid" 2>/dev/null || true
+# … which the next headless turn of that session must use, braces intact.
+run 4 "$here/script-4.json" '[{sessionId: e2e-session-1, resume: true, messages: ["A riddle, please."]}]' "$work/tavern.patch.yml"
 
 python3 "$here/check.py" "$work"

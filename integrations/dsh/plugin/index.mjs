@@ -164,6 +164,38 @@ export async function apply(ctx, config) {
   ctx.on('session/event', (session, event) => {
     bridge.notify('event', { session: session.id, event })
   })
+
+  // Tavern mode's route, where the profile has a web server (DSH rc.6: `web` only). rc.6 has no
+  // admission API: a caller is admitted with `Authorization: Bearer <routeToken>` when a token
+  // is configured, otherwise only from loopback.
+  const web = ctx.get('webServer')
+  if (web) {
+    ctx.effect(() => web.register({
+      kind: 'exact',
+      path: '/tavern-mode/system-prompt',
+      handler: async (req, res) => {
+        const chunks = []
+        let size = 0
+        for await (const chunk of req) {
+          size += chunk.length
+          if (size > 1 << 20) break
+          chunks.push(chunk)
+        }
+        const loopback = ['127.0.0.1', '::1', '::ffff:127.0.0.1'].includes(req.socket?.remoteAddress)
+        const admitted = config.routeToken ? req.headers.authorization === `Bearer ${config.routeToken}` : loopback
+        let reply
+        try {
+          reply = size > 1 << 20
+            ? { status: 413, body: { ok: false, error: 'too-long', message: 'the body is over 1 MiB' } }
+            : await bridge.call('tavern-mode/route', { method: req.method, admitted, body: Buffer.concat(chunks).toString('utf8') })
+        } catch (e) {
+          reply = { status: 500, body: { ok: false, error: 'save-failed', message: e.message } }
+        }
+        res.writeHead(reply.status, { 'content-type': 'application/json' })
+        res.end(JSON.stringify(reply.body))
+      },
+    }))
+  }
 }
 
 /** The bridge's prompt sections, split into the persona and the kernel text. */

@@ -287,6 +287,19 @@ impl Bridge {
                     "capabilities": self.runtime.capabilities()}),
                 )
             }
+            "tavern-mode/route" => {
+                let req = crate::tavern_mode::RouteRequest {
+                    method: param(p, "method").map_err(invalid)?,
+                    admitted: p.get("admitted").and_then(Value::as_bool).unwrap_or(false),
+                    body: p
+                        .get("body")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .as_bytes(),
+                };
+                let resp = self.runtime.tavern_mode_route(req).await;
+                Ok(json!({"status": resp.status, "body": resp.body}))
+            }
             "shutdown" => {
                 self.shut_down.store(true, Ordering::SeqCst);
                 out.push(json!({"method": "log", "params": {"level": "info", "message": "agent-tavern bridge stopping; every write is already durable"}}));

@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Drives the tavern-mode route of a running `dsh --profile web`: waits (bounded) until it
+answers, then records a set of requests and their answers as JSON for check.py.
+
+Usage: web_check.py PORT OUT.json
+"""
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+
+port, out = sys.argv[1], sys.argv[2]
+url = f"http://127.0.0.1:{port}/tavern-mode/system-prompt"
+
+
+def call(method, body):
+    data = body.encode("utf-8") if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+deadline = time.monotonic() + 90
+while True:
+    try:
+        status, _ = call("POST", json.dumps({"action": "read", "sessionId": "e2e-session-1"}))
+        if status != 404:
+            break
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        pass
+    if time.monotonic() > deadline:
+        sys.exit("web_check: the web profile never answered on the route")
+    time.sleep(0.25)
+
+results = {
+    "save": call("POST", json.dumps({"action": "save", "sessionId": "e2e-session-1", "text": "Speak as {{char}}, in riddles, to {{user}}."})),
+    "read": call("POST", json.dumps({"action": "read", "sessionId": "e2e-session-1"})),
+    "other": call("POST", json.dumps({"action": "read", "sessionId": "e2e-other"})),
+    "get": call("GET", None),
+    "not-json": call("POST", "not json"),
+    "bad-session": call("POST", json.dumps({"action": "read", "sessionId": "../x"})),
+    "unknown-action": call("POST", json.dumps({"action": "delete", "sessionId": "e2e-session-1"})),
+    "too-long": call("POST", json.dumps({"action": "save", "sessionId": "e2e-session-1", "text": "x" * 40000})),
+}
+with open(out, "w", encoding="utf-8") as f:
+    json.dump(results, f)
