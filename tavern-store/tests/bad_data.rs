@@ -254,3 +254,30 @@ async fn a_bulk_import_is_all_or_nothing() {
     assert_eq!(hits.hits[0].record.id.as_str(), "bulk4999");
     assert!(s.diagnostics().is_empty());
 }
+
+#[tokio::test]
+async fn temp_files_of_interrupted_writes_are_removed_when_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(open(&dir));
+    let stale = dir.path().join("prompts/.tmp-crashed");
+    let fresh = dir.path().join(".tmp-in-flight");
+    for p in [&stale, &fresh] {
+        std::fs::write(p, b"partial").unwrap();
+    }
+    let two_hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+    std::fs::File::options()
+        .write(true)
+        .open(&stale)
+        .unwrap()
+        .set_modified(two_hours_ago)
+        .unwrap();
+    let s = open(&dir);
+    assert!(!stale.exists(), "a stale temp file is removed");
+    assert!(
+        fresh.exists(),
+        "a fresh one may belong to another process and stays"
+    );
+    let diags = s.diagnostics();
+    assert_eq!(diags.len(), 1);
+    assert_eq!(diags[0].file, "prompts/.tmp-crashed");
+}

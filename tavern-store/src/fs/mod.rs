@@ -264,6 +264,7 @@ impl FsStore {
             clock,
             diagnostics: Mutex::default(),
         };
+        store.remove_stale_temp_files();
         lock(&store.memory).catch_up(&store.diagnostics)?;
         lock(&store.variables).catch_up(&store.diagnostics)?;
         // A log that has grown far beyond its state (updates, access times) is compacted so
@@ -296,6 +297,51 @@ impl FsStore {
             g.compact()?
         };
         Ok(CompactReport { memory, variables })
+    }
+
+    /// Removes temporary files an interrupted atomic write left behind (a crash between
+    /// creating the temp file and renaming it). Only files older than an hour: a younger one
+    /// may belong to another process writing right now.
+    fn remove_stale_temp_files(&self) {
+        let hour = std::time::Duration::from_secs(3600);
+        let mut dirs = vec![
+            String::new(),
+            "prompts".to_owned(),
+            "checkpoints".to_owned(),
+        ];
+        if let Ok(chats) = std::fs::read_dir(self.root.join("chats")) {
+            dirs.extend(
+                chats
+                    .filter_map(Result::ok)
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .map(|n| format!("chats/{n}")),
+            );
+        }
+        for rel_dir in dirs {
+            let Ok(entries) = std::fs::read_dir(atomic::under(&self.root, &rel_dir)) else {
+                continue;
+            };
+            for entry in entries.filter_map(Result::ok) {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let old = entry
+                    .metadata()
+                    .ok()
+                    .and_then(|m| m.modified().ok())
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age > hour);
+                if name.starts_with(".tmp-") && old && std::fs::remove_file(entry.path()).is_ok() {
+                    let rel = if rel_dir.is_empty() {
+                        name
+                    } else {
+                        format!("{rel_dir}/{name}")
+                    };
+                    self.diag(
+                        &rel,
+                        "temporary file of an interrupted write removed".into(),
+                    );
+                }
+            }
+        }
     }
 
     /// Problems found in stored data so far (file names relative to the root).
