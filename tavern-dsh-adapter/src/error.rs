@@ -31,6 +31,14 @@ pub enum AdapterError {
         /// Why.
         reason: String,
     },
+    /// The host sent an event without the envelope fields (type, seq).
+    #[error("invalid event for session {session}: {reason}")]
+    InvalidEvent {
+        /// The session.
+        session: String,
+        /// What is missing.
+        reason: String,
+    },
     /// The session has no binding.
     #[error("session {0} is not bound to a tavern chat")]
     NotBound(String),

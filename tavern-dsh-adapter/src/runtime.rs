@@ -444,7 +444,7 @@ impl Runtime {
         let Some(binding) = self.binding(session).await?.filter(Self::is_agent_tavern) else {
             return Ok(None);
         };
-        let event = HostEvent::from_json(raw).map_err(|reason| AdapterError::Conflict {
+        let event = HostEvent::from_json(raw).map_err(|reason| AdapterError::InvalidEvent {
             session: session.to_string(),
             reason,
         })?;

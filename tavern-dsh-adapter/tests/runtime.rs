@@ -420,3 +420,19 @@ async fn a_projection_failure_never_fails_the_turn_and_resume_fills_the_gap() {
         .collect();
     assert_eq!(texts[1..], ["hello", "still here"]);
 }
+
+#[tokio::test]
+async fn an_event_without_an_envelope_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = World::open(dir.path(), rc6());
+    w.session("s1", "c1").await;
+    let err = w
+        .runtime
+        .on_event(&sid("s1"), &json!({"type": "turn/start", "data": {}}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid event for session s1: turn/start event without a seq"
+    );
+}
