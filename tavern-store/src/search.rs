@@ -236,7 +236,7 @@ impl Shard {
 }
 
 /// An inverted index over documents identified by `u32` slots the caller assigns. Terms are
-/// interned into [`SHARDS`] shards by hash. Postings count only while their generation is the
+/// interned into two shards by hash. Postings count only while their generation is the
 /// document's current one, so re-indexing a slot never leaves old terms matching.
 #[derive(Debug, Default, Clone)]
 pub struct Bm25Index {
