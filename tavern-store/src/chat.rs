@@ -91,6 +91,11 @@ pub fn parent_chat(file: &ChatFile) -> Option<ChatId> {
     ChatId::parse(header.main_chat()?).ok()
 }
 
+/// How errors name a chat: `chat <id> of <character>`.
+pub(crate) fn chat_target(character: &CharacterName, chat: &ChatId) -> String {
+    format!("chat {chat} of {character}")
+}
+
 /// Checks that every line is exactly one JSON object without line breaks.
 ///
 /// # Errors

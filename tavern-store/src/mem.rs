@@ -13,7 +13,7 @@ use tavern_core::{
     VariableRecord,
 };
 
-use crate::chat::{validate_lines, ChatFile, ChatRevision, ChatStore};
+use crate::chat::{chat_target, validate_lines, ChatFile, ChatRevision, ChatStore};
 use crate::checkpoint::{CheckpointStatus, CheckpointStore, ProjectorCheckpoint};
 use crate::clock::{Clock, SystemClock};
 use crate::engine::memory_table::{MemoryOp, MemoryTable};
@@ -107,6 +107,22 @@ impl MemStore {
             .insert((character.clone(), chat.clone()), (lines, generation));
     }
 
+    /// Runs a memory write: the injected fault for `op`, then the checked op, applied.
+    fn write_memory(
+        &self,
+        op: &str,
+        prepare: impl FnOnce(
+            &MemoryTable,
+            tavern_core::Timestamp,
+        ) -> Result<(MemoryRecord, MemoryOp), StoreError>,
+    ) -> Result<MemoryRecord, StoreError> {
+        self.fault(op)?;
+        let mut table = lock(&self.memory);
+        let (record, op) = prepare(&table, self.clock.now())?;
+        table.apply(op);
+        Ok(record)
+    }
+
     fn fault(&self, op: &str) -> Result<(), StoreError> {
         let mut faults = lock(&self.faults);
         if let Some(i) = faults.iter().position(|f| f == op) {
@@ -154,15 +170,9 @@ impl MemoryStore for MemStore {
         expected: Option<&Revision>,
         restore: bool,
     ) -> Result<MemoryRecord, StoreError> {
-        self.fault("memory.put")?;
-        let mut table = lock(&self.memory);
-        let op = table.prepare_put(write, expected, restore, self.clock.now())?;
-        let MemoryOp::Put { record, .. } = &op else {
-            unreachable!("prepare_put only produces puts")
-        };
-        let record = (**record).clone();
-        table.apply(op);
-        Ok(record)
+        self.write_memory("memory.put", |t, now| {
+            t.prepare_put(write, expected, restore, now)
+        })
     }
 
     async fn forget(
@@ -172,15 +182,9 @@ impl MemoryStore for MemStore {
         expected: &Revision,
         source: MemorySource,
     ) -> Result<MemoryRecord, StoreError> {
-        self.fault("memory.forget")?;
-        let mut table = lock(&self.memory);
-        let op = table.prepare_forget(id, scope, expected, source, self.clock.now())?;
-        let MemoryOp::Put { record, .. } = &op else {
-            unreachable!("prepare_forget only produces puts")
-        };
-        let record = (**record).clone();
-        table.apply(op);
-        Ok(record)
+        self.write_memory("memory.forget", |t, now| {
+            t.prepare_forget(id, scope, expected, source, now)
+        })
     }
 
     async fn memory_audit(
@@ -326,12 +330,12 @@ impl ChatStore for MemStore {
         let next = chats.generation;
         let Some((current, g)) = chats.files.get_mut(&(character.clone(), chat.clone())) else {
             return Err(StoreError::NotFound {
-                target: format!("chat {chat} of {character}"),
+                target: chat_target(character, chat),
             });
         };
         if &chat_revision(*g) != expected {
             return Err(StoreError::Conflict {
-                target: format!("chat {chat} of {character}"),
+                target: chat_target(character, chat),
                 current: None,
             });
         }
@@ -354,7 +358,7 @@ impl ChatStore for MemStore {
         let current = chats.files.get(&key).map(|(_, g)| chat_revision(*g));
         if current.as_ref() != expected {
             return Err(StoreError::Conflict {
-                target: format!("chat {chat} of {character}"),
+                target: chat_target(character, chat),
                 current: None,
             });
         }

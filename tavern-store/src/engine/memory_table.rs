@@ -106,6 +106,15 @@ struct AuditItem {
     source: MemorySource,
 }
 
+/// A new version and the `put` op that records it.
+fn put(record: MemoryRecord, action: AuditAction) -> (MemoryRecord, MemoryOp) {
+    let op = MemoryOp::Put {
+        record: Box::new(record.clone()),
+        action,
+    };
+    (record, op)
+}
+
 fn target(id: &MemoryId) -> String {
     format!("memory {id}")
 }
@@ -147,13 +156,14 @@ impl MemoryTable {
         self.get(scope, id).filter(|r| r.is_live(now))
     }
 
+    /// Checks a put against the current state; returns the new version and the op to apply.
     pub(crate) fn prepare_put(
         &self,
         write: MemoryWrite,
         expected: Option<&Revision>,
         restore: bool,
         now: Timestamp,
-    ) -> Result<MemoryOp, StoreError> {
+    ) -> Result<(MemoryRecord, MemoryOp), StoreError> {
         write.validate()?;
         let current = self.get(&write.scope, &write.id);
         let conflict = |current: Option<&MemoryRecord>| StoreError::Conflict {
@@ -181,10 +191,7 @@ impl MemoryTable {
                 (cur.updated(write.clone(), now)?, action)
             }
         };
-        Ok(MemoryOp::Put {
-            record: Box::new(record),
-            action,
-        })
+        Ok(put(record, action))
     }
 
     pub(crate) fn prepare_forget(
@@ -194,7 +201,7 @@ impl MemoryTable {
         expected: &Revision,
         source: MemorySource,
         now: Timestamp,
-    ) -> Result<MemoryOp, StoreError> {
+    ) -> Result<(MemoryRecord, MemoryOp), StoreError> {
         let Some(cur) = self.get(scope, id).filter(|r| r.deleted_at.is_none()) else {
             return Err(StoreError::NotFound { target: target(id) });
         };
@@ -204,10 +211,7 @@ impl MemoryTable {
                 current: Some(cur.revision.clone()),
             });
         }
-        Ok(MemoryOp::Put {
-            record: Box::new(cur.forgotten(source, now)),
-            action: AuditAction::Forgotten,
-        })
+        Ok(put(cur.forgotten(source, now), AuditAction::Forgotten))
     }
 
     /// Applies an operation; replaying the same log twice from empty yields the same table.

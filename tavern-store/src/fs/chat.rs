@@ -17,7 +17,7 @@ use tavern_core::{CharacterName, ChatId};
 use super::atomic::{ensure_dir, io_err, under, write_atomic, FileLock};
 use super::names::{decode, encode};
 use super::FsStore;
-use crate::chat::{validate_lines, ChatFile, ChatRevision, ChatStore};
+use crate::chat::{chat_target, validate_lines, ChatFile, ChatRevision, ChatStore};
 use crate::error::StoreError;
 
 const TAIL_BYTES: u64 = 4096;
@@ -36,10 +36,6 @@ fn lock_rel(character: &CharacterName, chat: &ChatId) -> String {
         encode(character.as_str()),
         encode(chat.as_str())
     )
-}
-
-fn target(character: &CharacterName, chat: &ChatId) -> String {
-    format!("chat {chat} of {character}")
 }
 
 /// The revision of an open file, from its metadata and tail.
@@ -161,12 +157,12 @@ impl ChatStore for FsStore {
         let _lock = FileLock::acquire(&self.root, &lock_rel(character, chat), true)?;
         let Some(mut file) = open_existing(&path, &rel)? else {
             return Err(StoreError::NotFound {
-                target: target(character, chat),
+                target: chat_target(character, chat),
             });
         };
         if &revision_of(&mut file, &rel)? != expected {
             return Err(StoreError::Conflict {
-                target: target(character, chat),
+                target: chat_target(character, chat),
                 current: None,
             });
         }
@@ -195,7 +191,7 @@ impl ChatStore for FsStore {
         let current = std::fs::metadata(&path).map(|m| identity(&m).0);
         if current.ok() != Some(written) {
             return Err(StoreError::Conflict {
-                target: target(character, chat),
+                target: chat_target(character, chat),
                 current: None,
             });
         }
@@ -212,7 +208,7 @@ impl ChatStore for FsStore {
         validate_lines(chat, lines)?;
         if lines.is_empty() {
             return Err(StoreError::Corrupt {
-                file: target(character, chat),
+                file: chat_target(character, chat),
                 reason: "a chat needs at least its header line".into(),
             });
         }
@@ -221,14 +217,14 @@ impl ChatStore for FsStore {
         let _lock = FileLock::acquire(&self.root, &lock_rel(character, chat), true)?;
         if self.chat_revision_now(character, chat)?.as_ref() != expected {
             return Err(StoreError::Conflict {
-                target: target(character, chat),
+                target: chat_target(character, chat),
                 current: None,
             });
         }
         write_atomic(&self.root, &rel, lines.join("\n").as_bytes())?;
         self.chat_revision_now(character, chat)?
             .ok_or_else(|| StoreError::NotFound {
-                target: target(character, chat),
+                target: chat_target(character, chat),
             })
     }
 }

@@ -407,16 +407,12 @@ impl FsStore {
 
     fn write_memory_op(
         &self,
-        prepare: impl FnOnce(&MemoryTable) -> Result<MemoryOp, StoreError>,
+        prepare: impl FnOnce(&MemoryTable) -> Result<(MemoryRecord, MemoryOp), StoreError>,
     ) -> Result<MemoryRecord, StoreError> {
         let mut g = lock(&self.memory);
         let _lock = g.log.lock(true)?;
         g.catch_up(&self.diagnostics)?;
-        let op = prepare(&g.table)?;
-        let MemoryOp::Put { record, .. } = &op else {
-            unreachable!("memory writes are puts")
-        };
-        let record = (**record).clone();
+        let (record, op) = prepare(&g.table)?;
         g.commit(op, true, &self.diagnostics)?;
         Ok(record)
     }
@@ -441,7 +437,7 @@ impl FsStore {
                     current: None,
                 });
             }
-            ops.push(g.table.prepare_put(w, None, false, now)?);
+            ops.push(g.table.prepare_put(w, None, false, now)?.1);
         }
         let payloads = ops
             .iter()
