@@ -23,11 +23,17 @@ pub struct ChatLine {
 }
 
 impl ChatLine {
-    /// Parses one line (a JSON object).
+    /// Parses one line (a JSON object on one line).
     ///
     /// # Errors
-    /// [`CoreError::InvalidField`] when the line is not a JSON object.
+    /// [`CoreError::InvalidField`] when the line is not a JSON object or holds a line break.
     pub fn parse(raw: &str) -> Result<Self, CoreError> {
+        if raw.contains(['\n', '\r']) {
+            return Err(CoreError::InvalidField {
+                field: "chat line",
+                reason: "a line break inside one line".into(),
+            });
+        }
         match serde_json::from_str::<Value>(raw) {
             Ok(Value::Object(value)) => Ok(Self {
                 raw: raw.to_owned(),
@@ -156,6 +162,27 @@ impl ChatDocument {
             })?);
         }
         Ok(Self { header, messages })
+    }
+
+    /// A document from lines already parsed (the first is the header).
+    ///
+    /// # Errors
+    /// [`CoreError::InvalidField`] for no lines.
+    pub fn from_lines(lines: Vec<ChatLine>) -> Result<Self, CoreError> {
+        let mut lines = lines.into_iter();
+        let header = lines.next().ok_or_else(|| CoreError::InvalidField {
+            field: "chat",
+            reason: "empty file: a chat needs at least its header line".into(),
+        })?;
+        Ok(Self {
+            header,
+            messages: lines.collect(),
+        })
+    }
+
+    /// The lines in file order (header first).
+    pub fn lines(&self) -> impl Iterator<Item = &ChatLine> {
+        std::iter::once(&self.header).chain(&self.messages)
     }
 
     /// The lines in file order (header first) as their raw text.

@@ -59,6 +59,25 @@ pub trait HostPort: Send + Sync {
     /// What the host supports (seams, compaction cooperation).
     fn facts(&self) -> HostFacts;
 
+    /// The session an agent runs. The default is DSH's rule: an agent's id is its session's
+    /// id (the only trustworthy identity a tool call carries).
+    ///
+    /// # Errors
+    /// [`HostError`] when the agent id cannot name a session.
+    fn session_of(&self, agent: &AgentId) -> Result<SessionId, HostError> {
+        SessionId::parse(agent.as_str())
+            .map_err(|e| HostError(format!("agent {agent} names no session: {e}")))
+    }
+
+    /// The agent that runs a session (the inverse of [`HostPort::session_of`]).
+    ///
+    /// # Errors
+    /// [`HostError`] when the session id cannot name an agent.
+    fn agent_of(&self, session: &SessionId) -> Result<AgentId, HostError> {
+        AgentId::parse(session.as_str())
+            .map_err(|e| HostError(format!("session {session} names no agent: {e}")))
+    }
+
     /// Mounts prompt sections and tools on one agent before it is published. Other agents are
     /// never affected. Mounting the same agent again replaces its mount.
     ///

@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use serde_json::{json, Map, Value};
-use tavern_core::chat::{header_line, message_line, ChatDocument, SendDate};
+use serde_json::{json, Value};
+use tavern_core::chat::ChatDocument;
 use tavern_core::{
     render_kernel, switch_context_mode, AgentId, AgentTavernCapabilities, BindingTarget,
     CharacterName, ChatId, ContextMode, ContextModeEvent, IdentitySummary, KernelInput,
@@ -15,8 +15,8 @@ use tavern_core::{
     WritePolicy,
 };
 use tavern_projector::context::{project, Projection, ProjectionInput};
-use tavern_projector::{ChatProjector, HostEvent, Outcome, ProjectorConfig};
-use tavern_store::{AllStores, Clock, StoreError};
+use tavern_projector::{lines, ChatProjector, HostEvent, Outcome, ProjectorConfig};
+use tavern_store::{AllStores, Clock, StateStoreExt, StoreError};
 use tavern_tools::assets::provider::AssetProvider;
 use tavern_tools::{ToolContext, ToolLimits, ToolRegistry, ToolServices};
 
@@ -79,7 +79,9 @@ pub struct Runtime {
     projector: ChatProjector,
     clock: Arc<dyn Clock>,
     config: RuntimeConfig,
-    turns: Mutex<HashMap<AgentId, u64>>,
+    /// The turn in progress per session (dropped at turn end and disposal, so it stays as
+    /// small as the number of sessions mid-turn).
+    turns: Mutex<HashMap<SessionId, u64>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -88,10 +90,6 @@ impl std::fmt::Debug for Runtime {
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
-}
-
-fn session_of(agent: &AgentId) -> Result<SessionId, AdapterError> {
-    Ok(SessionId::parse(agent.as_str())?)
 }
 
 impl Runtime {
@@ -127,6 +125,39 @@ impl Runtime {
             config,
             turns: Mutex::default(),
         }
+    }
+
+    /// The session an agent runs, as the host says.
+    ///
+    /// # Errors
+    /// [`AdapterError::Host`] when the agent names no session.
+    pub fn session_of(&self, agent: &AgentId) -> Result<SessionId, AdapterError> {
+        Ok(self.host.session_of(agent)?)
+    }
+
+    /// Forgets per-agent bookkeeping when the host disposes of an agent (its turn and its
+    /// per-turn tool counters); nothing durable changes.
+    pub fn agent_disposed(&self, agent: &AgentId) {
+        if let Ok(session) = self.session_of(agent) {
+            self.end_turn(&session);
+        }
+    }
+
+    /// How many sessions hold in-memory turn bookkeeping (bounded-memory checks).
+    pub fn tracked_sessions(&self) -> usize {
+        self.turns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+            .max(self.registry.tracked_sessions())
+    }
+
+    fn end_turn(&self, session: &SessionId) {
+        self.turns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(session);
+        self.registry.end_turn(session);
     }
 
     /// AgentTavern's capabilities on this host.
@@ -168,30 +199,20 @@ impl Runtime {
             chat_id: chat.clone(),
             group,
         };
-        let mut created = None;
-        let mut mutate = |state: &mut TavernState| {
-            if state.binding(session).is_some() {
-                return Err(StoreError::Conflict {
-                    target: format!("binding of session {session}"),
-                    current: None,
-                });
-            }
-            let b = SessionBinding::new_for_chat(target.clone(), state);
-            state.set_binding(session.clone(), b.clone());
-            created = Some(b);
-            Ok(())
-        };
-        self.stores
-            .update_state(&mut mutate)
-            .await
-            .map_err(|e| match e {
-                StoreError::Conflict { .. } => AdapterError::Conflict {
-                    session: session.to_string(),
-                    reason: "the session is already bound".into(),
-                },
-                other => other.into(),
-            })?;
-        let binding = created.ok_or_else(|| AdapterError::NotBound(session.to_string()))?;
+        let binding = self
+            .stores
+            .update(|state: &mut TavernState| {
+                if state.binding(session).is_some() {
+                    return Err(AdapterError::Conflict {
+                        session: session.to_string(),
+                        reason: "the session is already bound".into(),
+                    });
+                }
+                let b = SessionBinding::new_for_chat(target.clone(), state);
+                state.set_binding(session.clone(), b.clone());
+                Ok(b)
+            })
+            .await?;
         if Self::is_agent_tavern(&binding) {
             let greeting = match self.assets.card(character).await {
                 Ok(Some(card)) => card
@@ -200,30 +221,10 @@ impl Runtime {
                     .filter(|g| !g.trim().is_empty()),
                 _ => None,
             };
-            let header = header_line(
-                &self.config.user_name,
-                character.as_str(),
-                &self.clock.now().0.to_string(),
-                Map::new(),
-            );
-            let mut lines = vec![header.raw().to_owned()];
+            let now = self.clock.now();
+            let mut lines = vec![lines::header(&self.config.user_name, character, now)];
             if let Some(text) = &greeting {
-                let mut at = Map::new();
-                at.insert("sessionId".into(), json!(session.as_str()));
-                at.insert("greeting".into(), json!(true));
-                let mut extra = Map::new();
-                extra.insert("agentTavern".into(), Value::Object(at));
-                lines.push(
-                    message_line(
-                        character.as_str(),
-                        false,
-                        &SendDate::Millis(self.clock.now().0),
-                        text,
-                        extra,
-                    )
-                    .raw()
-                    .to_owned(),
-                );
+                lines.push(lines::greeting(session, character, text, now));
             }
             if self.stores.chat_revision(character, chat).await?.is_none() {
                 self.stores
@@ -257,7 +258,7 @@ impl Runtime {
     /// # Errors
     /// Store or host failures.
     pub async fn agent_created(&self, agent: &AgentId) -> Result<MountDecision, AdapterError> {
-        let session = session_of(agent)?;
+        let session = self.session_of(agent)?;
         let Some(binding) = self.binding(&session).await? else {
             return Ok(MountDecision::Untouched);
         };
@@ -325,11 +326,12 @@ impl Runtime {
                 target: binding.target().clone(),
                 context_mode: mode,
             };
-            let mut mutate = |state: &mut TavernState| {
-                state.set_binding(session.clone(), fixed.clone());
-                Ok(())
-            };
-            self.stores.update_state(&mut mutate).await?;
+            self.stores
+                .update(|state: &mut TavernState| {
+                    state.set_binding(session.clone(), fixed.clone());
+                    Ok::<_, StoreError>(())
+                })
+                .await?;
         }
         Ok(())
     }
@@ -345,7 +347,7 @@ impl Runtime {
         agent: &AgentId,
         section: &str,
     ) -> Result<Option<String>, AdapterError> {
-        let session = session_of(agent)?;
+        let session = self.session_of(agent)?;
         let state = self.state().await?;
         let Some(binding) = state
             .binding(&session)
@@ -405,15 +407,20 @@ impl Runtime {
                 return json!({"error": {"code": "unavailable", "message": format!("state unavailable: {e}")}})
             }
         };
+        let session = match self.session_of(agent) {
+            Ok(s) => s,
+            Err(e) => return json!({"error": {"code": "unavailable", "message": e.to_string()}}),
+        };
         let turn = self
             .turns
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .get(agent)
+            .get(&session)
             .copied()
             .unwrap_or(0);
-        let ctx = match ToolContext::for_agent(
+        let ctx = match ToolContext::for_session(
             agent,
+            &session,
             &state,
             turn,
             call_id,
@@ -448,22 +455,18 @@ impl Runtime {
             session: session.to_string(),
             reason,
         })?;
-        let agent = AgentId::parse(session.as_str())?;
         match event.kind {
             tavern_projector::EventKind::TurnStart { turn } => {
                 self.turns
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .insert(agent.clone(), turn);
+                    .insert(session.clone(), turn);
             }
             tavern_projector::EventKind::TurnEnd { .. } => {
+                let agent = self.host.agent_of(session)?;
+                self.end_turn(session);
                 self.stores
-                    .clear_scope(
-                        &ScopeKey::Turn {
-                            agent: agent.clone(),
-                        },
-                        MemorySource::system(),
-                    )
+                    .clear_scope(&ScopeKey::Turn { agent }, MemorySource::system())
                     .await?;
             }
             _ => {}
@@ -495,11 +498,10 @@ impl Runtime {
             tavern_projector::EventKind::TurnStart { turn } => Some(turn),
             _ => None,
         }) {
-            let agent = AgentId::parse(session.as_str())?;
             self.turns
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .insert(agent, turn);
+                .insert(session.clone(), turn);
         }
         Ok(Some(
             self.projector.replay(session, &binding, events).await?,
@@ -522,7 +524,7 @@ impl Runtime {
             .binding(session)
             .await?
             .ok_or_else(|| AdapterError::NotBound(session.to_string()))?;
-        let agent = AgentId::parse(session.as_str())?;
+        let agent = self.host.agent_of(session)?;
         let idle = if self.host.is_idle(&agent).await? {
             TurnState::Idle
         } else {
@@ -541,12 +543,12 @@ impl Runtime {
             .host
             .append_event(session, ContextModeEvent::EVENT_TYPE, data, true)
             .await?;
-        let saved = next.clone();
-        let mut mutate = |state: &mut TavernState| {
-            state.set_binding(session.clone(), saved.clone());
-            Ok(())
-        };
-        self.stores.update_state(&mut mutate).await?;
+        self.stores
+            .update(|state: &mut TavernState| {
+                state.set_binding(session.clone(), next.clone());
+                Ok::<_, StoreError>(())
+            })
+            .await?;
         self.on_event(session, &logged).await?;
         Ok(next)
     }
@@ -596,19 +598,9 @@ impl Runtime {
             .read_chat(&target.character, &target.chat_id)
             .await?
             .ok_or_else(|| AdapterError::NotBound(origin.to_string()))?;
-        let doc = ChatDocument::parse(&file.lines.join("\n"))?;
-        let mut meta = doc
-            .header
-            .object()
-            .get("chat_metadata")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
-        meta.insert("main_chat".into(), json!(target.chat_id.as_str()));
-        let mut header = doc.header.object().clone();
-        header.insert("chat_metadata".into(), Value::Object(meta));
-        let mut lines = vec![Value::Object(header).to_string()];
-        lines.extend(doc.messages.iter().map(|m| m.raw().to_owned()));
+        let doc = ChatDocument::from_lines(file.lines)?;
+        let mut lines = vec![lines::fork_header(&doc.header, &target.chat_id)];
+        lines.extend(doc.messages);
         self.stores
             .rewrite_chat(&target.character, new_chat, &lines, None)
             .await?;
@@ -617,19 +609,18 @@ impl Runtime {
             chat_id: new_chat.clone(),
             group: target.group,
         };
-        let mut made = None;
-        let mut mutate = |state: &mut TavernState| {
-            let b = SessionBinding::with_architecture(
-                new_target.clone(),
-                architecture,
-                state.default_context_mode,
-            );
-            state.set_binding(new_session.clone(), b.clone());
-            made = Some(b);
-            Ok(())
-        };
-        self.stores.update_state(&mut mutate).await?;
-        made.ok_or_else(|| AdapterError::NotBound(new_session.to_string()))
+        Ok(self
+            .stores
+            .update(|state: &mut TavernState| {
+                let b = SessionBinding::with_architecture(
+                    new_target.clone(),
+                    architecture,
+                    state.default_context_mode,
+                );
+                state.set_binding(new_session.clone(), b.clone());
+                Ok::<_, StoreError>(b)
+            })
+            .await?)
     }
 
     /// The context projection for an agent-managed request, or `None` when the session is
@@ -642,7 +633,7 @@ impl Runtime {
         agent: &AgentId,
         input: &ProjectionInput,
     ) -> Result<Option<Projection>, AdapterError> {
-        let session = session_of(agent)?;
+        let session = self.session_of(agent)?;
         let managed = self
             .binding(&session)
             .await?

@@ -10,6 +10,7 @@ use tavern_core::{
 };
 use tavern_dsh_adapter::fake::{ModelStep, ToolCallPlan};
 use tavern_dsh_adapter::{AdapterError, MountDecision, StAction};
+use tavern_store::StateStoreExt as _;
 use tavern_store::{MemoryStore, StateStore};
 
 fn sid(s: &str) -> SessionId {
@@ -335,11 +336,13 @@ async fn a06_mode_switch_only_when_idle_and_persisted_with_its_event() {
 async fn a07_st_sessions_untouched_and_st_actions_refused_for_agent_tavern() {
     let dir = tempfile::tempdir().unwrap();
     let w = World::open(dir.path(), rc6());
-    let mut set_st = |state: &mut tavern_core::TavernState| {
-        state.default_architecture = TavernArchitecture::St;
-        Ok(())
-    };
-    w.store.update_state(&mut set_st).await.unwrap();
+    w.store
+        .update(|state: &mut tavern_core::TavernState| {
+            state.default_architecture = TavernArchitecture::St;
+            Ok::<_, tavern_store::StoreError>(())
+        })
+        .await
+        .unwrap();
     w.runtime
         .new_chat(
             &sid("st1"),
@@ -377,11 +380,13 @@ async fn a07_st_sessions_untouched_and_st_actions_refused_for_agent_tavern() {
         .check_st_action(&sid("st1"), StAction::Swipe)
         .await
         .unwrap();
-    let mut back = |state: &mut tavern_core::TavernState| {
-        state.default_architecture = TavernArchitecture::AgentTavern;
-        Ok(())
-    };
-    w.store.update_state(&mut back).await.unwrap();
+    w.store
+        .update(|state: &mut tavern_core::TavernState| {
+            state.default_architecture = TavernArchitecture::AgentTavern;
+            Ok::<_, tavern_store::StoreError>(())
+        })
+        .await
+        .unwrap();
     w.session("s1", "c1").await;
     for action in [StAction::Generate, StAction::Regenerate, StAction::Swipe] {
         let err = w

@@ -70,10 +70,7 @@ async fn forking_into_the_other_architecture_keeps_a_back_link() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(
-        tavern_store::chat::parent_chat(&file),
-        Some(ChatId::parse("c1").unwrap())
-    );
+    assert_eq!(file.parent_chat(), Some(ChatId::parse("c1").unwrap()));
     assert_eq!(file.lines.len(), 4, "header, greeting, user, reply copied");
     assert_eq!(w.chat("c1").await.len(), 3, "the origin is untouched");
 }
@@ -411,12 +408,7 @@ async fn a_projection_failure_never_fails_the_turn_and_resume_fills_the_gap() {
         .lines
         .iter()
         .skip(1)
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["mes"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        })
+        .map(|l| l.text().to_owned())
         .collect();
     assert_eq!(texts[1..], ["hello", "still here"]);
 }

@@ -6,6 +6,7 @@
 
 pub mod context;
 pub mod event;
+pub mod lines;
 pub mod plan;
 pub mod projector;
 

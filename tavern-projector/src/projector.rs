@@ -11,8 +11,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use serde_json::{json, Map, Value};
-use tavern_core::chat::{header_line, message_line, ChatLine, SendDate};
+use tavern_core::chat::ChatLine;
 use tavern_core::{SessionBinding, SessionId};
 use tavern_store::{
     ChatRevision, ChatStore, CheckpointStatus, CheckpointStore, Clock, ProjectorCheckpoint,
@@ -21,6 +20,7 @@ use tavern_store::{
 use thiserror::Error;
 
 use crate::event::HostEvent;
+use crate::lines;
 use crate::plan::{plan, PlannedLine, Position};
 
 /// Attempts at appending when the chat keeps changing under us.
@@ -95,14 +95,6 @@ impl std::fmt::Debug for ChatProjector {
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
-}
-
-/// The idempotency key of a projected line, if it is one of `session`'s.
-fn key_of(line: &ChatLine, session: &SessionId) -> Option<u64> {
-    let at = line.extra()?.get("agentTavern")?;
-    (at.get("sessionId")?.as_str()? == session.as_str())
-        .then(|| at.get("eventSeq")?.as_u64())
-        .flatten()
 }
 
 impl ChatProjector {
@@ -286,30 +278,20 @@ impl ChatProjector {
         }
     }
 
-    fn line_for(&self, session: &SessionId, binding: &SessionBinding, p: &PlannedLine) -> String {
-        let mut at = Map::new();
-        at.insert("sessionId".into(), json!(session.as_str()));
-        at.insert("eventSeq".into(), json!(p.seq));
-        at.insert("turn".into(), json!(p.turn));
-        at.insert("step".into(), json!(p.step));
-        at.insert(
-            "architecture".into(),
-            json!(binding.architecture().as_str()),
-        );
-        at.insert(
-            "contextMode".into(),
-            json!(binding.context_mode().map(|m| m.as_str())),
-        );
-        let mut extra = Map::new();
-        extra.insert("agentTavern".into(), Value::Object(at));
-        let name = if p.is_user {
+    fn line_for(&self, session: &SessionId, binding: &SessionBinding, p: &PlannedLine) -> ChatLine {
+        let speaker = if p.is_user {
             self.config.user_name.as_str()
         } else {
             binding.target().character.as_str()
         };
-        message_line(name, p.is_user, &SendDate::Millis(p.time), &p.text, extra)
-            .raw()
-            .to_owned()
+        let provenance = lines::Provenance {
+            session,
+            binding,
+            event_seq: p.seq,
+            turn: p.turn,
+            step: p.step,
+        };
+        lines::projected(provenance, speaker, p.is_user, p.time, &p.text)
     }
 
     /// Appends `lines` exactly once. Returns the chat revision after the write (if any write or
@@ -336,15 +318,10 @@ impl ChatProjector {
             {
                 Some(rev) => rev,
                 None => {
-                    let header = header_line(
-                        &self.config.user_name,
-                        character.as_str(),
-                        &self.clock.now().0.to_string(),
-                        Map::new(),
-                    );
+                    let header = lines::header(&self.config.user_name, character, self.clock.now());
                     match self
                         .chats
-                        .rewrite_chat(character, chat, &[header.raw().to_owned()], None)
+                        .rewrite_chat(character, chat, &[header], None)
                         .await
                     {
                         Ok(rev) => rev,
@@ -354,7 +331,7 @@ impl ChatProjector {
                 }
             };
             let clean =
-                checkpoint.and_then(|c| c.chat_revision.as_deref()) == Some(current.0.as_str());
+                checkpoint.and_then(|c| c.chat_revision.as_deref()) == Some(current.as_str());
             let (expected, todo): (ChatRevision, Vec<&PlannedLine>) = if clean {
                 (current, lines.iter().collect())
             } else {
@@ -365,9 +342,7 @@ impl ChatProjector {
                 let present: HashSet<u64> = file
                     .lines
                     .iter()
-                    .skip(1)
-                    .filter_map(|l| ChatLine::parse(l).ok())
-                    .filter_map(|l| key_of(&l, session))
+                    .filter_map(|l| lines::projected_seq(l, session))
                     .collect();
                 (
                     file.revision,
@@ -376,9 +351,9 @@ impl ChatProjector {
             };
             let already = lines.len() - todo.len();
             if todo.is_empty() {
-                return Ok((Some(expected.0), 0, already));
+                return Ok((Some(expected.as_str().to_owned()), 0, already));
             }
-            let raw: Vec<String> = todo
+            let raw: Vec<ChatLine> = todo
                 .iter()
                 .map(|p| self.line_for(session, binding, p))
                 .collect();
@@ -387,7 +362,7 @@ impl ChatProjector {
                 .append_lines(character, chat, &raw, &expected)
                 .await
             {
-                Ok(rev) => return Ok((Some(rev.0), raw.len(), already)),
+                Ok(rev) => return Ok((Some(rev.as_str().to_owned()), raw.len(), already)),
                 Err(StoreError::Conflict { .. }) => continue,
                 Err(e) => return Err(err(e)),
             }

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use serde_json::Value;
-use tavern_core::chat::ChatLine;
 use tavern_core::{normalize_state, CharacterName, ChatId, SessionBinding, SessionId, Timestamp};
 use tavern_projector::{ChatProjector, HostEvent, ProjectorConfig, ProjectorError};
 use tavern_store::clock::ManualClock;
@@ -93,8 +92,7 @@ async fn projected(store: &dyn AllStores) -> Vec<(u64, bool, String, u64, u64)> 
         .unwrap()
         .unwrap();
     let mut out = Vec::new();
-    for raw in file.lines.iter().skip(1) {
-        let line = ChatLine::parse(raw).unwrap();
+    for line in file.lines.iter().skip(1) {
         let Some(at) = line.extra().and_then(|x| x.get("agentTavern")) else {
             continue;
         };

@@ -1,16 +1,31 @@
-//! The SillyTavern chat port: JSONL files of raw lines (header first), read and written under
-//! compare-and-set so concurrent writers never lose each other's lines.
+//! The SillyTavern chat port: JSONL files of typed lines (header first), read and written
+//! under compare-and-set so concurrent writers never lose each other's lines.
 
 use std::fmt;
 
 use async_trait::async_trait;
+use tavern_core::chat::ChatLine;
 use tavern_core::{CharacterName, ChatId};
 
 use crate::error::StoreError;
 
-/// An opaque chat revision; changes whenever the file changes, whoever wrote it.
+/// An opaque chat revision; changes whenever the file changes, whoever wrote it. Only the
+/// adapter that issued it can interpret it; everyone else compares and stores it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ChatRevision(pub String);
+pub struct ChatRevision(String);
+
+impl ChatRevision {
+    /// Wraps an adapter's revision text (adapters only; callers compare revisions they were
+    /// given).
+    pub fn new(opaque: impl Into<String>) -> Self {
+        Self(opaque.into())
+    }
+
+    /// The revision as text (what checkpoints persist).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
 
 impl fmt::Display for ChatRevision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -18,16 +33,28 @@ impl fmt::Display for ChatRevision {
     }
 }
 
-/// A chat as stored: its raw lines (the header first), byte-exact, and its revision.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A chat as stored: its lines (the header first, where the chat has one), each keeping its
+/// exact original text, and the revision they were read at.
+#[derive(Debug, Clone, PartialEq)]
 pub struct ChatFile {
-    /// Raw JSON lines without line terminators; `lines[0]` is the header.
-    pub lines: Vec<String>,
+    /// The lines in file order.
+    pub lines: Vec<ChatLine>,
     /// The revision these lines were read at.
     pub revision: ChatRevision,
 }
 
+impl ChatFile {
+    /// The branch back-link: SillyTavern records a branch's origin as
+    /// `chat_metadata.main_chat` in the header line.
+    pub fn parent_chat(&self) -> Option<ChatId> {
+        ChatId::parse(self.lines.first()?.main_chat()?).ok()
+    }
+}
+
 /// SillyTavern chats, grouped by character.
+///
+/// Lines are [`ChatLine`]s: one JSON object each, on one line, valid by construction; an
+/// adapter writes their exact text, so unchanged lines round-trip byte for byte.
 #[async_trait]
 pub trait ChatStore: Send + Sync {
     /// The character's chats, sorted by id.
@@ -39,7 +66,8 @@ pub trait ChatStore: Send + Sync {
     /// A chat's lines and revision, or `None` if it does not exist.
     ///
     /// # Errors
-    /// IO failures.
+    /// IO failures; [`StoreError::Corrupt`] naming the line for a line that is not one JSON
+    /// object.
     async fn read_chat(
         &self,
         character: &CharacterName,
@@ -59,58 +87,56 @@ pub trait ChatStore: Send + Sync {
     /// Appends lines if the chat is still at `expected`; cost does not grow with the chat.
     ///
     /// # Errors
-    /// [`StoreError::Conflict`] (with no revision: chat revisions are not [`tavern_core::Revision`]s)
-    /// when the file changed, [`StoreError::NotFound`] for a missing chat,
-    /// [`StoreError::Invalid`]-style [`StoreError::Corrupt`] for a line that is not one JSON object.
+    /// [`StoreError::Conflict`] (with no revision: chat revisions are not
+    /// [`tavern_core::Revision`]s) when the file changed, [`StoreError::NotFound`] for a missing
+    /// chat.
     async fn append_lines(
         &self,
         character: &CharacterName,
         chat: &ChatId,
-        lines: &[String],
+        lines: &[ChatLine],
         expected: &ChatRevision,
     ) -> Result<ChatRevision, StoreError>;
 
-    /// Replaces the whole chat (`lines[0]` is the header). `expected = None` creates a new chat
-    /// and conflicts if it exists.
+    /// Replaces the whole chat. `expected = None` creates a new chat and conflicts if it
+    /// exists.
     ///
     /// # Errors
-    /// [`StoreError::Conflict`] on a revision mismatch; invalid lines as for `append`.
+    /// [`StoreError::Conflict`] on a revision mismatch; [`StoreError::Invalid`] for no lines.
     async fn rewrite_chat(
         &self,
         character: &CharacterName,
         chat: &ChatId,
-        lines: &[String],
+        lines: &[ChatLine],
         expected: Option<&ChatRevision>,
     ) -> Result<ChatRevision, StoreError>;
 }
 
-/// The branch back-link of a chat: SillyTavern records a branch's origin as
-/// `chat_metadata.main_chat` in the header line.
-pub fn parent_chat(file: &ChatFile) -> Option<ChatId> {
-    let header = tavern_core::chat::ChatLine::parse(file.lines.first()?).ok()?;
-    ChatId::parse(header.main_chat()?).ok()
-}
-
-/// How errors name a chat: `chat <id> of <character>`.
-pub(crate) fn chat_target(character: &CharacterName, chat: &ChatId) -> String {
-    format!("chat {chat} of {character}")
-}
-
-/// Checks that every line is exactly one JSON object without line breaks.
-///
-/// # Errors
-/// [`StoreError::Corrupt`] naming the chat and the line index.
-pub fn validate_lines(chat: &ChatId, lines: &[String]) -> Result<(), StoreError> {
-    for (i, line) in lines.iter().enumerate() {
-        let ok = !line.contains('\n')
-            && !line.contains('\r')
-            && serde_json::from_str::<serde_json::Value>(line).is_ok_and(|v| v.is_object());
-        if !ok {
-            return Err(StoreError::Corrupt {
-                file: format!("chat {chat}"),
-                reason: format!("line {i} is not one json object on one line"),
-            });
-        }
+/// Refuses an empty rewrite: a chat file always has at least one line.
+pub(crate) fn check_not_empty(lines: &[ChatLine]) -> Result<(), StoreError> {
+    if lines.is_empty() {
+        return Err(StoreError::Invalid(tavern_core::CoreError::InvalidField {
+            field: "chat",
+            reason: "a chat needs at least one line".into(),
+        }));
     }
     Ok(())
+}
+
+/// Parses stored chat text into lines (`\n` or `\r\n`, blank lines skipped).
+///
+/// # Errors
+/// [`StoreError::Corrupt`] naming `file` and the 1-based line.
+pub(crate) fn parse_lines(file: &str, text: &str) -> Result<Vec<ChatLine>, StoreError> {
+    text.split('\n')
+        .map(|l| l.strip_suffix('\r').unwrap_or(l))
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            ChatLine::parse(l).map_err(|e| StoreError::Corrupt {
+                file: format!("{file} line {}", i + 1),
+                reason: e.to_string(),
+            })
+        })
+        .collect()
 }

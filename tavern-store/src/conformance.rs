@@ -17,10 +17,12 @@ use crate::checkpoint::{CheckpointStatus, ProjectorCheckpoint};
 use crate::clock::ManualClock;
 use crate::error::StoreError;
 use crate::memory::{MemoryQuery, TagMatch};
+use crate::state::{StateStoreExt, Verdict};
 use crate::variable::VariableChange;
 use crate::{
     AllStores, ChatStore, CheckpointStore, MemoryStore, PromptStore, StateStore, VariableStore,
 };
+use tavern_core::chat::ChatLine;
 
 /// A fresh store under test, its clock, and (for durable adapters) a way to reopen it.
 pub struct Fixture {
@@ -679,7 +681,7 @@ pub async fn state_updates_compose(f: &Fixture) {
                 };
                 let b = SessionBinding::new_for_chat(target, st);
                 st.set_binding(SessionId::parse(format!("s{i}")).unwrap(), b);
-                Ok(())
+                Verdict::Write
             };
             s.update_state(&mut m).await.unwrap();
         }));
@@ -689,10 +691,39 @@ pub async fn state_updates_compose(f: &Fixture) {
     }
     let (state, _) = f.store.load_state().await.unwrap();
     assert_eq!(state.bindings.len(), 6, "no update lost");
-    let mut failing =
-        |_: &mut tavern_core::TavernState| Err(StoreError::NotFound { target: "x".into() });
-    assert!(f.store.update_state(&mut failing).await.is_err());
+    // A refusal writes nothing, even though the closure changed its copy.
+    #[derive(Debug, PartialEq)]
+    enum Refusal {
+        Refused,
+        Store(String),
+    }
+    impl From<StoreError> for Refusal {
+        fn from(e: StoreError) -> Self {
+            Self::Store(e.to_string())
+        }
+    }
+    let refused: Result<(), Refusal> = f
+        .store
+        .update(|st: &mut tavern_core::TavernState| {
+            st.bindings.clear();
+            Err(Refusal::Refused)
+        })
+        .await;
+    assert_eq!(refused, Err(Refusal::Refused));
     assert_eq!(f.store.load_state().await.unwrap().0, state);
+    let mut keep = |st: &mut tavern_core::TavernState| {
+        st.bindings.clear();
+        Verdict::Keep
+    };
+    assert_eq!(f.store.update_state(&mut keep).await.unwrap(), state);
+    assert_eq!(f.store.load_state().await.unwrap().0, state);
+    // A typed result comes out of the update.
+    let n: usize = f
+        .store
+        .update(|st: &mut tavern_core::TavernState| Ok::<_, StoreError>(st.bindings.len()))
+        .await
+        .unwrap();
+    assert_eq!(n, 6);
 }
 
 /// Chats: create, append under CAS, conflicts on stale revisions, rewrite, list, back-link.
@@ -701,7 +732,8 @@ pub async fn chats(f: &Fixture) {
     let ch = CharacterName::parse("Mira").unwrap();
     let id = ChatId::parse("Mira - 2026-11-30@10h00m00s").unwrap();
     assert!(s.read_chat(&ch, &id).await.unwrap().is_none());
-    let header = r#"{"user_name":"Kai","character_name":"Mira","chat_metadata":{}}"#.to_owned();
+    let line = |raw: &str| ChatLine::parse(raw).unwrap();
+    let header = line(r#"{"user_name":"Kai","character_name":"Mira","chat_metadata":{}}"#);
     let r0 = s
         .rewrite_chat(&ch, &id, std::slice::from_ref(&header), None)
         .await
@@ -712,7 +744,7 @@ pub async fn chats(f: &Fixture) {
             .is_err(),
         "create conflicts"
     );
-    let m1 = r#"{"name":"Kai","is_user":true,"mes":"hi"}"#.to_owned();
+    let m1 = line(r#"{"name":"Kai","is_user":true,"mes":"hi"}"#);
     let r1 = s
         .append_lines(&ch, &id, std::slice::from_ref(&m1), &r0)
         .await
@@ -723,26 +755,22 @@ pub async fn chats(f: &Fixture) {
         .await
         .unwrap_err();
     assert!(matches!(stale, StoreError::Conflict { .. }), "{stale}");
-    assert!(s
-        .append_lines(&ch, &id, &["not json".into()], &r1)
-        .await
-        .is_err());
-    assert!(s
-        .append_lines(&ch, &id, &["{\"a\":1}\n{\"b\":2}".into()], &r1)
-        .await
-        .is_err());
+    // Lines are typed: what is not one JSON object on one line cannot even be offered.
+    assert!(ChatLine::parse("not json").is_err());
+    assert!(ChatLine::parse("{\"a\":1}\n{\"b\":2}").is_err());
+    assert!(s.rewrite_chat(&ch, &id, &[], Some(&r1)).await.is_err());
     let file = s.read_chat(&ch, &id).await.unwrap().unwrap();
     assert_eq!(file.lines, [header.clone(), m1.clone()]);
     assert_eq!(file.revision, r1);
     assert_eq!(s.chat_revision(&ch, &id).await.unwrap(), Some(r1.clone()));
 
     let branch = ChatId::parse("Branch 1").unwrap();
-    let bheader = r#"{"chat_metadata":{"main_chat":"Mira - 2026-11-30@10h00m00s"}}"#.to_owned();
+    let bheader = line(r#"{"chat_metadata":{"main_chat":"Mira - 2026-11-30@10h00m00s"}}"#);
     s.rewrite_chat(&ch, &branch, &[bheader, m1.clone()], None)
         .await
         .unwrap();
     let bfile = s.read_chat(&ch, &branch).await.unwrap().unwrap();
-    assert_eq!(crate::chat::parent_chat(&bfile), Some(id.clone()));
+    assert_eq!(bfile.parent_chat(), Some(id.clone()));
     assert_eq!(s.list_chats(&ch).await.unwrap(), [branch, id.clone()]);
     assert!(s
         .list_chats(&CharacterName::parse("Kai").unwrap())

@@ -1,19 +1,72 @@
-//! The one error type of the store crate boundary.
+//! The one error type of the store crate boundary, and the typed name of the record an error
+//! is about.
 
-use tavern_core::{CoreError, Revision};
+use std::fmt;
+
+use tavern_core::{
+    CharacterName, ChatId, CoreError, MemoryId, Revision, ScopeKey, SessionId, VariableName,
+};
 use thiserror::Error;
+
+/// The record an error is about. Typed, so callers can act on it (re-read that memory, that
+/// variable) without parsing a message; its `Display` is what messages show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Target {
+    /// One memory.
+    Memory {
+        /// Its scope.
+        scope: ScopeKey,
+        /// Its id.
+        id: MemoryId,
+    },
+    /// One variable.
+    Variable {
+        /// Its scope.
+        scope: ScopeKey,
+        /// Its name.
+        name: VariableName,
+    },
+    /// A whole variable scope (its scope revision).
+    VariableScope(ScopeKey),
+    /// A SillyTavern chat.
+    Chat {
+        /// The character whose chat it is.
+        character: CharacterName,
+        /// The chat.
+        chat: ChatId,
+    },
+    /// A session's binding in the persisted state.
+    Binding(SessionId),
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Memory { id, .. } => write!(f, "memory {id}"),
+            Self::Variable { scope, name } => write!(f, "variable {name} in scope {scope}"),
+            Self::VariableScope(scope) => write!(f, "variable scope {scope}"),
+            Self::Chat { character, chat } => write!(f, "chat {chat} of {character}"),
+            Self::Binding(session) => write!(f, "binding of session {session}"),
+        }
+    }
+}
 
 /// Everything a store operation can fail with. Messages are lowercase, name the offending
 /// record, and never contain absolute paths.
+///
+/// Three kinds of "something is wrong" are kept apart: [`StoreError::Invalid`] (the caller's
+/// input breaks a rule), [`StoreError::Corrupt`] (bytes on disk that cannot be understood) and
+/// [`StoreError::Internal`] (an invariant of this crate broke — a bug, never input).
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum StoreError {
     /// The expected revision did not match. `current` is what the caller should re-read and retry
-    /// against (`None`: the record does not exist).
+    /// against (`None`: the record does not exist, or — for chats — revisions of another kind).
     #[error("revision conflict on {target}: current revision is {}", current.as_ref().map(Revision::as_str).unwrap_or("none (absent)"))]
     Conflict {
-        /// The record, e.g. `memory m1` or `variable chat:A:c/hp`.
-        target: String,
+        /// The record (boxed: errors stay small on the happy path).
+        target: Box<Target>,
         /// The current revision, if the record exists.
         current: Option<Revision>,
     },
@@ -21,13 +74,13 @@ pub enum StoreError {
     #[error("{target} not found")]
     NotFound {
         /// The record.
-        target: String,
+        target: Box<Target>,
     },
     /// The memory was forgotten; putting it again needs `restore = true`.
     #[error("memory {id} was forgotten; put it again with restore to bring it back")]
     Forgotten {
         /// The memory id.
-        id: String,
+        id: MemoryId,
     },
     /// Input failed domain validation or a limit.
     #[error(transparent)]
@@ -61,7 +114,11 @@ pub enum StoreError {
         /// What is wrong.
         reason: String,
     },
-    /// A fault injected by the strict in-memory adapter (tests of failure paths).
+    /// An invariant of the store broke (a bug, not bad input or bad data): a worker thread
+    /// panicked, an encoder failed on our own types, an operation produced nothing.
+    #[error("internal store error: {0}")]
+    Internal(String),
+    /// A fault injected by a test adapter (tests of failure paths).
     #[error("injected failure: {0}")]
     Injected(String),
 }
@@ -73,5 +130,10 @@ impl StoreError {
             Self::Conflict { current, .. } => current.as_ref(),
             _ => None,
         }
+    }
+
+    /// Whether this is a revision conflict (re-read and retry).
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Self::Conflict { .. })
     }
 }

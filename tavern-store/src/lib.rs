@@ -10,6 +10,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod blocking;
 pub mod chat;
 pub mod checkpoint;
 pub mod clock;
@@ -29,10 +30,10 @@ mod wrappers;
 pub use chat::{ChatFile, ChatRevision, ChatStore};
 pub use checkpoint::{CheckpointStatus, CheckpointStore, ProjectorCheckpoint};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use error::StoreError;
+pub use error::{StoreError, Target};
 pub use memory::{MemoryHit, MemoryQuery, MemorySearchResult, MemoryStore, TagMatch};
 pub use prompt::{PromptStore, SessionPrompt};
-pub use state::StateStore;
+pub use state::{StateMutation, StateStore, StateStoreExt, Verdict};
 pub use variable::{
     PatchOutcome, VariableChange, VariableEntry, VariableListing, VariableStore, VariableSummary,
 };

@@ -7,21 +7,23 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use serde_json::Value;
+use tavern_core::chat::ChatLine;
 use tavern_core::{
     normalize_state, AuditEntry, CharacterName, ChatId, Diagnostic, MemoryId, MemoryRecord,
     MemorySource, MemoryWrite, Revision, ScopeKey, SessionId, TavernState, VariableName,
     VariableRecord,
 };
 
-use crate::chat::{chat_target, validate_lines, ChatFile, ChatRevision, ChatStore};
+use crate::blocking::yield_once;
+use crate::chat::{check_not_empty, ChatFile, ChatRevision, ChatStore};
 use crate::checkpoint::{CheckpointStatus, CheckpointStore, ProjectorCheckpoint};
 use crate::clock::{Clock, SystemClock};
 use crate::engine::memory_table::{MemoryOp, MemoryTable};
 use crate::engine::variable_table::VariableTable;
-use crate::error::StoreError;
+use crate::error::{StoreError, Target};
 use crate::memory::{MemoryQuery, MemorySearchResult, MemoryStore};
 use crate::prompt::{PromptStore, SessionPrompt, PROMPT_MAX_BYTES};
-use crate::state::{StateMutation, StateStore};
+use crate::state::{StateMutation, StateStore, Verdict};
 use crate::variable::{PatchOutcome, VariableChange, VariableListing, VariableStore};
 
 /// Locks a mutex, recovering the data if another thread panicked while holding it (the tables
@@ -32,7 +34,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 #[derive(Debug, Default)]
 struct Chats {
-    files: BTreeMap<(CharacterName, ChatId), (Vec<String>, u64)>,
+    files: BTreeMap<(CharacterName, ChatId), (Vec<ChatLine>, u64)>,
     generation: u64,
 }
 
@@ -98,7 +100,7 @@ impl MemStore {
 
     /// Simulates another program (a SillyTavern client) replacing a chat file behind the
     /// store's back.
-    pub fn external_rewrite(&self, character: &CharacterName, chat: &ChatId, lines: Vec<String>) {
+    pub fn external_rewrite(&self, character: &CharacterName, chat: &ChatId, lines: Vec<ChatLine>) {
         let mut chats = lock(&self.chats);
         chats.generation += 1;
         let generation = chats.generation;
@@ -134,12 +136,20 @@ impl MemStore {
 }
 
 fn chat_revision(generation: u64) -> ChatRevision {
-    ChatRevision(format!("m-{generation}"))
+    ChatRevision::new(format!("m-{generation}"))
+}
+
+fn chat_target(character: &CharacterName, chat: &ChatId) -> Box<Target> {
+    Box::new(Target::Chat {
+        character: character.clone(),
+        chat: chat.clone(),
+    })
 }
 
 #[async_trait]
 impl MemoryStore for MemStore {
     async fn search(&self, query: &MemoryQuery) -> Result<MemorySearchResult, StoreError> {
+        yield_once().await;
         self.fault("memory.search")?;
         Ok(lock(&self.memory).search(query, self.clock.now()))
     }
@@ -149,6 +159,7 @@ impl MemoryStore for MemStore {
         id: &MemoryId,
         scope: &ScopeKey,
     ) -> Result<Option<MemoryRecord>, StoreError> {
+        yield_once().await;
         self.fault("memory.read")?;
         let now = self.clock.now();
         let mut table = lock(&self.memory);
@@ -170,6 +181,7 @@ impl MemoryStore for MemStore {
         expected: Option<&Revision>,
         restore: bool,
     ) -> Result<MemoryRecord, StoreError> {
+        yield_once().await;
         self.write_memory("memory.put", |t, now| {
             t.prepare_put(write, expected, restore, now)
         })
@@ -182,6 +194,7 @@ impl MemoryStore for MemStore {
         expected: &Revision,
         source: MemorySource,
     ) -> Result<MemoryRecord, StoreError> {
+        yield_once().await;
         self.write_memory("memory.forget", |t, now| {
             t.prepare_forget(id, scope, expected, source, now)
         })
@@ -192,6 +205,7 @@ impl MemoryStore for MemStore {
         scope: &ScopeKey,
         id: Option<&MemoryId>,
     ) -> Result<Vec<AuditEntry>, StoreError> {
+        yield_once().await;
         Ok(lock(&self.memory).audit(scope, id, self.clock.now()))
     }
 }
@@ -203,6 +217,7 @@ impl VariableStore for MemStore {
         scope: &ScopeKey,
         name: &VariableName,
     ) -> Result<Option<VariableRecord>, StoreError> {
+        yield_once().await;
         self.fault("variable.get")?;
         Ok(lock(&self.variables).get(scope, name).cloned())
     }
@@ -214,6 +229,7 @@ impl VariableStore for MemStore {
         expected_scope: Option<&Revision>,
         source: MemorySource,
     ) -> Result<PatchOutcome, StoreError> {
+        yield_once().await;
         self.fault("variable.write")?;
         let mut table = lock(&self.variables);
         let op = table.prepare_patch(scope, changes, expected_scope, &source, self.clock.now())?;
@@ -228,6 +244,7 @@ impl VariableStore for MemStore {
         prefix: &str,
         limit: usize,
     ) -> Result<VariableListing, StoreError> {
+        yield_once().await;
         Ok(lock(&self.variables).list(scope, prefix, limit))
     }
 
@@ -236,6 +253,7 @@ impl VariableStore for MemStore {
         scope: &ScopeKey,
         source: MemorySource,
     ) -> Result<usize, StoreError> {
+        yield_once().await;
         self.fault("variable.write")?;
         let mut table = lock(&self.variables);
         match table.prepare_clear(scope, &source, self.clock.now()) {
@@ -249,6 +267,7 @@ impl VariableStore for MemStore {
     }
 
     async fn variable_audit(&self, scope: &ScopeKey) -> Result<Vec<AuditEntry>, StoreError> {
+        yield_once().await;
         Ok(lock(&self.variables).audit(scope))
     }
 }
@@ -256,6 +275,7 @@ impl VariableStore for MemStore {
 #[async_trait]
 impl StateStore for MemStore {
     async fn load_state(&self) -> Result<(TavernState, Vec<Diagnostic>), StoreError> {
+        yield_once().await;
         self.fault("state.load")?;
         let raw = lock(&self.state).clone();
         Ok(if raw.is_null() {
@@ -266,6 +286,7 @@ impl StateStore for MemStore {
     }
 
     async fn update_state(&self, mutate: StateMutation<'_>) -> Result<TavernState, StoreError> {
+        yield_once().await;
         self.fault("state.update")?;
         let mut raw = lock(&self.state);
         let mut state = if raw.is_null() {
@@ -273,7 +294,10 @@ impl StateStore for MemStore {
         } else {
             normalize_state(&raw).0
         };
-        mutate(&mut state)?;
+        let before = state.clone();
+        if mutate(&mut state) == Verdict::Keep {
+            return Ok(before);
+        }
         *raw = state.to_json();
         Ok(state)
     }
@@ -282,6 +306,7 @@ impl StateStore for MemStore {
 #[async_trait]
 impl ChatStore for MemStore {
     async fn list_chats(&self, character: &CharacterName) -> Result<Vec<ChatId>, StoreError> {
+        yield_once().await;
         Ok(lock(&self.chats)
             .files
             .keys()
@@ -295,6 +320,7 @@ impl ChatStore for MemStore {
         character: &CharacterName,
         chat: &ChatId,
     ) -> Result<Option<ChatFile>, StoreError> {
+        yield_once().await;
         self.fault("chat.read")?;
         Ok(lock(&self.chats)
             .files
@@ -310,6 +336,7 @@ impl ChatStore for MemStore {
         character: &CharacterName,
         chat: &ChatId,
     ) -> Result<Option<ChatRevision>, StoreError> {
+        yield_once().await;
         Ok(lock(&self.chats)
             .files
             .get(&(character.clone(), chat.clone()))
@@ -320,11 +347,11 @@ impl ChatStore for MemStore {
         &self,
         character: &CharacterName,
         chat: &ChatId,
-        lines: &[String],
+        lines: &[ChatLine],
         expected: &ChatRevision,
     ) -> Result<ChatRevision, StoreError> {
+        yield_once().await;
         self.fault("chat.append")?;
-        validate_lines(chat, lines)?;
         let mut chats = lock(&self.chats);
         chats.generation += 1;
         let next = chats.generation;
@@ -348,11 +375,12 @@ impl ChatStore for MemStore {
         &self,
         character: &CharacterName,
         chat: &ChatId,
-        lines: &[String],
+        lines: &[ChatLine],
         expected: Option<&ChatRevision>,
     ) -> Result<ChatRevision, StoreError> {
+        yield_once().await;
         self.fault("chat.rewrite")?;
-        validate_lines(chat, lines)?;
+        check_not_empty(lines)?;
         let mut chats = lock(&self.chats);
         let key = (character.clone(), chat.clone());
         let current = chats.files.get(&key).map(|(_, g)| chat_revision(*g));
@@ -375,16 +403,19 @@ impl CheckpointStore for MemStore {
         &self,
         session: &SessionId,
     ) -> Result<Option<ProjectorCheckpoint>, StoreError> {
+        yield_once().await;
         Ok(lock(&self.checkpoints).get(session).cloned())
     }
 
     async fn save_checkpoint(&self, checkpoint: &ProjectorCheckpoint) -> Result<(), StoreError> {
+        yield_once().await;
         self.fault("checkpoint.save")?;
         lock(&self.checkpoints).insert(checkpoint.session_id.clone(), checkpoint.clone());
         Ok(())
     }
 
     async fn pending_checkpoints(&self) -> Result<Vec<ProjectorCheckpoint>, StoreError> {
+        yield_once().await;
         Ok(lock(&self.checkpoints)
             .values()
             .filter(|c| c.status == CheckpointStatus::Pending)
@@ -408,6 +439,7 @@ pub(crate) fn check_prompt(text: &str) -> Result<(), StoreError> {
 #[async_trait]
 impl PromptStore for MemStore {
     async fn get_prompt(&self, session: &SessionId) -> Result<Option<SessionPrompt>, StoreError> {
+        yield_once().await;
         Ok(lock(&self.prompts).get(session).cloned())
     }
 
@@ -416,6 +448,7 @@ impl PromptStore for MemStore {
         session: &SessionId,
         text: &str,
     ) -> Result<Option<SessionPrompt>, StoreError> {
+        yield_once().await;
         check_prompt(text)?;
         self.fault("prompt.save")?;
         if text.trim().is_empty() {
@@ -432,6 +465,7 @@ impl PromptStore for MemStore {
     }
 
     async fn reset_prompt(&self, session: &SessionId) -> Result<bool, StoreError> {
+        yield_once().await;
         self.fault("prompt.save")?;
         Ok(lock(&self.prompts).remove(session).is_some())
     }

@@ -1,12 +1,22 @@
-//! The state port: normalized bindings and settings with atomic read-modify-write.
+//! The state port: normalized bindings and settings with atomic read-modify-write, and
+//! [`StateStoreExt::update`], the typed way to use it.
 
 use async_trait::async_trait;
 use tavern_core::{Diagnostic, TavernState};
 
 use crate::error::StoreError;
 
-/// A mutation applied to the state under the store's lock.
-pub type StateMutation<'a> = &'a mut (dyn FnMut(&mut TavernState) -> Result<(), StoreError> + Send);
+/// What a mutation decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Persist the mutated state.
+    Write,
+    /// Write nothing (the mutation changed nothing, or refused); the state stays as it was.
+    Keep,
+}
+
+/// A mutation applied to the freshest state under the store's lock.
+pub type StateMutation<'a> = &'a mut (dyn FnMut(&mut TavernState) -> Verdict + Send);
 
 /// Persisted [`TavernState`].
 #[async_trait]
@@ -18,11 +28,46 @@ pub trait StateStore: Send + Sync {
     /// IO failures. A corrupt file is set aside with a diagnostic, not an error.
     async fn load_state(&self) -> Result<(TavernState, Vec<Diagnostic>), StoreError>;
 
-    /// Applies `mutate` to the freshest state under an exclusive lock and persists the result,
-    /// so concurrent updates (also from other processes) all survive. If `mutate` fails nothing
-    /// is written.
+    /// Applies `mutate` once to the freshest state under an exclusive lock and persists the
+    /// result when it answers [`Verdict::Write`], so concurrent updates (also from other
+    /// processes) all survive. Returns the state as it is afterwards.
     ///
     /// # Errors
-    /// Whatever `mutate` returns, or IO failures.
+    /// IO failures; nothing is written then.
     async fn update_state(&self, mutate: StateMutation<'_>) -> Result<TavernState, StoreError>;
 }
+
+/// Typed read-modify-write over any [`StateStore`]: the closure returns its own result or its
+/// own error, and a refusal writes nothing.
+#[async_trait]
+pub trait StateStoreExt: StateStore {
+    /// Runs `f` on the freshest state under the store's lock. `Ok(r)` persists the state and
+    /// returns `r`; `Err(e)` writes nothing and returns `e`. Store failures convert into `E`.
+    ///
+    /// # Errors
+    /// Whatever `f` returns, or the store's failure.
+    async fn update<R, E, F>(&self, mut f: F) -> Result<R, E>
+    where
+        F: FnMut(&mut TavernState) -> Result<R, E> + Send,
+        R: Send,
+        E: From<StoreError> + Send,
+    {
+        let mut outcome: Option<Result<R, E>> = None;
+        let mut mutate = |state: &mut TavernState| match f(state) {
+            Ok(r) => {
+                outcome = Some(Ok(r));
+                Verdict::Write
+            }
+            Err(e) => {
+                outcome = Some(Err(e));
+                Verdict::Keep
+            }
+        };
+        self.update_state(&mut mutate).await?;
+        outcome.unwrap_or_else(|| {
+            Err(StoreError::Internal("a state update never ran its mutation".into()).into())
+        })
+    }
+}
+
+impl<T: StateStore + ?Sized> StateStoreExt for T {}

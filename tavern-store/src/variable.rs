@@ -106,10 +106,7 @@ pub trait VariableStore: Send + Sync {
         out.records
             .into_iter()
             .next()
-            .ok_or_else(|| StoreError::Corrupt {
-                file: format!("variable scope {scope}"),
-                reason: "a one-change patch wrote no record".into(),
-            })
+            .ok_or_else(|| StoreError::Internal("a one-change patch wrote no record".into()))
     }
 
     /// Applies several changes to one scope atomically: all or nothing. `expected_scope`, when

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::Value;
+use tavern_core::chat::ChatLine;
 use tavern_core::{
     AuditEntry, CharacterName, ChatId, Diagnostic, MemoryId, MemoryRecord, MemorySource,
     MemoryWrite, Revision, ScopeKey, SessionId, TavernState, VariableName, VariableRecord,
@@ -85,10 +86,10 @@ macro_rules! forward {
             async fn chat_revision(&self, c: &CharacterName, id: &ChatId) -> Result<Option<ChatRevision>, StoreError> {
                 (**self).chat_revision(c, id).await
             }
-            async fn append_lines(&self, c: &CharacterName, id: &ChatId, l: &[String], e: &ChatRevision) -> Result<ChatRevision, StoreError> {
+            async fn append_lines(&self, c: &CharacterName, id: &ChatId, l: &[ChatLine], e: &ChatRevision) -> Result<ChatRevision, StoreError> {
                 (**self).append_lines(c, id, l, e).await
             }
-            async fn rewrite_chat(&self, c: &CharacterName, id: &ChatId, l: &[String], e: Option<&ChatRevision>) -> Result<ChatRevision, StoreError> {
+            async fn rewrite_chat(&self, c: &CharacterName, id: &ChatId, l: &[ChatLine], e: Option<&ChatRevision>) -> Result<ChatRevision, StoreError> {
                 (**self).rewrite_chat(c, id, l, e).await
             }
         }

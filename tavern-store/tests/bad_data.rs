@@ -184,11 +184,12 @@ async fn hostile_names_stay_inside_the_root() {
     let long = "名".repeat(128);
     for name in ["CON", "nul", "a:b", "<x>|?*", ".x", long.as_str()] {
         let ch = CharacterName::parse(name).unwrap();
-        s.rewrite_chat(&ch, &chat, &[json!({"n": name}).to_string()], None)
+        let line = tavern_core::chat::ChatLine::parse(&json!({"n": name}).to_string()).unwrap();
+        s.rewrite_chat(&ch, &chat, std::slice::from_ref(&line), None)
             .await
             .unwrap();
         let back = s.read_chat(&ch, &chat).await.unwrap().unwrap();
-        assert_eq!(back.lines, [json!({"n": name}).to_string()]);
+        assert_eq!(back.lines, [line]);
         assert_eq!(
             s.list_chats(&ch).await.unwrap(),
             std::slice::from_ref(&chat)

@@ -90,3 +90,89 @@ async fn two_processes_never_lose_an_update() {
         .unwrap();
     assert_eq!(v.value, serde_json::json!(2 * per_process));
 }
+
+/// A write whose fsync fails is not acknowledged, so it must never appear: not in this
+/// process's next read, not after another write catches the log up, not after a reopen.
+#[tokio::test]
+async fn a_failed_fsync_changes_nothing() {
+    use serde_json::json;
+    use tavern_core::{MemoryKind, MemorySource, MemoryWrite};
+    use tavern_store::StoreError;
+
+    let dir = tempfile::tempdir().unwrap();
+    let agent = ScopeKey::Agent {
+        agent: AgentId::parse("a").unwrap(),
+    };
+    let write = |id: &str| MemoryWrite {
+        id: MemoryId::parse(id).unwrap(),
+        scope: agent.clone(),
+        kind: MemoryKind::Semantic,
+        content: format!("fact {id} about the lighthouse"),
+        tags: Vec::new(),
+        importance: 0.5,
+        confidence: 0.5,
+        source: MemorySource::system(),
+        expires_at: None,
+    };
+    let var = VariableName::parse("hp").unwrap();
+    let store = FsStore::open(dir.path(), Arc::new(SystemClock)).unwrap();
+    store.put(write("kept"), None, false).await.unwrap();
+
+    store.fail_next_sync();
+    let failed = store.put(write("lost"), None, false).await.unwrap_err();
+    assert!(
+        matches!(failed, StoreError::Io { op: "fsync", .. }),
+        "{failed}"
+    );
+    store.fail_next_sync();
+    let failed = store
+        .set(
+            &ScopeKey::Global,
+            &var,
+            json!(1),
+            None,
+            MemorySource::system(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(failed, StoreError::Io { op: "fsync", .. }),
+        "{failed}"
+    );
+
+    // The next writes go through and catch the logs up: the failed ones stay absent.
+    store.put(write("after"), None, false).await.unwrap();
+    let hp = store
+        .set(
+            &ScopeKey::Global,
+            &var,
+            json!(2),
+            None,
+            MemorySource::system(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(hp.value, json!(2));
+    let lost = MemoryId::parse("lost").unwrap();
+    assert!(store.read(&lost, &agent).await.unwrap().is_none());
+
+    let reopened = FsStore::open(dir.path(), Arc::new(SystemClock)).unwrap();
+    assert!(reopened.read(&lost, &agent).await.unwrap().is_none());
+    for id in ["kept", "after"] {
+        let id = MemoryId::parse(id).unwrap();
+        assert!(reopened.read(&id, &agent).await.unwrap().is_some(), "{id}");
+    }
+    let hp = reopened
+        .get(&ScopeKey::Global, &var)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(hp.value, json!(2));
+    // The id of the failed write is free: writing it now creates it.
+    reopened.put(write("lost"), None, false).await.unwrap();
+    assert!(
+        reopened.diagnostics().is_empty(),
+        "{:?}",
+        reopened.diagnostics()
+    );
+}

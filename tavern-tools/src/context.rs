@@ -59,7 +59,7 @@ impl Default for ToolLimits {
 }
 
 /// Everything a tool call may know about who is calling. Built only by
-/// [`ToolContext::for_agent`] from the host's agent id and the persisted state.
+/// [`ToolContext::for_session`] from the host's agent id, the session it runs and the persisted state.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolContext {
     session: SessionId,
@@ -73,21 +73,21 @@ pub struct ToolContext {
 }
 
 impl ToolContext {
-    /// Resolves the calling agent's binding. In DSH the agent id is the session id.
+    /// Resolves the calling agent's binding. `session` is the session the host says the agent
+    /// runs (never anything from tool arguments).
     ///
     /// # Errors
     /// [`ToolError::Unavailable`] when the session has no binding, is `st`, or is a group.
-    pub fn for_agent(
+    pub fn for_session(
         agent: &AgentId,
+        session: &SessionId,
         state: &TavernState,
         turn: u64,
         call_id: &str,
         limits: ToolLimits,
         now: Timestamp,
     ) -> Result<Self, ToolError> {
-        let session = SessionId::parse(agent.as_str()).map_err(|e| ToolError::Unavailable {
-            reason: format!("agent {agent} has no usable session id: {e}"),
-        })?;
+        let session = session.clone();
         let binding = state
             .binding(&session)
             .ok_or_else(|| ToolError::Unavailable {

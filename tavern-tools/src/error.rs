@@ -101,10 +101,12 @@ impl From<StoreError> for ToolError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Conflict { target, current } => Self::RevisionConflict {
-                what: target,
+                what: target.to_string(),
                 current: current.map(|r| r.to_string()),
             },
-            StoreError::NotFound { target } => Self::NotFound { what: target },
+            StoreError::NotFound { target } => Self::NotFound {
+                what: target.to_string(),
+            },
             StoreError::Forgotten { id } => Self::NotFound {
                 what: format!("memory {id} (forgotten)"),
             },

@@ -121,6 +121,23 @@ impl ToolRegistry {
         Ok(out)
     }
 
+    /// Forgets a session's per-turn counters (the host's turn ended or the agent is gone), so
+    /// the counters only ever hold sessions that are mid-turn.
+    pub fn end_turn(&self, session: &SessionId) {
+        self.counts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(session);
+    }
+
+    /// How many sessions have per-turn counters (bounded-memory checks).
+    pub fn tracked_sessions(&self) -> usize {
+        self.counts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
     fn count(&self, ctx: &ToolContext, writes: bool) -> Result<(), ToolError> {
         let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
         let c = counts.entry(ctx.session().clone()).or_default();

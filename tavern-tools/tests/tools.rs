@@ -5,7 +5,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
-use tavern_core::{normalize_state, AgentId, CharacterName, ChatId, TavernState, Timestamp};
+use tavern_core::{
+    normalize_state, AgentId, CharacterName, ChatId, SessionId, TavernState, Timestamp,
+};
 use tavern_store::clock::ManualClock;
 use tavern_store::mem::MemStore;
 use tavern_store::ChatStore;
@@ -68,8 +70,14 @@ async fn harness_with(state: serde_json::Value, limits: ToolLimits) -> Harness {
         r#"{"name":"白羽","is_user":true,"send_date":"September 19, 2024 8:04pm","mes":"Where is the silver gate?"}"#.to_owned(),
         r#"{"name":"Seraphina","is_user":false,"send_date":"September 19, 2024 8:05pm","mes":"The silver gate lies north, past the river spirits. 银色大门在北方。"}"#.to_owned(),
     ];
+    let parsed = |lines: Vec<String>| -> Vec<tavern_core::chat::ChatLine> {
+        lines
+            .iter()
+            .map(|l| tavern_core::chat::ChatLine::parse(l).unwrap())
+            .collect()
+    };
     store
-        .rewrite_chat(&sera, &main, &lines, None)
+        .rewrite_chat(&sera, &main, &parsed(lines), None)
         .await
         .unwrap();
     let branch = vec![
@@ -80,7 +88,7 @@ async fn harness_with(state: serde_json::Value, limits: ToolLimits) -> Harness {
         .rewrite_chat(
             &sera,
             &ChatId::parse("Seraphina - 2").unwrap(),
-            &branch,
+            &parsed(branch),
             None,
         )
         .await
@@ -111,8 +119,9 @@ async fn harness() -> Harness {
 
 impl Harness {
     async fn call(&self, session: &str, name: &str, args: Value) -> Result<Value, ToolError> {
-        let ctx = ToolContext::for_agent(
+        let ctx = ToolContext::for_session(
             &AgentId::parse(session).unwrap(),
+            &SessionId::parse(session).unwrap(),
             &self.state,
             self.turn,
             &format!("call-{}-{}", self.clock_now().0, name),
@@ -471,8 +480,9 @@ async fn memory_lifecycle_with_dedupe_conflict_recovery_and_forget() {
 
 impl Harness {
     fn registry_scope(&self, session: &str) -> tavern_core::ScopeKey {
-        let ctx = ToolContext::for_agent(
+        let ctx = ToolContext::for_session(
             &AgentId::parse(session).unwrap(),
+            &SessionId::parse(session).unwrap(),
             &self.state,
             1,
             "x",
@@ -858,8 +868,9 @@ async fn per_turn_call_and_write_limits_name_the_limit() {
 #[tokio::test]
 async fn a_retried_call_does_not_duplicate_a_memory() {
     let h = harness().await;
-    let ctx = ToolContext::for_agent(
+    let ctx = ToolContext::for_session(
         &AgentId::parse("s1").unwrap(),
+        &SessionId::parse("s1").unwrap(),
         &h.state,
         1,
         "call-fixed",

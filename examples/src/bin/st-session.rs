@@ -9,18 +9,19 @@ use tavern_core::{
 use tavern_dsh_adapter::fake::ModelStep;
 use tavern_dsh_adapter::StAction;
 use tavern_examples::{fresh_data_dir, World};
-use tavern_store::{ChatStore, StateStore};
+use tavern_store::{ChatStore, StateStoreExt};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn Error>> {
     let dir = fresh_data_dir("st-session")?;
     let w = World::open(&dir, HostFacts::dsh_rc6())?;
     // This user keeps new chats on the SillyTavern pipeline.
-    let mut st_default = |s: &mut TavernState| {
-        s.default_architecture = TavernArchitecture::St;
-        Ok(())
-    };
-    w.store.update_state(&mut st_default).await?;
+    w.store
+        .update(|s: &mut TavernState| {
+            s.default_architecture = TavernArchitecture::St;
+            Ok::<_, tavern_store::StoreError>(())
+        })
+        .await?;
     let session = SessionId::parse("st-session-1")?;
     let (mira, chat) = (CharacterName::parse("Mira")?, ChatId::parse("Mira - st")?);
     let binding = w.runtime.new_chat(&session, &mira, &chat, false).await?;

@@ -151,10 +151,11 @@ async fn main() -> Result<(), Box<dyn Error>> {
         "\n── SillyTavern chat ({} lines incl. header) ──",
         file.lines.len()
     );
-    for raw in file.lines.iter().skip(1) {
-        let line: Value = serde_json::from_str(raw)?;
+    for line in file.lines.iter().skip(1) {
         if let Some(seq) = line
-            .pointer("/extra/agentTavern/eventSeq")
+            .extra()
+            .and_then(|e| e.get("agentTavern"))
+            .and_then(|at| at.get("eventSeq"))
             .and_then(Value::as_u64)
         {
             if !keys.insert(seq) {
@@ -163,13 +164,8 @@ async fn main() -> Result<(), Box<dyn Error>> {
         }
         println!(
             "{:>5}: {}",
-            line["name"].as_str().unwrap_or("?"),
-            line["mes"]
-                .as_str()
-                .unwrap_or("")
-                .chars()
-                .take(70)
-                .collect::<String>()
+            line.name().unwrap_or("?"),
+            line.text().chars().take(70).collect::<String>()
         );
     }
     let chat_scope = tavern_core::ScopeKey::Chat {

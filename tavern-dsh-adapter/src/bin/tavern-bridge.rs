@@ -16,7 +16,7 @@ use tavern_dsh_adapter::bridge::host::BridgeHost;
 use tavern_dsh_adapter::bridge::mcp::McpServer;
 use tavern_dsh_adapter::bridge::Bridge;
 use tavern_dsh_adapter::{Runtime, RuntimeConfig};
-use tavern_store::fs::{block_on, FsStore};
+use tavern_store::fs::FsStore;
 use tavern_store::SystemClock;
 use tavern_tools::assets::provider::{AssetProvider, DirAssets, MemAssets, Persona};
 
@@ -64,7 +64,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
     Ok(o)
 }
 
-fn run(o: Options) -> Result<(), String> {
+async fn run(o: Options) -> Result<(), String> {
     let data = o.data.ok_or("--data DIR is required")?;
     let clock = Arc::new(SystemClock);
     let store = Arc::new(FsStore::open(&data, clock.clone()).map_err(|e| e.to_string())?);
@@ -88,33 +88,52 @@ fn run(o: Options) -> Result<(), String> {
         ..RuntimeConfig::default()
     };
     let runtime = Runtime::new(host.clone(), store, assets, clock, config);
-    let (stdin, stdout) = (std::io::stdin().lock(), std::io::stdout().lock());
+    let (stdin, stdout) = (
+        tokio::io::BufReader::new(tokio::io::stdin()),
+        tokio::io::stdout(),
+    );
     if o.mcp {
         let session = SessionId::parse(o.session.ok_or("mcp needs --session ID")?)
             .map_err(|e| e.to_string())?;
         if let (Some(c), Some(chat)) = (o.character, o.chat) {
             let character = CharacterName::parse(c).map_err(|e| e.to_string())?;
             let chat = ChatId::parse(chat).map_err(|e| e.to_string())?;
-            let state = block_on(runtime.state()).map_err(|e| e.to_string())?;
+            let state = runtime.state().await.map_err(|e| e.to_string())?;
             if state.binding(&session).is_none() {
-                block_on(runtime.new_chat(&session, &character, &chat, false))
+                runtime
+                    .new_chat(&session, &character, &chat, false)
+                    .await
                     .map_err(|e| e.to_string())?;
             }
         }
         let agent = AgentId::parse(session.as_str()).map_err(|e| e.to_string())?;
         McpServer::new(runtime, agent)
             .serve(stdin, stdout)
+            .await
             .map_err(|e| e.to_string())
     } else {
         Bridge::new(runtime, host)
             .serve(stdin, stdout)
+            .await
             .map_err(|e| e.to_string())
     }
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match parse(&args).and_then(run) {
+    // Two workers (the machine's cores); the store moves blocking IO to the blocking pool.
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_io()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tavern-bridge: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match parse(&args).and_then(|o| runtime.block_on(run(o))) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tavern-bridge: {e}");

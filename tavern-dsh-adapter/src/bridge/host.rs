@@ -16,6 +16,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Most events mirrored per session.
+pub const MIRROR_MAX_EVENTS: usize = 1024;
+
 /// The host as the sidecar knows it.
 #[derive(Debug)]
 pub struct BridgeHost {
@@ -50,14 +53,38 @@ impl BridgeHost {
         lock(&self.running).insert(agent.clone(), running);
     }
 
-    /// Records a session event the plugin forwarded.
+    /// Records a session event the plugin forwarded, so a replay can find it when the host's
+    /// on-disk log is not readable. At most [`MIRROR_MAX_EVENTS`] per session are kept (the
+    /// oldest go first); [`BridgeHost::projected_through`] and [`BridgeHost::dispose`] free
+    /// the rest.
     pub fn record(&self, session: &SessionId, event: &Value) {
         if let Some(seq) = event.get("seq").and_then(Value::as_u64) {
-            lock(&self.events)
-                .entry(session.clone())
-                .or_default()
-                .insert(seq, event.clone());
+            let mut events = lock(&self.events);
+            let mirror = events.entry(session.clone()).or_default();
+            mirror.insert(seq, event.clone());
+            while mirror.len() > MIRROR_MAX_EVENTS {
+                mirror.pop_first();
+            }
         }
+    }
+
+    /// Forgets mirrored events at or before `cursor`: projected, never replayed again.
+    pub fn projected_through(&self, session: &SessionId, cursor: u64) {
+        if let Some(mirror) = lock(&self.events).get_mut(session) {
+            mirror.retain(|seq, _| *seq > cursor);
+        }
+    }
+
+    /// Forgets everything about a disposed agent and its session.
+    pub fn dispose(&self, agent: &AgentId, session: &SessionId) {
+        lock(&self.running).remove(agent);
+        lock(&self.mounts).remove(agent);
+        lock(&self.events).remove(session);
+    }
+
+    /// How many events are mirrored in all (bounded-memory checks).
+    pub fn mirrored_events(&self) -> usize {
+        lock(&self.events).values().map(BTreeMap::len).sum()
     }
 
     /// What was mounted on an agent.

@@ -2,10 +2,9 @@
 //! that speak MCP. MCP's `tools/call` carries no caller identity, so one bridge serves exactly
 //! one binding fixed at launch; identity never comes from tool arguments.
 
-use std::io::{BufRead, Write};
-
 use serde_json::{json, Value};
 use tavern_core::AgentId;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::runtime::Runtime;
 
@@ -85,19 +84,32 @@ impl McpServer {
         })
     }
 
-    /// Serves messages from `input` until it ends.
+    /// Serves messages from `input` until it ends. A line that is not UTF-8 gets a parse
+    /// error; the server keeps serving.
     ///
     /// # Errors
     /// IO errors on the streams.
-    pub fn serve(&self, input: impl BufRead, mut output: impl Write) -> std::io::Result<()> {
-        for line in input.lines() {
-            let line = line?;
-            if line.trim().is_empty() {
-                continue;
+    pub async fn serve(
+        &self,
+        mut input: impl AsyncBufRead + Unpin,
+        mut output: impl AsyncWrite + Unpin,
+    ) -> std::io::Result<()> {
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            if input.read_until(b'\n', &mut buf).await? == 0 {
+                break;
             }
-            if let Some(reply) = tavern_store::fs::block_on(self.handle(&line)) {
-                writeln!(output, "{reply}")?;
-                output.flush()?;
+            let reply = match std::str::from_utf8(&buf) {
+                Ok(line) if line.trim().is_empty() => continue,
+                Ok(line) => self.handle(line).await,
+                Err(_) => Some(
+                    json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "parse error: not utf-8"}}),
+                ),
+            };
+            if let Some(reply) = reply {
+                output.write_all(format!("{reply}\n").as_bytes()).await?;
+                output.flush().await?;
             }
         }
         Ok(())

@@ -6,17 +6,19 @@
 //! (`id: null`, code `bad-frame`) and the bridge keeps serving. Protocol reference:
 //! `docs/HOST_INTEGRATION.md`.
 
+pub mod frame;
 pub mod host;
 pub mod mcp;
 
 use std::collections::HashSet;
-use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{json, Value};
-use tavern_core::{AgentId, CharacterName, ChatId, ContextMode, HostFacts, SessionId};
+use tavern_core::{ContextMode, HostFacts};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 
+use self::frame::{Request, RunState};
 use self::host::BridgeHost;
 use crate::runtime::Runtime;
 use crate::tavern_mode::PERSONA_SECTION;
@@ -35,13 +37,6 @@ pub struct Bridge {
 
 fn error(id: &Value, code: &str, message: impl Into<String>) -> Value {
     json!({"id": id, "error": {"code": code, "message": message.into()}})
-}
-
-fn param<'a>(params: &'a Value, key: &str) -> Result<&'a str, String> {
-    params
-        .get(key)
-        .and_then(Value::as_str)
-        .ok_or_else(|| format!("params.{key} must be a string"))
 }
 
 impl Bridge {
@@ -63,29 +58,13 @@ impl Bridge {
     /// Handles one frame; returns the frames to send back (a response, and/or `log`
     /// notifications).
     pub async fn handle(&self, line: &str) -> Vec<Value> {
-        let frame: Value = match serde_json::from_str(line) {
-            Ok(v @ Value::Object(_)) => v,
-            Ok(_) => {
-                return vec![error(
-                    &Value::Null,
-                    "bad-frame",
-                    "a frame must be a json object",
-                )]
-            }
-            Err(e) => return vec![error(&Value::Null, "bad-frame", format!("not json: {e}"))],
+        let frame = match frame::parse(line) {
+            Ok(f) => f,
+            Err((id, e)) => return vec![error(&id.unwrap_or(Value::Null), e.code, e.message)],
         };
-        let id = frame.get("id").cloned();
-        let Some(method) = frame.get("method").and_then(Value::as_str) else {
-            return vec![error(
-                &id.unwrap_or(Value::Null),
-                "bad-frame",
-                "a frame needs a method",
-            )];
-        };
-        let params = frame.get("params").cloned().unwrap_or(Value::Null);
         let mut out = Vec::new();
-        let result = self.dispatch(method, &params, &mut out).await;
-        if let Some(id) = id {
+        let result = self.dispatch(frame.request, &mut out).await;
+        if let Some(id) = frame.id {
             out.push(match result {
                 Ok(v) => json!({"id": id, "result": v}),
                 Err((code, message)) => error(&id, code, message),
@@ -98,37 +77,24 @@ impl Bridge {
 
     async fn dispatch(
         &self,
-        method: &str,
-        p: &Value,
+        request: Request,
         out: &mut Vec<Value>,
     ) -> Result<Value, (&'static str, String)> {
-        let invalid = |m: String| ("invalid-params", m);
         let runtime_err = |e: crate::AdapterError| ("runtime", e.to_string());
-        let agent = |key: &str| -> Result<AgentId, (&'static str, String)> {
-            AgentId::parse(param(p, key).map_err(invalid)?).map_err(|e| invalid(e.to_string()))
-        };
-        let session = |key: &str| -> Result<SessionId, (&'static str, String)> {
-            SessionId::parse(param(p, key).map_err(invalid)?).map_err(|e| invalid(e.to_string()))
-        };
-        match method {
-            "handshake" => {
-                let version = p.get("protocol").and_then(Value::as_u64).unwrap_or(0);
-                if version != PROTOCOL_VERSION {
+        match request {
+            Request::Handshake(h) => {
+                if h.protocol != PROTOCOL_VERSION {
                     return Err((
                         "unsupported-protocol",
-                        format!("this bridge speaks protocol {PROTOCOL_VERSION}, not {version}"),
+                        format!(
+                            "this bridge speaks protocol {PROTOCOL_VERSION}, not {}",
+                            h.protocol
+                        ),
                     ));
                 }
-                let facts = match p.get("facts") {
-                    Some(f) => serde_json::from_value(f.clone())
-                        .map_err(|e| invalid(format!("params.facts: {e}")))?,
-                    None => HostFacts::dsh_rc6(),
-                };
-                let root = p
-                    .get("sessionsRoot")
-                    .and_then(Value::as_str)
-                    .map(std::path::PathBuf::from);
-                self.host.configure(facts, root);
+                let facts = h.facts.unwrap_or_else(HostFacts::dsh_rc6);
+                self.host
+                    .configure(facts, h.sessions_root.map(std::path::PathBuf::from));
                 Ok(json!({
                     "protocol": PROTOCOL_VERSION,
                     "server": "agent-tavern",
@@ -138,93 +104,85 @@ impl Bridge {
                     "capabilities": self.runtime.capabilities(),
                 }))
             }
-            "agent/created" => {
-                let a = agent("agent")?;
+            Request::AgentCreated(created) => {
                 // Optional: bind a session that has no binding yet (headless hosts create
                 // sessions themselves, so the plugin binds them on creation).
-                if let Some(bind) = p.get("bind").filter(|b| b.is_object()) {
-                    let s = SessionId::parse(a.as_str()).map_err(|e| invalid(e.to_string()))?;
-                    if self
+                if let Some(bind) = created.bind {
+                    let s = self
                         .runtime
-                        .state()
-                        .await
-                        .map_err(runtime_err)?
-                        .binding(&s)
-                        .is_none()
-                    {
-                        let character =
-                            CharacterName::parse(param(bind, "character").map_err(invalid)?)
-                                .map_err(|e| invalid(e.to_string()))?;
-                        let chat = ChatId::parse(param(bind, "chatId").map_err(invalid)?)
-                            .map_err(|e| invalid(e.to_string()))?;
+                        .session_of(&created.agent)
+                        .map_err(runtime_err)?;
+                    let state = self.runtime.state().await.map_err(runtime_err)?;
+                    if state.binding(&s).is_none() {
                         self.runtime
-                            .new_chat(&s, &character, &chat, false)
+                            .new_chat(&s, &bind.character, &bind.chat_id, false)
                             .await
                             .map_err(runtime_err)?;
                     }
                 }
-                let decision = self.runtime.agent_created(&a).await.map_err(runtime_err)?;
+                let decision = self
+                    .runtime
+                    .agent_created(&created.agent)
+                    .await
+                    .map_err(runtime_err)?;
                 Ok(json!({"mounted": decision == crate::MountDecision::Mounted}))
             }
-            "agent/disposed" => {
-                self.host.set_running(&agent("agent")?, false);
+            Request::AgentDisposed(a) => {
+                if let Ok(session) = self.runtime.session_of(&a.agent) {
+                    self.host.dispose(&a.agent, &session);
+                }
+                self.runtime.agent_disposed(&a.agent);
                 Ok(json!({}))
             }
-            "agent/status" => {
-                self.host.set_running(
-                    &agent("agent")?,
-                    param(p, "status").map_err(invalid)? == "running",
-                );
+            Request::AgentStatus(st) => {
+                self.host
+                    .set_running(&st.agent, st.status == RunState::Running);
                 Ok(json!({}))
             }
-            "event" => {
-                let s = session("session")?;
-                let event = p
-                    .get("event")
-                    .ok_or_else(|| invalid("params.event is required".into()))?;
-                self.host.record(&s, event);
-                match self.runtime.on_event(&s, event).await {
-                    Ok(outcome) => Ok(json!({"appended": outcome.map_or(0, |o| o.appended)})),
-                    Err(e) => Err(("projection", e.to_string())),
+            Request::Event(e) => {
+                self.host.record(&e.session, &e.event);
+                match self.runtime.on_event(&e.session, &e.event).await {
+                    Ok(outcome) => {
+                        if let Some(cursor) = outcome.as_ref().and_then(|o| o.cursor) {
+                            self.host.projected_through(&e.session, cursor);
+                        }
+                        Ok(json!({"appended": outcome.map_or(0, |o| o.appended)}))
+                    }
+                    Err(err) => Err(("projection", err.to_string())),
                 }
             }
-            "tool/call" => {
-                let call_id = param(p, "callId").map_err(invalid)?.to_owned();
+            Request::ToolCall(call) => {
                 if self
                     .cancelled
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&call_id)
+                    .remove(&call.call_id)
                 {
                     return Ok(
-                        json!({"error": {"code": "unavailable", "message": format!("call {call_id} was cancelled")}}),
+                        json!({"error": {"code": "unavailable", "message": format!("call {} was cancelled", call.call_id)}}),
                     );
                 }
-                let tool = param(p, "tool").map_err(invalid)?;
-                let args = p.get("args").cloned().unwrap_or_else(|| json!({}));
                 // The session comes from the host's execution context, never from arguments.
                 Ok(self
                     .runtime
-                    .call_tool(&agent("session")?, &call_id, tool, &args)
+                    .call_tool(&call.session, &call.call_id, &call.tool, &call.args)
                     .await)
             }
-            "tool/cancel" => {
-                let call_id = param(p, "callId").map_err(invalid)?;
+            Request::ToolCancel(c) => {
                 self.cancelled
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .insert(call_id.to_owned());
+                    .insert(c.call_id);
                 Ok(json!({}))
             }
-            "prompt" => {
-                let a = agent("agent")?;
+            Request::Prompt(a) => {
                 let mut parts = Vec::new();
                 let mut sections = Runtime::sections();
                 sections.sort_by_key(|s| s.order);
                 for s in sections {
                     if let Some(text) = self
                         .runtime
-                        .section_text(&a, &s.name)
+                        .section_text(&a.agent, &s.name)
                         .await
                         .map_err(runtime_err)?
                     {
@@ -240,43 +198,29 @@ impl Bridge {
                     json!({"text": if parts.is_empty() { Value::Null } else { json!(text) }, "sections": parts, "personaSection": PERSONA_SECTION}),
                 )
             }
-            "chat/bind" => {
-                let s = session("session")?;
-                let character = CharacterName::parse(param(p, "character").map_err(invalid)?)
-                    .map_err(|e| invalid(e.to_string()))?;
-                let chat = ChatId::parse(param(p, "chatId").map_err(invalid)?)
-                    .map_err(|e| invalid(e.to_string()))?;
-                let group = p.get("group").and_then(Value::as_bool).unwrap_or(false);
-                let b = self
+            Request::ChatBind(b) => {
+                let binding = self
                     .runtime
-                    .new_chat(&s, &character, &chat, group)
+                    .new_chat(&b.session, &b.character, &b.chat_id, b.group)
                     .await
                     .map_err(runtime_err)?;
                 Ok(
-                    json!({"architecture": b.architecture().as_str(), "contextMode": b.context_mode().map(ContextMode::as_str)}),
+                    json!({"architecture": binding.architecture().as_str(), "contextMode": binding.context_mode().map(ContextMode::as_str)}),
                 )
             }
-            "mode/switch" => {
-                let s = session("session")?;
-                let mode = ContextMode::from_label(param(p, "mode").map_err(invalid)?).ok_or_else(
-                    || invalid("params.mode must be dsh-native or agent-managed".into()),
-                )?;
+            Request::ModeSwitch(m) => {
                 let b = self
                     .runtime
-                    .switch_mode(&s, mode)
+                    .switch_mode(&m.session, m.mode)
                     .await
                     .map_err(runtime_err)?;
                 Ok(json!({"contextMode": b.context_mode().map(ContextMode::as_str)}))
             }
-            "resume" => {
-                let o = self
-                    .runtime
-                    .resume(&session("session")?)
-                    .await
-                    .map_err(runtime_err)?;
+            Request::Resume(r) => {
+                let o = self.runtime.resume(&r.session).await.map_err(runtime_err)?;
                 Ok(json!({"appended": o.map_or(0, |o| o.appended)}))
             }
-            "status" => {
+            Request::Status(_) => {
                 let pending = self
                     .runtime
                     .pending_projections()
@@ -287,43 +231,53 @@ impl Bridge {
                     "capabilities": self.runtime.capabilities()}),
                 )
             }
-            "tavern-mode/route" => {
+            Request::Route(r) => {
                 let req = crate::tavern_mode::RouteRequest {
-                    method: param(p, "method").map_err(invalid)?,
-                    admitted: p.get("admitted").and_then(Value::as_bool).unwrap_or(false),
-                    body: p
-                        .get("body")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .as_bytes(),
+                    method: &r.method,
+                    admitted: r.admitted,
+                    body: r.body.as_bytes(),
                 };
                 let resp = self.runtime.tavern_mode_route(req).await;
                 Ok(json!({"status": resp.status, "body": resp.body}))
             }
-            "shutdown" => {
+            Request::Shutdown(_) => {
                 self.shut_down.store(true, Ordering::SeqCst);
                 out.push(json!({"method": "log", "params": {"level": "info", "message": "agent-tavern bridge stopping; every write is already durable"}}));
                 Ok(json!({"ok": true}))
             }
-            other => Err(("unknown-method", format!("unknown method {other}"))),
         }
     }
 
     /// Serves frames from `input` until end of input or `shutdown`, writing responses to
-    /// `output` (one line each, flushed).
+    /// `output` (one line each, flushed). A frame that is not UTF-8 gets an error frame; the
+    /// bridge keeps serving.
     ///
     /// # Errors
     /// IO errors on the streams.
-    pub fn serve(&self, input: impl BufRead, mut output: impl Write) -> std::io::Result<()> {
-        for line in input.lines() {
-            let line = line?;
-            if line.trim().is_empty() {
-                continue;
+    pub async fn serve(
+        &self,
+        mut input: impl AsyncBufRead + Unpin,
+        mut output: impl AsyncWrite + Unpin,
+    ) -> std::io::Result<()> {
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            if input.read_until(b'\n', &mut buf).await? == 0 {
+                break;
             }
-            for frame in tavern_store::fs::block_on(self.handle(&line)) {
-                writeln!(output, "{frame}")?;
+            let frames = match std::str::from_utf8(&buf) {
+                Ok(line) if line.trim().is_empty() => continue,
+                Ok(line) => self.handle(line).await,
+                Err(e) => vec![error(
+                    &Value::Null,
+                    "bad-frame",
+                    format!("not utf-8 (byte {})", e.valid_up_to()),
+                )],
+            };
+            for frame in frames {
+                output.write_all(format!("{frame}\n").as_bytes()).await?;
             }
-            output.flush()?;
+            output.flush().await?;
             if self.is_shut_down() {
                 break;
             }

@@ -119,13 +119,7 @@ impl World {
         file.lines
             .iter()
             .skip(1)
-            .map(|l| {
-                let v: Value = serde_json::from_str(l).unwrap();
-                (
-                    v["is_user"].as_bool().unwrap(),
-                    v["mes"].as_str().unwrap().to_owned(),
-                )
-            })
+            .map(|l| (l.is_user(), l.text().to_owned()))
             .collect()
     }
 }

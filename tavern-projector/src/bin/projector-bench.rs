@@ -14,7 +14,7 @@ use serde_json::json;
 use tavern_core::{normalize_state, CharacterName, ChatId, SessionId};
 use tavern_projector::context::{project, Budget, NodeRole, ProjectionInput, SurfaceNode};
 use tavern_projector::{ChatProjector, HostEvent, ProjectorConfig};
-use tavern_store::fs::{block_on, FsStore};
+use tavern_store::fs::FsStore;
 use tavern_store::{ChatStore, SystemClock};
 
 fn pct(v: &mut [Duration], p: f64) -> Duration {
@@ -75,11 +75,17 @@ fn turn_cost(existing: usize) -> Result<Duration, Box<dyn std::error::Error>> {
     let store = Arc::new(FsStore::open(dir.path(), Arc::new(SystemClock))?);
     let character = CharacterName::parse("Mira")?;
     let chat = ChatId::parse("Mira - bench")?;
-    let mut lines = vec![json!({"user_name": "Kai", "character_name": "Mira", "create_date": "x", "chat_metadata": {}}).to_string()];
+    let line = |v: serde_json::Value| match v {
+        serde_json::Value::Object(m) => tavern_core::chat::ChatLine::from_object(m),
+        _ => unreachable!("benchmark lines are objects"),
+    };
+    let mut lines = vec![line(
+        json!({"user_name": "Kai", "character_name": "Mira", "create_date": "x", "chat_metadata": {}}),
+    )];
     for i in 0..existing {
-        lines.push(json!({"name": if i % 2 == 0 { "Kai" } else { "Mira" }, "is_user": i % 2 == 0, "send_date": i, "mes": format!("earlier message {i} with some words in it to make the line realistic")}).to_string());
+        lines.push(line(json!({"name": if i % 2 == 0 { "Kai" } else { "Mira" }, "is_user": i % 2 == 0, "send_date": i, "mes": format!("earlier message {i} with some words in it to make the line realistic")})));
     }
-    block_on(store.rewrite_chat(&character, &chat, &lines, None))?;
+    rt().block_on(store.rewrite_chat(&character, &chat, &lines, None))?;
     let (state, _) = normalize_state(
         &json!({"sessionBindings": {"s1": {"character": "Mira", "chatId": "Mira - bench", "architecture": "agent-tavern", "contextMode": "dsh-native"}}}),
     );
@@ -98,7 +104,7 @@ fn turn_cost(existing: usize) -> Result<Duration, Box<dyn std::error::Error>> {
         let evs = turn_events(turn + 1, turn * 6, 0);
         let t = Instant::now();
         for e in evs {
-            block_on(p.on_event(&session, &binding, e))?;
+            rt().block_on(p.on_event(&session, &binding, e))?;
         }
         // The first turn has no checkpoint yet and reads the chat once; measure the steady state.
         if turn > 0 {
@@ -150,4 +156,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     println!("| project one turn, chat of 10,000 vs 100 messages (p50) | {} | {} | {:.2}× (target ≤ 2×) |", us(large), us(small), large.as_secs_f64() / small.as_secs_f64());
     Ok(())
+}
+
+/// The executor the store's futures run on (one thread: the store moves blocking work to
+/// tokio's blocking pool itself).
+fn rt() -> &'static tokio::runtime::Runtime {
+    static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap_or_else(|e| panic!("cannot start a tokio runtime: {e}"))
+    })
 }

@@ -19,7 +19,7 @@ use serde_json::json;
 use tavern_core::{
     AgentId, MemoryId, MemoryKind, MemorySource, MemoryWrite, ScopeKey, VariableName,
 };
-use tavern_store::fs::{block_on, FsStore};
+use tavern_store::fs::FsStore;
 use tavern_store::{MemoryQuery, MemoryStore, StoreError, SystemClock, VariableStore};
 
 /// SplitMix64: tiny, deterministic, good enough for corpus generation.
@@ -230,14 +230,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut stmt = db.prepare("SELECT id FROM m WHERE m MATCH ?1 ORDER BY bm25(m) LIMIT 10")?;
     // Warm both once so neither pays first-touch costs in the measurement.
     for (text, _) in corpus.queries.iter().take(20) {
-        block_on(store.search(&MemoryQuery::new(text.clone(), scopes.clone())))?;
+        rt().block_on(store.search(&MemoryQuery::new(text.clone(), scopes.clone())))?;
         stmt.query_map([fts_query(text)], |r| r.get::<_, String>(0))?
             .count();
     }
     for (k, (text, relevant)) in corpus.queries.iter().enumerate() {
         let query = MemoryQuery::new(text.clone(), scopes.clone());
         let t = Instant::now();
-        let res = block_on(store.search(&query))?;
+        let res = rt().block_on(store.search(&query))?;
         ours.push(t.elapsed());
         let ids: Vec<String> = res.hits.iter().map(|h| h.record.id.to_string()).collect();
         let r = recall(&ids, relevant);
@@ -295,7 +295,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // --- durable put throughput --------------------------------------------------------------
     let t = Instant::now();
     for i in 0..puts {
-        block_on(store.put(
+        rt().block_on(store.put(
             write_for(&format!("p{i}"), "durable put with cas")?,
             None,
             false,
@@ -329,19 +329,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|_| {
             let store = store.clone();
             let name = name.clone();
-            std::thread::spawn(move || -> Result<u64, StoreError> {
-                let mut acked = 0;
+            rt().spawn(async move {
+                let mut acked = 0u64;
                 for _ in 0..per_writer {
                     loop {
-                        let cur = block_on(store.get(&ScopeKey::Global, &name))?;
+                        let cur = store.get(&ScopeKey::Global, &name).await?;
                         let v = cur.as_ref().and_then(|r| r.value.as_i64()).unwrap_or(0);
-                        match block_on(store.set(
-                            &ScopeKey::Global,
-                            &name,
-                            json!(v + 1),
-                            cur.as_ref().map(|r| &r.revision),
-                            MemorySource::system(),
-                        )) {
+                        match store
+                            .set(
+                                &ScopeKey::Global,
+                                &name,
+                                json!(v + 1),
+                                cur.as_ref().map(|r| &r.revision),
+                                MemorySource::system(),
+                            )
+                            .await
+                        {
                             Ok(_) => break,
                             Err(StoreError::Conflict { .. }) => {}
                             Err(e) => return Err(e),
@@ -349,15 +352,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     }
                     acked += 1;
                 }
-                Ok(acked)
+                Ok::<u64, StoreError>(acked)
             })
         })
         .collect();
     let mut acked = 0;
     for h in handles {
-        acked += h.join().map_err(|_| "writer thread panicked")??;
+        acked += rt().block_on(h).map_err(|_| "writer task panicked")??;
     }
-    let found = block_on(store.get(&ScopeKey::Global, &name))?
+    let found = rt()
+        .block_on(store.get(&ScopeKey::Global, &name))?
         .and_then(|r| r.value.as_i64())
         .unwrap_or(0);
     rows.push([
@@ -385,4 +389,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("| {} | {} | {} | {} |", r[0], r[1], r[2], r[3]);
     }
     Ok(())
+}
+
+/// The executor the store's futures run on: two workers, as many as the machine has cores;
+/// the store moves its blocking work to tokio's blocking pool itself.
+fn rt() -> &'static tokio::runtime::Runtime {
+    static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap_or_else(|e| panic!("cannot start a tokio runtime: {e}"))
+    })
 }

@@ -11,7 +11,7 @@ use serde_json::json;
 use tavern_core::{
     AgentId, MemoryId, MemoryKind, MemorySource, MemoryWrite, ScopeKey, VariableName,
 };
-use tavern_store::fs::{block_on, FsStore};
+use tavern_store::fs::FsStore;
 use tavern_store::{MemoryStore, StoreError, SystemClock, VariableStore};
 
 fn run(args: &[String]) -> Result<(), String> {
@@ -38,15 +38,17 @@ fn run(args: &[String]) -> Result<(), String> {
                     source: MemorySource::system(),
                     expires_at: None,
                 };
-                block_on(store.put(write, None, false)).map_err(|e| e.to_string())?;
+                rt().block_on(store.put(write, None, false))
+                    .map_err(|e| e.to_string())?;
             }
             "incr" => {
                 let var = VariableName::parse(name.as_str()).map_err(|e| e.to_string())?;
                 loop {
-                    let cur =
-                        block_on(store.get(&ScopeKey::Global, &var)).map_err(|e| e.to_string())?;
+                    let cur = rt()
+                        .block_on(store.get(&ScopeKey::Global, &var))
+                        .map_err(|e| e.to_string())?;
                     let n = cur.as_ref().and_then(|r| r.value.as_i64()).unwrap_or(0);
-                    let res = block_on(store.set(
+                    let res = rt().block_on(store.set(
                         &ScopeKey::Global,
                         &var,
                         json!(n + 1),
@@ -78,4 +80,15 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The executor the store's futures run on (one thread: the store moves blocking work to
+/// tokio's blocking pool itself).
+fn rt() -> &'static tokio::runtime::Runtime {
+    static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap_or_else(|e| panic!("cannot start a tokio runtime: {e}"))
+    })
 }

@@ -8,7 +8,7 @@ use tavern_core::{
     MemorySource, MemoryWrite, Revision, ScopeKey, Timestamp, TokenEstimator,
 };
 
-use crate::error::StoreError;
+use crate::error::{StoreError, Target};
 use crate::memory::{MemoryHit, MemoryQuery, MemorySearchResult, TagMatch};
 use crate::search::{query_tokens, Bm25Index};
 
@@ -115,8 +115,11 @@ fn put(record: MemoryRecord, action: AuditAction) -> (MemoryRecord, MemoryOp) {
     (record, op)
 }
 
-fn target(id: &MemoryId) -> String {
-    format!("memory {id}")
+fn target(scope: &ScopeKey, id: &MemoryId) -> Box<Target> {
+    Box::new(Target::Memory {
+        scope: scope.clone(),
+        id: id.clone(),
+    })
 }
 
 impl MemoryTable {
@@ -167,7 +170,7 @@ impl MemoryTable {
         write.validate()?;
         let current = self.get(&write.scope, &write.id);
         let conflict = |current: Option<&MemoryRecord>| StoreError::Conflict {
-            target: target(&write.id),
+            target: target(&write.scope, &write.id),
             current: current.map(|r| r.revision.clone()),
         };
         let (record, action) = match (current, expected) {
@@ -179,9 +182,7 @@ impl MemoryTable {
             (Some(cur), Some(exp)) if &cur.revision != exp => return Err(conflict(current)),
             (Some(cur), Some(_)) => {
                 if cur.deleted_at.is_some() && !restore {
-                    return Err(StoreError::Forgotten {
-                        id: cur.id.to_string(),
-                    });
+                    return Err(StoreError::Forgotten { id: cur.id.clone() });
                 }
                 let action = if cur.deleted_at.is_some() {
                     AuditAction::Restored
@@ -203,11 +204,13 @@ impl MemoryTable {
         now: Timestamp,
     ) -> Result<(MemoryRecord, MemoryOp), StoreError> {
         let Some(cur) = self.get(scope, id).filter(|r| r.deleted_at.is_none()) else {
-            return Err(StoreError::NotFound { target: target(id) });
+            return Err(StoreError::NotFound {
+                target: target(scope, id),
+            });
         };
         if &cur.revision != expected {
             return Err(StoreError::Conflict {
-                target: target(id),
+                target: target(scope, id),
                 current: Some(cur.revision.clone()),
             });
         }

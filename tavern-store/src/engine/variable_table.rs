@@ -10,7 +10,7 @@ use tavern_core::{
     VariableRecord,
 };
 
-use crate::error::StoreError;
+use crate::error::{StoreError, Target};
 use crate::variable::{PatchOutcome, VariableChange, VariableListing, VariableSummary};
 
 /// Most changes in one patch.
@@ -51,8 +51,11 @@ pub(crate) struct VariableTable {
     scopes: BTreeMap<ScopeKey, ScopeVars>,
 }
 
-fn var_target(scope: &ScopeKey, name: &VariableName) -> String {
-    format!("variable {name} in scope {scope}")
+fn var_target(scope: &ScopeKey, name: &VariableName) -> Box<Target> {
+    Box::new(Target::Variable {
+        scope: scope.clone(),
+        name: name.clone(),
+    })
 }
 
 impl VariableTable {
@@ -93,7 +96,7 @@ impl VariableTable {
         if let Some(exp) = expected_scope {
             if current.revision.as_ref() != Some(exp) {
                 return Err(StoreError::Conflict {
-                    target: format!("variable scope {scope}"),
+                    target: Box::new(Target::VariableScope(scope.clone())),
                     current: current.revision.clone(),
                 });
             }

@@ -101,8 +101,47 @@ pub(crate) fn remove(root: &Path, rel: &str) -> Result<bool, StoreError> {
     }
 }
 
+/// What identifies one version of a file without reading it: device, inode, length,
+/// modification and change times. Files here are replaced atomically (a new inode each time)
+/// or appended to (a new length), so a cache keyed by the stamp sees every change, also one
+/// made by another process; matching times to the nanosecond rule out a reused inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FileStamp([i128; 5]);
+
+#[cfg(unix)]
+fn stamp_of(meta: &std::fs::Metadata) -> FileStamp {
+    use std::os::unix::fs::MetadataExt;
+    FileStamp([
+        i128::from(meta.dev()),
+        i128::from(meta.ino()),
+        i128::from(meta.len()),
+        i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+    ])
+}
+
+#[cfg(not(unix))]
+fn stamp_of(meta: &std::fs::Metadata) -> FileStamp {
+    let mtime = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos() as i128);
+    FileStamp([0, 0, i128::from(meta.len()), mtime, 0])
+}
+
+/// The stamp of `rel`, `None` if it does not exist.
+pub(crate) fn stamp(root: &Path, rel: &str) -> Result<Option<FileStamp>, StoreError> {
+    match std::fs::metadata(under(root, rel)) {
+        Ok(m) => Ok(Some(stamp_of(&m))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err("stat", rel)(e)),
+    }
+}
+
 /// An advisory lock held until dropped: exclusive for writers, shared for readers. Serializes
 /// writers across threads *and* processes sharing the root.
+#[must_use = "the lock is released when the guard is dropped"]
 pub(crate) struct FileLock(#[allow(dead_code)] std::fs::File);
 
 impl FileLock {

@@ -11,14 +11,15 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use async_trait::async_trait;
+use tavern_core::chat::ChatLine;
 use tavern_core::revision::short_digest;
 use tavern_core::{CharacterName, ChatId};
 
 use super::atomic::{ensure_dir, io_err, under, write_atomic, FileLock};
 use super::names::{decode, encode};
-use super::FsStore;
-use crate::chat::{chat_target, validate_lines, ChatFile, ChatRevision, ChatStore};
-use crate::error::StoreError;
+use super::{FsStore, Inner};
+use crate::chat::{check_not_empty, parse_lines, ChatFile, ChatRevision, ChatStore};
+use crate::error::{StoreError, Target};
 
 const TAIL_BYTES: u64 = 4096;
 
@@ -48,7 +49,7 @@ fn revision_of(file: &mut std::fs::File, rel: &str) -> Result<ChatRevision, Stor
     let mut tail = Vec::with_capacity(usize::try_from(len - start).unwrap_or(0));
     file.read_to_end(&mut tail).map_err(io_err("read", rel))?;
     let (ino, mtime) = identity(&meta);
-    Ok(ChatRevision(format!(
+    Ok(ChatRevision::new(format!(
         "c1-{len}-{ino}-{mtime}-{}",
         short_digest(&[&tail])
     )))
@@ -81,7 +82,26 @@ fn open_existing(path: &Path, rel: &str) -> Result<Option<std::fs::File>, StoreE
     }
 }
 
-impl FsStore {
+fn chat_target(character: &CharacterName, chat: &ChatId) -> Box<Target> {
+    Box::new(Target::Chat {
+        character: character.clone(),
+        chat: chat.clone(),
+    })
+}
+
+/// Joins lines as SillyTavern does: `\n` between lines, none at the end.
+fn joined<'a>(lines: impl IntoIterator<Item = &'a ChatLine>, leading_break: bool) -> String {
+    let mut text = String::new();
+    for (i, line) in lines.into_iter().enumerate() {
+        if leading_break || i > 0 {
+            text.push('\n');
+        }
+        text.push_str(line.raw());
+    }
+    text
+}
+
+impl Inner {
     fn chat_revision_now(
         &self,
         character: &CharacterName,
@@ -93,11 +113,8 @@ impl FsStore {
             None => Ok(None),
         }
     }
-}
 
-#[async_trait]
-impl ChatStore for FsStore {
-    async fn list_chats(&self, character: &CharacterName) -> Result<Vec<ChatId>, StoreError> {
+    fn list_chats(&self, character: &CharacterName) -> Result<Vec<ChatId>, StoreError> {
         let rel = format!("chats/{}", encode(character.as_str()));
         let entries = match std::fs::read_dir(under(&self.root, &rel)) {
             Ok(e) => e,
@@ -114,7 +131,7 @@ impl ChatStore for FsStore {
         Ok(out)
     }
 
-    async fn read_chat(
+    fn read_chat(
         &self,
         character: &CharacterName,
         chat: &ChatId,
@@ -127,31 +144,17 @@ impl ChatStore for FsStore {
         file.read_to_string(&mut text)
             .map_err(io_err("read", &rel))?;
         let revision = revision_of(&mut file, &rel)?;
-        let lines = text
-            .split('\n')
-            .map(|l| l.strip_suffix('\r').unwrap_or(l))
-            .filter(|l| !l.trim().is_empty())
-            .map(str::to_owned)
-            .collect();
+        let lines = parse_lines(&rel, &text)?;
         Ok(Some(ChatFile { lines, revision }))
     }
 
-    async fn chat_revision(
+    fn append_lines(
         &self,
         character: &CharacterName,
         chat: &ChatId,
-    ) -> Result<Option<ChatRevision>, StoreError> {
-        self.chat_revision_now(character, chat)
-    }
-
-    async fn append_lines(
-        &self,
-        character: &CharacterName,
-        chat: &ChatId,
-        lines: &[String],
+        lines: &[ChatLine],
         expected: &ChatRevision,
     ) -> Result<ChatRevision, StoreError> {
-        validate_lines(chat, lines)?;
         let rel = chat_rel(character, chat);
         let path = under(&self.root, &rel);
         let _lock = FileLock::acquire(&self.root, &lock_rel(character, chat), true)?;
@@ -174,17 +177,17 @@ impl ChatStore for FsStore {
             .read(true)
             .open(&path)
             .map_err(io_err("open", &rel))?;
-        let ends_open = out.metadata().map_err(io_err("stat", &rel))?.len() > 0;
-        let mut text = String::new();
-        for (i, line) in lines.iter().enumerate() {
-            if ends_open || i > 0 {
-                text.push('\n');
-            }
-            text.push_str(line);
+        let len = out.metadata().map_err(io_err("stat", &rel))?.len();
+        let text = joined(lines, len > 0);
+        let synced = out
+            .write_all(text.as_bytes())
+            .map_err(io_err("append", &rel))
+            .and_then(|()| out.sync_data().map_err(io_err("fsync", &rel)));
+        if let Err(e) = synced {
+            // Not acknowledged: take the lines back so a later read never shows them.
+            let _ = out.set_len(len).and_then(|()| out.sync_data());
+            return Err(e);
         }
-        out.write_all(text.as_bytes())
-            .map_err(io_err("append", &rel))?;
-        out.sync_data().map_err(io_err("fsync", &rel))?;
         // Another program may have renamed a new file over the path while we wrote: then our
         // lines went to the replaced file and the caller must re-read and retry.
         let written = identity(&out.metadata().map_err(io_err("stat", &rel))?).0;
@@ -198,20 +201,14 @@ impl ChatStore for FsStore {
         revision_of(&mut out, &rel)
     }
 
-    async fn rewrite_chat(
+    fn rewrite_chat(
         &self,
         character: &CharacterName,
         chat: &ChatId,
-        lines: &[String],
+        lines: &[ChatLine],
         expected: Option<&ChatRevision>,
     ) -> Result<ChatRevision, StoreError> {
-        validate_lines(chat, lines)?;
-        if lines.is_empty() {
-            return Err(StoreError::Corrupt {
-                file: chat_target(character, chat),
-                reason: "a chat needs at least its header line".into(),
-            });
-        }
+        check_not_empty(lines)?;
         ensure_dir(&self.root, &format!("chats/{}", encode(character.as_str())))?;
         let rel = chat_rel(character, chat);
         let _lock = FileLock::acquire(&self.root, &lock_rel(character, chat), true)?;
@@ -221,10 +218,63 @@ impl ChatStore for FsStore {
                 current: None,
             });
         }
-        write_atomic(&self.root, &rel, lines.join("\n").as_bytes())?;
+        write_atomic(&self.root, &rel, joined(lines, false).as_bytes())?;
         self.chat_revision_now(character, chat)?
             .ok_or_else(|| StoreError::NotFound {
                 target: chat_target(character, chat),
             })
+    }
+}
+
+#[async_trait]
+impl ChatStore for FsStore {
+    async fn list_chats(&self, character: &CharacterName) -> Result<Vec<ChatId>, StoreError> {
+        let character = character.clone();
+        self.run(move |s| s.list_chats(&character)).await
+    }
+
+    async fn read_chat(
+        &self,
+        character: &CharacterName,
+        chat: &ChatId,
+    ) -> Result<Option<ChatFile>, StoreError> {
+        let (character, chat) = (character.clone(), chat.clone());
+        self.run(move |s| s.read_chat(&character, &chat)).await
+    }
+
+    async fn chat_revision(
+        &self,
+        character: &CharacterName,
+        chat: &ChatId,
+    ) -> Result<Option<ChatRevision>, StoreError> {
+        let (character, chat) = (character.clone(), chat.clone());
+        self.run(move |s| s.chat_revision_now(&character, &chat))
+            .await
+    }
+
+    async fn append_lines(
+        &self,
+        character: &CharacterName,
+        chat: &ChatId,
+        lines: &[ChatLine],
+        expected: &ChatRevision,
+    ) -> Result<ChatRevision, StoreError> {
+        let (character, chat) = (character.clone(), chat.clone());
+        let (lines, expected) = (lines.to_vec(), expected.clone());
+        self.run(move |s| s.append_lines(&character, &chat, &lines, &expected))
+            .await
+    }
+
+    async fn rewrite_chat(
+        &self,
+        character: &CharacterName,
+        chat: &ChatId,
+        lines: &[ChatLine],
+        expected: Option<&ChatRevision>,
+    ) -> Result<ChatRevision, StoreError> {
+        let (character, chat) = (character.clone(), chat.clone());
+        let (lines, expected) = (lines.to_vec(), expected.cloned());
+        self.run(move |s| s.rewrite_chat(&character, &chat, &lines, expected.as_ref()))
+            .await
     }
 }

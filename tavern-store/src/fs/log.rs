@@ -14,6 +14,8 @@
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use tavern_core::revision::short_digest;
 
@@ -28,6 +30,11 @@ pub(crate) struct DurableLog {
     lines: u64,
     /// Identity of the file the offset refers to.
     identity: Option<u64>,
+    /// Set by a test to make the next fsync fail (shared by the store's logs).
+    fail_next_sync: Arc<AtomicBool>,
+    /// A failed append could not be taken back: the file holds bytes that were never
+    /// acknowledged, so this handle refuses to go on rather than apply them.
+    poisoned: bool,
 }
 
 /// What a read found.
@@ -51,7 +58,11 @@ fn identity(_meta: &std::fs::Metadata) -> Option<u64> {
 
 impl DurableLog {
     /// Opens (creating durably if needed) the log at root-relative `rel`.
-    pub(crate) fn open(root: &Path, rel: &str) -> Result<Self, StoreError> {
+    pub(crate) fn open(
+        root: &Path,
+        rel: &str,
+        fail_next_sync: Arc<AtomicBool>,
+    ) -> Result<Self, StoreError> {
         let path = under(root, rel);
         if !path.exists() {
             std::fs::OpenOptions::new()
@@ -69,7 +80,22 @@ impl DurableLog {
             offset: 0,
             lines: 0,
             identity: None,
+            fail_next_sync,
+            poisoned: false,
         })
+    }
+
+    fn check_poisoned(&self) -> Result<(), StoreError> {
+        if self.poisoned {
+            return Err(StoreError::Io {
+                op: "append",
+                file: self.rel.clone(),
+                source: std::io::Error::other(
+                    "an earlier failed write could not be taken back; reopen the store",
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// How many lines were read (including damaged ones).
@@ -118,6 +144,7 @@ impl DurableLog {
         &mut self,
         diags: &mut Vec<StoreDiagnostic>,
     ) -> Result<NewLines, StoreError> {
+        self.check_poisoned()?;
         let mut file =
             std::fs::File::open(under(&self.root, &self.rel)).map_err(io_err("open", &self.rel))?;
         let meta = file.metadata().map_err(io_err("stat", &self.rel))?;
@@ -168,6 +195,7 @@ impl DurableLog {
         payloads: &[&str],
         durable: bool,
     ) -> Result<bool, StoreError> {
+        self.check_poisoned()?;
         let mut file = std::fs::OpenOptions::new()
             .append(true)
             .open(under(&self.root, &self.rel))
@@ -184,10 +212,28 @@ impl DurableLog {
             text.push_str(payload);
             text.push('\n');
         }
-        file.write_all(text.as_bytes())
-            .map_err(io_err("append", &self.rel))?;
-        if durable {
-            file.sync_data().map_err(io_err("fsync", &self.rel))?;
+        let written = file
+            .write_all(text.as_bytes())
+            .map_err(io_err("append", &self.rel));
+        let synced = written.and_then(|()| {
+            if !durable {
+                Ok(())
+            } else if self.fail_next_sync.swap(false, Ordering::SeqCst) {
+                Err(io_err("fsync", &self.rel)(std::io::Error::other(
+                    "injected fsync failure",
+                )))
+            } else {
+                file.sync_data().map_err(io_err("fsync", &self.rel))
+            }
+        });
+        if let Err(e) = synced {
+            // Not acknowledged, so it must never be applied — by this process's next catch-up
+            // or another's: cut the file back to where it was (we hold the exclusive lock).
+            let undone = file.set_len(len).and_then(|()| file.sync_data());
+            if undone.is_err() {
+                self.poisoned = true;
+            }
+            return Err(e);
         }
         if !torn {
             self.offset += text.len() as u64;

@@ -5,14 +5,24 @@
 //! Layout (private to this adapter, documented in `docs/FORMATS.md`): `state.json`,
 //! `memory.log`, `variables.log`, `chats/<character>/<chat>.jsonl`, `checkpoints/<session>.json`,
 //! `prompts/<session>.json`, plus `*.lock` files. Every name derived from an id goes through
-//! `names::encode`. Methods do blocking file IO on the calling thread.
+//! `names::encode`.
+//!
+//! The port methods run their blocking work (locks, reads, fsync) through
+//! [`crate::blocking::maybe_spawn_blocking`]: on tokio's blocking pool inside a runtime,
+//! inline elsewhere. [`FsStore::open`], [`FsStore::compact`] and
+//! [`FsStore::import_memories`] are plain blocking calls for programs that manage threads
+//! themselves.
 
 mod atomic;
 mod chat;
 mod log;
 mod names;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+#[cfg(feature = "testkit")]
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -24,8 +34,11 @@ use tavern_core::{
     Revision, ScopeKey, SessionId, TavernState, VariableName, VariableRecord,
 };
 
-use self::atomic::{ensure_dir, io_err, read_optional, remove, set_aside, write_atomic, FileLock};
+use self::atomic::{
+    ensure_dir, io_err, read_optional, remove, set_aside, stamp, write_atomic, FileLock, FileStamp,
+};
 use self::log::{DurableLog, NewLines};
+use crate::blocking::maybe_spawn_blocking;
 use crate::checkpoint::{CheckpointStatus, CheckpointStore, ProjectorCheckpoint};
 use crate::clock::Clock;
 use crate::engine::memory_table::{MemoryOp, MemoryTable};
@@ -34,24 +47,9 @@ use crate::error::StoreError;
 use crate::mem::{check_prompt, lock};
 use crate::memory::{MemoryQuery, MemorySearchResult, MemoryStore};
 use crate::prompt::{PromptStore, SessionPrompt};
-use crate::state::{StateMutation, StateStore};
+use crate::state::{StateMutation, StateStore, Verdict};
 use crate::variable::{PatchOutcome, VariableChange, VariableListing, VariableStore};
 use crate::StoreDiagnostic;
-
-/// Drives a future of this adapter to completion on the calling thread. [`FsStore`] does its
-/// IO synchronously, so its futures are ready on the first poll; this lets synchronous programs
-/// (tools, benchmarks) use it without an async runtime. Do not use it for futures that wait on
-/// anything else: they would spin.
-pub fn block_on<F: std::future::Future>(fut: F) -> F::Output {
-    let mut fut = std::pin::pin!(fut);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    loop {
-        if let std::task::Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
-            return v;
-        }
-        std::thread::yield_now();
-    }
-}
 
 const STATE: &str = "state.json";
 const STATE_LOCK: &str = "state.lock";
@@ -148,10 +146,12 @@ impl<T: Table> Logged<T> {
             std::thread::scope(|s| {
                 let back = s.spawn(|| back.iter().map(parse).collect::<Vec<_>>());
                 let mut all: Vec<_> = front.iter().map(parse).collect();
-                // A panicking parser thread is a bug in serde, not bad input; fail loudly.
-                all.extend(back.join().unwrap_or_default());
-                all
-            })
+                // A panicking parser thread is a bug, not bad input: never load half a log.
+                all.extend(back.join().map_err(|_| {
+                    StoreError::Internal(format!("parsing {file} panicked; nothing loaded"))
+                })?);
+                Ok::<_, StoreError>(all)
+            })?
         };
         let mut ops = Vec::with_capacity(parsed.len());
         for p in parsed {
@@ -173,10 +173,8 @@ impl<T: Table> Logged<T> {
         durable: bool,
         diags: &Mutex<Vec<StoreDiagnostic>>,
     ) -> Result<(), StoreError> {
-        let payload = serde_json::to_string(&op).map_err(|e| StoreError::Corrupt {
-            file: self.log_name(),
-            reason: format!("cannot encode operation: {e}"),
-        })?;
+        let payload = serde_json::to_string(&op)
+            .map_err(|e| StoreError::Internal(format!("cannot encode an operation: {e}")))?;
         if self.log.append(&payload, durable)? {
             // A torn tail was terminated first: step over it; our line comes back in order.
             self.catch_up(diags)
@@ -200,10 +198,7 @@ impl<T: Table> Logged<T> {
             .iter()
             .map(serde_json::to_string)
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| StoreError::Corrupt {
-                file: self.log_name(),
-                reason: format!("cannot encode a snapshot: {e}"),
-            })?;
+            .map_err(|e| StoreError::Internal(format!("cannot encode a snapshot: {e}")))?;
         self.log.replace_with(&payloads)?;
         Ok((before, payloads.len() as u64))
     }
@@ -224,13 +219,35 @@ pub struct CompactReport {
     pub variables: (u64, u64),
 }
 
-/// Every store port on one root directory.
+/// Most checkpoints kept in the read cache; past it the cache starts over.
+const CHECKPOINT_CACHE_MAX: usize = 4096;
+
+/// A parsed document and the stamp of the file it was read from.
+type Cached<T> = (Option<FileStamp>, T);
+
+/// The normalized state and what the normalizer reported.
+type LoadedState = (TavernState, Vec<Diagnostic>);
+
+/// Every store port on one root directory. Cheap to clone (one shared handle).
+#[derive(Clone)]
 pub struct FsStore {
+    inner: Arc<Inner>,
+}
+
+/// The store's state and its blocking operations.
+struct Inner {
     root: PathBuf,
     clock: Arc<dyn Clock>,
     memory: Mutex<Logged<MemoryTable>>,
     variables: Mutex<Logged<VariableTable>>,
     diagnostics: Mutex<Vec<StoreDiagnostic>>,
+    /// The normalized state and the stamp of `state.json` it came from.
+    state: Mutex<Option<Cached<LoadedState>>>,
+    /// Checkpoints by session, with the stamp of the file each came from.
+    checkpoints: Mutex<HashMap<SessionId, Cached<Option<ProjectorCheckpoint>>>>,
+    /// Shared with both logs: make the next fsync fail (tests of failure paths).
+    #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
+    fail_next_sync: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for FsStore {
@@ -241,7 +258,7 @@ impl std::fmt::Debug for FsStore {
 
 impl FsStore {
     /// Opens (creating if needed) a store rooted at `root` and loads its logs. Damaged lines
-    /// and files are reported through [`FsStore::diagnostics`], never fatal.
+    /// and files are reported through [`FsStore::diagnostics`], never fatal. Blocking.
     ///
     /// # Errors
     /// IO failures creating or reading the root.
@@ -251,39 +268,88 @@ impl FsStore {
         for dir in ["chats", "checkpoints", "prompts"] {
             ensure_dir(&root, dir)?;
         }
-        let store = Self {
+        let fail_next_sync = Arc::new(AtomicBool::new(false));
+        let inner = Inner {
             memory: Mutex::new(Logged {
-                log: DurableLog::open(&root, MEMORY_LOG)?,
+                log: DurableLog::open(&root, MEMORY_LOG, fail_next_sync.clone())?,
                 table: MemoryTable::new(),
             }),
             variables: Mutex::new(Logged {
-                log: DurableLog::open(&root, VARIABLE_LOG)?,
+                log: DurableLog::open(&root, VARIABLE_LOG, fail_next_sync.clone())?,
                 table: VariableTable::new(),
             }),
             root,
             clock,
             diagnostics: Mutex::default(),
+            state: Mutex::default(),
+            checkpoints: Mutex::default(),
+            fail_next_sync,
         };
-        store.remove_stale_temp_files();
-        lock(&store.memory).catch_up(&store.diagnostics)?;
-        lock(&store.variables).catch_up(&store.diagnostics)?;
+        inner.remove_stale_temp_files();
+        lock(&inner.memory).catch_up(&inner.diagnostics)?;
+        lock(&inner.variables).catch_up(&inner.diagnostics)?;
         // A log that has grown far beyond its state (updates, access times) is compacted so
         // opening stays proportional to what is stored, not to its history.
-        if lock(&store.memory).bloated() || lock(&store.variables).bloated() {
-            store.compact()?;
+        if lock(&inner.memory).bloated() || lock(&inner.variables).bloated() {
+            inner.compact()?;
         }
-        Ok(store)
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
     }
 
     /// Rewrites both logs as one line per record (memories, with their whole audit trail) and
     /// per scope (variables, with tombstones and audit): nothing is lost, history lines and
     /// access-time lines are folded. Atomic and durable (temp + fsync + rename + directory
     /// fsync); other processes sharing the root notice and reload. Runs automatically at open
-    /// when a log has more than twice the lines its state needs.
+    /// when a log has more than twice the lines its state needs. Blocking.
     ///
     /// # Errors
     /// IO failures; the old logs stay in place then.
     pub fn compact(&self) -> Result<CompactReport, StoreError> {
+        self.inner.compact()
+    }
+
+    /// Creates many memories with one durable append (imports, benchmarks). All or nothing:
+    /// every write is checked first (each must be new, ids unique within the batch), then all
+    /// are appended and fsynced once. Blocking.
+    ///
+    /// # Errors
+    /// The first failing write's error; nothing is written then.
+    pub fn import_memories(&self, writes: Vec<MemoryWrite>) -> Result<usize, StoreError> {
+        self.inner.import_memories(writes)
+    }
+
+    /// Problems found in stored data so far (file names relative to the root).
+    pub fn diagnostics(&self) -> Vec<StoreDiagnostic> {
+        lock(&self.inner.diagnostics).clone()
+    }
+
+    /// How many memory records (live, forgotten or expired) are loaded.
+    pub fn memory_len(&self) -> usize {
+        lock(&self.inner.memory).table.len()
+    }
+
+    /// Makes the next durable log append fail at its fsync, as a failing disk would (tests of
+    /// "a failed write changes nothing").
+    #[cfg(feature = "testkit")]
+    pub fn fail_next_sync(&self) {
+        self.inner.fail_next_sync.store(true, Ordering::SeqCst);
+    }
+
+    /// Runs blocking `f` on the store off the executor (see the module docs).
+    async fn run<R, F>(&self, f: F) -> Result<R, StoreError>
+    where
+        F: FnOnce(&Inner) -> Result<R, StoreError> + Send + 'static,
+        R: Send + 'static,
+    {
+        let inner = self.inner.clone();
+        maybe_spawn_blocking(move || f(&inner)).await
+    }
+}
+
+impl Inner {
+    fn compact(&self) -> Result<CompactReport, StoreError> {
         let memory = {
             let mut g = lock(&self.memory);
             let _lock = g.log.lock(true)?;
@@ -344,16 +410,6 @@ impl FsStore {
         }
     }
 
-    /// Problems found in stored data so far (file names relative to the root).
-    pub fn diagnostics(&self) -> Vec<StoreDiagnostic> {
-        lock(&self.diagnostics).clone()
-    }
-
-    /// How many memory records (live, forgotten or expired) are loaded.
-    pub fn memory_len(&self) -> usize {
-        lock(&self.memory).table.len()
-    }
-
     fn diag(&self, file: &str, message: String) {
         lock(&self.diagnostics).push(StoreDiagnostic {
             file: file.to_owned(),
@@ -377,14 +433,26 @@ impl FsStore {
     }
 
     fn write_doc<T: Serialize>(&self, rel: &str, value: &T) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec_pretty(value).map_err(|e| StoreError::Corrupt {
-            file: rel.to_owned(),
-            reason: format!("cannot encode: {e}"),
-        })?;
+        let bytes = serde_json::to_vec_pretty(value)
+            .map_err(|e| StoreError::Internal(format!("cannot encode {rel}: {e}")))?;
         write_atomic(&self.root, rel, &bytes)
     }
 
+    /// The normalized state; re-read only when `state.json` changed (by any process). The
+    /// caller holds the state lock.
     fn read_state_locked(&self) -> Result<(TavernState, Vec<Diagnostic>), StoreError> {
+        let now = stamp(&self.root, STATE)?;
+        if let Some((at, cached)) = lock(&self.state).as_ref() {
+            if *at == now {
+                return Ok(cached.clone());
+            }
+        }
+        let loaded = self.read_state_file()?;
+        *lock(&self.state) = Some((stamp(&self.root, STATE)?, loaded.clone()));
+        Ok(loaded)
+    }
+
+    fn read_state_file(&self) -> Result<(TavernState, Vec<Diagnostic>), StoreError> {
         let Some(bytes) = read_optional(&self.root, STATE)? else {
             return Ok((TavernState::default(), Vec::new()));
         };
@@ -405,6 +473,80 @@ impl FsStore {
         }
     }
 
+    fn load_state(&self) -> Result<(TavernState, Vec<Diagnostic>), StoreError> {
+        let _lock = FileLock::acquire(&self.root, STATE_LOCK, false)?;
+        self.read_state_locked()
+    }
+
+    /// Persists a mutated state and caches it. The caller holds the exclusive state lock.
+    fn write_state_locked(&self, state: &TavernState) -> Result<(), StoreError> {
+        self.write_doc(STATE, &state.to_json())?;
+        *lock(&self.state) = Some((stamp(&self.root, STATE)?, (state.clone(), Vec::new())));
+        Ok(())
+    }
+
+    fn load_checkpoint(
+        &self,
+        session: &SessionId,
+    ) -> Result<Option<ProjectorCheckpoint>, StoreError> {
+        let rel = session_doc("checkpoints", session);
+        let now = stamp(&self.root, &rel)?;
+        if let Some((at, cached)) = lock(&self.checkpoints).get(session) {
+            if *at == now {
+                return Ok(cached.clone());
+            }
+        }
+        let loaded = self.read_doc::<ProjectorCheckpoint>(&rel)?;
+        self.cache_checkpoint(session, stamp(&self.root, &rel)?, loaded.clone());
+        Ok(loaded)
+    }
+
+    fn save_checkpoint(&self, checkpoint: &ProjectorCheckpoint) -> Result<(), StoreError> {
+        let rel = session_doc("checkpoints", &checkpoint.session_id);
+        self.write_doc(&rel, checkpoint)?;
+        self.cache_checkpoint(
+            &checkpoint.session_id,
+            stamp(&self.root, &rel)?,
+            Some(checkpoint.clone()),
+        );
+        Ok(())
+    }
+
+    fn cache_checkpoint(
+        &self,
+        session: &SessionId,
+        at: Option<FileStamp>,
+        checkpoint: Option<ProjectorCheckpoint>,
+    ) {
+        let mut cache = lock(&self.checkpoints);
+        if cache.len() >= CHECKPOINT_CACHE_MAX && !cache.contains_key(session) {
+            cache.clear();
+        }
+        cache.insert(session.clone(), (at, checkpoint));
+    }
+
+    fn pending_checkpoints(&self) -> Result<Vec<ProjectorCheckpoint>, StoreError> {
+        let dir = atomic::under(&self.root, "checkpoints");
+        let mut out = Vec::new();
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .map_err(io_err("list", "checkpoints"))?
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| n.starts_with('_') && n.ends_with(".json"))
+            .collect();
+        names.sort();
+        for name in names {
+            if let Some(cp) =
+                self.read_doc::<ProjectorCheckpoint>(&format!("checkpoints/{name}"))?
+            {
+                if cp.status == CheckpointStatus::Pending {
+                    out.push(cp);
+                }
+            }
+        }
+        Ok(out)
+    }
+
     fn write_memory_op(
         &self,
         prepare: impl FnOnce(&MemoryTable) -> Result<(MemoryRecord, MemoryOp), StoreError>,
@@ -417,13 +559,7 @@ impl FsStore {
         Ok(record)
     }
 
-    /// Creates many memories with one durable append (imports, benchmarks). All or nothing:
-    /// every write is checked first (each must be new, ids unique within the batch), then all
-    /// are appended and fsynced once.
-    ///
-    /// # Errors
-    /// The first failing write's error; nothing is written then.
-    pub fn import_memories(&self, writes: Vec<MemoryWrite>) -> Result<usize, StoreError> {
+    fn import_memories(&self, writes: Vec<MemoryWrite>) -> Result<usize, StoreError> {
         let now = self.clock.now();
         let mut g = lock(&self.memory);
         let _lock = g.log.lock(true)?;
@@ -432,10 +568,10 @@ impl FsStore {
         let mut ops = Vec::with_capacity(writes.len());
         for w in writes {
             if !seen.insert((w.scope.clone(), w.id.clone())) {
-                return Err(StoreError::Conflict {
-                    target: format!("memory {} (twice in one import)", w.id),
-                    current: None,
-                });
+                return Err(StoreError::Invalid(tavern_core::CoreError::InvalidField {
+                    field: "memories",
+                    reason: format!("memory {} appears twice in one import", w.id),
+                }));
             }
             ops.push(g.table.prepare_put(w, None, false, now)?.1);
         }
@@ -443,10 +579,7 @@ impl FsStore {
             .iter()
             .map(serde_json::to_string)
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| StoreError::Corrupt {
-                file: MEMORY_LOG.into(),
-                reason: format!("cannot encode operation: {e}"),
-            })?;
+            .map_err(|e| StoreError::Internal(format!("cannot encode an operation: {e}")))?;
         let refs: Vec<&str> = payloads.iter().map(String::as_str).collect();
         let n = ops.len();
         if g.log.append_many(&refs, true)? {
@@ -489,16 +622,8 @@ impl FsStore {
         }
         Ok(f(&g.table))
     }
-}
 
-#[async_trait]
-impl MemoryStore for FsStore {
-    async fn search(&self, query: &MemoryQuery) -> Result<MemorySearchResult, StoreError> {
-        let now = self.clock.now();
-        self.read_memory(|t| t.search(query, now))
-    }
-
-    async fn read(
+    fn read_and_touch(
         &self,
         id: &MemoryId,
         scope: &ScopeKey,
@@ -519,6 +644,27 @@ impl MemoryStore for FsStore {
         g.commit(touch, false, &self.diagnostics)?;
         Ok(g.table.read_live(scope, id, now).cloned())
     }
+}
+
+#[async_trait]
+impl MemoryStore for FsStore {
+    async fn search(&self, query: &MemoryQuery) -> Result<MemorySearchResult, StoreError> {
+        let query = query.clone();
+        self.run(move |s| {
+            let now = s.clock.now();
+            s.read_memory(|t| t.search(&query, now))
+        })
+        .await
+    }
+
+    async fn read(
+        &self,
+        id: &MemoryId,
+        scope: &ScopeKey,
+    ) -> Result<Option<MemoryRecord>, StoreError> {
+        let (id, scope) = (id.clone(), scope.clone());
+        self.run(move |s| s.read_and_touch(&id, &scope)).await
+    }
 
     async fn put(
         &self,
@@ -526,8 +672,12 @@ impl MemoryStore for FsStore {
         expected: Option<&Revision>,
         restore: bool,
     ) -> Result<MemoryRecord, StoreError> {
-        let now = self.clock.now();
-        self.write_memory_op(|t| t.prepare_put(write, expected, restore, now))
+        let expected = expected.cloned();
+        self.run(move |s| {
+            let now = s.clock.now();
+            s.write_memory_op(|t| t.prepare_put(write, expected.as_ref(), restore, now))
+        })
+        .await
     }
 
     async fn forget(
@@ -537,8 +687,12 @@ impl MemoryStore for FsStore {
         expected: &Revision,
         source: MemorySource,
     ) -> Result<MemoryRecord, StoreError> {
-        let now = self.clock.now();
-        self.write_memory_op(|t| t.prepare_forget(id, scope, expected, source, now))
+        let (id, scope, expected) = (id.clone(), scope.clone(), expected.clone());
+        self.run(move |s| {
+            let now = s.clock.now();
+            s.write_memory_op(|t| t.prepare_forget(&id, &scope, &expected, source, now))
+        })
+        .await
     }
 
     async fn memory_audit(
@@ -546,8 +700,12 @@ impl MemoryStore for FsStore {
         scope: &ScopeKey,
         id: Option<&MemoryId>,
     ) -> Result<Vec<AuditEntry>, StoreError> {
-        let now = self.clock.now();
-        self.read_memory(|t| t.audit(scope, id, now))
+        let (scope, id) = (scope.clone(), id.cloned());
+        self.run(move |s| {
+            let now = s.clock.now();
+            s.read_memory(|t| t.audit(&scope, id.as_ref(), now))
+        })
+        .await
     }
 }
 
@@ -558,7 +716,9 @@ impl VariableStore for FsStore {
         scope: &ScopeKey,
         name: &VariableName,
     ) -> Result<Option<VariableRecord>, StoreError> {
-        self.read_variables(|t| t.get(scope, name).cloned())
+        let (scope, name) = (scope.clone(), name.clone());
+        self.run(move |s| s.read_variables(|t| t.get(&scope, &name).cloned()))
+            .await
     }
 
     async fn patch(
@@ -568,15 +728,17 @@ impl VariableStore for FsStore {
         expected_scope: Option<&Revision>,
         source: MemorySource,
     ) -> Result<PatchOutcome, StoreError> {
-        let now = self.clock.now();
-        self.write_variable_op(|t| {
-            t.prepare_patch(scope, changes, expected_scope, &source, now)
-                .map(Some)
-        })?
-        .ok_or_else(|| StoreError::Corrupt {
-            file: VARIABLE_LOG.into(),
-            reason: "a patch produced no operation".into(),
+        let (scope, changes, expected_scope) =
+            (scope.clone(), changes.to_vec(), expected_scope.cloned());
+        self.run(move |s| {
+            let now = s.clock.now();
+            s.write_variable_op(|t| {
+                t.prepare_patch(&scope, &changes, expected_scope.as_ref(), &source, now)
+                    .map(Some)
+            })?
+            .ok_or_else(|| StoreError::Internal("a patch produced no operation".into()))
         })
+        .await
     }
 
     async fn list(
@@ -585,7 +747,9 @@ impl VariableStore for FsStore {
         prefix: &str,
         limit: usize,
     ) -> Result<VariableListing, StoreError> {
-        self.read_variables(|t| t.list(scope, prefix, limit))
+        let (scope, prefix) = (scope.clone(), prefix.to_owned());
+        self.run(move |s| s.read_variables(|t| t.list(&scope, &prefix, limit)))
+            .await
     }
 
     async fn clear_scope(
@@ -593,29 +757,49 @@ impl VariableStore for FsStore {
         scope: &ScopeKey,
         source: MemorySource,
     ) -> Result<usize, StoreError> {
-        let now = self.clock.now();
-        let out = self.write_variable_op(|t| Ok(t.prepare_clear(scope, &source, now)))?;
-        Ok(out.map_or(0, |o| o.records.len()))
+        let scope = scope.clone();
+        self.run(move |s| {
+            let now = s.clock.now();
+            let out = s.write_variable_op(|t| Ok(t.prepare_clear(&scope, &source, now)))?;
+            Ok(out.map_or(0, |o| o.records.len()))
+        })
+        .await
     }
 
     async fn variable_audit(&self, scope: &ScopeKey) -> Result<Vec<AuditEntry>, StoreError> {
-        self.read_variables(|t| t.audit(scope))
+        let scope = scope.clone();
+        self.run(move |s| s.read_variables(|t| t.audit(&scope)))
+            .await
     }
 }
 
 #[async_trait]
 impl StateStore for FsStore {
     async fn load_state(&self) -> Result<(TavernState, Vec<Diagnostic>), StoreError> {
-        let _lock = FileLock::acquire(&self.root, STATE_LOCK, false)?;
-        self.read_state_locked()
+        self.run(Inner::load_state).await
     }
 
     async fn update_state(&self, mutate: StateMutation<'_>) -> Result<TavernState, StoreError> {
-        let _lock = FileLock::acquire(&self.root, STATE_LOCK, true)?;
-        let (mut state, _) = self.read_state_locked()?;
-        mutate(&mut state)?;
-        self.write_doc(STATE, &state.to_json())?;
-        Ok(state)
+        // The mutation borrows from the caller, so it runs here, between two blocking steps
+        // that hold the exclusive lock across it: lock and read, then write and unlock. If
+        // this future is dropped in between, the lock is released and nothing is written.
+        let inner = self.inner.clone();
+        let (guard, before) = maybe_spawn_blocking(move || {
+            let guard = FileLock::acquire(&inner.root, STATE_LOCK, true)?;
+            Ok((guard, inner.read_state_locked()?.0))
+        })
+        .await?;
+        let mut state = before.clone();
+        if mutate(&mut state) == Verdict::Keep {
+            return Ok(before);
+        }
+        let inner = self.inner.clone();
+        maybe_spawn_blocking(move || {
+            inner.write_state_locked(&state)?;
+            drop(guard);
+            Ok(state)
+        })
+        .await
     }
 }
 
@@ -629,42 +813,22 @@ impl CheckpointStore for FsStore {
         &self,
         session: &SessionId,
     ) -> Result<Option<ProjectorCheckpoint>, StoreError> {
-        self.read_doc(&session_doc("checkpoints", session))
+        let session = session.clone();
+        self.run(move |s| s.load_checkpoint(&session)).await
     }
 
     async fn save_checkpoint(&self, checkpoint: &ProjectorCheckpoint) -> Result<(), StoreError> {
-        self.write_doc(
-            &session_doc("checkpoints", &checkpoint.session_id),
-            checkpoint,
-        )
+        let checkpoint = checkpoint.clone();
+        self.run(move |s| s.save_checkpoint(&checkpoint)).await
     }
 
     async fn pending_checkpoints(&self) -> Result<Vec<ProjectorCheckpoint>, StoreError> {
-        let dir = atomic::under(&self.root, "checkpoints");
-        let mut out = Vec::new();
-        let mut names: Vec<String> = std::fs::read_dir(&dir)
-            .map_err(io_err("list", "checkpoints"))?
-            .filter_map(Result::ok)
-            .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|n| n.starts_with('_') && n.ends_with(".json"))
-            .collect();
-        names.sort();
-        for name in names {
-            if let Some(cp) =
-                self.read_doc::<ProjectorCheckpoint>(&format!("checkpoints/{name}"))?
-            {
-                if cp.status == CheckpointStatus::Pending {
-                    out.push(cp);
-                }
-            }
-        }
-        Ok(out)
+        self.run(Inner::pending_checkpoints).await
     }
 }
 
-#[async_trait]
-impl PromptStore for FsStore {
-    async fn get_prompt(&self, session: &SessionId) -> Result<Option<SessionPrompt>, StoreError> {
+impl Inner {
+    fn get_prompt(&self, session: &SessionId) -> Result<Option<SessionPrompt>, StoreError> {
         let rel = session_doc("prompts", session);
         let prompt = self.read_doc::<SessionPrompt>(&rel)?;
         match prompt {
@@ -680,7 +844,7 @@ impl PromptStore for FsStore {
         }
     }
 
-    async fn save_prompt(
+    fn save_prompt(
         &self,
         session: &SessionId,
         text: &str,
@@ -699,8 +863,26 @@ impl PromptStore for FsStore {
         self.write_doc(&rel, &prompt)?;
         Ok(Some(prompt))
     }
+}
+
+#[async_trait]
+impl PromptStore for FsStore {
+    async fn get_prompt(&self, session: &SessionId) -> Result<Option<SessionPrompt>, StoreError> {
+        let session = session.clone();
+        self.run(move |s| s.get_prompt(&session)).await
+    }
+
+    async fn save_prompt(
+        &self,
+        session: &SessionId,
+        text: &str,
+    ) -> Result<Option<SessionPrompt>, StoreError> {
+        let (session, text) = (session.clone(), text.to_owned());
+        self.run(move |s| s.save_prompt(&session, &text)).await
+    }
 
     async fn reset_prompt(&self, session: &SessionId) -> Result<bool, StoreError> {
-        remove(&self.root, &session_doc("prompts", session))
+        let rel = session_doc("prompts", session);
+        self.run(move |s| remove(&s.root, &rel)).await
     }
 }

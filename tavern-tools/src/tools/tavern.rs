@@ -105,7 +105,7 @@ async fn chat(
     let Some(file) = svc.chats.read_chat(character, id).await? else {
         return Ok(None);
     };
-    ChatDocument::parse(&file.lines.join("\n"))
+    ChatDocument::from_lines(file.lines)
         .map(Some)
         .map_err(|e| ToolError::Unavailable {
             reason: format!("chat {id} is unreadable: {e}"),

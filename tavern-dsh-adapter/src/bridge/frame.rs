@@ -1,0 +1,274 @@
+//! The bridge protocol's frames as types: one request enum tagged by `method`, with typed,
+//! validated parameters. A frame that does not parse is answered with an error frame naming
+//! what is wrong (see [`parse`]).
+
+use serde::Deserialize;
+use serde_json::Value;
+use tavern_core::{AgentId, CharacterName, ChatId, ContextMode, HostFacts, SessionId};
+
+/// A request or notification, by method.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "method", content = "params")]
+pub enum Request {
+    /// `handshake`: protocol version, host facts, where the host keeps its session logs.
+    #[serde(rename = "handshake")]
+    Handshake(Handshake),
+    /// `agent/created`: mount AgentTavern if the session is agent-tavern (binding it first
+    /// when `bind` is given and it has no binding).
+    #[serde(rename = "agent/created")]
+    AgentCreated(AgentCreated),
+    /// `agent/disposed`.
+    #[serde(rename = "agent/disposed")]
+    AgentDisposed(AgentRef),
+    /// `agent/status`: running or idle.
+    #[serde(rename = "agent/status")]
+    AgentStatus(AgentStatus),
+    /// `event`: one appended session event (the host's envelope, decoded by the runtime).
+    #[serde(rename = "event")]
+    Event(EventFrame),
+    /// `tool/call`: run a tool for the session in the host's execution context.
+    #[serde(rename = "tool/call")]
+    ToolCall(ToolCall),
+    /// `tool/cancel`.
+    #[serde(rename = "tool/cancel")]
+    ToolCancel(CallRef),
+    /// `prompt`: the section texts for one request of an agent.
+    #[serde(rename = "prompt")]
+    Prompt(AgentRef),
+    /// `chat/bind`: bind a new chat to a session.
+    #[serde(rename = "chat/bind")]
+    ChatBind(ChatBind),
+    /// `mode/switch`.
+    #[serde(rename = "mode/switch")]
+    ModeSwitch(ModeSwitch),
+    /// `resume`: replay the host log into the projector.
+    #[serde(rename = "resume")]
+    Resume(SessionRef),
+    /// `status`: pending projections and capabilities.
+    #[serde(rename = "status")]
+    Status(Empty),
+    /// `tavern-mode/route`: the HTTP route, as a pure request.
+    #[serde(rename = "tavern-mode/route")]
+    Route(RouteFrame),
+    /// `shutdown`.
+    #[serde(rename = "shutdown")]
+    Shutdown(Empty),
+}
+
+/// Methods this bridge serves (for telling an unknown method from bad parameters).
+pub const METHODS: [&str; 14] = [
+    "handshake",
+    "agent/created",
+    "agent/disposed",
+    "agent/status",
+    "event",
+    "tool/call",
+    "tool/cancel",
+    "prompt",
+    "chat/bind",
+    "mode/switch",
+    "resume",
+    "status",
+    "tavern-mode/route",
+    "shutdown",
+];
+
+/// No parameters (any given are ignored).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Empty {}
+
+/// `handshake` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Handshake {
+    /// The protocol version the host speaks.
+    #[serde(default)]
+    pub protocol: u64,
+    /// What the host supports; DSH rc.6's facts when absent.
+    pub facts: Option<HostFacts>,
+    /// The root of the host's on-disk session logs.
+    pub sessions_root: Option<String>,
+}
+
+/// An agent.
+#[derive(Debug, Clone, Deserialize)]
+pub struct AgentRef {
+    /// The host's agent id.
+    pub agent: AgentId,
+}
+
+/// A session.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SessionRef {
+    /// The session.
+    pub session: SessionId,
+}
+
+/// A tool call.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallRef {
+    /// The host's call id.
+    pub call_id: String,
+}
+
+/// `agent/created` parameters.
+#[derive(Debug, Clone, Deserialize)]
+pub struct AgentCreated {
+    /// The agent.
+    pub agent: AgentId,
+    /// Bind the session to this chat first, if it has no binding.
+    pub bind: Option<Bind>,
+}
+
+/// A chat to bind a new session to.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Bind {
+    /// The card.
+    pub character: CharacterName,
+    /// The chat.
+    pub chat_id: ChatId,
+}
+
+/// `agent/status` parameters.
+#[derive(Debug, Clone, Deserialize)]
+pub struct AgentStatus {
+    /// The agent.
+    pub agent: AgentId,
+    /// `running` or `idle`.
+    pub status: RunState,
+}
+
+/// An agent's run state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunState {
+    /// In a turn.
+    Running,
+    /// At a turn boundary.
+    Idle,
+}
+
+/// `event` parameters.
+#[derive(Debug, Clone, Deserialize)]
+pub struct EventFrame {
+    /// The session whose log the event was appended to.
+    pub session: SessionId,
+    /// The event envelope as the host logged it.
+    pub event: Value,
+}
+
+/// `tool/call` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCall {
+    /// The host's call id.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// The model's arguments (validated by the tool).
+    #[serde(default = "empty_object")]
+    pub args: Value,
+    /// The calling agent, from the host's execution context (never from arguments).
+    pub session: AgentId,
+}
+
+fn empty_object() -> Value {
+    Value::Object(serde_json::Map::new())
+}
+
+/// `chat/bind` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChatBind {
+    /// The session.
+    pub session: SessionId,
+    /// The card.
+    pub character: CharacterName,
+    /// The chat.
+    pub chat_id: ChatId,
+    /// A group chat (always `st`).
+    #[serde(default)]
+    pub group: bool,
+}
+
+/// `mode/switch` parameters.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ModeSwitch {
+    /// The session.
+    pub session: SessionId,
+    /// `dsh-native` or `agent-managed`.
+    pub mode: ContextMode,
+}
+
+/// `tavern-mode/route` parameters.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RouteFrame {
+    /// The HTTP method.
+    pub method: String,
+    /// Whether the host admitted the caller.
+    #[serde(default)]
+    pub admitted: bool,
+    /// The request body.
+    #[serde(default)]
+    pub body: String,
+}
+
+/// Why a frame could not be read: the error code and message of the error frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrameError {
+    /// `bad-frame`, `unknown-method` or `invalid-params`.
+    pub code: &'static str,
+    /// What is wrong, naming the field.
+    pub message: String,
+}
+
+/// A parsed frame: its id (requests) and what it asks.
+#[derive(Debug, Clone)]
+pub struct Frame {
+    /// The request id; `None` for notifications.
+    pub id: Option<Value>,
+    /// The request.
+    pub request: Request,
+}
+
+/// Parses one frame's text.
+///
+/// # Errors
+/// A [`FrameError`] and the id, when it was readable, for the error frame.
+pub fn parse(line: &str) -> Result<Frame, (Option<Value>, FrameError)> {
+    let bad = |code, message: String| FrameError { code, message };
+    let mut frame = match serde_json::from_str::<Value>(line) {
+        Ok(Value::Object(map)) => map,
+        Ok(_) => {
+            return Err((
+                None,
+                bad("bad-frame", "a frame must be a json object".into()),
+            ))
+        }
+        Err(e) => return Err((None, bad("bad-frame", format!("not json: {e}")))),
+    };
+    let id = frame.get("id").cloned();
+    let method = match frame.get("method") {
+        Some(Value::String(m)) => m.clone(),
+        _ => return Err((id, bad("bad-frame", "a frame needs a method".into()))),
+    };
+    if !METHODS.contains(&method.as_str()) {
+        return Err((
+            id,
+            bad("unknown-method", format!("unknown method {method}")),
+        ));
+    }
+    frame.remove("id");
+    if frame.get("params").is_none_or(Value::is_null) {
+        frame.insert("params".into(), empty_object());
+    }
+    match serde_json::from_value::<Request>(Value::Object(frame)) {
+        Ok(request) => Ok(Frame { id, request }),
+        Err(e) => Err((
+            id,
+            bad("invalid-params", format!("params of {method}: {e}")),
+        )),
+    }
+}

@@ -1,0 +1,56 @@
+//! The async model of the stores (see `docs/ARCHITECTURE.md`): ports are async; an adapter
+//! whose work blocks (file locks, fsync) runs it through [`maybe_spawn_blocking`] so it never
+//! stalls an executor thread; a test adapter yields through [`yield_once`] so callers that
+//! assume "ready on first poll" are caught.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use crate::error::StoreError;
+
+/// Runs blocking `f` on tokio's blocking pool when called inside a tokio runtime (of either
+/// flavour), inline otherwise (the `object_store` pattern). A panic in `f` becomes
+/// [`StoreError::Internal`]; the work is not cancelled if the caller stops waiting, so an
+/// acknowledged write is never half done.
+///
+/// # Errors
+/// Whatever `f` returns, or [`StoreError::Internal`] when it panicked.
+pub async fn maybe_spawn_blocking<F, T>(f: F) -> Result<T, StoreError>
+where
+    F: FnOnce() -> Result<T, StoreError> + Send + 'static,
+    T: Send + 'static,
+{
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => runtime
+            .spawn_blocking(f)
+            .await
+            .map_err(|e| StoreError::Internal(format!("a blocking store task failed: {e}")))?,
+        Err(_) => f(),
+    }
+}
+
+/// A future that is pending on its first poll (waking itself) and ready on the second, on any
+/// executor.
+#[derive(Debug, Default)]
+#[must_use = "futures do nothing unless awaited"]
+pub struct YieldOnce(bool);
+
+impl Future for YieldOnce {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            Poll::Ready(())
+        } else {
+            self.0 = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+}
+
+/// Yields to the executor once.
+pub fn yield_once() -> YieldOnce {
+    YieldOnce(false)
+}
