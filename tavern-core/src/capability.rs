@@ -19,11 +19,11 @@ pub struct HostFacts {
 }
 
 impl HostFacts {
-    /// DeepSeek Harness 0.1.0-rc.6 as verified by running it: no `agent/context` seam, no
-    /// projection-aware compaction, no per-session suppression.
-    pub fn dsh_rc6() -> Self {
+    /// A host that reports nothing: no seam, no compaction cooperation (every capability
+    /// that depends on one is unavailable).
+    pub fn bare(host: impl Into<String>) -> Self {
         Self {
-            host: "dsh 0.1.0-rc.6".into(),
+            host: host.into(),
             agent_context_seam: false,
             projection_aware_compaction: false,
             session_compaction_suppression: false,
@@ -102,7 +102,7 @@ mod tests {
 
     #[test]
     fn dsh_rc6_has_native_but_not_managed() {
-        let caps = AgentTavernCapabilities::from_host(&HostFacts::dsh_rc6());
+        let caps = AgentTavernCapabilities::from_host(&HostFacts::bare("dsh 0.1.0-rc.6"));
         assert!(caps.native.is_available());
         let Availability::Unavailable { reason } = &caps.managed else {
             panic!("managed must be unavailable on rc.6");
@@ -114,7 +114,7 @@ mod tests {
     fn seam_without_compaction_cooperation_is_not_enough() {
         let facts = HostFacts {
             agent_context_seam: true,
-            ..HostFacts::dsh_rc6()
+            ..HostFacts::bare("dsh 0.1.0-rc.6")
         };
         let caps = AgentTavernCapabilities::from_host(&facts);
         assert!(!caps.managed.is_available());
@@ -123,7 +123,7 @@ mod tests {
                 agent_context_seam: true,
                 projection_aware_compaction: aware,
                 session_compaction_suppression: suppress,
-                ..HostFacts::dsh_rc6()
+                ..HostFacts::bare("dsh 0.1.0-rc.6")
             };
             assert!(AgentTavernCapabilities::from_host(&facts)
                 .managed

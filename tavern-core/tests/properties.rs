@@ -101,7 +101,7 @@ fn refusal(
 #[test]
 fn mode_switch_refusals_each_say_which_rule() {
     let s = SessionId::parse("s1").unwrap();
-    let rc6 = AgentTavernCapabilities::from_host(&HostFacts::dsh_rc6());
+    let rc6 = AgentTavernCapabilities::from_host(&HostFacts::bare("dsh 0.1.0-rc.6"));
     let seam = AgentTavernCapabilities::from_host(&HostFacts {
         host: "fake".into(),
         agent_context_seam: true,

@@ -6,7 +6,9 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod bridge;
+pub mod dsh;
 pub mod error;
+#[cfg(feature = "testkit")]
 pub mod fake;
 pub mod host;
 pub mod runtime;

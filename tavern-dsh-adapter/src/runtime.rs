@@ -174,7 +174,7 @@ impl Runtime {
     }
 
     async fn binding(&self, session: &SessionId) -> Result<Option<SessionBinding>, AdapterError> {
-        Ok(self.state().await?.binding(session).cloned())
+        Ok(self.stores.binding(session).await?)
     }
 
     fn is_agent_tavern(b: &SessionBinding) -> bool {
@@ -451,10 +451,11 @@ impl Runtime {
         let Some(binding) = self.binding(session).await?.filter(Self::is_agent_tavern) else {
             return Ok(None);
         };
-        let event = HostEvent::from_json(raw).map_err(|reason| AdapterError::InvalidEvent {
-            session: session.to_string(),
-            reason,
-        })?;
+        let event =
+            crate::dsh::event::decode(raw).map_err(|reason| AdapterError::InvalidEvent {
+                session: session.to_string(),
+                reason,
+            })?;
         match event.kind {
             tavern_projector::EventKind::TurnStart { turn } => {
                 self.turns
@@ -492,7 +493,7 @@ impl Runtime {
         let raw = self.host.read_events(session, after).await?;
         let events: Vec<HostEvent> = raw
             .iter()
-            .filter_map(|v| HostEvent::from_json(v).ok())
+            .filter_map(|v| crate::dsh::event::decode(v).ok())
             .collect();
         if let Some(turn) = events.iter().rev().find_map(|e| match e.kind {
             tavern_projector::EventKind::TurnStart { turn } => Some(turn),

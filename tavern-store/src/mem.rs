@@ -1,17 +1,16 @@
 //! The strict in-memory adapter: every port, the same contracts as the file adapter (it shares
 //! the engine), no persistence, plus fault injection so tests can exercise failure paths.
-//! An injected fault that is never triggered fails [`MemStore::assert_no_pending_faults`].
+//! With the `testkit` feature it injects faults; one never triggered fails `assert_no_pending_faults`.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
-use serde_json::Value;
 use tavern_core::chat::ChatLine;
 use tavern_core::{
     normalize_state, AuditEntry, CharacterName, ChatId, Diagnostic, MemoryId, MemoryRecord,
-    MemorySource, MemoryWrite, Revision, ScopeKey, SessionId, TavernState, VariableName,
-    VariableRecord,
+    MemorySource, MemoryWrite, Revision, ScopeKey, SessionBinding, SessionId, TavernState,
+    VariableName, VariableRecord,
 };
 
 use crate::blocking::yield_once;
@@ -22,7 +21,7 @@ use crate::engine::memory_table::{MemoryOp, MemoryTable};
 use crate::engine::variable_table::VariableTable;
 use crate::error::{StoreError, Target};
 use crate::memory::{MemoryQuery, MemorySearchResult, MemoryStore};
-use crate::prompt::{PromptStore, SessionPrompt, PROMPT_MAX_BYTES};
+use crate::prompt::{PromptStore, SessionPrompt};
 use crate::state::{StateMutation, StateStore, Verdict};
 use crate::variable::{PatchOutcome, VariableChange, VariableListing, VariableStore};
 
@@ -44,7 +43,7 @@ pub struct MemStore {
     clock: Arc<dyn Clock>,
     memory: Mutex<MemoryTable>,
     variables: Mutex<VariableTable>,
-    state: Mutex<Value>,
+    state: Mutex<TavernState>,
     chats: Mutex<Chats>,
     checkpoints: Mutex<BTreeMap<SessionId, ProjectorCheckpoint>>,
     prompts: Mutex<BTreeMap<SessionId, SessionPrompt>>,
@@ -64,7 +63,7 @@ impl MemStore {
             clock,
             memory: Mutex::new(MemoryTable::new()),
             variables: Mutex::new(VariableTable::new()),
-            state: Mutex::new(Value::Null),
+            state: Mutex::default(),
             chats: Mutex::default(),
             checkpoints: Mutex::default(),
             prompts: Mutex::default(),
@@ -72,12 +71,14 @@ impl MemStore {
         }
     }
 
+    #[cfg(feature = "testkit")]
     /// Makes the next call of `op` (e.g. `chat.append`, `memory.put`, `prompt.save`) fail with
     /// [`StoreError::Injected`] without changing anything.
     pub fn fail_next(&self, op: &str) {
         lock(&self.faults).push(op.to_owned());
     }
 
+    #[cfg(feature = "testkit")]
     /// Fails (returns `Err`) if an injected fault was never triggered: a test that set one up
     /// expected the code under test to reach it.
     ///
@@ -92,12 +93,14 @@ impl MemStore {
         }
     }
 
+    #[cfg(feature = "testkit")]
     /// Disarms every injected fault not triggered yet and returns them (for randomized tests
     /// where a fault may legitimately never be reached).
     pub fn clear_faults(&self) -> Vec<String> {
         std::mem::take(&mut *lock(&self.faults))
     }
 
+    #[cfg(feature = "testkit")]
     /// Simulates another program (a SillyTavern client) replacing a chat file behind the
     /// store's back.
     pub fn external_rewrite(&self, character: &CharacterName, chat: &ChatId, lines: Vec<ChatLine>) {
@@ -277,29 +280,27 @@ impl StateStore for MemStore {
     async fn load_state(&self) -> Result<(TavernState, Vec<Diagnostic>), StoreError> {
         yield_once().await;
         self.fault("state.load")?;
-        let raw = lock(&self.state).clone();
-        Ok(if raw.is_null() {
-            (TavernState::default(), Vec::new())
-        } else {
-            normalize_state(&raw)
-        })
+        Ok((lock(&self.state).clone(), Vec::new()))
+    }
+
+    async fn binding(&self, session: &SessionId) -> Result<Option<SessionBinding>, StoreError> {
+        yield_once().await;
+        self.fault("state.load")?;
+        Ok(lock(&self.state).binding(session).cloned())
     }
 
     async fn update_state(&self, mutate: StateMutation<'_>) -> Result<TavernState, StoreError> {
         yield_once().await;
         self.fault("state.update")?;
-        let mut raw = lock(&self.state);
-        let mut state = if raw.is_null() {
-            TavernState::default()
-        } else {
-            normalize_state(&raw).0
-        };
-        let before = state.clone();
+        let mut current = lock(&self.state);
+        // What a durable adapter would persist and read back: the normalized JSON form.
+        let mut state = current.clone();
         if mutate(&mut state) == Verdict::Keep {
-            return Ok(before);
+            return Ok(current.clone());
         }
-        *raw = state.to_json();
-        Ok(state)
+        let (stored, _) = normalize_state(&state.to_json());
+        *current = stored.clone();
+        Ok(stored)
     }
 }
 
@@ -424,18 +425,6 @@ impl CheckpointStore for MemStore {
     }
 }
 
-/// Checks a prompt's size; shared by both adapters.
-pub(crate) fn check_prompt(text: &str) -> Result<(), StoreError> {
-    if text.len() > PROMPT_MAX_BYTES {
-        return Err(StoreError::LimitExceeded {
-            limit: "system prompt bytes",
-            max: PROMPT_MAX_BYTES,
-            actual: text.len(),
-        });
-    }
-    Ok(())
-}
-
 #[async_trait]
 impl PromptStore for MemStore {
     async fn get_prompt(&self, session: &SessionId) -> Result<Option<SessionPrompt>, StoreError> {
@@ -449,19 +438,14 @@ impl PromptStore for MemStore {
         text: &str,
     ) -> Result<Option<SessionPrompt>, StoreError> {
         yield_once().await;
-        check_prompt(text)?;
+        let prompt = SessionPrompt::to_save(session, text, self.clock.now())?;
         self.fault("prompt.save")?;
-        if text.trim().is_empty() {
-            lock(&self.prompts).remove(session);
-            return Ok(None);
-        }
-        let prompt = SessionPrompt {
-            session_id: session.clone(),
-            text: text.to_owned(),
-            updated_at: self.clock.now(),
+        let mut prompts = lock(&self.prompts);
+        match &prompt {
+            Some(p) => prompts.insert(session.clone(), p.clone()),
+            None => prompts.remove(session),
         };
-        lock(&self.prompts).insert(session.clone(), prompt.clone());
-        Ok(Some(prompt))
+        Ok(prompt)
     }
 
     async fn reset_prompt(&self, session: &SessionId) -> Result<bool, StoreError> {

@@ -21,6 +21,32 @@ pub struct SessionPrompt {
     pub updated_at: Timestamp,
 }
 
+impl SessionPrompt {
+    /// What saving `text` for `session` means, for every adapter: over
+    /// [`PROMPT_MAX_BYTES`] is refused, blank text is a reset (`None`: no empty record).
+    ///
+    /// # Errors
+    /// [`StoreError::LimitExceeded`] over [`PROMPT_MAX_BYTES`].
+    pub fn to_save(
+        session: &SessionId,
+        text: &str,
+        now: Timestamp,
+    ) -> Result<Option<Self>, StoreError> {
+        if text.len() > PROMPT_MAX_BYTES {
+            return Err(StoreError::LimitExceeded {
+                limit: "system prompt bytes",
+                max: PROMPT_MAX_BYTES,
+                actual: text.len(),
+            });
+        }
+        Ok((!text.trim().is_empty()).then(|| Self {
+            session_id: session.clone(),
+            text: text.to_owned(),
+            updated_at: now,
+        }))
+    }
+}
+
 /// Custom prompts, one per session. Saving is durable before it becomes visible: a failed save
 /// changes neither the disk nor what `get` returns.
 #[async_trait]

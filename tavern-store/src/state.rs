@@ -2,7 +2,7 @@
 //! [`StateStoreExt::update`], the typed way to use it.
 
 use async_trait::async_trait;
-use tavern_core::{Diagnostic, TavernState};
+use tavern_core::{Diagnostic, SessionBinding, SessionId, TavernState};
 
 use crate::error::StoreError;
 
@@ -27,6 +27,15 @@ pub trait StateStore: Send + Sync {
     /// # Errors
     /// IO failures. A corrupt file is set aside with a diagnostic, not an error.
     async fn load_state(&self) -> Result<(TavernState, Vec<Diagnostic>), StoreError>;
+
+    /// One session's binding, as in [`StateStore::load_state`]. Adapters that cache the state
+    /// answer without copying all of it (a host with thousands of sessions asks per event).
+    ///
+    /// # Errors
+    /// As [`StateStore::load_state`].
+    async fn binding(&self, session: &SessionId) -> Result<Option<SessionBinding>, StoreError> {
+        Ok(self.load_state().await?.0.binding(session).cloned())
+    }
 
     /// Applies `mutate` once to the freshest state under an exclusive lock and persists the
     /// result when it answers [`Verdict::Write`], so concurrent updates (also from other

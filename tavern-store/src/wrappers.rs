@@ -8,7 +8,8 @@ use serde_json::Value;
 use tavern_core::chat::ChatLine;
 use tavern_core::{
     AuditEntry, CharacterName, ChatId, Diagnostic, MemoryId, MemoryRecord, MemorySource,
-    MemoryWrite, Revision, ScopeKey, SessionId, TavernState, VariableName, VariableRecord,
+    MemoryWrite, Revision, ScopeKey, SessionBinding, SessionId, TavernState, VariableName,
+    VariableRecord,
 };
 
 use crate::chat::{ChatFile, ChatRevision, ChatStore};
@@ -69,6 +70,9 @@ macro_rules! forward {
         impl<T: StateStore + ?Sized> StateStore for $ptr<T> {
             async fn load_state(&self) -> Result<(TavernState, Vec<Diagnostic>), StoreError> {
                 (**self).load_state().await
+            }
+            async fn binding(&self, s: &SessionId) -> Result<Option<SessionBinding>, StoreError> {
+                (**self).binding(s).await
             }
             async fn update_state(&self, m: StateMutation<'_>) -> Result<TavernState, StoreError> {
                 (**self).update_state(m).await

@@ -12,7 +12,10 @@ use tavern_store::ChatStore;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn Error>> {
-    let rc6 = World::open(&fresh_data_dir("agent-managed-rc6")?, HostFacts::dsh_rc6())?;
+    let rc6 = World::open(
+        &fresh_data_dir("agent-managed-rc6")?,
+        tavern_dsh_adapter::dsh::rc6_facts(),
+    )?;
     let s = SessionId::parse("managed-1")?;
     let (mira, chat) = (
         CharacterName::parse("Mira")?,

@@ -3,9 +3,7 @@
 
 use std::error::Error;
 
-use tavern_core::{
-    AgentId, CharacterName, ChatId, HostFacts, SessionId, TavernArchitecture, TavernState,
-};
+use tavern_core::{AgentId, CharacterName, ChatId, SessionId, TavernArchitecture, TavernState};
 use tavern_dsh_adapter::fake::ModelStep;
 use tavern_dsh_adapter::StAction;
 use tavern_examples::{fresh_data_dir, World};
@@ -14,7 +12,7 @@ use tavern_store::{ChatStore, StateStoreExt};
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn Error>> {
     let dir = fresh_data_dir("st-session")?;
-    let w = World::open(&dir, HostFacts::dsh_rc6())?;
+    let w = World::open(&dir, tavern_dsh_adapter::dsh::rc6_facts())?;
     // This user keeps new chats on the SillyTavern pipeline.
     w.store
         .update(|s: &mut TavernState| {

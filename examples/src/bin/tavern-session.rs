@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::error::Error;
 
 use serde_json::{json, Value};
-use tavern_core::{AgentId, CharacterName, ChatId, HostFacts, SessionId};
+use tavern_core::{AgentId, CharacterName, ChatId, SessionId};
 use tavern_dsh_adapter::fake::{ModelRequest, ModelStep, ToolCallPlan, TurnReport};
 use tavern_examples::{fresh_data_dir, World};
 use tavern_store::{ChatStore, CheckpointStore, MemoryQuery, MemoryStore, VariableStore};
@@ -62,7 +62,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let chat = ChatId::parse(CHAT)?;
 
     {
-        let w = World::open(&dir, HostFacts::dsh_rc6())?;
+        let w = World::open(&dir, tavern_dsh_adapter::dsh::rc6_facts())?;
         let binding = w.runtime.new_chat(&session, &mira, &chat, false).await?;
         println!(
             "binding: {} / {}",
@@ -122,7 +122,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         println!("\n(the runtime, host and store are dropped: a restart)");
     }
 
-    let w = World::open(&dir, HostFacts::dsh_rc6())?;
+    let w = World::open(&dir, tavern_dsh_adapter::dsh::rc6_facts())?;
     w.host.create_agent(&w.runtime, &agent).await?;
     let resumed = w.runtime.resume(&session).await?;
     println!(

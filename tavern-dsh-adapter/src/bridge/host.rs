@@ -32,7 +32,7 @@ pub struct BridgeHost {
 impl Default for BridgeHost {
     fn default() -> Self {
         Self {
-            facts: Mutex::new(HostFacts::dsh_rc6()),
+            facts: Mutex::new(crate::dsh::rc6_facts()),
             sessions_root: Mutex::default(),
             running: Mutex::default(),
             mounts: Mutex::default(),

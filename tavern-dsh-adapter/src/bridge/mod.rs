@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{json, Value};
-use tavern_core::{ContextMode, HostFacts};
+use tavern_core::ContextMode;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 
 use self::frame::{Request, RunState};
@@ -48,6 +48,11 @@ impl Bridge {
             cancelled: Mutex::default(),
             shut_down: AtomicBool::new(false),
         }
+    }
+
+    /// The runtime behind the bridge.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
     }
 
     /// Whether a `shutdown` request was served.
@@ -92,7 +97,7 @@ impl Bridge {
                         ),
                     ));
                 }
-                let facts = h.facts.unwrap_or_else(HostFacts::dsh_rc6);
+                let facts = h.facts.unwrap_or_else(crate::dsh::rc6_facts);
                 self.host
                     .configure(facts, h.sessions_root.map(std::path::PathBuf::from));
                 Ok(json!({

@@ -42,7 +42,7 @@ pub fn assets() -> Arc<MemAssets> {
 }
 
 pub fn rc6() -> HostFacts {
-    HostFacts::dsh_rc6()
+    tavern_dsh_adapter::dsh::rc6_facts()
 }
 
 pub fn seam() -> HostFacts {

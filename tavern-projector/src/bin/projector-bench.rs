@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tavern_core::{normalize_state, CharacterName, ChatId, SessionId};
 use tavern_projector::context::{project, Budget, NodeRole, ProjectionInput, SurfaceNode};
-use tavern_projector::{ChatProjector, HostEvent, ProjectorConfig};
+use tavern_projector::{ChatProjector, EventKind, HostEvent, ProjectorConfig};
 use tavern_store::fs::FsStore;
 use tavern_store::{ChatStore, SystemClock};
 
@@ -53,18 +53,36 @@ fn surface(n: usize) -> Vec<SurfaceNode> {
 }
 
 fn turn_events(turn: u64, first_seq: u64, time: i64) -> Vec<HostEvent> {
-    let s = first_seq;
-    [
-        json!({"type": "turn/start", "seq": s, "time": time, "data": {"turn": turn}}),
-        json!({"type": "step/start", "seq": s + 1, "time": time, "data": {"turn": turn, "step": 1}}),
-        json!({"type": "user/message", "seq": s + 2, "time": time, "data": {"role": "user", "source": {"kind": "user"}, "content": [{"type": "text", "text": format!("message {turn} from the user")}]}}),
-        json!({"type": "assistant/message", "seq": s + 3, "time": time, "data": {"turn": turn, "step": 1, "message": {"role": "assistant", "content": [{"type": "text", "text": format!("reply {turn} from the character")}]}}}),
-        json!({"type": "step/end", "seq": s + 4, "time": time, "data": {"turn": turn, "step": 1}}),
-        json!({"type": "turn/end", "seq": s + 5, "time": time, "data": {"turn": turn, "reason": {"kind": "completed"}}}),
-    ]
-    .iter()
-    .map(|v| HostEvent::from_json(v).expect("well-formed benchmark event"))
-    .collect()
+    use tavern_projector::event::{TurnEndReason, UserSource};
+    let kinds = [
+        EventKind::TurnStart { turn },
+        EventKind::StepStart { turn, step: 1 },
+        EventKind::UserMessage {
+            source: UserSource::User,
+            text: format!("message {turn} from the user"),
+        },
+        EventKind::AssistantMessage {
+            turn,
+            step: 1,
+            text: format!("reply {turn} from the character"),
+            has_tool_calls: false,
+            interrupted: false,
+        },
+        EventKind::StepEnd { turn, step: 1 },
+        EventKind::TurnEnd {
+            turn,
+            reason: TurnEndReason::Completed,
+        },
+    ];
+    kinds
+        .into_iter()
+        .enumerate()
+        .map(|(i, kind)| HostEvent {
+            seq: first_seq + i as u64,
+            time,
+            kind,
+        })
+        .collect()
 }
 
 /// Median time to project one turn into a chat that already has `existing` messages.

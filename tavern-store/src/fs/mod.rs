@@ -31,7 +31,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tavern_core::{
     normalize_state, AuditEntry, Diagnostic, MemoryId, MemoryRecord, MemorySource, MemoryWrite,
-    Revision, ScopeKey, SessionId, TavernState, VariableName, VariableRecord,
+    Revision, ScopeKey, SessionBinding, SessionId, TavernState, VariableName, VariableRecord,
 };
 
 use self::atomic::{
@@ -44,7 +44,7 @@ use crate::clock::Clock;
 use crate::engine::memory_table::{MemoryOp, MemoryTable};
 use crate::engine::variable_table::{VariableOp, VariableTable};
 use crate::error::StoreError;
-use crate::mem::{check_prompt, lock};
+use crate::mem::lock;
 use crate::memory::{MemoryQuery, MemorySearchResult, MemoryStore};
 use crate::prompt::{PromptStore, SessionPrompt};
 use crate::state::{StateMutation, StateStore, Verdict};
@@ -478,6 +478,17 @@ impl Inner {
         self.read_state_locked()
     }
 
+    fn binding(&self, session: &SessionId) -> Result<Option<SessionBinding>, StoreError> {
+        let _lock = FileLock::acquire(&self.root, STATE_LOCK, false)?;
+        let now = stamp(&self.root, STATE)?;
+        if let Some((at, (state, _))) = lock(&self.state).as_ref() {
+            if *at == now {
+                return Ok(state.binding(session).cloned());
+            }
+        }
+        Ok(self.read_state_locked()?.0.binding(session).cloned())
+    }
+
     /// Persists a mutated state and caches it. The caller holds the exclusive state lock.
     fn write_state_locked(&self, state: &TavernState) -> Result<(), StoreError> {
         self.write_doc(STATE, &state.to_json())?;
@@ -779,6 +790,11 @@ impl StateStore for FsStore {
         self.run(Inner::load_state).await
     }
 
+    async fn binding(&self, session: &SessionId) -> Result<Option<SessionBinding>, StoreError> {
+        let session = session.clone();
+        self.run(move |s| s.binding(&session)).await
+    }
+
     async fn update_state(&self, mutate: StateMutation<'_>) -> Result<TavernState, StoreError> {
         // The mutation borrows from the caller, so it runs here, between two blocking steps
         // that hold the exclusive lock across it: lock and read, then write and unlock. If
@@ -849,19 +865,15 @@ impl Inner {
         session: &SessionId,
         text: &str,
     ) -> Result<Option<SessionPrompt>, StoreError> {
-        check_prompt(text)?;
+        let prompt = SessionPrompt::to_save(session, text, self.clock.now())?;
         let rel = session_doc("prompts", session);
-        if text.trim().is_empty() {
-            remove(&self.root, &rel)?;
-            return Ok(None);
+        match &prompt {
+            Some(p) => self.write_doc(&rel, p)?,
+            None => {
+                remove(&self.root, &rel)?;
+            }
         }
-        let prompt = SessionPrompt {
-            session_id: session.clone(),
-            text: text.to_owned(),
-            updated_at: self.clock.now(),
-        };
-        self.write_doc(&rel, &prompt)?;
-        Ok(Some(prompt))
+        Ok(prompt)
     }
 }
 

@@ -19,7 +19,7 @@ const T0: Timestamp = Timestamp(1_700_000_000_000);
 fn data(name: &str) -> String {
     std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/data")
+            .join("tests/projection-data")
             .join(name),
     )
     .unwrap()
@@ -30,7 +30,7 @@ fn events(name: &str) -> Vec<HostEvent> {
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|v| v.get("seq").is_some())
-        .map(|v| HostEvent::from_json(&v).unwrap())
+        .map(|v| tavern_dsh_adapter::dsh::event::decode(&v).unwrap())
         .collect()
 }
 
@@ -258,14 +258,14 @@ async fn an_unknown_event_type_blocks_instead_of_being_guessed_at() {
     let mut evs = events("compaction_replace.jsonl");
     evs.truncate(6);
     evs.push(
-        HostEvent::from_json(
+        tavern_dsh_adapter::dsh::event::decode(
             &serde_json::json!({"type": "assistant/message-v2", "seq": 6, "time": 1, "data": {}, "surfaceOp": "append"}),
         )
         .unwrap(),
     );
-    evs.push(HostEvent::from_json(&serde_json::json!({"type": "ui/hint", "seq": 7, "time": 1, "data": {}, "ignorable": true})).unwrap());
+    evs.push(tavern_dsh_adapter::dsh::event::decode(&serde_json::json!({"type": "ui/hint", "seq": 7, "time": 1, "data": {}, "ignorable": true})).unwrap());
     // Host bookkeeping of unknown types without a surface change is skipped, not blocking.
-    let bookkeeping = HostEvent::from_json(
+    let bookkeeping = tavern_dsh_adapter::dsh::event::decode(
         &serde_json::json!({"type": "sandbox/mode", "seq": 0, "time": 1, "data": {"mode": "x"}}),
     )
     .unwrap();
