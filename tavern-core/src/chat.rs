@@ -1,10 +1,19 @@
 //! SillyTavern chat JSONL: a header line, then one message per line. Parsing keeps every line's
 //! original text, so unchanged lines are written back byte for byte; new lines are serialized
 //! in SillyTavern's field order. Files join lines with `\n` and have no trailing newline.
+//!
+//! Group chats written by SillyTavern before its 1.12 releases have **no header line**: every
+//! line is a message (`name`, `is_user`, `send_date`, `mes`, `original_avatar`, `extra`, …).
+//! Newer ones start with `{"chat_metadata": …, "user_name": "unused", "character_name":
+//! "unused"}`. A first line counts as the header when it has no `mes` and has at least one of
+//! `chat_metadata`, `user_name`, `character_name` or `create_date` (what SillyTavern's header
+//! holds and a message never does); otherwise the chat has no header and the line is a message.
 
 use serde_json::{Map, Value};
 
 use crate::error::CoreError;
+use crate::ids::VariableName;
+use crate::record::{json_size, validate_variable_value, VARIABLE_SCOPE_MAX_BYTES};
 
 /// A message's `send_date`: epoch milliseconds in old chats, text in newer ones.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,18 +134,35 @@ impl ChatLine {
     }
 }
 
-/// A whole chat: header and messages.
+/// Keys of SillyTavern's header line that a message line never has.
+const HEADER_KEYS: [&str; 4] = [
+    "chat_metadata",
+    "user_name",
+    "character_name",
+    "create_date",
+];
+
+impl ChatLine {
+    /// Whether this line is a chat header rather than a message (see the module doc).
+    pub fn is_header(&self) -> bool {
+        !self.value.contains_key("mes") && HEADER_KEYS.iter().any(|k| self.value.contains_key(*k))
+    }
+}
+
+/// A whole chat: header (if it has one) and messages.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatDocument {
-    /// The first line: `user_name`, `character_name`, `create_date`, `chat_metadata`.
-    pub header: ChatLine,
-    /// Every following line.
+    /// The first line when it is a header: `user_name`, `character_name`, `create_date`,
+    /// `chat_metadata`. `None` for headerless (older group) chats.
+    pub header: Option<ChatLine>,
+    /// Every message line, in file order.
     pub messages: Vec<ChatLine>,
 }
 
 impl ChatDocument {
     /// Parses JSONL text: `\n` or `\r\n` line ends, trailing newline optional, blank lines
-    /// ignored.
+    /// ignored. The first line is the header only when it looks like one (see the module doc);
+    /// headerless group chats are all messages.
     ///
     /// # Errors
     /// [`CoreError::InvalidField`] naming the 1-based line that is not a JSON object, or an empty
@@ -147,47 +173,59 @@ impl ChatDocument {
             .map(|l| l.strip_suffix('\r').unwrap_or(l))
             .enumerate()
             .filter(|(_, l)| !l.trim().is_empty());
-        let Some((_, header)) = lines.next() else {
+        let Some((i, first)) = lines.next() else {
             return Err(CoreError::InvalidField {
                 field: "chat",
-                reason: "empty file: a chat needs at least its header line".into(),
+                reason: "empty file: a chat needs at least one line".into(),
             });
         };
-        let header = ChatLine::parse(header)?;
-        let mut messages = Vec::new();
-        for (i, line) in lines {
-            messages.push(ChatLine::parse(line).map_err(|e| CoreError::InvalidField {
+        let at = |i: usize| {
+            move |e: CoreError| CoreError::InvalidField {
                 field: "chat",
                 reason: format!("line {}: {e}", i + 1),
-            })?);
+            }
+        };
+        let first = ChatLine::parse(first).map_err(at(i))?;
+        let (header, mut messages) = if first.is_header() {
+            (Some(first), Vec::new())
+        } else {
+            (None, vec![first])
+        };
+        for (i, line) in lines {
+            messages.push(ChatLine::parse(line).map_err(at(i))?);
         }
         Ok(Self { header, messages })
     }
 
-    /// A document from lines already parsed (the first is the header).
+    /// A document from lines already parsed: the first is the header only when it looks like
+    /// one (as in [`ChatDocument::parse`]).
     ///
     /// # Errors
     /// [`CoreError::InvalidField`] for no lines.
     pub fn from_lines(lines: Vec<ChatLine>) -> Result<Self, CoreError> {
         let mut lines = lines.into_iter();
-        let header = lines.next().ok_or_else(|| CoreError::InvalidField {
+        let first = lines.next().ok_or_else(|| CoreError::InvalidField {
             field: "chat",
-            reason: "empty file: a chat needs at least its header line".into(),
+            reason: "empty file: a chat needs at least one line".into(),
         })?;
-        Ok(Self {
-            header,
-            messages: lines.collect(),
-        })
+        let (header, mut messages) = if first.is_header() {
+            (Some(first), Vec::new())
+        } else {
+            (None, vec![first])
+        };
+        messages.extend(lines);
+        Ok(Self { header, messages })
     }
 
-    /// The lines in file order (header first).
+    /// The lines in file order (header first, if any).
     pub fn lines(&self) -> impl Iterator<Item = &ChatLine> {
-        std::iter::once(&self.header).chain(&self.messages)
+        self.header.iter().chain(&self.messages)
     }
 
-    /// The lines in file order (header first) as their raw text.
+    /// The lines in file order (header first, if any) as their raw text.
     pub fn raw_lines(&self) -> Vec<String> {
-        std::iter::once(&self.header)
+        self.header
+            .iter()
             .chain(&self.messages)
             .map(|l| l.raw.clone())
             .collect()
@@ -198,9 +236,63 @@ impl ChatDocument {
         self.raw_lines().join("\n")
     }
 
+    /// The header's `chat_metadata`, if the chat has a header holding one.
+    pub fn metadata(&self) -> Option<&Map<String, Value>> {
+        self.header
+            .as_ref()?
+            .object()
+            .get("chat_metadata")
+            .and_then(Value::as_object)
+    }
+
     /// `chat_metadata.main_chat`: the chat this one was branched from.
     pub fn parent_chat(&self) -> Option<&str> {
-        self.header.main_chat()
+        self.header.as_ref()?.main_chat()
+    }
+}
+
+/// A SillyTavern chat's variables (`chat_metadata.variables`, what `/setvar` writes) split for
+/// import as AgentTavern chat-scope variables.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StVariables {
+    /// Variables whose name is a valid [`VariableName`] and whose value fits the variable limits
+    /// (in file order, until the scope limit), with their values unchanged.
+    pub importable: Vec<(VariableName, Value)>,
+    /// Everything else (names such as `my var`, oversized values), untouched: it stays in the
+    /// chat's metadata so nothing is lost.
+    pub kept: Map<String, Value>,
+}
+
+/// Splits `chat_metadata.variables` for import: values keep their JSON type (SillyTavern stores
+/// strings and numbers; an object or array it stored as JSON text stays that text).
+pub fn split_st_variables(variables: &Map<String, Value>) -> StVariables {
+    let mut out = StVariables::default();
+    let mut total = 0usize;
+    for (name, value) in variables {
+        let size = name.len() + json_size(value);
+        match VariableName::parse(name.as_str()) {
+            Ok(n)
+                if validate_variable_value(value).is_ok()
+                    && total + size <= VARIABLE_SCOPE_MAX_BYTES =>
+            {
+                total += size;
+                out.importable.push((n, value.clone()));
+            }
+            _ => {
+                out.kept.insert(name.clone(), value.clone());
+            }
+        }
+    }
+    out
+}
+
+/// A variable value in SillyTavern's shape for `chat_metadata.variables`: strings and numbers
+/// as they are (what `/setvar` and `/addvar` store); booleans, null, arrays and objects as their
+/// compact JSON text (how SillyTavern itself stores structured values, e.g. `/setvar index=`).
+pub fn to_st_variable_value(value: &Value) -> Value {
+    match value {
+        Value::String(_) | Value::Number(_) => value.clone(),
+        other => Value::String(other.to_string()),
     }
 }
 
@@ -266,16 +358,109 @@ mod tests {
         assert!(doc.messages[1].is_user());
         assert_eq!(doc.to_text(), text.replace("\r\n", "\n"));
         assert_eq!(
-            doc.header.raw(),
-            "{\"user_name\":\"You\", \"create_date\":1674559900991}"
+            doc.header.as_ref().map(ChatLine::raw),
+            Some("{\"user_name\":\"You\", \"create_date\":1674559900991}")
         );
+    }
+
+    /// `(first line, is a header)`: SillyTavern headers of every era, and message lines
+    /// (including the first line of an old headerless group chat).
+    #[test]
+    fn header_lines_are_told_from_messages() {
+        let cases: &[(&str, bool)] = &[
+            (
+                r#"{"user_name":"You","character_name":"Seraphina","create_date":"2024-09-19@20h03m29s","chat_metadata":{}}"#,
+                true,
+            ),
+            (
+                r#"{"chat_metadata":{"variables":{}},"user_name":"unused","character_name":"unused"}"#,
+                true,
+            ),
+            (
+                r#"{"user_name":"You","character_name":"Megumin","create_date":1673323621108}"#,
+                true,
+            ),
+            (
+                r#"{"name":"Alice","is_user":false,"send_date":"2023-5-1 @12h 0m 0s 0ms","mes":"Hi","original_avatar":"Alice.png","extra":{}}"#,
+                false,
+            ),
+            (
+                r#"{"name":"You","is_user":true,"is_name":true,"send_date":1683000000000,"mes":"hello","extra":{}}"#,
+                false,
+            ),
+            (
+                r#"{"name":"System","is_system":true,"mes":"","extra":{"type":"narrator"}}"#,
+                false,
+            ),
+            ("{}", false),
+        ];
+        for (line, header) in cases {
+            assert_eq!(
+                ChatLine::parse(line).unwrap().is_header(),
+                *header,
+                "{line}"
+            );
+        }
     }
 
     #[test]
     fn bad_lines_are_named() {
-        let err = ChatDocument::parse("{}\n[1]\n").unwrap_err().to_string();
+        let err = ChatDocument::parse("{\"user_name\":\"u\"}\n[1]\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("line 2"), "{err}");
         assert!(ChatDocument::parse("\n\n").is_err());
+    }
+
+    /// `(chat_metadata.variables, imported names, kept names)`: SillyTavern variable names that
+    /// are not AgentTavern variable names, and oversized values, stay in the metadata.
+    #[test]
+    fn st_variables_split_for_import() {
+        let big = "x".repeat(40 * 1024);
+        let cases: Vec<(Value, Vec<&str>, Vec<&str>)> = vec![
+            (
+                serde_json::json!({"好感度": "50", "hp": 10, "basic.mood": "calm"}),
+                vec!["好感度", "hp", "basic.mood"],
+                vec![],
+            ),
+            (
+                serde_json::json!({"my var": "1", "1st": "a", "ok": "[1,2]"}),
+                vec!["ok"],
+                vec!["my var", "1st"],
+            ),
+            (
+                serde_json::json!({"huge": big, "n": 1}),
+                vec!["n"],
+                vec!["huge"],
+            ),
+        ];
+        for (vars, imported, kept) in cases {
+            let split = split_st_variables(vars.as_object().unwrap());
+            let names: Vec<&str> = split.importable.iter().map(|(n, _)| n.as_str()).collect();
+            assert_eq!(names, imported, "{vars}");
+            let k: Vec<&str> = split.kept.keys().map(String::as_str).collect();
+            assert_eq!(k, kept);
+            for (n, v) in &split.importable {
+                assert_eq!(v, &vars[n.as_str()], "values keep their type");
+            }
+        }
+    }
+
+    #[test]
+    fn variables_are_exported_in_sillytavern_shape() {
+        use serde_json::json;
+        let cases = [
+            (json!("50"), json!("50")),
+            (json!(7), json!(7)),
+            (json!(1.5), json!(1.5)),
+            (json!(true), json!("true")),
+            (json!(null), json!("null")),
+            (json!([1, "a"]), json!("[1,\"a\"]")),
+            (json!({"k": 1}), json!("{\"k\":1}")),
+        ];
+        for (ours, st) in cases {
+            assert_eq!(to_st_variable_value(&ours), st, "{ours}");
+        }
     }
 
     #[test]

@@ -73,8 +73,11 @@ id_type!(
     AgentId, "agent id", check_token
 );
 id_type!(
-    /// A SillyTavern chat file name without extension: `[A-Za-z0-9@ _.-]{1,80}`, no `..`, no
-    /// leading dot or surrounding spaces.
+    /// A SillyTavern chat file name without extension, as real users have them: any Unicode
+    /// (`七大姑 - 2024-10-05@21h59m30s`, `Branch #38 - 2024-1-5@16h52m07s`, emoji) except
+    /// `/ \ : * ? " < > |`, NUL and control characters; not `.` or `..`; no leading or trailing
+    /// whitespace; at most 200 UTF-8 bytes. File stores encode what is unsafe on some file
+    /// system (reserved device names, trailing dots) when they build a file name from it.
     ChatId, "chat id", check_chat_id
 );
 id_type!(
@@ -115,24 +118,30 @@ fn check_token(v: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// Characters SillyTavern (and Windows) refuse in file names.
+const CHAT_ID_FORBIDDEN: [char; 9] = ['/', '\\', ':', '*', '?', '"', '<', '>', '|'];
+
+/// Longest chat id in UTF-8 bytes (leaves room for `.jsonl` and encoding within 255 bytes).
+pub const CHAT_ID_MAX_BYTES: usize = 200;
+
 fn check_chat_id(v: &str) -> Result<(), &'static str> {
     if v.trim().is_empty() {
         return Err("must not be blank");
     }
-    if v.len() > 80 {
-        return Err("longer than 80 bytes");
+    if v.len() > CHAT_ID_MAX_BYTES {
+        return Err("longer than 200 bytes");
     }
-    if !v
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'@' | b' ' | b'_' | b'.' | b'-'))
-    {
-        return Err("only ascii letters, digits, '@', ' ', '_', '.' and '-' are allowed");
+    if v.chars().any(char::is_control) {
+        return Err("must not contain NUL or control characters");
     }
-    if v.starts_with('.') || v.contains("..") {
-        return Err("must not start with '.' or contain '..'");
+    if v.contains(CHAT_ID_FORBIDDEN) {
+        return Err("must not contain '/', '\\', ':', '*', '?', '\"', '<', '>' or '|'");
+    }
+    if v == "." || v == ".." {
+        return Err("must not be '.' or '..'");
     }
     if v.trim() != v {
-        return Err("must not start or end with a space");
+        return Err("must not start or end with whitespace");
     }
     Ok(())
 }
@@ -208,19 +217,52 @@ fn check_tag(v: &str) -> Result<(), &'static str> {
 mod tests {
     use super::*;
 
+    /// `(input, accepted)`: chat file stems from real SillyTavern data folders (CJK, branches
+    /// with `#`, emoji, quotes, commas, parentheses, Windows device names — which are legal ids:
+    /// the file store encodes them) and what the rule refuses.
     #[test]
-    fn chat_ids_from_real_sillytavern_files_parse() {
-        for ok in [
-            "Seraphina - 2024-09-19@20h03m29s",
-            "Aqua_1677261616514",
-            "a.b",
-        ] {
-            assert!(ChatId::parse(ok).is_ok(), "{ok}");
-        }
-        for bad in [
-            "", " ", "../x", "a/b", "a\\b", "a\0b", ".hidden", "x..y", " lead", "中文",
-        ] {
-            assert!(ChatId::parse(bad).is_err(), "{bad:?}");
+    fn chat_ids_as_real_users_have_them() {
+        let long_ok = "长".repeat(66); // 198 bytes
+        let long_bad = "长".repeat(67); // 201 bytes
+        let cases: &[(&str, bool)] = &[
+            ("Seraphina - 2024-09-19@20h03m29s", true),
+            ("Aqua_1677261616514", true),
+            ("a.b", true),
+            ("x..y", true),
+            (".hidden", true),
+            ("七大姑 - 2024-10-05@21h59m30s", true),
+            ("Branch #38 - 2024-1-5@16h52m07s", true),
+            ("Mira 🌙 - 2024-3-1@1h2m3s", true),
+            ("Mira's day, part 2 (draft)", true),
+            ("CON", true),
+            ("aux.txt", true),
+            ("ends with dot.", true),
+            ("100% [done] {ok} ~ ^ & $ ! = + ;", true),
+            (&long_ok, true),
+            (&long_bad, false),
+            ("", false),
+            (" ", false),
+            (".", false),
+            ("..", false),
+            ("../x", false),
+            ("a/b", false),
+            ("a\\b", false),
+            ("a:b", false),
+            ("a*b", false),
+            ("a?b", false),
+            ("a\"b", false),
+            ("a<b", false),
+            ("a>b", false),
+            ("a|b", false),
+            ("a\0b", false),
+            ("a\nb", false),
+            ("a\u{7f}b", false),
+            (" lead", false),
+            ("trail ", false),
+            ("trail\u{3000}", false),
+        ];
+        for (input, ok) in cases {
+            assert_eq!(ChatId::parse(*input).is_ok(), *ok, "{input:?}");
         }
     }
 
@@ -239,7 +281,7 @@ mod tests {
         let err = ChatId::parse("../etc").unwrap_err().to_string();
         assert_eq!(
             err,
-            "invalid chat id \"../etc\": only ascii letters, digits, '@', ' ', '_', '.' and '-' are allowed"
+            "invalid chat id \"../etc\": must not contain '/', '\\', ':', '*', '?', '\"', '<', '>' or '|'"
         );
     }
 

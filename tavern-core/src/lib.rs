@@ -29,7 +29,7 @@ pub use identity::IdentitySummary;
 pub use ids::{AgentId, CharacterName, ChatId, MemoryId, SessionId, Tag, VariableName};
 pub use kernel::{render_kernel, KernelInput};
 pub use mode_switch::{switch_context_mode, ContextModeEvent, ModeSwitchRefusal, TurnState};
-pub use normalize::{normalize_state, Diagnostic};
+pub use normalize::{normalize_state, Diagnostic, INVALID_BINDINGS};
 pub use record::{
     AuditAction, AuditEntry, MemoryKind, MemoryRecord, MemorySource, MemoryWrite, SourceKind,
     VariableRecord,

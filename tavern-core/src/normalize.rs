@@ -1,5 +1,7 @@
 //! The one normalizer for persisted state: legacy JSON in, normalized [`TavernState`] plus
-//! diagnostics out. Never fails and never panics; everything it changes or drops is reported.
+//! diagnostics out. Never fails and never panics; everything it changes or sets aside is
+//! reported, and no binding is ever lost: one it cannot read is kept verbatim under
+//! [`INVALID_BINDINGS`] and recovered by a later version whose rules accept it.
 
 use serde_json::{Map, Value};
 
@@ -26,8 +28,9 @@ const BINDING_KEYS: [&str; 5] = [
     "architecture",
     "contextMode",
 ];
-const STATE_KEYS: [&str; 6] = [
+const STATE_KEYS: [&str; 7] = [
     "sessionBindings",
+    INVALID_BINDINGS,
     "defaultArchitecture",
     "defaultContextMode",
     "allowGlobalWrites",
@@ -35,14 +38,23 @@ const STATE_KEYS: [&str; 6] = [
     "requireCrossCharacterConfirmation",
 ];
 
+/// The top-level key under which bindings the normalizer cannot read are kept, verbatim and keyed
+/// by their session key, in [`TavernState::extra`] (so every writer re-emits them). They are
+/// inactive; the normalizer tries them again on every load and moves each one it can now read
+/// back into the session bindings. This is the migration path for rules that got wider: chats
+/// named in Chinese or with `#` were refused by the ASCII-only chat-id rule before 2026-12-01.
+pub const INVALID_BINDINGS: &str = "invalidBindings";
+
 /// Normalizes persisted state.
 ///
 /// Rules: a binding without `architecture` (legacy) or with an unknown one is `st`; an
 /// `agent-tavern` binding without or with an invalid `contextMode` is `dsh-native`; a group
-/// binding is always `st`; a binding whose character or chat is blank or invalid is dropped;
-/// `contextMode` on an `st` binding is dropped; unknown fields are kept. Normalization is
-/// idempotent: `normalize_state(&normalize_state(x).0.to_json())` returns the same state and no
-/// diagnostics.
+/// binding is always `st`; a binding whose character, chat or session id is blank or invalid is
+/// set aside under [`INVALID_BINDINGS`] (reported once, when it is set aside); a set-aside
+/// binding the current rules accept is recovered (reported), unless its session has a binding
+/// again (then it is removed, reported); `contextMode` on an `st` binding is dropped; unknown
+/// fields are kept. Normalization is idempotent: `normalize_state(&normalize_state(x).0.to_json())`
+/// returns the same state and no diagnostics.
 pub fn normalize_state(input: &Value) -> (TavernState, Vec<Diagnostic>) {
     let mut diags = Vec::new();
     let mut state = TavernState::default();
@@ -97,20 +109,29 @@ pub fn normalize_state(input: &Value) -> (TavernState, Vec<Diagnostic>) {
         &mut diags,
     );
 
+    let mut invalid = Map::new();
+    let mut seen = std::collections::BTreeSet::new();
     match obj.get("sessionBindings") {
         None | Some(Value::Null) => {}
         Some(Value::Object(bindings)) => {
             for (key, raw) in bindings {
+                seen.insert(key.clone());
                 let path = format!("/sessionBindings/{}", pointer_escape(key));
                 let Ok(session) = SessionId::parse(key.as_str()) else {
                     diags.push(diag(
                         &path,
-                        format!("dropped binding: invalid session id {:?}", excerpt(key)),
+                        format!("binding set aside: invalid session id {:?}", excerpt(key)),
                     ));
+                    invalid.insert(key.clone(), raw.clone());
                     continue;
                 };
-                if let Some(entry) = normalize_binding(raw, &path, &mut diags) {
-                    state.bindings.insert(session, entry);
+                match normalize_binding(raw, &path, &mut diags) {
+                    Some(entry) => {
+                        state.bindings.insert(session, entry);
+                    }
+                    None => {
+                        invalid.insert(key.clone(), raw.clone());
+                    }
                 }
             }
         }
@@ -123,10 +144,58 @@ pub fn normalize_state(input: &Value) -> (TavernState, Vec<Diagnostic>) {
         )),
     }
 
+    match obj.get(INVALID_BINDINGS) {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(earlier)) => {
+            for (key, raw) in earlier {
+                let path = format!("/{INVALID_BINDINGS}/{}", pointer_escape(key));
+                if seen.contains(key) {
+                    diags.push(diag(
+                        &path,
+                        "set-aside binding superseded by the session's current binding; removed"
+                            .into(),
+                    ));
+                    continue;
+                }
+                // Still unreadable: kept silently (it was reported when it was set aside).
+                let mut quiet = Vec::new();
+                let recovered = SessionId::parse(key.as_str())
+                    .ok()
+                    .and_then(|s| normalize_binding(raw, &path, &mut quiet).map(|e| (s, e)));
+                match recovered {
+                    Some((session, entry)) => {
+                        diags.push(diag(
+                            &path,
+                            "recovered a binding set aside earlier: the current rules accept it"
+                                .into(),
+                        ));
+                        diags.extend(quiet);
+                        state.bindings.insert(session, entry);
+                    }
+                    None => {
+                        invalid.insert(key.clone(), raw.clone());
+                    }
+                }
+            }
+        }
+        Some(other) => diags.push(diag(
+            &format!("/{INVALID_BINDINGS}"),
+            format!(
+                "set-aside bindings are {} instead of an object; ignored",
+                kind(other)
+            ),
+        )),
+    }
+
     for (k, v) in obj {
         if !STATE_KEYS.contains(&k.as_str()) {
             state.extra.insert(k.clone(), v.clone());
         }
+    }
+    if !invalid.is_empty() {
+        state
+            .extra
+            .insert(INVALID_BINDINGS.to_owned(), Value::Object(invalid));
     }
     (state, diags)
 }
@@ -135,7 +204,7 @@ fn normalize_binding(raw: &Value, path: &str, diags: &mut Vec<Diagnostic>) -> Op
     let Some(obj) = raw.as_object() else {
         diags.push(diag(
             path,
-            format!("dropped binding: {} instead of an object", kind(raw)),
+            format!("binding set aside: {} instead of an object", kind(raw)),
         ));
         return None;
     };
@@ -145,7 +214,7 @@ fn normalize_binding(raw: &Value, path: &str, diags: &mut Vec<Diagnostic>) -> Op
         Err(e) => {
             diags.push(diag(
                 &format!("{path}/character"),
-                format!("dropped binding: {e}"),
+                format!("binding set aside: {e}"),
             ));
             return None;
         }
@@ -156,7 +225,7 @@ fn normalize_binding(raw: &Value, path: &str, diags: &mut Vec<Diagnostic>) -> Op
         Err(e) => {
             diags.push(diag(
                 &format!("{path}/chatId"),
-                format!("dropped binding: {e}"),
+                format!("binding set aside: {e}"),
             ));
             return None;
         }
@@ -263,7 +332,7 @@ fn required_text<'a>(
         _ => {
             diags.push(diag(
                 &format!("{path}/{key}"),
-                format!("dropped binding: {key} is missing or blank"),
+                format!("binding set aside: {key} is missing or blank"),
             ));
             None
         }

@@ -12,11 +12,11 @@ use tavern_core::{
     render_kernel, switch_context_mode, AgentId, AgentTavernCapabilities, BindingTarget,
     CharacterName, ChatId, ContextMode, ContextModeEvent, IdentitySummary, KernelInput,
     MemorySource, ScopeKey, SessionBinding, SessionId, TavernArchitecture, TavernState, TurnState,
-    WritePolicy,
+    VariableName, WritePolicy,
 };
 use tavern_projector::context::{project, Projection, ProjectionInput};
 use tavern_projector::{lines, ChatProjector, HostEvent, Outcome, ProjectorConfig};
-use tavern_store::{AllStores, Clock, StateStoreExt, StoreError};
+use tavern_store::{AllStores, Clock, StateStoreExt, StoreError, VariableChange};
 use tavern_tools::assets::provider::AssetProvider;
 use tavern_tools::{ToolContext, ToolLimits, ToolRegistry, ToolServices};
 
@@ -578,7 +578,15 @@ impl Runtime {
     }
 
     /// Forks a session's chat into a new session of the given architecture: the messages are
-    /// copied into a new chat whose header links back to the origin (`chat_metadata.main_chat`).
+    /// copied into a new chat whose header links back to the origin (`chat_metadata.main_chat`);
+    /// a headerless (older group) chat gets SillyTavern's group header for that link.
+    ///
+    /// SillyTavern variables cross architectures with the fork, and only with it: forking an
+    /// `st` chat into agent-tavern imports its `chat_metadata.variables` as the new chat's
+    /// chat-scope variables (names that are not variable names, and oversized values, stay in
+    /// the new header's metadata); forking an agent-tavern chat into `st` writes the origin's
+    /// chat-scope variables into the new chat's `chat_metadata.variables` in SillyTavern's shape
+    /// ([`tavern_core::chat::to_st_variable_value`]).
     ///
     /// # Errors
     /// Store failures; a missing origin chat is [`AdapterError::NotBound`].
@@ -600,16 +608,93 @@ impl Runtime {
             .await?
             .ok_or_else(|| AdapterError::NotBound(origin.to_string()))?;
         let doc = ChatDocument::from_lines(file.lines)?;
-        let mut lines = vec![lines::fork_header(&doc.header, &target.chat_id)];
-        lines.extend(doc.messages);
-        self.stores
-            .rewrite_chat(&target.character, new_chat, &lines, None)
-            .await?;
+        let mut meta = doc.metadata().cloned().unwrap_or_default();
         let new_target = BindingTarget {
             character: target.character.clone(),
             chat_id: new_chat.clone(),
             group: target.group,
         };
+        let new_scope = ScopeKey::Chat {
+            character: new_target.character.clone(),
+            chat: new_chat.clone(),
+        };
+        let into_agent_tavern = from.architecture() == TavernArchitecture::St
+            && architecture == TavernArchitecture::AgentTavern
+            && !target.group;
+        let into_st = Self::is_agent_tavern(&from) && architecture == TavernArchitecture::St;
+        let mut imports = Vec::new();
+        if into_agent_tavern {
+            if let Some(vars) = meta.get("variables").and_then(Value::as_object) {
+                let split = tavern_core::chat::split_st_variables(vars);
+                imports = split.importable;
+                meta.insert("variables".into(), Value::Object(split.kept));
+            }
+        } else if into_st {
+            let origin_scope = ScopeKey::Chat {
+                character: target.character.clone(),
+                chat: target.chat_id.clone(),
+            };
+            let mut vars = meta
+                .get("variables")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            let listing = self.stores.list(&origin_scope, "", usize::MAX).await?;
+            let mut names: Vec<VariableName> = listing.items.into_iter().map(|i| i.name).collect();
+            if listing.truncated {
+                // Listings are capped; the audit trail names every variable ever written.
+                names = self
+                    .stores
+                    .variable_audit(&origin_scope)
+                    .await?
+                    .into_iter()
+                    .filter_map(|a| VariableName::parse(a.target).ok())
+                    .collect();
+                names.sort();
+                names.dedup();
+            }
+            for name in names {
+                if let Some(rec) = self.stores.get(&origin_scope, &name).await? {
+                    vars.insert(
+                        rec.name.to_string(),
+                        tavern_core::chat::to_st_variable_value(&rec.value),
+                    );
+                }
+            }
+            if !vars.is_empty() {
+                meta.insert("variables".into(), Value::Object(vars));
+            }
+        }
+        let mut lines = vec![lines::fork_header(
+            doc.header.as_ref(),
+            &target.chat_id,
+            meta,
+        )];
+        lines.extend(doc.messages);
+        self.stores
+            .rewrite_chat(&target.character, new_chat, &lines, None)
+            .await?;
+        if !imports.is_empty() {
+            let mut changes = Vec::with_capacity(imports.len());
+            for (name, value) in imports {
+                let expected = self
+                    .stores
+                    .get(&new_scope, &name)
+                    .await?
+                    .map(|r| r.revision);
+                changes.push(VariableChange::Set {
+                    name,
+                    value,
+                    expected,
+                });
+            }
+            // One patch per chunk: a patch has a size limit, a chat's variables do not.
+            for chunk in changes.chunks(32) {
+                self.stores
+                    .patch(&new_scope, chunk, None, MemorySource::system())
+                    .await?;
+            }
+        }
         Ok(self
             .stores
             .update(|state: &mut TavernState| {

@@ -75,6 +75,161 @@ async fn forking_into_the_other_architecture_keeps_a_back_link() {
     assert_eq!(w.chat("c1").await.len(), 3, "the origin is untouched");
 }
 
+/// SillyTavern's chat variables (`chat_metadata.variables`, what `/setvar` writes) cross
+/// architectures with a fork: into agent-tavern they become chat-scope variables, back into
+/// `st` they are written in SillyTavern's shape. Chat ids as real users have them.
+#[tokio::test]
+async fn forks_carry_sillytavern_variables_across_architectures() {
+    use tavern_core::{BindingTarget, MemorySource, ScopeKey, SessionBinding, VariableName};
+    use tavern_store::{StateStoreExt, VariableStore};
+    let dir = tempfile::tempdir().unwrap();
+    let w = World::open(dir.path(), rc6());
+    let sera = CharacterName::parse("Seraphina").unwrap();
+    let st_chat = ChatId::parse("七大姑 - 2024-10-05@21h59m30s").unwrap();
+    let header = r#"{"user_name":"Kai","character_name":"Seraphina","create_date":"2024-10-05@21h59m30s","chat_metadata":{"note_prompt":"","variables":{"好感度":"50","hp":10,"inventory":"[\"lantern\"]","my var":"kept as is"}}}"#;
+    let lines = vec![
+        tavern_core::chat::ChatLine::parse(header).unwrap(),
+        tavern_core::chat::ChatLine::parse(r#"{"name":"Seraphina","is_user":false,"send_date":"October 5, 2024 9:59pm","mes":"Welcome back."}"#).unwrap(),
+    ];
+    w.store
+        .rewrite_chat(&sera, &st_chat, &lines, None)
+        .await
+        .unwrap();
+    let target = BindingTarget {
+        character: sera.clone(),
+        chat_id: st_chat.clone(),
+        group: false,
+    };
+    w.store
+        .update(|s: &mut tavern_core::TavernState| {
+            s.set_binding(
+                sid("st1"),
+                SessionBinding::St {
+                    target: target.clone(),
+                },
+            );
+            Ok::<_, tavern_store::StoreError>(())
+        })
+        .await
+        .unwrap();
+
+    // st → agent-tavern: the variables become chat-scope variables of the new chat.
+    let at_chat = ChatId::parse("Branch #38 - 2024-1-5@16h52m07s").unwrap();
+    let b = w
+        .runtime
+        .fork(
+            &sid("st1"),
+            &sid("at1"),
+            &at_chat,
+            TavernArchitecture::AgentTavern,
+        )
+        .await
+        .unwrap();
+    assert_eq!(b.architecture(), TavernArchitecture::AgentTavern);
+    let scope = ScopeKey::Chat {
+        character: sera.clone(),
+        chat: at_chat.clone(),
+    };
+    let var = |n: &str| VariableName::parse(n).unwrap();
+    // `(name, value)`: values keep SillyTavern's types.
+    for (name, value) in [
+        ("好感度", json!("50")),
+        ("hp", json!(10)),
+        ("inventory", json!("[\"lantern\"]")),
+    ] {
+        let got = w.store.get(&scope, &var(name)).await.unwrap().unwrap();
+        assert_eq!(got.value, value, "{name}");
+    }
+    let at_file = w.store.read_chat(&sera, &at_chat).await.unwrap().unwrap();
+    let at_header = serde_json::Value::Object(at_file.lines[0].object().clone());
+    assert_eq!(
+        at_header["chat_metadata"]["variables"],
+        json!({"my var": "kept as is"}),
+        "a name that is no variable name stays in the metadata"
+    );
+    assert_eq!(
+        at_header["chat_metadata"]["main_chat"],
+        "七大姑 - 2024-10-05@21h59m30s"
+    );
+    assert_eq!(
+        w.store
+            .read_chat(&sera, &st_chat)
+            .await
+            .unwrap()
+            .unwrap()
+            .lines,
+        lines,
+        "the origin is untouched"
+    );
+
+    // The agent-tavern session changes its variables; forking back writes them in ST's shape.
+    let hp = w.store.get(&scope, &var("hp")).await.unwrap().unwrap();
+    w.store
+        .set(
+            &scope,
+            &var("hp"),
+            json!(7),
+            Some(&hp.revision),
+            MemorySource::system(),
+        )
+        .await
+        .unwrap();
+    w.store
+        .set(
+            &scope,
+            &var("flags"),
+            json!({"met": true}),
+            None,
+            MemorySource::system(),
+        )
+        .await
+        .unwrap();
+    w.store
+        .set(
+            &scope,
+            &var("brave"),
+            json!(true),
+            None,
+            MemorySource::system(),
+        )
+        .await
+        .unwrap();
+    let back = ChatId::parse("七大姑 (back), 2024-10-06@08h00m00s").unwrap();
+    let b = w
+        .runtime
+        .fork(&sid("at1"), &sid("st2"), &back, TavernArchitecture::St)
+        .await
+        .unwrap();
+    assert_eq!(b.architecture(), TavernArchitecture::St);
+    let file = w.store.read_chat(&sera, &back).await.unwrap().unwrap();
+    let h = serde_json::Value::Object(file.lines[0].object().clone());
+    assert_eq!(
+        h["chat_metadata"]["variables"],
+        json!({
+            "my var": "kept as is",
+            "brave": "true",
+            "flags": "{\"met\":true}",
+            "hp": 7,
+            "inventory": "[\"lantern\"]",
+            "好感度": "50"
+        })
+    );
+    assert_eq!(
+        file.parent_chat(),
+        Some(ChatId::parse("Branch #38 - 2024-1-5@16h52m07s").unwrap())
+    );
+    // Nothing else touched either side: the agent-tavern chat's variables are as they were.
+    assert_eq!(
+        w.store
+            .get(&scope, &var("hp"))
+            .await
+            .unwrap()
+            .unwrap()
+            .value,
+        json!(7)
+    );
+}
+
 #[tokio::test]
 async fn turn_variables_are_cleared_when_the_turn_ends() {
     let dir = tempfile::tempdir().unwrap();

@@ -97,16 +97,24 @@ pub fn projected_seq(line: &ChatLine, session: &SessionId) -> Option<u64> {
         .flatten()
 }
 
-/// A fork's header: the origin's header with `chat_metadata.main_chat` pointing back at the
-/// origin chat (SillyTavern's branch link); every other field kept.
-pub fn fork_header(origin: &ChatLine, origin_chat: &ChatId) -> ChatLine {
-    let mut header = origin.object().clone();
-    let mut meta = header
-        .get("chat_metadata")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
-    meta.insert("main_chat".into(), json!(origin_chat.as_str()));
-    header.insert("chat_metadata".into(), Value::Object(meta));
+/// A fork's header: the origin's header (or, for a headerless group chat, SillyTavern's group
+/// header) with `chat_metadata` replaced by `metadata` plus `main_chat` pointing back at the
+/// origin chat (SillyTavern's branch link); every other header field kept.
+pub fn fork_header(
+    origin: Option<&ChatLine>,
+    origin_chat: &ChatId,
+    mut metadata: Map<String, Value>,
+) -> ChatLine {
+    metadata.insert("main_chat".into(), json!(origin_chat.as_str()));
+    let mut header = match origin {
+        Some(h) => h.object().clone(),
+        None => {
+            let mut h = Map::new();
+            h.insert("user_name".into(), json!("unused"));
+            h.insert("character_name".into(), json!("unused"));
+            h
+        }
+    };
+    header.insert("chat_metadata".into(), Value::Object(metadata));
     ChatLine::from_object(header)
 }

@@ -47,7 +47,8 @@ impl ChatFile {
     /// The branch back-link: SillyTavern records a branch's origin as
     /// `chat_metadata.main_chat` in the header line.
     pub fn parent_chat(&self) -> Option<ChatId> {
-        ChatId::parse(self.lines.first()?.main_chat()?).ok()
+        let header = self.lines.first().filter(|l| l.is_header())?;
+        ChatId::parse(header.main_chat()?).ok()
     }
 }
 

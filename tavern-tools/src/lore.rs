@@ -1,21 +1,84 @@
-//! Lore activation with SillyTavern's semantics, plus lexical ranking for free-text queries.
+//! Lore activation with SillyTavern's semantics (its `public/scripts/world-info.js`), plus
+//! lexical ranking for free-text queries. The query plays the part of SillyTavern's scanned chat.
 //!
-//! Activation: disabled entries never activate; constant entries always do; otherwise any
-//! primary key must match the scanned text, and for `selective` entries with secondary keys the
-//! `selectiveLogic` decides (AND_ANY 0, NOT_ALL 1, NOT_ANY 2, AND_ALL 3). Keys written
-//! `/pattern/flags` are regular expressions. Matching is case-insensitive unless the entry (or
-//! the options) say otherwise; whole-word matching treats ASCII letters, digits and `_` as word
-//! characters — as JavaScript's `\W` does in SillyTavern — so a CJK key inside CJK text still
-//! matches, and keys with spaces match as substrings. Probability and recursion are not
-//! applied: results must be deterministic.
+//! **Which entries take part.** Disabled entries never do. An entry whose character filter
+//! (`characterFilter` names/tags, `isExclude`) leaves this character out never reaches it, not
+//! even lexically. An entry decorated `@@dont_activate` never activates (SillyTavern checks the
+//! decorator before `constant`); `@@activate` makes an entry always-on like `constant`.
+//! Decorator lines are not part of the returned content. When the same entry (same keys,
+//! secondary keys and content) is reached through two books — a card's embedded book and the
+//! world file SillyTavern's "import embedded lorebook" made from it — it is searched once, from
+//! the earlier source (embedded before card-linked before global); `duplicates` counts the rest.
+//!
+//! **Keys.** `{{char}}`, `{{user}}`, `<BOT>`, `<CHAR>` and `<USER>` (any case) are replaced by
+//! the character's and the persona's names, then the key is trimmed; an empty key never
+//! matches. A key is a regular expression only when it is `/pattern/flags` (flags from
+//! `gimsuy`) with no unescaped `/` inside the pattern — `/a/b/` is the literal text `/a/b/` —
+//! and it runs with JavaScript semantics (the `regress` engine: ASCII `\b`, `\d`, `\w`, so a
+//! full-width `１２` is not `\d`; look-around; back-references), ignoring the entry's case and
+//! whole-word settings, against the text prefixed with `\x01` as SillyTavern scans it (so `^`
+//! does not match at the start). A key that does not compile, is longer than
+//! [`MAX_REGEX_SOURCE`] bytes, or nests unbounded repetition (`(a+)+`, which can take
+//! exponential time) is matched as plain text, as SillyTavern does with keys it cannot compile,
+//! and named in `warnings`. Compiled keys are cached. Plain keys match case-insensitively
+//! unless the entry (or the options) say otherwise; whole-word matching treats ASCII letters,
+//! digits and `_` as word characters — as JavaScript's `\W` does — so a CJK key inside CJK text
+//! still matches, and keys with spaces match as substrings. For `selective` entries with
+//! secondary keys `selectiveLogic` decides (AND_ANY 0, NOT_ALL 1, NOT_ANY 2, AND_ALL 3).
+//!
+//! **Recursion.** The content of activated entries is scanned again, at most
+//! [`LoreOptions::recursion_depth`] more passes, each seeing the query plus the content of every
+//! entry activated so far (at most [`MAX_RECURSION_TEXT`] bytes of it). `excludeRecursion`: the
+//! entry can only be activated by the query, not in a recursion pass. `preventRecursion`: its
+//! content activates nothing. `delayUntilRecursion` (`true` = level 1, or a level number): the
+//! entry is activatable only in recursion passes whose level is at least its own. Passes start
+//! at the lowest level; as in SillyTavern, when no new content would start another pass, a pass
+//! is still run at the next pending level (admitting every entry delayed up to it), within the
+//! depth.
+//!
+//! **Inclusion groups** (`group`, comma-separated names): among the entries a pass activates, at
+//! most one per group survives, and none when an entry of that group was already activated by an
+//! earlier pass. SillyTavern's rule, made deterministic: first, when group scoring is on (the
+//! entry's `useGroupScoring`, else [`LoreOptions::use_group_scoring`]), scored entries whose
+//! score — the number of their primary keys that match, plus the secondary matches under AND_ANY
+//! (and AND_ALL when all match) — is below the group's best drop out; then an entry with
+//! `groupOverride` wins (the highest `order` among them); otherwise, where SillyTavern rolls a
+//! weighted die, the highest `groupWeight` wins; remaining ties go to the higher `order`, then
+//! the earlier source and book, then the lower uid. A lexical match is never returned for a
+//! group that has an activated entry, and at most one lexical match per group (the best) is.
+//!
+//! **Ranking.** Entries activated by the query (by `order`, higher first), then those activated
+//! by recursion (pass by pass, by `order`), then lexical matches (BM25 over comment, keys and
+//! content; query stop words such as "the", "is", "的", "什么" are ignored, see [`stopwords`]),
+//! then always-on entries when asked for; ties by source, book and uid. Always-on entries take
+//! part in recursion like any activated entry (as in SillyTavern), so an empty query, which
+//! activates and ranks nothing itself, returns the always-on entries when asked for, with what
+//! their content activates.
+//! Probability, sticky/cooldown/delay timers, scan depth and insertion position do not apply to
+//! a tool that answers queries: results are deterministic.
+
+pub mod stopwords;
 
 use std::cmp::Reverse;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use regex::RegexBuilder;
 use tavern_core::{DefaultTokenEstimator, TokenEstimator};
-use tavern_store::search::{query_tokens, Bm25Index};
+use tavern_store::search::Bm25Index;
 
 use crate::assets::world::{LoreEntry, SelectiveLogic, WorldBook};
+
+/// Longest regular-expression key source (the pattern between the slashes), in bytes.
+pub const MAX_REGEX_SOURCE: usize = 256;
+
+/// Most bytes of activated content scanned by recursion passes.
+pub const MAX_RECURSION_TEXT: usize = 16 * 1024;
+
+/// Compiled regular-expression keys kept across searches.
+const REGEX_CACHE_CAPACITY: usize = 512;
+
+/// SillyTavern's scan buffer separator (`\x01` before each message).
+const MATCHER: &str = "\u{1}";
 
 /// Where a book comes from; earlier sources win ties.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -42,14 +105,21 @@ impl LoreSource {
 /// Why an entry is in the result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reason {
-    /// A key matched (the primary key, and the secondary one where logic required one).
+    /// A key matched the query (the primary key, and the secondary ones where logic required).
     Keyword {
+        /// The primary key that matched (after `{{char}}`/`{{user}}` substitution).
+        key: String,
+    },
+    /// A key matched the content of entries activated before (recursion).
+    Recursion {
         /// The primary key that matched.
         key: String,
+        /// The recursion pass (1 = the first pass over activated content).
+        level: usize,
     },
     /// Lexically relevant to the query without a key match.
     Lexical,
-    /// A constant entry (always active).
+    /// An always-on entry (`constant` or `@@activate`).
     Constant,
 }
 
@@ -58,6 +128,7 @@ impl Reason {
     pub fn label(&self) -> &'static str {
         match self {
             Self::Keyword { .. } => "keyword",
+            Self::Recursion { .. } => "recursion",
             Self::Lexical => "lexical",
             Self::Constant => "constant",
         }
@@ -71,7 +142,7 @@ pub struct LoreOptions {
     pub case_sensitive: bool,
     /// Default whole-word matching for entries that do not set it.
     pub match_whole_words: bool,
-    /// Include constant entries (after keyword and lexical matches).
+    /// Include always-on entries (after keyword, recursion and lexical matches).
     pub include_constant: bool,
     /// Rank entries that match the query lexically but by no key.
     pub lexical: bool,
@@ -79,6 +150,10 @@ pub struct LoreOptions {
     pub limit: usize,
     /// Token budget for returned content; an entry that does not fit ends the list.
     pub max_tokens: usize,
+    /// Default group scoring for entries that do not set `useGroupScoring`.
+    pub use_group_scoring: bool,
+    /// Most recursion passes over activated content (0: no recursion).
+    pub recursion_depth: usize,
 }
 
 impl Default for LoreOptions {
@@ -90,8 +165,25 @@ impl Default for LoreOptions {
             lexical: true,
             limit: 5,
             max_tokens: 1000,
+            use_group_scoring: false,
+            recursion_depth: 3,
         }
     }
+}
+
+/// Who the lore is searched for: the names macros in keys stand for, and what character filters
+/// are checked against.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LoreContext {
+    /// The character's name, for `{{char}}`, `<BOT>` and `<CHAR>`.
+    pub character: String,
+    /// The persona's name, for `{{user}}` and `<USER>`.
+    pub user: String,
+    /// Names that identify the character to `characterFilter.names` (SillyTavern uses the card's
+    /// file name; the card's name is accepted too).
+    pub character_ids: Vec<String>,
+    /// The card's tags, for `characterFilter.tags` (compared case-insensitively).
+    pub tags: Vec<String>,
 }
 
 /// One returned entry.
@@ -103,6 +195,8 @@ pub struct LoreHit<'a> {
     pub source: LoreSource,
     /// The entry.
     pub entry: &'a LoreEntry,
+    /// The content as returned: without decorator lines, `{{char}}`/`{{user}}` replaced.
+    pub content: String,
     /// Why it is here.
     pub reason: Reason,
     /// BM25 relevance to the query (0 when not lexically related).
@@ -114,8 +208,8 @@ pub struct LoreHit<'a> {
 /// Entries in rank order, with honesty about what was left out.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct LoreResult<'a> {
-    /// Returned entries: keyword matches by order (higher first), then lexical matches by
-    /// score, then constants by order; ties by source, book, uid.
+    /// Returned entries: keyword matches by order (higher first), then recursion matches, then
+    /// lexical matches by score, then always-on entries by order; ties by source, book, uid.
     pub hits: Vec<LoreHit<'a>>,
     /// How many entries qualified before the limit and budget.
     pub source_count: usize,
@@ -123,33 +217,195 @@ pub struct LoreResult<'a> {
     pub truncated: bool,
     /// Which limit left them out: `limit` or `max-tokens`.
     pub truncated_by: Option<&'static str>,
-    /// Keys that could not be used (invalid regular expressions), named by book and uid.
+    /// Keys that could not be used as regular expressions, named by book and uid.
     pub warnings: Vec<String>,
+    /// Entries skipped because the same entry came earlier from another book.
+    pub duplicates: usize,
 }
 
-/// A key after parsing.
+/// Replaces SillyTavern's name macros (case-insensitively).
+fn substitute(text: &str, ctx: &LoreContext) -> String {
+    if !text.contains(['{', '<']) {
+        return text.to_owned();
+    }
+    let macros: [(&str, &str); 5] = [
+        ("{{char}}", &ctx.character),
+        ("{{user}}", &ctx.user),
+        ("<bot>", &ctx.character),
+        ("<char>", &ctx.character),
+        ("<user>", &ctx.user),
+    ];
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    'outer: while !rest.is_empty() {
+        for (m, name) in &macros {
+            if rest.len() >= m.len()
+                && rest.is_char_boundary(m.len())
+                && rest[..m.len()].eq_ignore_ascii_case(m)
+            {
+                out.push_str(name);
+                rest = &rest[m.len()..];
+                continue 'outer;
+            }
+        }
+        let c = rest.chars().next().unwrap_or_default();
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
+}
+
+/// The pattern and flags of a `/pattern/flags` key, as SillyTavern's `parseRegexFromString`
+/// reads it: the shortest pattern followed by `/` and only `gimsuy` flags up to the end, with no
+/// unescaped `/` inside.
+fn split_regex(key: &str) -> Option<(&str, &str)> {
+    let body = key.strip_prefix('/')?;
+    let (pattern, flags) = body
+        .match_indices('/')
+        .map(|(i, _)| (&body[..i], &body[i + 1..]))
+        .find(|(p, f)| !p.is_empty() && f.chars().all(|c| "gimsuy".contains(c)))?;
+    let mut escaped = false;
+    for c in pattern.chars() {
+        match c {
+            '\\' => escaped = !escaped,
+            '/' if !escaped => return None,
+            _ => escaped = false,
+        }
+    }
+    Some((pattern, flags))
+}
+
+/// Whether a pattern repeats a group that itself repeats something (`(a+)+`, `(\w*\s?)*`):
+/// the shape that makes backtracking exponential.
+fn nested_repetition(pattern: &str) -> bool {
+    // Per open group: whether it contains a repetition.
+    let mut stack: Vec<bool> = vec![false];
+    let mut last_group_repeats = false;
+    let mut chars = pattern.chars().peekable();
+    let mut in_class = false;
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            chars.next();
+            last_group_repeats = false;
+            continue;
+        }
+        if in_class {
+            in_class = c != ']';
+            continue;
+        }
+        match c {
+            '[' => {
+                in_class = true;
+                last_group_repeats = false;
+            }
+            '(' => {
+                stack.push(false);
+                last_group_repeats = false;
+            }
+            ')' => {
+                let inner = stack.pop().unwrap_or(false);
+                if stack.is_empty() {
+                    stack.push(false);
+                }
+                last_group_repeats = inner;
+                if inner {
+                    if let Some(top) = stack.last_mut() {
+                        *top = true;
+                    }
+                }
+            }
+            '*' | '+' | '{' => {
+                if c == '{' && !chars.peek().is_some_and(char::is_ascii_digit) {
+                    last_group_repeats = false;
+                    continue;
+                }
+                if last_group_repeats {
+                    return true;
+                }
+                if let Some(top) = stack.last_mut() {
+                    *top = true;
+                }
+                last_group_repeats = false;
+            }
+            '?' => {}
+            _ => last_group_repeats = false,
+        }
+    }
+    false
+}
+
+type Compiled = Result<Arc<regress::Regex>, String>;
+
+fn regex_cache() -> &'static Mutex<HashMap<(String, String), Compiled>> {
+    static CACHE: OnceLock<Mutex<HashMap<(String, String), Compiled>>> = OnceLock::new();
+    CACHE.get_or_init(Mutex::default)
+}
+
+/// Compiles a regex key with JavaScript semantics (cached); `Err` explains why it cannot be used.
+fn compile(pattern: &str, flags: &str) -> Compiled {
+    let cache_key = (pattern.to_owned(), flags.to_owned());
+    if let Some(hit) = regex_cache()
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&cache_key)
+    {
+        return hit.clone();
+    }
+    let compiled = if pattern.len() > MAX_REGEX_SOURCE {
+        Err(format!("longer than {MAX_REGEX_SOURCE} bytes"))
+    } else if nested_repetition(pattern) {
+        Err("nested repetition could take exponential time".to_owned())
+    } else {
+        regress::Regex::with_flags(pattern, regress::Flags::from(flags))
+            .map(Arc::new)
+            .map_err(|e| e.to_string())
+    };
+    let mut cache = regex_cache().lock().unwrap_or_else(PoisonError::into_inner);
+    if cache.len() >= REGEX_CACHE_CAPACITY {
+        cache.clear();
+    }
+    cache.insert(cache_key, compiled.clone());
+    compiled
+}
+
+/// A key after substitution and parsing.
+#[derive(Clone)]
 enum Key {
-    Regex(regex::Regex),
+    Regex {
+        re: Arc<regress::Regex>,
+        sticky: bool,
+    },
     Text(String),
 }
 
-fn parse_key(key: &str) -> Result<Key, String> {
-    if key.len() > 2 && key.starts_with('/') {
-        if let Some(end) = key.rfind('/').filter(|e| *e > 0) {
-            let (pattern, flags) = (&key[1..end], &key[end + 1..]);
-            if flags.chars().all(|f| "gimsuyd".contains(f)) {
-                return RegexBuilder::new(pattern)
-                    .case_insensitive(flags.contains('i'))
-                    .multi_line(flags.contains('m'))
-                    .dot_matches_new_line(flags.contains('s'))
-                    .size_limit(1 << 20)
-                    .build()
-                    .map(Key::Regex)
-                    .map_err(|e| format!("invalid regular expression key {key:?}: {e}"));
-            }
-        }
+/// A parsed key and the text it was written as (after substitution).
+#[derive(Clone)]
+struct ParsedKey {
+    shown: String,
+    key: Key,
+}
+
+fn parse_key(raw: &str, ctx: &LoreContext, warn: &mut dyn FnMut(String)) -> Option<ParsedKey> {
+    let shown = substitute(raw, ctx).trim().to_owned();
+    if shown.is_empty() {
+        return None;
     }
-    Ok(Key::Text(key.to_owned()))
+    let key = match split_regex(&shown) {
+        Some((pattern, flags)) => match compile(pattern, flags) {
+            Ok(re) => Key::Regex {
+                re,
+                sticky: flags.contains('y'),
+            },
+            Err(why) => {
+                warn(format!(
+                    "regular expression key {shown:?} cannot be used ({why}); matched as plain text"
+                ));
+                Key::Text(shown.clone())
+            }
+        },
+        None => Key::Text(shown.clone()),
+    };
+    Some(ParsedKey { shown, key })
 }
 
 fn is_word_byte(b: u8) -> bool {
@@ -169,22 +425,31 @@ fn contains_whole_word(haystack: &str, needle: &str) -> bool {
     })
 }
 
-struct Matcher<'t> {
-    text: &'t str,
+/// A scan buffer: the text as written and case-folded.
+struct Buffer {
+    text: String,
     folded: String,
 }
 
-impl Matcher<'_> {
+impl Buffer {
+    fn new(text: String) -> Self {
+        let folded = text.to_lowercase();
+        Self { text, folded }
+    }
+
     fn matches(&self, key: &Key, case_sensitive: bool, whole_words: bool) -> bool {
         match key {
-            Key::Regex(re) => re.is_match(self.text),
+            Key::Regex { re, sticky } => match re.find(&self.text) {
+                Some(m) => !sticky || m.start() == 0,
+                None => false,
+            },
             Key::Text(k) => {
                 let (hay, needle) = if case_sensitive {
-                    (self.text, k.clone())
+                    (self.text.as_str(), k.clone())
                 } else {
                     (self.folded.as_str(), k.to_lowercase())
                 };
-                if whole_words && !needle.contains(char::is_whitespace) {
+                if whole_words && needle.split_whitespace().count() <= 1 {
                     contains_whole_word(hay, &needle)
                 } else {
                     hay.contains(&needle)
@@ -194,118 +459,498 @@ impl Matcher<'_> {
     }
 }
 
-/// Whether an entry activates on `text`, and by which primary key.
-fn activation(
-    entry: &LoreEntry,
-    m: &Matcher<'_>,
-    opts: &LoreOptions,
-    warn: &mut dyn FnMut(String),
-) -> Option<String> {
-    let case = entry.case_sensitive.unwrap_or(opts.case_sensitive);
-    let whole = entry.match_whole_words.unwrap_or(opts.match_whole_words);
-    let mut test = |k: &String| match parse_key(k) {
-        Ok(key) => m.matches(&key, case, whole),
-        Err(w) => {
-            warn(w);
-            false
-        }
-    };
-    let primary = entry.keys.iter().find(|k| test(k))?.clone();
-    if !entry.selective || entry.secondary_keys.is_empty() {
-        return Some(primary);
-    }
-    let hits = entry.secondary_keys.iter().filter(|k| test(k)).count();
-    let all = entry.secondary_keys.len();
-    let ok = match entry.selective_logic {
-        SelectiveLogic::AndAny => hits > 0,
-        SelectiveLogic::NotAll => hits < all,
-        SelectiveLogic::NotAny => hits == 0,
-        SelectiveLogic::AndAll => hits == all,
-    };
-    ok.then_some(primary)
+/// An entry taking part in a search.
+struct Candidate<'a> {
+    source: LoreSource,
+    book: &'a str,
+    entry: &'a LoreEntry,
+    content: String,
+    primary: Vec<ParsedKey>,
+    secondary: Vec<ParsedKey>,
+    always_on: bool,
 }
 
-/// Activates and ranks entries of `books` for `query`.
+impl Candidate<'_> {
+    fn case_sensitive(&self, opts: &LoreOptions) -> bool {
+        self.entry.case_sensitive.unwrap_or(opts.case_sensitive)
+    }
+
+    fn whole_words(&self, opts: &LoreOptions) -> bool {
+        self.entry
+            .match_whole_words
+            .unwrap_or(opts.match_whole_words)
+    }
+
+    fn tie(&self) -> (LoreSource, &str, i64) {
+        (self.source, self.book, self.entry.uid)
+    }
+
+    /// The primary key that activates this entry on `buf`, if its keys say so.
+    fn activation(&self, buf: &Buffer, opts: &LoreOptions) -> Option<String> {
+        let (case, whole) = (self.case_sensitive(opts), self.whole_words(opts));
+        let primary = self
+            .primary
+            .iter()
+            .find(|k| buf.matches(&k.key, case, whole))?;
+        if !self.entry.selective || self.secondary.is_empty() {
+            return Some(primary.shown.clone());
+        }
+        let hits = self
+            .secondary
+            .iter()
+            .filter(|k| buf.matches(&k.key, case, whole))
+            .count();
+        let all = self.secondary.len();
+        let ok = match self.entry.selective_logic {
+            SelectiveLogic::AndAny => hits > 0,
+            SelectiveLogic::NotAll => hits < all,
+            SelectiveLogic::NotAny => hits == 0,
+            SelectiveLogic::AndAll => hits == all,
+        };
+        ok.then(|| primary.shown.clone())
+    }
+
+    /// SillyTavern's group score: matching primary keys, plus matching secondary keys under
+    /// AND_ANY, or under AND_ALL when all match.
+    fn score(&self, buf: &Buffer, opts: &LoreOptions) -> usize {
+        let (case, whole) = (self.case_sensitive(opts), self.whole_words(opts));
+        let count = |keys: &[ParsedKey]| {
+            keys.iter()
+                .filter(|k| buf.matches(&k.key, case, whole))
+                .count()
+        };
+        if self.primary.is_empty() {
+            return 0;
+        }
+        let primary = count(&self.primary);
+        if self.secondary.is_empty() {
+            return primary;
+        }
+        let secondary = count(&self.secondary);
+        match self.entry.selective_logic {
+            SelectiveLogic::AndAny => primary + secondary,
+            SelectiveLogic::AndAll if secondary == self.secondary.len() => primary + secondary,
+            _ => primary,
+        }
+    }
+}
+
+/// Whether a character filter lets the entry reach this character.
+fn passes_filter(entry: &LoreEntry, ctx: &LoreContext) -> bool {
+    let Some(f) = &entry.character_filter else {
+        return true;
+    };
+    if !f.names.is_empty() {
+        let named = f.names.iter().any(|n| ctx.character_ids.contains(n));
+        if named == f.is_exclude {
+            return false;
+        }
+    }
+    if !f.tags.is_empty() {
+        let tagged = f
+            .tags
+            .iter()
+            .any(|t| ctx.tags.iter().any(|c| c.eq_ignore_ascii_case(t)));
+        if tagged == f.is_exclude {
+            return false;
+        }
+    }
+    true
+}
+
+/// Keeps at most one entry per inclusion group among `new` (indices into `cands`), dropping
+/// groups that earlier passes already filled (see the module doc for the rule).
+fn filter_groups(
+    new: &mut Vec<usize>,
+    cands: &[Candidate<'_>],
+    taken: &HashSet<&str>,
+    buf: &Buffer,
+    opts: &LoreOptions,
+) {
+    let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for &i in new.iter() {
+        for g in &cands[i].entry.groups {
+            groups.entry(g.as_str()).or_default().push(i);
+        }
+    }
+    let mut removed: HashSet<usize> = HashSet::new();
+    for (name, members) in groups {
+        let mut live: Vec<usize> = members
+            .into_iter()
+            .filter(|i| !removed.contains(i))
+            .collect();
+        if taken.contains(name) {
+            removed.extend(live);
+            continue;
+        }
+        if live.len() <= 1 {
+            continue;
+        }
+        let scored = |i: usize| {
+            cands[i]
+                .entry
+                .use_group_scoring
+                .unwrap_or(opts.use_group_scoring)
+        };
+        if live.iter().any(|&i| scored(i)) {
+            let scores: Vec<(usize, usize)> = live
+                .iter()
+                .map(|&i| (i, cands[i].score(buf, opts)))
+                .collect();
+            let best = scores.iter().map(|s| s.1).max().unwrap_or(0);
+            for (i, s) in scores {
+                if scored(i) && s < best {
+                    removed.insert(i);
+                }
+            }
+            live.retain(|i| !removed.contains(i));
+        }
+        let overrides: Vec<usize> = live
+            .iter()
+            .copied()
+            .filter(|&i| cands[i].entry.group_override)
+            .collect();
+        let pool = if overrides.is_empty() {
+            &live
+        } else {
+            &overrides
+        };
+        let winner = pool.iter().copied().min_by(|&a, &b| {
+            let (ea, eb) = (cands[a].entry, cands[b].entry);
+            let weight = |e: &LoreEntry| {
+                if overrides.is_empty() {
+                    e.group_weight
+                } else {
+                    0
+                }
+            };
+            weight(eb)
+                .cmp(&weight(ea))
+                .then(eb.order.cmp(&ea.order))
+                .then_with(|| cands[a].tie().cmp(&cands[b].tie()))
+        });
+        removed.extend(live.into_iter().filter(|&i| Some(i) != winner));
+    }
+    new.retain(|i| !removed.contains(i));
+}
+
+/// Activates and ranks entries of `books` for `query`, with no character context (macros in
+/// keys become empty, character filters see no name or tag).
 pub fn search<'a>(
     books: &'a [(LoreSource, WorldBook)],
     query: &str,
     opts: &LoreOptions,
 ) -> LoreResult<'a> {
-    let matcher = Matcher {
-        text: query,
-        folded: query.to_lowercase(),
-    };
-    let mut warnings = Vec::new();
-    let all: Vec<(LoreSource, &'a str, &'a LoreEntry)> = books
-        .iter()
-        .flat_map(|(src, b)| b.entries.iter().map(move |e| (*src, b.name.as_str(), e)))
-        .filter(|(_, _, e)| !e.disabled)
-        .collect();
+    search_with(books, query, opts, &LoreContext::default())
+}
 
-    let mut index = Bm25Index::new();
+/// Activates and ranks entries of `books` for `query` on behalf of `ctx` (see the module doc).
+pub fn search_with<'a>(
+    books: &'a [(LoreSource, WorldBook)],
+    query: &str,
+    opts: &LoreOptions,
+    ctx: &LoreContext,
+) -> LoreResult<'a> {
+    let mut warnings = Vec::new();
+    let mut duplicates = 0;
+    let mut seen: HashSet<(&[String], &[String], &str)> = HashSet::new();
+    let mut cands: Vec<Candidate<'a>> = Vec::new();
+    let mut order: Vec<(usize, &'a str, &'a LoreEntry)> = books
+        .iter()
+        .enumerate()
+        .flat_map(|(i, (_, b))| b.entries.iter().map(move |e| (i, b.name.as_str(), e)))
+        .collect();
+    // Earlier sources first, so a duplicate keeps its earliest source.
+    order.sort_by_key(|(i, _, _)| (books[*i].0, *i));
+    for (i, book, e) in order {
+        if e.disabled || !passes_filter(e, ctx) {
+            continue;
+        }
+        if !seen.insert((&e.keys, &e.secondary_keys, &e.content)) {
+            duplicates += 1;
+            continue;
+        }
+        if e.decorators.iter().any(|d| d == "@@dont_activate") {
+            continue;
+        }
+        let mut warn = |w: String| warnings.push(format!("{book} entry {}: {w}", e.uid));
+        let primary = e
+            .keys
+            .iter()
+            .filter_map(|k| parse_key(k, ctx, &mut warn))
+            .collect();
+        let secondary = e
+            .secondary_keys
+            .iter()
+            .filter_map(|k| parse_key(k, ctx, &mut warn))
+            .collect();
+        cands.push(Candidate {
+            source: books[i].0,
+            book,
+            entry: e,
+            content: substitute(&e.content, ctx),
+            primary,
+            secondary,
+            always_on: e.constant || e.decorators.iter().any(|d| d == "@@activate"),
+        });
+    }
+
+    // Activation passes: pass 0 scans the query, later passes add activated content.
+    let mut reasons: Vec<Option<Reason>> = vec![None; cands.len()];
+    let mut taken_groups: HashSet<&str> = HashSet::new();
+    let mut recursion_text = String::new();
+    let mut levels: Vec<u32> = cands
+        .iter()
+        .map(|c| c.entry.delay_until_recursion)
+        .filter(|l| *l > 0)
+        .collect();
+    levels.sort_unstable();
+    levels.dedup();
+    let mut levels = levels.into_iter();
+    let mut delay_level = levels.next().unwrap_or(0);
+    let mut pass = 0usize;
+    loop {
+        let recursive = pass > 0;
+        let mut text = format!("{MATCHER}{query}");
+        if recursive && !recursion_text.is_empty() {
+            text.push('\n');
+            text.push_str(MATCHER);
+            text.push_str(&recursion_text);
+        }
+        let buf = Buffer::new(text);
+        let mut new: Vec<usize> = Vec::new();
+        for (i, c) in cands.iter().enumerate() {
+            if reasons[i].is_some() {
+                continue;
+            }
+            let delay = c.entry.delay_until_recursion;
+            let held_back = if recursive {
+                delay > delay_level || c.entry.exclude_recursion
+            } else {
+                delay > 0
+            };
+            if held_back {
+                continue;
+            }
+            if let Some(key) = c.activation(&buf, opts) {
+                reasons[i] = Some(if recursive {
+                    Reason::Recursion { key, level: pass }
+                } else {
+                    Reason::Keyword { key }
+                });
+                new.push(i);
+            } else if c.always_on && opts.include_constant {
+                reasons[i] = Some(Reason::Constant);
+                new.push(i);
+            }
+        }
+        new.sort_by(|&a, &b| {
+            Reverse(cands[a].entry.order)
+                .cmp(&Reverse(cands[b].entry.order))
+                .then_with(|| cands[a].tie().cmp(&cands[b].tie()))
+        });
+        let before: Vec<usize> = new.clone();
+        filter_groups(&mut new, &cands, &taken_groups, &buf, opts);
+        for i in before {
+            if !new.contains(&i) {
+                reasons[i] = None;
+            }
+        }
+        let mut added = false;
+        for &i in &new {
+            taken_groups.extend(cands[i].entry.groups.iter().map(String::as_str));
+            if !cands[i].entry.prevent_recursion && recursion_text.len() < MAX_RECURSION_TEXT {
+                if !recursion_text.is_empty() {
+                    recursion_text.push('\n');
+                }
+                recursion_text.push_str(&cands[i].content);
+                added = true;
+            }
+        }
+        if recursion_text.len() > MAX_RECURSION_TEXT {
+            let mut cut = MAX_RECURSION_TEXT;
+            while !recursion_text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            recursion_text.truncate(cut);
+        }
+        if pass >= opts.recursion_depth {
+            break;
+        }
+        pass += 1;
+        if !added {
+            // SillyTavern still runs a pass for each pending delayed-recursion level.
+            match levels.next() {
+                Some(l) => delay_level = l,
+                None => break,
+            }
+        }
+    }
+
+    // Lexical ranking over entries no key activated.
+    let mut scores = vec![0f64; cands.len()];
     if opts.lexical {
-        for (i, (_, _, e)) in all.iter().enumerate() {
-            let text = format!("{} {} {}", e.comment, e.keys.join(" "), e.content);
+        let mut index = Bm25Index::new();
+        for (i, c) in cands.iter().enumerate() {
+            let text = format!(
+                "{} {} {}",
+                c.entry.comment,
+                c.entry.keys.join(" "),
+                c.content
+            );
             index.insert(u32::try_from(i).unwrap_or(u32::MAX), &text);
         }
-    }
-    let mut scores = vec![0f64; all.len()];
-    for (doc, s) in index.score(&query_tokens(query)) {
-        scores[doc as usize] = f64::from(s);
-    }
-
-    let mut keyword = Vec::new();
-    let mut lexical = Vec::new();
-    let mut constant = Vec::new();
-    for (i, (src, book, e)) in all.iter().enumerate() {
-        let mut warn = |w: String| warnings.push(format!("{book} entry {}: {w}", e.uid));
-        let hit = |reason| LoreHit {
-            book,
-            source: *src,
-            entry: e,
-            reason,
-            score: scores[i],
-            tokens: DefaultTokenEstimator.estimate(&e.content),
-        };
-        if let Some(key) = activation(e, &matcher, opts, &mut warn) {
-            keyword.push(hit(Reason::Keyword { key }));
-        } else if scores[i] > 0.0 {
-            lexical.push(hit(Reason::Lexical));
-        } else if e.constant && opts.include_constant {
-            constant.push(hit(Reason::Constant));
+        for (doc, s) in index.score(&stopwords::content_tokens(query)) {
+            if let Some(slot) = scores.get_mut(doc as usize) {
+                *slot = f64::from(s);
+            }
         }
     }
+    let mut lexical: Vec<usize> = (0..cands.len())
+        .filter(|&i| reasons[i].is_none() && scores[i] > 0.0)
+        .filter(|&i| {
+            !cands[i]
+                .entry
+                .groups
+                .iter()
+                .any(|g| taken_groups.contains(g.as_str()))
+        })
+        .collect();
+    lexical.sort_by(|&a, &b| {
+        scores[b]
+            .total_cmp(&scores[a])
+            .then_with(|| cands[a].tie().cmp(&cands[b].tie()))
+    });
+    let mut lexical_groups: HashSet<&str> = HashSet::new();
+    lexical.retain(|&i| {
+        let gs = &cands[i].entry.groups;
+        let free = !gs.iter().any(|g| lexical_groups.contains(g.as_str()));
+        if free {
+            lexical_groups.extend(gs.iter().map(String::as_str));
+        }
+        free
+    });
+    let mut lexical_rank = vec![0usize; cands.len()];
+    for (r, &i) in lexical.iter().enumerate() {
+        reasons[i] = Some(Reason::Lexical);
+        lexical_rank[i] = r;
+    }
+
+    let rank = |i: usize| -> (u8, usize, Reverse<i64>) {
+        let e = cands[i].entry;
+        match &reasons[i] {
+            Some(Reason::Keyword { .. }) => (0, 0, Reverse(e.order)),
+            Some(Reason::Recursion { level, .. }) => (1, *level, Reverse(e.order)),
+            Some(Reason::Lexical) => (2, lexical_rank[i], Reverse(0)),
+            _ => (3, 0, Reverse(e.order)),
+        }
+    };
+    let mut ranked: Vec<usize> = (0..cands.len()).filter(|&i| reasons[i].is_some()).collect();
+    ranked.sort_by(|&a, &b| {
+        rank(a)
+            .cmp(&rank(b))
+            .then_with(|| cands[a].tie().cmp(&cands[b].tie()))
+    });
+
     warnings.sort();
     warnings.dedup();
-    let tie = |h: &LoreHit<'_>| (h.source, h.book.to_owned(), h.entry.uid);
-    keyword.sort_by_key(|h| (Reverse(h.entry.order), tie(h)));
-    lexical.sort_by(|a, b| {
-        b.score
-            .total_cmp(&a.score)
-            .then_with(|| tie(a).cmp(&tie(b)))
-    });
-    constant.sort_by_key(|h| (Reverse(h.entry.order), tie(h)));
-
-    let ranked: Vec<LoreHit<'a>> = keyword.into_iter().chain(lexical).chain(constant).collect();
     let mut out = LoreResult {
         source_count: ranked.len(),
         warnings,
+        duplicates,
         ..LoreResult::default()
     };
     let mut used = 0;
-    for hit in ranked {
+    for i in ranked {
+        let c = &cands[i];
+        let tokens = DefaultTokenEstimator.estimate(&c.content);
         if out.hits.len() >= opts.limit {
             out.truncated = true;
             out.truncated_by = Some("limit");
             break;
         }
-        if used + hit.tokens > opts.max_tokens {
+        if used + tokens > opts.max_tokens {
             out.truncated = true;
             out.truncated_by = Some("max-tokens");
             break;
         }
-        used += hit.tokens;
-        out.hits.push(hit);
+        used += tokens;
+        out.hits.push(LoreHit {
+            book: c.book,
+            source: c.source,
+            entry: c.entry,
+            content: c.content.clone(),
+            reason: reasons[i].clone().unwrap_or(Reason::Lexical),
+            score: scores[i],
+            tokens,
+        });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `(key, regex pattern and flags)`, following SillyTavern's `parseRegexFromString`.
+    #[test]
+    fn regex_keys_are_slash_delimited_without_inner_slashes() {
+        let cases: &[(&str, Option<(&str, &str)>)] = &[
+            ("/dragon/", Some(("dragon", ""))),
+            ("/dragon/gi", Some(("dragon", "gi"))),
+            ("/a\\/b/", Some(("a\\/b", ""))),
+            ("/a/b/", None),
+            ("/a/x", None),
+            ("//", None),
+            ("/", None),
+            ("dragon", None),
+            ("/ab/ig/", None),
+            ("/ab/d", None),
+        ];
+        for (key, want) in cases {
+            assert_eq!(split_regex(key), *want, "{key:?}");
+        }
+    }
+
+    /// `(pattern, nests unbounded repetition)`.
+    #[test]
+    fn nested_repetition_is_recognised() {
+        let cases: &[(&str, bool)] = &[
+            ("(a+)+", true),
+            ("(\\w*\\s?)*$", true),
+            ("(?:ab|cd)+", false),
+            ("(a+)b+", false),
+            ("a+b*", false),
+            ("([a+]x)+", false),
+            ("\\(a+\\)+", false),
+            ("((a)+)", false),
+            ("((a+)x)*", true),
+            ("(a{2,}){3}", true),
+            ("(a{x})+", false),
+        ];
+        for (pattern, nested) in cases {
+            assert_eq!(nested_repetition(pattern), *nested, "{pattern:?}");
+        }
+    }
+
+    /// `(text, substituted)` with character `Seraphina` and user `白羽`.
+    #[test]
+    fn name_macros_are_substituted_in_any_case() {
+        let ctx = LoreContext {
+            character: "Seraphina".into(),
+            user: "白羽".into(),
+            ..LoreContext::default()
+        };
+        let cases: &[(&str, &str)] = &[
+            ("{{char}}", "Seraphina"),
+            ("{{CHAR}}'s glade", "Seraphina's glade"),
+            ("{{user}} and {{char}}", "白羽 and Seraphina"),
+            ("<USER>, <BOT>, <char>", "白羽, Seraphina, Seraphina"),
+            ("{{charx}} {{", "{{charx}} {{"),
+            ("森林{{user}}", "森林白羽"),
+        ];
+        for (text, want) in cases {
+            assert_eq!(substitute(text, &ctx), *want, "{text:?}");
+        }
+    }
 }

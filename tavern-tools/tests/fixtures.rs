@@ -146,6 +146,17 @@ fn every_chat_parses_and_writes_back_byte_for_byte() {
             "the fixtures have no trailing newline"
         );
         assert_eq!(doc.to_text(), text, "{}", path.display());
+        assert!(
+            doc.header.is_some(),
+            "{}: a character chat has its header",
+            path.display()
+        );
+        // The file's name is a valid chat id, so it can be bound, searched and forked.
+        let stem = path.file_stem().unwrap().to_str().unwrap();
+        assert!(
+            tavern_core::ChatId::parse(stem).is_ok(),
+            "{stem:?} is a chat id"
+        );
     }
     let sera = ChatDocument::parse(
         &std::fs::read_to_string(fixtures().join("chats/Seraphina - 2024-09-19@20h03m29s.jsonl"))
@@ -171,6 +182,51 @@ fn every_chat_parses_and_writes_back_byte_for_byte() {
     assert!(
         aqua.messages.iter().any(|m| m.text().contains("\r\n")),
         "\\r\\n inside mes"
+    );
+}
+
+/// A SillyTavern group chat as older releases (before 1.12) write it to
+/// `group chats/<id>.jsonl`: no header line, every line a message of some member (`name`,
+/// `original_avatar`, `force_avatar`, `is_name`), the user, or the narrator (`is_system`),
+/// with swipes and generation info in `extra`. Shape from SillyTavern's `group-chats.js`
+/// (`saveGroupChat` posts `chat` as is; `getFirstCharacterMessage` builds the greeting).
+const OLD_GROUP_CHAT: &str = concat!(
+    r#"{"name":"Alice","is_user":false,"is_system":false,"send_date":"May 1, 2023 12:00pm","mes":"Welcome to the tavern, everyone!","original_avatar":"Alice.png","extra":{"gen_id":1682935200000},"is_name":true,"force_avatar":"/thumbnail?type=avatar&file=Alice.png"}"#,
+    "\n",
+    r#"{"name":"You","is_user":true,"is_system":false,"send_date":"May 1, 2023 12:01pm","mes":"Hi Alice. Where is Bob?","extra":{},"is_name":true,"force_avatar":"User Avatars/user-default.png"}"#,
+    "\n",
+    r#"{"name":"Bob","is_user":false,"is_system":false,"send_date":"May 1, 2023 12:01pm","mes":"Right here!\r\nPouring ale.","original_avatar":"Bob.png","extra":{"api":"openai","model":"gpt-4"},"is_name":true,"swipe_id":1,"swipes":["Here.","Right here!\r\nPouring ale."],"swipe_info":[{},{}],"gen_started":"2023-05-01T12:01:02.000Z","gen_finished":"2023-05-01T12:01:04.000Z","force_avatar":"/thumbnail?type=avatar&file=Bob.png"}"#,
+    "\n",
+    r#"{"name":"System","is_user":false,"is_system":true,"send_date":"May 1, 2023 12:02pm","mes":"Bob has left the chat.","extra":{"type":"narrator","isSmallSys":true},"force_avatar":"img/five.png"}"#,
+);
+
+/// The same chat as SillyTavern 1.12+ writes it: a header holding `chat_metadata`, with
+/// `user_name`/`character_name` set to `unused`.
+const NEW_GROUP_HEADER: &str = r#"{"chat_metadata":{"variables":{"round":"2"},"main_chat":"Tavern night - 2023-5-1@12h00m00s"},"user_name":"unused","character_name":"unused"}"#;
+
+#[test]
+fn group_chats_round_trip_byte_for_byte_with_or_without_a_header() {
+    let old = ChatDocument::parse(OLD_GROUP_CHAT).unwrap();
+    assert!(old.header.is_none(), "no header line in old group chats");
+    assert_eq!(old.messages.len(), 4, "the first line is a message");
+    assert_eq!(old.messages[0].name(), Some("Alice"));
+    assert_eq!(old.messages[2].swipes().len(), 2);
+    assert!(old.messages[3].is_system());
+    assert_eq!(old.to_text(), OLD_GROUP_CHAT);
+    assert_eq!(old.parent_chat(), None);
+
+    let text = format!("{NEW_GROUP_HEADER}\n{OLD_GROUP_CHAT}");
+    let new = ChatDocument::parse(&text).unwrap();
+    assert!(new.header.is_some());
+    assert_eq!(new.messages.len(), 4);
+    assert_eq!(new.to_text(), text);
+    assert_eq!(new.parent_chat(), Some("Tavern night - 2023-5-1@12h00m00s"));
+    // CRLF files and a trailing newline read the same; the text is written back in
+    // SillyTavern's style.
+    let crlf = format!("{}\r\n", OLD_GROUP_CHAT.replace('\n', "\r\n"));
+    assert_eq!(
+        ChatDocument::parse(&crlf).unwrap().to_text(),
+        OLD_GROUP_CHAT
     );
 }
 

@@ -5,26 +5,51 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 use tavern_tools::assets::world::WorldBook;
-use tavern_tools::lore::{search, LoreOptions, LoreSource};
+use tavern_tools::lore::{search, search_with, LoreContext, LoreOptions, LoreSource};
 
-#[test]
-fn sillytavern_activation_semantics() {
-    let cases: Vec<Value> = serde_json::from_str(include_str!("data/lore_cases.json")).unwrap();
-    assert!(cases.len() >= 20);
+/// Runs one file of cases: each has `entries` (world-file shape), `query`, optional `options`
+/// (`includeConstant`, `lexical`, `limit`, `maxTokens`, `recursionDepth`, `useGroupScoring`),
+/// optional `context` (`character`, `user`, `characterIds`, `tags`), and the expected
+/// `[uid, reason]` list, warning count, `truncatedBy` and returned `contents` by uid.
+fn run_cases(cases: &str, min: usize) {
+    let cases: Vec<Value> = serde_json::from_str(cases).unwrap();
+    assert!(cases.len() >= min);
     for case in cases {
         let name = case["name"].as_str().unwrap();
         let book =
             WorldBook::from_world_value("Book", &json!({"entries": case["entries"]})).unwrap();
         let o = &case["options"];
+        let defaults = LoreOptions::default();
         let opts = LoreOptions {
             include_constant: o["includeConstant"].as_bool().unwrap_or(false),
             lexical: o["lexical"].as_bool().unwrap_or(true),
             limit: o["limit"].as_u64().map_or(10, |v| v as usize),
             max_tokens: o["maxTokens"].as_u64().map_or(10_000, |v| v as usize),
-            ..LoreOptions::default()
+            recursion_depth: o["recursionDepth"]
+                .as_u64()
+                .map_or(defaults.recursion_depth, |v| v as usize),
+            use_group_scoring: o["useGroupScoring"].as_bool().unwrap_or(false),
+            ..defaults
+        };
+        let c = &case["context"];
+        let strs = |v: &Value| -> Vec<String> {
+            v.as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let ctx = LoreContext {
+            character: c["character"].as_str().unwrap_or("").to_owned(),
+            user: c["user"].as_str().unwrap_or("").to_owned(),
+            character_ids: strs(&c["characterIds"]),
+            tags: strs(&c["tags"]),
         };
         let books = vec![(LoreSource::Global, book)];
-        let res = search(&books, case["query"].as_str().unwrap(), &opts);
+        let res = search_with(&books, case["query"].as_str().unwrap(), &opts, &ctx);
         let got: Vec<Value> = res
             .hits
             .iter()
@@ -42,7 +67,35 @@ fn sillytavern_activation_semantics() {
             case["truncatedBy"].as_str(),
             "case: {name}"
         );
+        if let Some(contents) = case["contents"].as_object() {
+            for (uid, want) in contents {
+                let hit = res
+                    .hits
+                    .iter()
+                    .find(|h| h.entry.uid.to_string() == *uid)
+                    .unwrap_or_else(|| panic!("case: {name}: uid {uid} not returned"));
+                assert_eq!(
+                    hit.content,
+                    want.as_str().unwrap(),
+                    "case: {name}: uid {uid}"
+                );
+            }
+        }
     }
+}
+
+#[test]
+fn sillytavern_activation_semantics() {
+    run_cases(include_str!("data/lore_cases.json"), 20);
+}
+
+/// Regex keys with JavaScript semantics, macros in keys, character filters, inclusion groups,
+/// decorators, recursion and stop words: cases derived from SillyTavern's `world-info.js`
+/// (`parseRegexFromString`, `WorldInfoBuffer.matchKeys`/`getScore`, `checkWorldInfo`,
+/// `filterByInclusionGroups`, `parseDecorators`).
+#[test]
+fn sillytavern_fidelity_cases() {
+    run_cases(include_str!("data/lore_fidelity_cases.json"), 40);
 }
 
 #[test]
@@ -59,6 +112,7 @@ fn chinese_keys_activate_on_chinese_text_in_a_real_world_book() {
         limit: 20,
         max_tokens: 100_000,
         lexical: false,
+        recursion_depth: 0,
         ..LoreOptions::default()
     };
     let uids = |q: &str| -> Vec<i64> {
@@ -84,4 +138,24 @@ fn chinese_keys_activate_on_chinese_text_in_a_real_world_book() {
         .map(|h| h.entry.uid)
         .collect();
     assert_eq!(all, [0, 1, 2, 3, 4]);
+    // With recursion (the default), the shuffling and drawing entries mention 塔罗牌 and
+    // 大阿卡纳, which activate the divination and card-meaning entries in turn.
+    let recursive = LoreOptions {
+        recursion_depth: 3,
+        ..opts
+    };
+    let got: Vec<(i64, &str)> = search(&books, "帮我洗牌，然后抽牌", &recursive)
+        .hits
+        .iter()
+        .map(|h| (h.entry.uid, h.reason.label()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (2, "keyword"),
+            (3, "keyword"),
+            (0, "recursion"),
+            (1, "recursion")
+        ]
+    );
 }

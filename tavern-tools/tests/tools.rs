@@ -294,6 +294,145 @@ async fn lore_search_reads_embedded_linked_and_global_books() {
     assert_eq!(small["truncatedBy"], "max-tokens");
 }
 
+/// SillyTavern's "import embedded lorebook" writes the card's `character_book` out as a world
+/// file and links it (`extensions.world`): the Seraphina card embeds "Eldoria" (4 entries) and
+/// links the world "Eldoria" made from it. Each entry comes back once, from the card.
+#[tokio::test]
+async fn a_book_embedded_and_linked_is_searched_once() {
+    let h = harness().await;
+    let v = h
+        .ok(
+            "s1",
+            "tavern_lore_search",
+            json!({"query": "the forest, the glade, the beasts and their magic", "limit": 20, "maxTokens": 4000}),
+        )
+        .await;
+    let items = v["items"].as_array().unwrap();
+    let eldoria: Vec<(i64, &str)> = items
+        .iter()
+        .filter(|i| i["book"] == "Eldoria")
+        .map(|i| (i["uid"].as_i64().unwrap(), i["source"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        eldoria,
+        [
+            (0, "embedded"),
+            (1, "embedded"),
+            (2, "embedded"),
+            (3, "embedded")
+        ],
+        "every Eldoria entry once, from the card's own book: {items:?}"
+    );
+    assert_eq!(v["duplicates"], 4, "the linked world's copies are skipped");
+    // The embedded book's name is "Eldoria" too, but a linked book with other entries still
+    // counts: only identical entries are merged.
+    assert_eq!(v["sourceCount"].as_u64().unwrap() as usize, items.len());
+}
+
+/// `query: ""` does what docs/TOOLS.md says: the query activates and ranks nothing, so only
+/// always-on entries come back, when asked for — with what their content activates in turn
+/// (SillyTavern scans constant entries' content for recursion too).
+#[tokio::test]
+async fn an_empty_lore_query_returns_only_always_on_entries_when_asked() {
+    let h = harness().await;
+    let none = h.ok("s1", "tavern_lore_search", json!({"query": ""})).await;
+    assert_eq!(none["items"], json!([]));
+    let constants = h
+        .ok(
+            "s1",
+            "tavern_lore_search",
+            json!({"query": "", "includeConstant": true, "limit": 20, "maxTokens": 4000}),
+        )
+        .await;
+    let items = constants["items"].as_array().unwrap();
+    let always_on: Vec<&Value> = items.iter().filter(|i| i["reason"] == "constant").collect();
+    assert!(!always_on.is_empty());
+    assert!(
+        items
+            .iter()
+            .all(|i| i["reason"] == "constant" || i["reason"] == "recursion"),
+        "{items:?}"
+    );
+    // The tarot book's always-on entries, with {{char}}/{{user}} replaced by the names.
+    assert!(always_on.iter().all(|i| i["book"] == "tarot"));
+    let text: String = always_on
+        .iter()
+        .map(|i| i["content"].as_str().unwrap())
+        .collect();
+    assert!(!text.contains("{{char}}") && !text.contains("{{user}}"));
+    assert!(
+        text.contains("Seraphina") && text.contains("白羽"),
+        "{text}"
+    );
+}
+
+/// Chats named as real users name them, and a headerless (older SillyTavern group) chat file:
+/// history search reads every message and follows `main_chat` between such names.
+#[tokio::test]
+async fn history_search_reads_real_world_names_and_headerless_chats() {
+    let state = json!({"sessionBindings": {
+        "zh": {"character": "Seraphina", "chatId": "Branch #38 - 2024-1-5@16h52m07s", "architecture": "agent-tavern", "contextMode": "dsh-native"},
+        "grp": {"character": "Seraphina", "chatId": "Party 🎲 (old group), 2023-5-1@12h00m00s", "architecture": "agent-tavern", "contextMode": "dsh-native"}
+    }});
+    let h = harness_with(state, ToolLimits::default()).await;
+    let sera = CharacterName::parse("Seraphina").unwrap();
+    let parent = ChatId::parse("七大姑 - 2024-10-05@21h59m30s").unwrap();
+    h.store
+        .rewrite_chat(
+            &sera,
+            &parent,
+            &[
+                tavern_core::chat::ChatLine::parse(r#"{"user_name":"白羽","character_name":"Seraphina","create_date":"2024-10-05@21h59m30s","chat_metadata":{}}"#).unwrap(),
+                tavern_core::chat::ChatLine::parse(r#"{"name":"七大姑","is_user":false,"send_date":"2024-10-05@21h59m31s","mes":"银色大门在北方。"}"#).unwrap(),
+            ],
+            None,
+        )
+        .await
+        .unwrap();
+    h.store
+        .rewrite_chat(
+            &sera,
+            &ChatId::parse("Branch #38 - 2024-1-5@16h52m07s").unwrap(),
+            &[
+                tavern_core::chat::ChatLine::parse(r#"{"user_name":"白羽","character_name":"Seraphina","create_date":"x","chat_metadata":{"main_chat":"七大姑 - 2024-10-05@21h59m30s"}}"#).unwrap(),
+                tavern_core::chat::ChatLine::parse(r#"{"name":"白羽","is_user":true,"send_date":1,"mes":"然后呢？"}"#).unwrap(),
+            ],
+            None,
+        )
+        .await
+        .unwrap();
+    let v = h
+        .ok(
+            "zh",
+            "tavern_history_search",
+            json!({"query": "银色大门", "includeParent": true}),
+        )
+        .await;
+    assert_eq!(v["items"][0]["chat"], "parent");
+    assert_eq!(v["items"][0]["text"], "银色大门在北方。");
+    let scene = h.ok("zh", "tavern_scene_get", json!({})).await;
+    assert_eq!(scene["chat"]["parent"], "七大姑 - 2024-10-05@21h59m30s");
+
+    // Every line a message: the first one is not mistaken for a header.
+    h.store
+        .rewrite_chat(
+            &sera,
+            &ChatId::parse("Party 🎲 (old group), 2023-5-1@12h00m00s").unwrap(),
+            &[
+                tavern_core::chat::ChatLine::parse(r#"{"name":"Seraphina","is_user":false,"is_name":true,"send_date":"May 1, 2023 12:00pm","mes":"The lanterns are lit for the party.","original_avatar":"Seraphina.png","extra":{}}"#).unwrap(),
+                tavern_core::chat::ChatLine::parse(r#"{"name":"白羽","is_user":true,"is_name":true,"send_date":"May 1, 2023 12:01pm","mes":"Who else is coming?","extra":{}}"#).unwrap(),
+            ],
+            None,
+        )
+        .await
+        .unwrap();
+    let g = h
+        .ok("grp", "tavern_history_search", json!({"query": "lanterns"}))
+        .await;
+    assert_eq!(g["items"][0]["index"], 0);
+    assert_eq!(g["source"]["chats"][0]["messages"], 2);
+}
+
 #[tokio::test]
 async fn history_search_finds_messages_and_the_parent_branch() {
     let h = harness().await;

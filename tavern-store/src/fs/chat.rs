@@ -1,5 +1,8 @@
 //! SillyTavern chats on disk: `chats/<character>/<chat>.jsonl`, written in SillyTavern's own
 //! style (lines joined by `\n`, no trailing newline) so either program can keep using the file.
+//! Folder and file names are the character name and chat id themselves, with only what some file
+//! system refuses escaped ([`encode_readable`]); chats written by the earlier all-escaped layout
+//! are moved to these names when the store opens.
 //!
 //! A chat's revision is derived from the file's length, inode, modification time and a digest
 //! of its last 4 KiB, so a whole-file rewrite by another program (which SillyTavern does with
@@ -15,8 +18,8 @@ use tavern_core::chat::ChatLine;
 use tavern_core::revision::short_digest;
 use tavern_core::{CharacterName, ChatId};
 
-use super::atomic::{ensure_dir, io_err, under, write_atomic, FileLock};
-use super::names::{decode, encode};
+use super::atomic::{ensure_dir, io_err, sync_dir, under, write_atomic, FileLock};
+use super::names::{decode, decode_readable, encode_readable};
 use super::{FsStore, Inner};
 use crate::chat::{check_not_empty, parse_lines, ChatFile, ChatRevision, ChatStore};
 use crate::error::{StoreError, Target};
@@ -26,16 +29,16 @@ const TAIL_BYTES: u64 = 4096;
 fn chat_rel(character: &CharacterName, chat: &ChatId) -> String {
     format!(
         "chats/{}/{}.jsonl",
-        encode(character.as_str()),
-        encode(chat.as_str())
+        encode_readable(character.as_str()),
+        encode_readable(chat.as_str())
     )
 }
 
 fn lock_rel(character: &CharacterName, chat: &ChatId) -> String {
     format!(
         "chats/{}/{}.lock",
-        encode(character.as_str()),
-        encode(chat.as_str())
+        encode_readable(character.as_str()),
+        encode_readable(chat.as_str())
     )
 }
 
@@ -101,7 +104,103 @@ fn joined<'a>(lines: impl IntoIterator<Item = &'a ChatLine>, leading_break: bool
     text
 }
 
+/// The legacy (all-escaped, `_`-prefixed) name's text, if `name` is one. Readable names never
+/// start with `_`, so the two layouts cannot be confused.
+fn legacy(name: &str) -> Option<String> {
+    name.starts_with('_').then(|| decode(name)).flatten()
+}
+
 impl Inner {
+    /// Moves chats of the earlier layout (`chats/_%4Dira/_c.jsonl`, every byte but `a-z0-9-_`
+    /// escaped) to readable names (`chats/Mira/c.jsonl`). A chat whose readable name is already
+    /// taken stays where it is, with a diagnostic; old lock files are removed. Runs at open.
+    pub(super) fn migrate_legacy_chat_names(&self) {
+        let chats = self.root.join("chats");
+        let Ok(entries) = std::fs::read_dir(&chats) else {
+            return;
+        };
+        let mut dirs: Vec<String> = entries
+            .filter_map(Result::ok)
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        dirs.sort();
+        for dir in dirs {
+            let target = legacy(&dir).map_or_else(|| dir.clone(), |c| encode_readable(&c));
+            let mut source = dir.clone();
+            if target != dir && !chats.join(&target).exists() {
+                match std::fs::rename(chats.join(&dir), chats.join(&target)) {
+                    Ok(()) => {
+                        let _ = sync_dir(&chats, "chats");
+                        self.diag(
+                            &format!("chats/{dir}"),
+                            format!("moved to the readable name chats/{target}"),
+                        );
+                        source.clone_from(&target);
+                    }
+                    Err(e) => {
+                        self.diag(&format!("chats/{dir}"), format!("not moved: {e}"));
+                        continue;
+                    }
+                }
+            }
+            self.migrate_legacy_chat_files(&source, &target);
+            if source != target && std::fs::remove_dir(chats.join(&source)).is_ok() {
+                let _ = sync_dir(&chats, "chats");
+            }
+        }
+    }
+
+    /// Moves legacy-named chat files of `chats/<source>` into `chats/<target>`.
+    fn migrate_legacy_chat_files(&self, source: &str, target: &str) {
+        let chats = self.root.join("chats");
+        let Ok(entries) = std::fs::read_dir(chats.join(source)) else {
+            return;
+        };
+        let mut files: Vec<String> = entries
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        files.sort();
+        let mut moved = false;
+        for file in files {
+            let from = chats.join(source).join(&file);
+            if file.strip_suffix(".lock").and_then(legacy).is_some() {
+                let _ = std::fs::remove_file(&from);
+                continue;
+            }
+            let Some(chat) = file.strip_suffix(".jsonl").and_then(legacy) else {
+                if source != target {
+                    // Anything else in a legacy folder (a set-aside file) moves along unchanged.
+                    let to = chats.join(target).join(&file);
+                    if !to.exists() && std::fs::rename(&from, &to).is_ok() {
+                        moved = true;
+                    }
+                }
+                continue;
+            };
+            let new_name = format!("{}.jsonl", encode_readable(&chat));
+            let to = chats.join(target).join(&new_name);
+            if to.exists() {
+                self.diag(
+                    &format!("chats/{source}/{file}"),
+                    format!("not moved: chats/{target}/{new_name} already exists"),
+                );
+                continue;
+            }
+            match std::fs::create_dir_all(chats.join(target))
+                .and_then(|()| std::fs::rename(&from, &to))
+            {
+                Ok(()) => moved = true,
+                Err(e) => self.diag(&format!("chats/{source}/{file}"), format!("not moved: {e}")),
+            }
+        }
+        if moved {
+            let _ = sync_dir(&chats.join(target), "chats");
+            let _ = sync_dir(&chats.join(source), "chats");
+        }
+    }
+
     fn chat_revision_now(
         &self,
         character: &CharacterName,
@@ -115,7 +214,7 @@ impl Inner {
     }
 
     fn list_chats(&self, character: &CharacterName) -> Result<Vec<ChatId>, StoreError> {
-        let rel = format!("chats/{}", encode(character.as_str()));
+        let rel = format!("chats/{}", encode_readable(character.as_str()));
         let entries = match std::fs::read_dir(under(&self.root, &rel)) {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -124,7 +223,7 @@ impl Inner {
         let mut out: Vec<ChatId> = entries
             .filter_map(Result::ok)
             .filter_map(|e| e.file_name().into_string().ok())
-            .filter_map(|n| n.strip_suffix(".jsonl").and_then(decode))
+            .filter_map(|n| n.strip_suffix(".jsonl").and_then(decode_readable))
             .filter_map(|n| ChatId::parse(n).ok())
             .collect();
         out.sort();
@@ -209,7 +308,10 @@ impl Inner {
         expected: Option<&ChatRevision>,
     ) -> Result<ChatRevision, StoreError> {
         check_not_empty(lines)?;
-        ensure_dir(&self.root, &format!("chats/{}", encode(character.as_str())))?;
+        ensure_dir(
+            &self.root,
+            &format!("chats/{}", encode_readable(character.as_str())),
+        )?;
         let rel = chat_rel(character, chat);
         let _lock = FileLock::acquire(&self.root, &lock_rel(character, chat), true)?;
         if self.chat_revision_now(character, chat)?.as_ref() != expected {

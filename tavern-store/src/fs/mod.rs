@@ -5,7 +5,7 @@
 //! Layout (private to this adapter, documented in `docs/FORMATS.md`): `state.json`,
 //! `memory.log`, `variables.log`, `chats/<character>/<chat>.jsonl`, `checkpoints/<session>.json`,
 //! `prompts/<session>.json`, plus `*.lock` files. Every name derived from an id goes through
-//! `names::encode`.
+//! `names::encode`, or, for SillyTavern's chat folders and files, `names::encode_readable`.
 //!
 //! The port methods run their blocking work (locks, reads, fsync) through
 //! [`crate::blocking::maybe_spawn_blocking`]: on tokio's blocking pool inside a runtime,
@@ -286,6 +286,7 @@ impl FsStore {
             fail_next_sync,
         };
         inner.remove_stale_temp_files();
+        inner.migrate_legacy_chat_names();
         lock(&inner.memory).catch_up(&inner.diagnostics)?;
         lock(&inner.variables).catch_up(&inner.diagnostics)?;
         // A log that has grown far beyond its state (updates, access times) is compacted so

@@ -2,6 +2,9 @@
 //! ~31-field shape, the older 8/10-field shapes and KoboldAI's `folders` shape) and books
 //! embedded in cards (`character_book`, with SillyTavern's fields under `extensions`), all read
 //! into one entry model.
+//!
+//! Content decorators (`@@activate`, `@@dont_activate` on the first lines, as SillyTavern's
+//! `parseDecorators` reads them) are taken out of the content into [`LoreEntry::decorators`].
 
 use serde_json::{Map, Value};
 
@@ -33,6 +36,67 @@ impl SelectiveLogic {
     }
 }
 
+/// Which characters an entry is for (`characterFilter` in world files, `character_filter` in a
+/// card's book extensions).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CharacterFilter {
+    /// Character (file) names.
+    pub names: Vec<String>,
+    /// Tags.
+    pub tags: Vec<String>,
+    /// When set, the entry is for every character **except** those named or tagged.
+    pub is_exclude: bool,
+}
+
+impl CharacterFilter {
+    fn from_value(v: Option<&Value>) -> Option<Self> {
+        let o = v?.as_object()?;
+        let f = Self {
+            names: strings(o.get("names")),
+            tags: strings(o.get("tags")),
+            is_exclude: flag(o.get("isExclude").or_else(|| o.get("is_exclude"))).unwrap_or(false),
+        };
+        (!f.names.is_empty() || !f.tags.is_empty()).then_some(f)
+    }
+}
+
+/// The decorators SillyTavern knows.
+const KNOWN_DECORATORS: [&str; 2] = ["@@activate", "@@dont_activate"];
+
+/// Splits leading decorator lines off `content`, as SillyTavern's `parseDecorators` does: when
+/// the content starts with `@@`, every leading line starting with `@@` is a decorator line
+/// (known ones — `@@activate`, `@@dont_activate`, or the escaped `@@@` form after an unknown
+/// one — are returned, unknown ones dropped) and the content is what follows. Unlike SillyTavern,
+/// content made only of decorator lines becomes empty instead of keeping them.
+pub fn parse_decorators(content: &str) -> (Vec<String>, String) {
+    if !content.starts_with("@@") {
+        return (Vec::new(), content.to_owned());
+    }
+    let mut decorators = Vec::new();
+    let mut fallback = false;
+    let lines: Vec<&str> = content.split('\n').collect();
+    for (i, raw) in lines.iter().enumerate() {
+        let line = raw.trim_end();
+        if !line.starts_with("@@") {
+            return (decorators, lines[i..].join("\n"));
+        }
+        if line.starts_with("@@@") && !fallback {
+            continue;
+        }
+        let name = line
+            .strip_prefix('@')
+            .filter(|l| l.starts_with("@@"))
+            .unwrap_or(line);
+        if KNOWN_DECORATORS.iter().any(|d| name.starts_with(d)) {
+            decorators.push(name.to_owned());
+            fallback = false;
+        } else {
+            fallback = true;
+        }
+    }
+    (decorators, String::new())
+}
+
 /// One lore entry, normalized across shapes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoreEntry {
@@ -44,8 +108,10 @@ pub struct LoreEntry {
     pub secondary_keys: Vec<String>,
     /// Title/memo (`comment`, `name` or KoboldAI `title`).
     pub comment: String,
-    /// The lore text.
+    /// The lore text, without its decorator lines.
     pub content: String,
+    /// Decorators from the first lines of the content (`@@activate`, `@@dont_activate`).
+    pub decorators: Vec<String>,
     /// Always active.
     pub constant: bool,
     /// Secondary keys apply.
@@ -60,6 +126,24 @@ pub struct LoreEntry {
     pub case_sensitive: Option<bool>,
     /// Per-entry whole-word matching (`None`: the book's default).
     pub match_whole_words: Option<bool>,
+    /// Inclusion groups (`group`, comma-separated names); empty: none.
+    pub groups: Vec<String>,
+    /// Wins its inclusion group over entries without it (`groupOverride`).
+    pub group_override: bool,
+    /// Weight within an inclusion group (`groupWeight`, default 100).
+    pub group_weight: i64,
+    /// Per-entry group scoring (`useGroupScoring`; `None`: the search's default).
+    pub use_group_scoring: Option<bool>,
+    /// Cannot be activated by other entries' content, only by the scanned text
+    /// (`excludeRecursion`).
+    pub exclude_recursion: bool,
+    /// Its content does not activate other entries (`preventRecursion`).
+    pub prevent_recursion: bool,
+    /// Activatable only in a recursion pass of at least this level (`delayUntilRecursion`:
+    /// `true` is 1, a number is its level; 0: not delayed).
+    pub delay_until_recursion: u32,
+    /// Which characters the entry is for (`None`: every character).
+    pub character_filter: Option<CharacterFilter>,
     /// The entry as read, for fields this model does not use.
     pub raw: Map<String, Value>,
 }
@@ -106,6 +190,27 @@ fn text(obj: &Map<String, Value>, keys: &[&str]) -> String {
 
 fn flag(v: Option<&Value>) -> Option<bool> {
     v.and_then(Value::as_bool)
+}
+
+fn groups(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_str)
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|g| !g.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `delayUntilRecursion`: `true` → level 1, a positive number → that level, else 0.
+fn delay_level(v: Option<&Value>) -> u32 {
+    match v {
+        Some(Value::Bool(true)) => 1,
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .map_or(0, |l| u32::try_from(l).unwrap_or(u32::MAX)),
+        _ => 0,
+    }
 }
 
 impl WorldBook {
@@ -177,12 +282,14 @@ impl WorldBook {
 }
 
 fn world_entry(index: usize, e: &Map<String, Value>) -> LoreEntry {
+    let (decorators, content) = parse_decorators(&text(e, &["content"]));
     LoreEntry {
         uid: e.get("uid").and_then(Value::as_i64).unwrap_or(index as i64),
         keys: strings(e.get("key")),
         secondary_keys: strings(e.get("keysecondary")),
         comment: text(e, &["comment", "title"]),
-        content: text(e, &["content"]),
+        content,
+        decorators,
         constant: flag(e.get("constant")).unwrap_or(false),
         selective: flag(e.get("selective")).unwrap_or(false),
         selective_logic: SelectiveLogic::from_value(e.get("selectiveLogic")),
@@ -190,6 +297,14 @@ fn world_entry(index: usize, e: &Map<String, Value>) -> LoreEntry {
         disabled: flag(e.get("disable")).unwrap_or(false),
         case_sensitive: flag(e.get("caseSensitive")),
         match_whole_words: flag(e.get("matchWholeWords")),
+        groups: groups(e.get("group")),
+        group_override: flag(e.get("groupOverride")).unwrap_or(false),
+        group_weight: e.get("groupWeight").and_then(Value::as_i64).unwrap_or(100),
+        use_group_scoring: flag(e.get("useGroupScoring")),
+        exclude_recursion: flag(e.get("excludeRecursion")).unwrap_or(false),
+        prevent_recursion: flag(e.get("preventRecursion")).unwrap_or(false),
+        delay_until_recursion: delay_level(e.get("delayUntilRecursion")),
+        character_filter: CharacterFilter::from_value(e.get("characterFilter")),
         raw: e.clone(),
     }
 }
@@ -197,12 +312,14 @@ fn world_entry(index: usize, e: &Map<String, Value>) -> LoreEntry {
 fn book_entry(index: usize, e: &Map<String, Value>) -> LoreEntry {
     let ext = e.get("extensions").and_then(Value::as_object);
     let ext_get = |k: &str| ext.and_then(|x| x.get(k));
+    let (decorators, content) = parse_decorators(&text(e, &["content"]));
     LoreEntry {
         uid: e.get("id").and_then(Value::as_i64).unwrap_or(index as i64),
         keys: strings(e.get("keys")),
         secondary_keys: strings(e.get("secondary_keys")),
         comment: text(e, &["comment", "name"]),
-        content: text(e, &["content"]),
+        content,
+        decorators,
         constant: flag(e.get("constant")).unwrap_or(false),
         selective: flag(e.get("selective")).unwrap_or(false),
         selective_logic: SelectiveLogic::from_value(ext_get("selectiveLogic")),
@@ -213,6 +330,49 @@ fn book_entry(index: usize, e: &Map<String, Value>) -> LoreEntry {
         disabled: !flag(e.get("enabled")).unwrap_or(true),
         case_sensitive: flag(e.get("case_sensitive")).or_else(|| flag(ext_get("case_sensitive"))),
         match_whole_words: flag(ext_get("match_whole_words")),
+        groups: groups(ext_get("group")),
+        group_override: flag(ext_get("group_override")).unwrap_or(false),
+        group_weight: ext_get("group_weight")
+            .and_then(Value::as_i64)
+            .unwrap_or(100),
+        use_group_scoring: flag(ext_get("use_group_scoring")),
+        exclude_recursion: flag(ext_get("exclude_recursion")).unwrap_or(false),
+        prevent_recursion: flag(ext_get("prevent_recursion")).unwrap_or(false),
+        delay_until_recursion: delay_level(ext_get("delay_until_recursion")),
+        character_filter: CharacterFilter::from_value(
+            ext_get("character_filter").or_else(|| e.get("characterFilter")),
+        ),
         raw: e.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `(content, decorators, content after)`, following SillyTavern's `parseDecorators`.
+    #[test]
+    fn decorators_are_split_off_the_content() {
+        let cases: &[(&str, &[&str], &str)] = &[
+            ("plain text", &[], "plain text"),
+            ("@@activate\nThe lore.", &["@@activate"], "The lore."),
+            ("@@dont_activate\r\nText", &["@@dont_activate"], "Text"),
+            (
+                "@@activate\n@@dont_activate\nA\nB",
+                &["@@activate", "@@dont_activate"],
+                "A\nB",
+            ),
+            ("@@unknown\nText", &[], "Text"),
+            ("@@@activate\nText", &[], "Text"),
+            ("@@unknown\n@@@activate\nText", &["@@activate"], "Text"),
+            ("@@activate", &["@@activate"], ""),
+            ("Text\n@@activate", &[], "Text\n@@activate"),
+            (" @@activate\nText", &[], " @@activate\nText"),
+        ];
+        for (content, decorators, rest) in cases {
+            let (d, c) = parse_decorators(content);
+            assert_eq!(d, *decorators, "{content:?}");
+            assert_eq!(c, *rest, "{content:?}");
+        }
     }
 }

@@ -12,7 +12,7 @@ use super::{
 use crate::assets::card::{Card, CARD_TEXT_FIELDS};
 use crate::context::{ToolContext, ToolLimits};
 use crate::error::ToolError;
-use crate::lore::{self, LoreOptions, LoreSource};
+use crate::lore::{self, LoreContext, LoreOptions, LoreSource};
 use crate::registry::ToolServices;
 
 /// Fields `tavern_character_get` serves beyond the card's text fields.
@@ -42,9 +42,10 @@ pub(crate) fn specs(l: &ToolLimits) -> Vec<ToolSpec> {
         },
         ToolSpec {
             name: "tavern_lore_search",
-            description: "Search the world lore (globally active books, the book the card links and the card's own book). Entries whose keys appear in the query come first, then entries that match its words.",
+            description: "Search the world lore (globally active books, the book the card links and the card's own book) as SillyTavern activates it. Entries whose keys appear in the query come first, then entries their content activates in turn, then entries that match its words.",
             parameters: object(json!({
-                "query": query_param(l, "the lore"),
+                "query": {"type": "string", "maxLength": l.max_query_chars,
+                    "description": "Text to activate lore with (keys are matched in it) and words to rank by; an empty string activates and ranks nothing: only always-on entries come back (when includeConstant is set), with the entries their content activates."},
                 "limit": limit_param(l),
                 "maxTokens": tokens_param(l),
                 "includeConstant": {"type": "boolean", "description": "Also return always-on (constant) entries."},
@@ -52,7 +53,7 @@ pub(crate) fn specs(l: &ToolLimits) -> Vec<ToolSpec> {
             result: list_result(json!({"type": "object", "properties": {
                 "book": {"type": "string"}, "source": {"type": "string"}, "uid": {"type": "integer"},
                 "comment": {"type": "string"}, "keys": {"type": "array"}, "content": {"type": "string"},
-                "reason": {"type": "string", "enum": ["keyword", "lexical", "constant"]}, "score": {"type": "number"}}})),
+                "reason": {"type": "string", "enum": ["keyword", "recursion", "lexical", "constant"]}, "score": {"type": "number"}}})),
             writes: false,
         },
         ToolSpec {
@@ -221,15 +222,31 @@ pub(crate) async fn call(
                 max_tokens: budget,
                 ..LoreOptions::default()
             };
-            let res = lore::search(&books, a.str("query").unwrap_or(""), &opts);
+            let character = &ctx.binding().target().character;
+            let persona = svc.assets.persona().await;
+            let who = LoreContext {
+                character: card
+                    .as_ref()
+                    .map_or(character.as_str(), Card::name)
+                    .to_owned(),
+                user: persona.name,
+                character_ids: std::iter::once(character.to_string())
+                    .chain(card.as_ref().map(|c| c.name().to_owned()))
+                    .collect(),
+                tags: card
+                    .as_ref()
+                    .map(|c| c.tags().into_iter().map(str::to_owned).collect())
+                    .unwrap_or_default(),
+            };
+            let res = lore::search_with(&books, a.str("query").unwrap_or(""), &opts, &who);
             Ok(json!({
                 "items": res.hits.iter().map(|h| json!({
                     "book": h.book, "source": h.source.as_str(), "uid": h.entry.uid, "comment": h.entry.comment,
-                    "keys": h.entry.keys, "content": h.entry.content, "reason": h.reason.label(),
+                    "keys": h.entry.keys, "content": h.content, "reason": h.reason.label(),
                     "score": (h.score * 1000.0).round() / 1000.0,
                 })).collect::<Vec<_>>(),
                 "sourceCount": res.source_count, "truncated": res.truncated, "truncatedBy": res.truncated_by,
-                "warnings": res.warnings,
+                "warnings": res.warnings, "duplicates": res.duplicates,
                 "source": {"kind": "lore", "books": books.iter().map(|(s, b)| json!({"name": b.name, "source": s.as_str(), "entries": b.entries.len()})).collect::<Vec<_>>()},
             }))
         }
@@ -298,7 +315,8 @@ pub(crate) async fn call(
             let persona = svc.assets.persona().await;
             let header = doc
                 .as_ref()
-                .map(|d| d.header.object().clone())
+                .and_then(|d| d.header.as_ref())
+                .map(|h| h.object().clone())
                 .unwrap_or_default();
             let messages = doc.as_ref().map_or(&[][..], |d| &d.messages[..]);
             let mut speakers: Vec<&str> = Vec::new();
