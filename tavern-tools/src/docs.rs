@@ -24,6 +24,7 @@ fn constraints(schema: &Value) -> String {
         ("maximum", "max"),
         ("minItems", "min items"),
         ("maxItems", "max items"),
+        ("pattern", "pattern"),
     ] {
         if let Some(v) = schema.get(key) {
             parts.push(format!("{label} {v}"));

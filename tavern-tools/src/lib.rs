@@ -15,9 +15,10 @@ pub mod error;
 pub mod lore;
 pub mod registry;
 pub mod schema;
+pub mod tool;
 pub mod tools;
 
 pub use context::{ToolContext, ToolLimits};
 pub use error::ToolError;
 pub use registry::{ToolRegistry, ToolServices};
-pub use tools::ToolSpec;
+pub use tool::{Tool, ToolSpec};

@@ -5,6 +5,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::tool::Tool;
+
 use serde_json::{json, Value};
 use tavern_core::SessionId;
 use tavern_store::{ChatStore, MemoryStore, VariableStore};
@@ -12,7 +14,6 @@ use tavern_store::{ChatStore, MemoryStore, VariableStore};
 use crate::assets::provider::AssetProvider;
 use crate::context::{ToolContext, ToolLimits};
 use crate::error::ToolError;
-use crate::schema::validate;
 use crate::tools::{self, ToolSpec};
 
 /// What the tools read and write.
@@ -42,19 +43,29 @@ struct TurnCount {
 }
 
 /// Lists and runs the tools.
-#[derive(Debug)]
 pub struct ToolRegistry {
     services: ToolServices,
     limits: ToolLimits,
     specs: Vec<ToolSpec>,
+    tools: HashMap<&'static str, Arc<dyn Tool>>,
     counts: Mutex<HashMap<SessionId, TurnCount>>,
+}
+
+impl std::fmt::Debug for ToolRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolRegistry")
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ToolRegistry {
     /// A registry over `services` with `limits`.
     pub fn new(services: ToolServices, limits: ToolLimits) -> Self {
+        let all = tools::all(&limits);
         Self {
-            specs: tools::specs(&limits),
+            specs: all.iter().map(|t| t.spec().clone()).collect(),
+            tools: all.into_iter().map(|t| (t.spec().name, t)).collect(),
             services,
             limits,
             counts: Mutex::default(),
@@ -94,22 +105,14 @@ impl ToolRegistry {
         name: &str,
         args: &Value,
     ) -> Result<Value, ToolError> {
-        let spec = self
-            .specs
-            .iter()
-            .find(|s| s.name == name)
+        let tool = self
+            .tools
+            .get(name)
             .ok_or_else(|| ToolError::UnknownTool(name.to_owned()))?;
-        validate(&spec.parameters, args)?;
-        self.count(ctx, spec.writes)?;
-        let empty = serde_json::Map::new();
-        let map = args.as_object().unwrap_or(&empty);
-        let out = if name.starts_with("memory_") {
-            tools::memory::call(name, &self.services, ctx, map).await?
-        } else if name.starts_with("variable_") {
-            tools::variable::call(name, &self.services, ctx, map).await?
-        } else {
-            tools::tavern::call(name, &self.services, ctx, map).await?
-        };
+        // Arguments first: a forged identity argument is refused before it costs a call.
+        crate::schema::validate(&tool.spec().parameters, args)?;
+        self.count(ctx, tool.spec().writes)?;
+        let out = tool.call(&self.services, ctx, args).await?;
         let size = out.to_string().len();
         if size > self.limits.max_result_bytes {
             return Err(ToolError::LimitExceeded {

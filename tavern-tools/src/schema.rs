@@ -7,7 +7,8 @@ use crate::error::ToolError;
 
 /// Validates `value` against `schema`. Supported keywords: `type` (string, integer, number,
 /// boolean, array, object), `properties`, `required`, `additionalProperties: false`, `enum`,
-/// `minLength`/`maxLength` (characters), `minimum`/`maximum`, `minItems`/`maxItems`, `items`.
+/// `minLength`/`maxLength` (characters), `pattern` (ECMAScript, Unicode), `minimum`/`maximum`,
+/// `minItems`/`maxItems`, `items`.
 /// A schema without `type` accepts any value.
 ///
 /// # Errors
@@ -62,6 +63,15 @@ fn check(schema: &Value, value: &Value, path: &str) -> Result<(), ToolError> {
         }
     }
     if let Some(s) = value.as_str() {
+        if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
+            // ECMAScript semantics with the `u` flag, as hosts in JavaScript check it.
+            let matches = regress::Regex::with_flags(pattern, "u")
+                .map(|re| re.find(s).is_some())
+                .unwrap_or(true);
+            if !matches {
+                return fail(format!("must match {pattern}"));
+            }
+        }
         let n = s.chars().count();
         if let Some(min) = schema.get("minLength").and_then(Value::as_u64) {
             if (n as u64) < min {

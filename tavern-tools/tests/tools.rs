@@ -1143,3 +1143,92 @@ fn result_schemas_stay_inside_the_host_output_subset() {
         assert!(errors.is_empty(), "{}: {errors:?}", spec.name);
     }
 }
+
+/// Arguments are typed: what the code enforces is in the schema, and what the schema refuses
+/// never reaches a tool (no unknown kind read as `semantic`, no missing id read as `""`, no
+/// `null` for an optional argument).
+#[tokio::test]
+async fn typed_arguments_refuse_what_the_schema_refuses() {
+    let h = harness().await;
+    let spec = |name: &str| {
+        h.registry
+            .specs()
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap()
+            .parameters
+            .clone()
+    };
+    assert_eq!(
+        spec("memory_write")["properties"]["kind"]["enum"],
+        json!(["semantic", "episodic"])
+    );
+    assert_eq!(
+        spec("variable_get")["properties"]["scope"]["enum"],
+        json!(["turn", "chat", "character", "agent", "global"])
+    );
+    assert_eq!(
+        spec("memory_read")["properties"]["scope"]["enum"],
+        json!(["chat", "character", "agent", "global"])
+    );
+    assert!(spec("variable_set")["properties"]["name"]["pattern"].is_string());
+    assert!(spec("variable_set")["properties"]["value"]
+        .get("type")
+        .is_none());
+    // `(tool, arguments, the field the error names)`
+    let cases = [
+        (
+            "memory_write",
+            json!({"content": "x", "kind": "dream"}),
+            "kind",
+        ),
+        (
+            "memory_write",
+            json!({"content": "x", "importance": null}),
+            "importance",
+        ),
+        (
+            "memory_write",
+            json!({"content": "x", "scope": "turn"}),
+            "scope",
+        ),
+        ("memory_read", json!({}), "id"),
+        ("memory_read", json!({"id": ""}), "id"),
+        ("variable_get", json!({"name": "1st"}), "name"),
+        (
+            "variable_get",
+            json!({"name": "hp", "scope": "session"}),
+            "scope",
+        ),
+        (
+            "memory_search",
+            json!({"query": "x", "tagMatch": "most"}),
+            "tagMatch",
+        ),
+        (
+            "tavern_character_get",
+            json!({"fields": ["secrets"]}),
+            "fields[0]",
+        ),
+    ];
+    for (tool, args, field) in cases {
+        match h.call("s1", tool, args.clone()).await {
+            Err(ToolError::InvalidArguments { field: f, .. }) => {
+                assert_eq!(f, field, "{tool} {args}")
+            }
+            other => panic!("{tool} {args}: {other:?}"),
+        }
+    }
+    // Names the pattern allows are what `VariableName` allows, any script included.
+    for name in ["hp", "basic.好感度", "当前周期", "_x-1"] {
+        let out = h
+            .ok(
+                "s1",
+                "variable_set",
+                json!({"name": name, "value": {"any": [1, "json"]}}),
+            )
+            .await;
+        assert_eq!(out["name"], name);
+        assert_eq!(out["value"], json!({"any": [1, "json"]}));
+    }
+}

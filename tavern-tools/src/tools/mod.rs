@@ -1,134 +1,166 @@
-//! The fourteen tools: their contracts (name, model-facing description, argument and result
-//! schemas, whether they write) and their implementations over the store ports.
+//! The fourteen tools: typed arguments and results side by side with their implementations
+//! over the store ports, plus the argument and result types they share.
 
 pub(crate) mod memory;
 pub(crate) mod tavern;
 pub(crate) mod variable;
 
-use serde_json::{json, Map, Value};
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use tavern_core::Scope;
 
 use crate::context::ToolLimits;
 use crate::error::ToolError;
+use crate::tool::{Tool, Typed};
 
-/// A tool's contract.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolSpec {
-    /// The name the model calls.
-    pub name: &'static str,
-    /// What the model is told about it.
-    pub description: &'static str,
-    /// JSON Schema of the arguments (`additionalProperties: false`).
-    pub parameters: Value,
-    /// JSON Schema of a successful result.
-    pub result: Value,
-    /// Whether it writes (counts against the per-turn write limit).
-    pub writes: bool,
+pub use crate::tool::ToolSpec;
+
+/// Every tool, in registry order.
+pub(crate) fn all(limits: &ToolLimits) -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(Typed::new(tavern::CharacterGet, limits)),
+        Arc::new(Typed::new(tavern::LoreSearch, limits)),
+        Arc::new(Typed::new(tavern::HistorySearch, limits)),
+        Arc::new(Typed::new(tavern::SceneGet, limits)),
+        Arc::new(Typed::new(memory::Search, limits)),
+        Arc::new(Typed::new(memory::Read, limits)),
+        Arc::new(Typed::new(memory::Write, limits)),
+        Arc::new(Typed::new(memory::Update, limits)),
+        Arc::new(Typed::new(memory::Forget, limits)),
+        Arc::new(Typed::new(variable::Get, limits)),
+        Arc::new(Typed::new(variable::Set, limits)),
+        Arc::new(Typed::new(variable::Patch, limits)),
+        Arc::new(Typed::new(variable::Delete, limits)),
+        Arc::new(Typed::new(variable::List, limits)),
+    ]
 }
 
 /// Every tool's contract, in registry order.
 pub fn specs(limits: &ToolLimits) -> Vec<ToolSpec> {
-    let mut v = tavern::specs(limits);
-    v.extend(memory::specs(limits));
-    v.extend(variable::specs(limits));
-    v
+    all(limits).iter().map(|t| t.spec().clone()).collect()
 }
 
-// --- schema building blocks ---------------------------------------------------------------
+// --- shared argument types -----------------------------------------------------------------
 
-pub(crate) fn object(properties: Value, required: &[&str]) -> Value {
-    json!({"type": "object", "additionalProperties": false, "properties": properties, "required": required})
+/// Scope kinds a memory can live in (turn-local memories make no sense; use variables). The
+/// session decides which chat and character they mean.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum MemoryScope {
+    #[default]
+    Chat,
+    Character,
+    Agent,
+    Global,
 }
 
-pub(crate) fn query_param(limits: &ToolLimits, what: &str) -> Value {
-    json!({"type": "string", "maxLength": limits.max_query_chars,
-        "description": format!("Words to look for in {what}; an empty string lists the most recent.")})
-}
+impl MemoryScope {
+    pub(crate) const ALL: [Self; 4] = [Self::Chat, Self::Character, Self::Agent, Self::Global];
 
-pub(crate) fn limit_param(limits: &ToolLimits) -> Value {
-    json!({"type": "integer", "minimum": 1, "maximum": limits.max_results,
-        "description": format!("Most results (default {}).", limits.default_results)})
-}
-
-pub(crate) fn tokens_param(limits: &ToolLimits) -> Value {
-    json!({"type": "integer", "minimum": 1, "maximum": limits.max_tokens,
-        "description": format!("Token budget for returned text (default {}); results that do not fit are left out and `truncated` says so.", limits.default_tokens)})
-}
-
-pub(crate) fn scope_param(allowed: &[Scope], default: Scope) -> Value {
-    let names: Vec<&str> = allowed.iter().map(|s| s.as_str()).collect();
-    json!({"type": "string", "enum": names,
-        "description": format!("Scope kind (default {default}); the session decides which chat and character it means.")})
-}
-
-pub(crate) fn revision_param(what: &str) -> Value {
-    json!({"type": "string", "minLength": 35, "maxLength": 35,
-        "description": format!("The {what}'s current revision, as last read.")})
-}
-
-/// A result schema: an object with the given properties (results may grow new fields).
-pub(crate) fn result(properties: Value) -> Value {
-    json!({"type": "object", "properties": properties})
-}
-
-/// A schema that also accepts `null`, in the subset hosts enforce (no type arrays).
-pub(crate) fn nullable(schema: Value) -> Value {
-    json!({"oneOf": [schema, {"type": "null"}]})
-}
-
-pub(crate) fn list_result(item: Value) -> Value {
-    result(json!({
-        "items": {"type": "array", "items": item},
-        "sourceCount": {"type": "integer", "description": "How many matched before limit and budget."},
-        "truncated": {"type": "boolean"},
-        "truncatedBy": nullable(json!({"type": "string", "enum": ["limit", "max-tokens"]})),
-        "source": {"type": "object"}
-    }))
-}
-
-// --- argument access (arguments are schema-validated before any of this runs) -------------
-
-pub(crate) struct Args<'a>(pub(crate) &'a Map<String, Value>);
-
-impl Args<'_> {
-    pub(crate) fn str(&self, key: &str) -> Option<&str> {
-        self.0.get(key).and_then(Value::as_str)
+    pub(crate) fn scope(self) -> Scope {
+        match self {
+            Self::Chat => Scope::Chat,
+            Self::Character => Scope::Character,
+            Self::Agent => Scope::Agent,
+            Self::Global => Scope::Global,
+        }
     }
+}
 
-    pub(crate) fn usize_or(&self, key: &str, default: usize) -> usize {
-        self.0
-            .get(key)
-            .and_then(Value::as_u64)
-            .map_or(default, |v| usize::try_from(v).unwrap_or(usize::MAX))
-    }
+/// Every scope kind, for variables. The session decides which chat, character and agent they
+/// mean.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum AnyScope {
+    Turn,
+    #[default]
+    Chat,
+    Character,
+    Agent,
+    Global,
+}
 
-    pub(crate) fn f64(&self, key: &str) -> Option<f64> {
-        self.0.get(key).and_then(Value::as_f64)
+impl AnyScope {
+    pub(crate) fn scope(self) -> Scope {
+        match self {
+            Self::Turn => Scope::Turn,
+            Self::Chat => Scope::Chat,
+            Self::Character => Scope::Character,
+            Self::Agent => Scope::Agent,
+            Self::Global => Scope::Global,
+        }
     }
+}
 
-    pub(crate) fn bool_or(&self, key: &str, default: bool) -> bool {
-        self.0.get(key).and_then(Value::as_bool).unwrap_or(default)
-    }
+/// A revision as returned by a read (`r1-` and 32 hex digits).
+pub(crate) type RevisionArg = String;
 
-    pub(crate) fn strs(&self, key: &str) -> Vec<&str> {
-        self.0
-            .get(key)
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default()
-    }
+/// Parses a revision argument, naming the field on failure.
+pub(crate) fn revision(field: &str, raw: &str) -> Result<tavern_core::Revision, ToolError> {
+    tavern_core::Revision::parse(raw).map_err(|e| ToolError::invalid(field, e.to_string()))
+}
 
-    pub(crate) fn scope_or(&self, key: &str, default: Scope) -> Scope {
-        self.str(key).and_then(Scope::from_label).unwrap_or(default)
-    }
+// --- shared result types -------------------------------------------------------------------
 
-    pub(crate) fn revision(&self, key: &str) -> Result<Option<tavern_core::Revision>, ToolError> {
-        self.str(key)
-            .map(|r| {
-                tavern_core::Revision::parse(r).map_err(|e| ToolError::invalid(key, e.to_string()))
-            })
-            .transpose()
+/// Which limit cut a listing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+pub(crate) enum TruncatedBy {
+    #[serde(rename = "limit")]
+    Limit,
+    #[serde(rename = "max-tokens")]
+    MaxTokens,
+}
+
+impl TruncatedBy {
+    pub(crate) fn from_label(label: &str) -> Option<Self> {
+        match label {
+            "limit" => Some(Self::Limit),
+            "max-tokens" => Some(Self::MaxTokens),
+            _ => None,
+        }
     }
+}
+
+/// A ranked listing: items best first and honesty about what was left out.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Listing<T, S> {
+    /// The results, best first.
+    pub(crate) items: Vec<T>,
+    /// How many matched before limit and budget.
+    pub(crate) source_count: usize,
+    /// Whether matches were left out.
+    pub(crate) truncated: bool,
+    /// Which limit left them out.
+    pub(crate) truncated_by: Option<TruncatedBy>,
+    /// Where the results come from.
+    pub(crate) source: S,
+}
+
+/// Refuses a write the session's write policy does not allow (global writes, confirmation).
+pub(crate) fn check_write(
+    ctx: &crate::context::ToolContext,
+    scope: Scope,
+    confirmed: bool,
+) -> Result<(), ToolError> {
+    ctx.policy()
+        .check_write(scope, confirmed)
+        .map_err(|d| ToolError::ScopeDenied {
+            scope: scope.to_string(),
+            reason: d.to_string(),
+        })
+}
+
+/// Rounds a score for display (three decimals keep results stable and readable).
+pub(crate) fn rounded(score: f64) -> f64 {
+    (score * 1000.0).round() / 1000.0
+}
+
+/// Any JSON value (schemars writes `true`, which hosts reject; an empty schema means the same).
+pub(crate) fn any_value(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({})
 }
 
 /// Truncates to at most `max_tokens` by the default estimator, at a character boundary.

@@ -1,86 +1,259 @@
 //! The read-only tavern tools: `tavern_character_get`, `tavern_lore_search`,
 //! `tavern_history_search`, `tavern_scene_get`.
 
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use tavern_core::chat::{ChatDocument, ChatLine, SendDate};
 use tavern_core::{ChatId, DefaultTokenEstimator, TokenEstimator};
 use tavern_store::search::{query_tokens, Bm25Index};
 
-use super::{
-    fit, limit_param, list_result, object, query_param, result, tokens_param, Args, ToolSpec,
-};
+use super::{any_value, fit, rounded, Listing, TruncatedBy};
 use crate::assets::card::{Card, CARD_TEXT_FIELDS};
-use crate::context::{ToolContext, ToolLimits};
+use crate::context::ToolContext;
 use crate::error::ToolError;
 use crate::lore::{self, LoreContext, LoreOptions, LoreSource};
 use crate::registry::ToolServices;
+use crate::tool::TypedTool;
 
-/// Fields `tavern_character_get` serves beyond the card's text fields.
-const EXTRA_FIELDS: [&str; 4] = ["alternate_greetings", "tags", "persona", "group_members"];
-
-fn character_fields() -> Vec<&'static str> {
-    CARD_TEXT_FIELDS
-        .iter()
-        .chain(EXTRA_FIELDS.iter())
-        .copied()
-        .collect()
-}
 const DEFAULT_FIELDS: [&str; 4] = ["name", "description", "personality", "scenario"];
 
-pub(crate) fn specs(l: &ToolLimits) -> Vec<ToolSpec> {
-    vec![
-        ToolSpec {
-            name: "tavern_character_get",
-            description: "Read fields of the current character's card, the user's persona or the group members. Long fields are cut to the token budget and listed in truncatedFields.",
-            parameters: object(json!({
-                "fields": {"type": "array", "minItems": 1, "maxItems": character_fields().len(), "items": {"type": "string", "enum": character_fields()},
-                    "description": "Which fields (default name, description, personality, scenario)."},
-                "maxTokens": tokens_param(l),
-            }), &[]),
-            result: result(json!({"fields": {"type": "object"}, "truncatedFields": {"type": "array"}, "source": {"type": "object"}})),
-            writes: false,
-        },
-        ToolSpec {
-            name: "tavern_lore_search",
-            description: "Search the world lore (globally active books, the book the card links and the card's own book) as SillyTavern activates it. Entries whose keys appear in the query come first, then entries their content activates in turn, then entries that match its words.",
-            parameters: object(json!({
-                "query": {"type": "string", "maxLength": l.max_query_chars,
-                    "description": "Text to activate lore with (keys are matched in it) and words to rank by; an empty string activates and ranks nothing: only always-on entries come back (when includeConstant is set), with the entries their content activates."},
-                "limit": limit_param(l),
-                "maxTokens": tokens_param(l),
-                "includeConstant": {"type": "boolean", "description": "Also return always-on (constant) entries."},
-            }), &["query"]),
-            result: list_result(json!({"type": "object", "properties": {
-                "book": {"type": "string"}, "source": {"type": "string"}, "uid": {"type": "integer"},
-                "comment": {"type": "string"}, "keys": {"type": "array"}, "content": {"type": "string"},
-                "reason": {"type": "string", "enum": ["keyword", "recursion", "lexical", "constant"]}, "score": {"type": "number"}}})),
-            writes: false,
-        },
-        ToolSpec {
-            name: "tavern_history_search",
-            description: "Search earlier messages of this chat (and, if asked, the chat it was branched from). An empty query returns the latest messages.",
-            parameters: object(json!({
-                "query": query_param(l, "the chat history"),
-                "limit": limit_param(l),
-                "maxTokens": tokens_param(l),
-                "includeParent": {"type": "boolean", "description": "Also search the chat this one was branched from."},
-            }), &["query"]),
-            result: list_result(json!({"type": "object", "properties": {
-                "chat": {"type": "string", "enum": ["current", "parent"]}, "index": {"type": "integer"},
-                "name": {"type": "string"}, "isUser": {"type": "boolean"}, "sendDate": {}, "text": {"type": "string"}, "score": {"type": "number"}}})),
-            writes: false,
-        },
-        ToolSpec {
-            name: "tavern_scene_get",
-            description: "Read the current scene: who is speaking, the chat's size and dates, the scenario and the author's note.",
-            parameters: object(json!({"maxTokens": tokens_param(l)}), &[]),
-            result: result(json!({"character": {"type": "string"}, "user": {"type": "string"}, "chat": {"type": "object"},
-                "speakers": {"type": "array"}, "scenario": {"type": "string"}, "note": {"type": "string"},
-                "architecture": {"type": "string"}, "contextMode": {"type": "string"}, "turn": {"type": "integer"}, "now": {"type": "integer"},
-                "truncatedFields": {"type": "array"}})),
-            writes: false,
-        },
-    ]
+fn object_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "object"})
+}
+
+// --- argument types ------------------------------------------------------------------------
+
+/// A field `tavern_character_get` serves: the card's text fields, and `alternate_greetings`,
+/// `tags`, `persona`, `group_members`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Field {
+    Name,
+    Description,
+    Personality,
+    Scenario,
+    FirstMes,
+    MesExample,
+    CreatorNotes,
+    SystemPrompt,
+    PostHistoryInstructions,
+    Nickname,
+    AlternateGreetings,
+    Tags,
+    Persona,
+    GroupMembers,
+}
+
+impl Field {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Name => "name",
+            Self::Description => "description",
+            Self::Personality => "personality",
+            Self::Scenario => "scenario",
+            Self::FirstMes => "first_mes",
+            Self::MesExample => "mes_example",
+            Self::CreatorNotes => "creator_notes",
+            Self::SystemPrompt => "system_prompt",
+            Self::PostHistoryInstructions => "post_history_instructions",
+            Self::Nickname => "nickname",
+            Self::AlternateGreetings => "alternate_greetings",
+            Self::Tags => "tags",
+            Self::Persona => "persona",
+            Self::GroupMembers => "group_members",
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct CharacterArgs {
+    /// Which fields (default name, description, personality, scenario).
+    #[schemars(length(min = 1, max = 14))]
+    fields: Option<Vec<Field>>,
+    max_tokens: Option<usize>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct LoreArgs {
+    /// Text to activate lore with (keys are matched in it) and words to rank by; an empty
+    /// string activates and ranks nothing: only always-on entries come back (when
+    /// includeConstant is set), with the entries their content activates.
+    query: String,
+    limit: Option<usize>,
+    max_tokens: Option<usize>,
+    /// Also return always-on (constant) entries.
+    #[serde(default)]
+    include_constant: bool,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct HistoryArgs {
+    /// Words to look for in the chat history; an empty string lists the most recent.
+    query: String,
+    limit: Option<usize>,
+    max_tokens: Option<usize>,
+    /// Also search the chat this one was branched from.
+    #[serde(default)]
+    include_parent: bool,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct SceneArgs {
+    max_tokens: Option<usize>,
+}
+
+// --- result types --------------------------------------------------------------------------
+
+/// Card fields as asked for.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct CharacterOut {
+    /// The fields, by name.
+    #[schemars(schema_with = "object_schema")]
+    fields: Map<String, Value>,
+    /// Fields cut (text) or left out (lists) to fit the token budget.
+    truncated_fields: Vec<&'static str>,
+    /// The card.
+    source: CardSource,
+}
+
+/// Which card the fields come from.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub(crate) struct CardSource {
+    /// Always `card`.
+    kind: &'static str,
+    character: String,
+    /// `v1`, `v2` or `v3`.
+    spec: &'static str,
+}
+
+/// Why a lore entry is in the result.
+#[derive(Debug, Clone, Copy, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum LoreReason {
+    Keyword,
+    Recursion,
+    Lexical,
+    Constant,
+}
+
+/// One lore entry.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub(crate) struct LoreItem {
+    book: String,
+    /// `embedded`, `card-linked` or `global`.
+    source: &'static str,
+    uid: i64,
+    comment: String,
+    keys: Vec<String>,
+    content: String,
+    reason: LoreReason,
+    score: f64,
+}
+
+/// The books searched.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub(crate) struct LoreSources {
+    /// Always `lore`.
+    kind: &'static str,
+    books: Vec<BookOut>,
+}
+
+/// A book searched.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub(crate) struct BookOut {
+    name: String,
+    source: &'static str,
+    entries: usize,
+}
+
+/// Lore search results.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub(crate) struct LoreOut {
+    #[serde(flatten)]
+    listing: Listing<LoreItem, LoreSources>,
+    /// Keys that could not be used as regular expressions.
+    warnings: Vec<String>,
+    /// Entries skipped because the same entry came earlier from another book.
+    duplicates: usize,
+}
+
+/// Which chat a message is from.
+#[derive(Debug, Clone, Copy, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum WhichChat {
+    Current,
+    Parent,
+}
+
+/// One message found.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct HistoryItem {
+    chat: WhichChat,
+    /// Position among the chat's messages, from 0.
+    index: usize,
+    name: String,
+    is_user: bool,
+    /// Epoch milliseconds (older chats) or SillyTavern's text date.
+    #[schemars(schema_with = "any_value")]
+    send_date: Value,
+    text: String,
+    score: f64,
+}
+
+/// The chats searched.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub(crate) struct ChatSources {
+    /// Always `chat`.
+    kind: &'static str,
+    chats: Vec<ChatSize>,
+}
+
+/// A chat searched.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub(crate) struct ChatSize {
+    chat: WhichChat,
+    messages: usize,
+}
+
+/// The chat in a scene.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SceneChat {
+    id: String,
+    message_count: usize,
+    #[schemars(schema_with = "any_value")]
+    create_date: Value,
+    #[schemars(schema_with = "any_value")]
+    last_message_date: Value,
+    /// The chat this one was branched from.
+    parent: Option<String>,
+}
+
+/// The current scene.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SceneOut {
+    character: String,
+    user: String,
+    chat: SceneChat,
+    /// Recent speakers, latest first.
+    speakers: Vec<String>,
+    scenario: String,
+    /// The chat's author's note.
+    note: String,
+    architecture: &'static str,
+    context_mode: &'static str,
+    turn: u64,
+    now: i64,
+    truncated_fields: Vec<&'static str>,
 }
 
 async fn card(svc: &ToolServices, ctx: &ToolContext) -> Result<Card, ToolError> {
@@ -121,246 +294,364 @@ fn send_date_json(line: &ChatLine) -> Value {
     }
 }
 
-pub(crate) async fn call(
-    name: &str,
-    svc: &ToolServices,
-    ctx: &ToolContext,
-    args: &Map<String, Value>,
-) -> Result<Value, ToolError> {
-    let a = Args(args);
-    let l = ctx.limits();
-    let budget = a.usize_or("maxTokens", l.default_tokens);
-    match name {
-        "tavern_character_get" => {
-            let card = card(svc, ctx).await?;
-            let wanted: Vec<&str> = if a.strs("fields").is_empty() {
-                DEFAULT_FIELDS.to_vec()
+/// `tavern_character_get`.
+pub(crate) struct CharacterGet;
+
+#[async_trait]
+impl TypedTool for CharacterGet {
+    type Args = CharacterArgs;
+    type Output = CharacterOut;
+    const NAME: &'static str = "tavern_character_get";
+    const DESCRIPTION: &'static str = "Read fields of the current character's card, the user's persona or the group members. Long fields are cut to the token budget and listed in truncatedFields.";
+    const WRITES: bool = false;
+
+    async fn run(
+        &self,
+        svc: &ToolServices,
+        ctx: &ToolContext,
+        a: CharacterArgs,
+    ) -> Result<CharacterOut, ToolError> {
+        let budget = a.max_tokens.unwrap_or(ctx.limits().default_tokens);
+        let card = card(svc, ctx).await?;
+        let wanted: Vec<&'static str> = match &a.fields {
+            Some(f) => f.iter().map(|f| f.label()).collect(),
+            None => DEFAULT_FIELDS.to_vec(),
+        };
+        let mut left = budget;
+        let mut fields = Map::new();
+        let mut cut = Vec::new();
+        for f in wanted {
+            let value = match f {
+                "alternate_greetings" => json!(card.alternate_greetings()),
+                "tags" => json!(card.tags()),
+                "group_members" => json!([]),
+                "persona" => {
+                    let p = svc.assets.persona().await;
+                    json!({"name": p.name, "description": p.description})
+                }
+                text if CARD_TEXT_FIELDS.contains(&text) => {
+                    json!(card.field(text).unwrap_or(""))
+                }
+                _ => continue,
+            };
+            match value {
+                // Text fields are cut at a character boundary and listed as cut.
+                Value::String(text) => {
+                    let (kept, was_cut) = fit(&text, left);
+                    left = left.saturating_sub(DefaultTokenEstimator.estimate(&kept));
+                    if was_cut {
+                        cut.push(f);
+                    }
+                    fields.insert(f.into(), json!(kept));
+                }
+                // Structured fields come whole or not at all.
+                other => {
+                    let tokens = DefaultTokenEstimator.estimate(&other.to_string());
+                    if tokens <= left {
+                        left -= tokens;
+                        fields.insert(f.into(), other);
+                    } else {
+                        cut.push(f);
+                    }
+                }
+            }
+        }
+        Ok(CharacterOut {
+            fields,
+            truncated_fields: cut,
+            source: CardSource {
+                kind: "card",
+                character: card.name().to_owned(),
+                spec: card.version().as_str(),
+            },
+        })
+    }
+}
+
+/// `tavern_lore_search`.
+pub(crate) struct LoreSearch;
+
+#[async_trait]
+impl TypedTool for LoreSearch {
+    type Args = LoreArgs;
+    type Output = LoreOut;
+    const NAME: &'static str = "tavern_lore_search";
+    const DESCRIPTION: &'static str = "Search the world lore (globally active books, the book the card links and the card's own book) as SillyTavern activates it. Entries whose keys appear in the query come first, then entries their content activates in turn, then entries that match its words.";
+    const WRITES: bool = false;
+
+    async fn run(
+        &self,
+        svc: &ToolServices,
+        ctx: &ToolContext,
+        a: LoreArgs,
+    ) -> Result<LoreOut, ToolError> {
+        let l = ctx.limits();
+        let mut books = Vec::new();
+        let card = card(svc, ctx).await.ok();
+        if let Some(book) = card.as_ref().and_then(Card::embedded_book) {
+            books.push((LoreSource::Embedded, book));
+        }
+        let linked = card
+            .as_ref()
+            .and_then(|c| c.linked_world().map(str::to_owned));
+        let unavailable = |e: crate::assets::AssetError| ToolError::Unavailable {
+            reason: e.to_string(),
+        };
+        if let Some(name) = &linked {
+            if let Some(book) = svc.assets.world(name).await.map_err(unavailable)? {
+                books.push((LoreSource::CardLinked, book));
+            }
+        }
+        for name in svc.assets.global_worlds().await {
+            if Some(&name) == linked.as_ref() {
+                continue;
+            }
+            if let Some(book) = svc.assets.world(&name).await.map_err(unavailable)? {
+                books.push((LoreSource::Global, book));
+            }
+        }
+        let opts = LoreOptions {
+            include_constant: a.include_constant,
+            limit: a.limit.unwrap_or(l.default_results),
+            max_tokens: a.max_tokens.unwrap_or(l.default_tokens),
+            ..LoreOptions::default()
+        };
+        let character = &ctx.binding().target().character;
+        let persona = svc.assets.persona().await;
+        let who = LoreContext {
+            character: card
+                .as_ref()
+                .map_or(character.as_str(), Card::name)
+                .to_owned(),
+            user: persona.name,
+            character_ids: std::iter::once(character.to_string())
+                .chain(card.as_ref().map(|c| c.name().to_owned()))
+                .collect(),
+            tags: card
+                .as_ref()
+                .map(|c| c.tags().into_iter().map(str::to_owned).collect())
+                .unwrap_or_default(),
+        };
+        let res = lore::search_with(&books, &a.query, &opts, &who);
+        let items = res
+            .hits
+            .iter()
+            .map(|h| LoreItem {
+                book: h.book.to_owned(),
+                source: h.source.as_str(),
+                uid: h.entry.uid,
+                comment: h.entry.comment.clone(),
+                keys: h.entry.keys.clone(),
+                content: h.content.clone(),
+                reason: match h.reason.label() {
+                    "keyword" => LoreReason::Keyword,
+                    "recursion" => LoreReason::Recursion,
+                    "constant" => LoreReason::Constant,
+                    _ => LoreReason::Lexical,
+                },
+                score: rounded(h.score),
+            })
+            .collect();
+        Ok(LoreOut {
+            listing: Listing {
+                items,
+                source_count: res.source_count,
+                truncated: res.truncated,
+                truncated_by: res.truncated_by.and_then(TruncatedBy::from_label),
+                source: LoreSources {
+                    kind: "lore",
+                    books: books
+                        .iter()
+                        .map(|(s, b)| BookOut {
+                            name: b.name.clone(),
+                            source: s.as_str(),
+                            entries: b.entries.len(),
+                        })
+                        .collect(),
+                },
+            },
+            warnings: res.warnings.clone(),
+            duplicates: res.duplicates,
+        })
+    }
+}
+
+/// `tavern_history_search`.
+pub(crate) struct HistorySearch;
+
+#[async_trait]
+impl TypedTool for HistorySearch {
+    type Args = HistoryArgs;
+    type Output = Listing<HistoryItem, ChatSources>;
+    const NAME: &'static str = "tavern_history_search";
+    const DESCRIPTION: &'static str = "Search earlier messages of this chat (and, if asked, the chat it was branched from). An empty query returns the latest messages.";
+    const WRITES: bool = false;
+
+    async fn run(
+        &self,
+        svc: &ToolServices,
+        ctx: &ToolContext,
+        a: HistoryArgs,
+    ) -> Result<Self::Output, ToolError> {
+        let l = ctx.limits();
+        let budget = a.max_tokens.unwrap_or(l.default_tokens);
+        let current_id = ctx.binding().target().chat_id.clone();
+        let mut chats: Vec<(WhichChat, ChatDocument)> = Vec::new();
+        if let Some(doc) = chat(svc, ctx, &current_id).await? {
+            let parent = doc.parent_chat().and_then(|p| ChatId::parse(p).ok());
+            chats.push((WhichChat::Current, doc));
+            if a.include_parent {
+                if let Some(pid) = parent {
+                    if let Some(pdoc) = chat(svc, ctx, &pid).await? {
+                        chats.push((WhichChat::Parent, pdoc));
+                    }
+                }
+            }
+        }
+        let query = a.query.as_str();
+        // (chat position, message index, score)
+        let mut found: Vec<(usize, usize, f64)> = Vec::new();
+        for (c, (_, doc)) in chats.iter().enumerate() {
+            if query.trim().is_empty() {
+                found.extend((0..doc.messages.len()).map(|i| (c, i, 0.0)));
             } else {
-                a.strs("fields")
-            };
-            let mut left = budget;
-            let mut fields = Map::new();
-            let mut cut = Vec::new();
-            for f in wanted {
-                let value = match f {
-                    "alternate_greetings" => json!(card.alternate_greetings()),
-                    "tags" => json!(card.tags()),
-                    "group_members" => json!([]),
-                    "persona" => {
-                        let p = svc.assets.persona().await;
-                        json!({"name": p.name, "description": p.description})
-                    }
-                    text if CARD_TEXT_FIELDS.contains(&text) => {
-                        json!(card.field(text).unwrap_or(""))
-                    }
-                    _ => continue,
-                };
-                match value {
-                    // Text fields are cut at a character boundary and listed as cut.
-                    Value::String(text) => {
-                        let (kept, was_cut) = fit(&text, left);
-                        left = left.saturating_sub(DefaultTokenEstimator.estimate(&kept));
-                        if was_cut {
-                            cut.push(f);
-                        }
-                        fields.insert(f.into(), json!(kept));
-                    }
-                    // Structured fields come whole or not at all.
-                    other => {
-                        let tokens = DefaultTokenEstimator.estimate(&other.to_string());
-                        if tokens <= left {
-                            left -= tokens;
-                            fields.insert(f.into(), other);
-                        } else {
-                            cut.push(f);
-                        }
-                    }
+                let mut index = Bm25Index::new();
+                for (i, m) in doc.messages.iter().enumerate() {
+                    index.insert(u32::try_from(i).unwrap_or(u32::MAX), m.text());
                 }
+                found.extend(
+                    index
+                        .score(&query_tokens(query))
+                        .into_iter()
+                        .map(|(i, s)| (c, i as usize, f64::from(s))),
+                );
             }
-            Ok(json!({"fields": fields, "truncatedFields": cut,
-                "source": {"kind": "card", "character": card.name(), "spec": card.version().as_str()}}))
         }
-        "tavern_lore_search" => {
-            let mut books = Vec::new();
-            let card = card(svc, ctx).await.ok();
-            if let Some(book) = card.as_ref().and_then(Card::embedded_book) {
-                books.push((LoreSource::Embedded, book));
+        // Best first; ties (and an empty query) newest first, current chat before parent.
+        found.sort_by(|x, y| y.2.total_cmp(&x.2).then(x.0.cmp(&y.0)).then(y.1.cmp(&x.1)));
+        let limit = a.limit.unwrap_or(l.default_results);
+        let mut items = Vec::new();
+        let (mut used, mut truncated_by) = (0usize, None);
+        for (c, i, score) in &found {
+            if items.len() == limit {
+                truncated_by = Some(TruncatedBy::Limit);
+                break;
             }
-            let linked = card
-                .as_ref()
-                .and_then(|c| c.linked_world().map(str::to_owned));
-            if let Some(name) = &linked {
-                if let Some(book) =
-                    svc.assets
-                        .world(name)
-                        .await
-                        .map_err(|e| ToolError::Unavailable {
-                            reason: e.to_string(),
-                        })?
-                {
-                    books.push((LoreSource::CardLinked, book));
-                }
+            let m = &chats[*c].1.messages[*i];
+            let tokens = DefaultTokenEstimator.estimate(m.text()) + 8;
+            if used + tokens > budget {
+                truncated_by = Some(TruncatedBy::MaxTokens);
+                break;
             }
-            for name in svc.assets.global_worlds().await {
-                if Some(&name) == linked.as_ref() {
-                    continue;
-                }
-                if let Some(book) =
-                    svc.assets
-                        .world(&name)
-                        .await
-                        .map_err(|e| ToolError::Unavailable {
-                            reason: e.to_string(),
-                        })?
-                {
-                    books.push((LoreSource::Global, book));
-                }
-            }
-            let opts = LoreOptions {
-                include_constant: a.bool_or("includeConstant", false),
-                limit: a.usize_or("limit", l.default_results),
-                max_tokens: budget,
-                ..LoreOptions::default()
-            };
-            let character = &ctx.binding().target().character;
-            let persona = svc.assets.persona().await;
-            let who = LoreContext {
-                character: card
-                    .as_ref()
-                    .map_or(character.as_str(), Card::name)
-                    .to_owned(),
-                user: persona.name,
-                character_ids: std::iter::once(character.to_string())
-                    .chain(card.as_ref().map(|c| c.name().to_owned()))
+            used += tokens;
+            items.push(HistoryItem {
+                chat: chats[*c].0,
+                index: *i,
+                name: m.name().unwrap_or("").to_owned(),
+                is_user: m.is_user(),
+                send_date: send_date_json(m),
+                text: m.text().to_owned(),
+                score: rounded(*score),
+            });
+        }
+        Ok(Listing {
+            items,
+            source_count: found.len(),
+            truncated: truncated_by.is_some(),
+            truncated_by,
+            source: ChatSources {
+                kind: "chat",
+                chats: chats
+                    .iter()
+                    .map(|(k, d)| ChatSize {
+                        chat: *k,
+                        messages: d.messages.len(),
+                    })
                     .collect(),
-                tags: card
+            },
+        })
+    }
+}
+
+/// `tavern_scene_get`.
+pub(crate) struct SceneGet;
+
+#[async_trait]
+impl TypedTool for SceneGet {
+    type Args = SceneArgs;
+    type Output = SceneOut;
+    const NAME: &'static str = "tavern_scene_get";
+    const DESCRIPTION: &'static str = "Read the current scene: who is speaking, the chat's size and dates, the scenario and the author's note.";
+    const WRITES: bool = false;
+
+    async fn run(
+        &self,
+        svc: &ToolServices,
+        ctx: &ToolContext,
+        a: SceneArgs,
+    ) -> Result<SceneOut, ToolError> {
+        let budget = a.max_tokens.unwrap_or(ctx.limits().default_tokens);
+        let target = ctx.binding().target();
+        let doc = chat(svc, ctx, &target.chat_id).await?;
+        let card = card(svc, ctx).await.ok();
+        let persona = svc.assets.persona().await;
+        let header = doc
+            .as_ref()
+            .and_then(|d| d.header.as_ref())
+            .map(|h| h.object().clone())
+            .unwrap_or_default();
+        let messages = doc.as_ref().map_or(&[][..], |d| &d.messages[..]);
+        let mut speakers: Vec<String> = Vec::new();
+        for m in messages.iter().rev().take(20) {
+            if let Some(n) = m.name() {
+                if !speakers.iter().any(|s| s == n) {
+                    speakers.push(n.to_owned());
+                }
+            }
+        }
+        let half = budget / 2;
+        let (scenario, s_cut) = fit(
+            card.as_ref()
+                .and_then(|c| c.field("scenario"))
+                .unwrap_or(""),
+            half,
+        );
+        let note_raw = header
+            .get("chat_metadata")
+            .and_then(|m| m.get("note_prompt"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let (note, n_cut) = fit(note_raw, budget - half);
+        let cut: Vec<&'static str> = [("scenario", s_cut), ("note", n_cut)]
+            .into_iter()
+            .filter(|c| c.1)
+            .map(|c| c.0)
+            .collect();
+        let user = header
+            .get("user_name")
+            .and_then(Value::as_str)
+            .map_or(persona.name.clone(), str::to_owned);
+        Ok(SceneOut {
+            character: target.character.to_string(),
+            user,
+            chat: SceneChat {
+                id: target.chat_id.to_string(),
+                message_count: messages.len(),
+                create_date: header.get("create_date").cloned().unwrap_or(Value::Null),
+                last_message_date: messages.last().map(send_date_json).unwrap_or(Value::Null),
+                parent: doc
                     .as_ref()
-                    .map(|c| c.tags().into_iter().map(str::to_owned).collect())
-                    .unwrap_or_default(),
-            };
-            let res = lore::search_with(&books, a.str("query").unwrap_or(""), &opts, &who);
-            Ok(json!({
-                "items": res.hits.iter().map(|h| json!({
-                    "book": h.book, "source": h.source.as_str(), "uid": h.entry.uid, "comment": h.entry.comment,
-                    "keys": h.entry.keys, "content": h.content, "reason": h.reason.label(),
-                    "score": (h.score * 1000.0).round() / 1000.0,
-                })).collect::<Vec<_>>(),
-                "sourceCount": res.source_count, "truncated": res.truncated, "truncatedBy": res.truncated_by,
-                "warnings": res.warnings, "duplicates": res.duplicates,
-                "source": {"kind": "lore", "books": books.iter().map(|(s, b)| json!({"name": b.name, "source": s.as_str(), "entries": b.entries.len()})).collect::<Vec<_>>()},
-            }))
-        }
-        "tavern_history_search" => {
-            let current_id = ctx.binding().target().chat_id.clone();
-            let mut chats: Vec<(&str, ChatDocument)> = Vec::new();
-            if let Some(doc) = chat(svc, ctx, &current_id).await? {
-                let parent = doc.parent_chat().and_then(|p| ChatId::parse(p).ok());
-                chats.push(("current", doc));
-                if a.bool_or("includeParent", false) {
-                    if let Some(pid) = parent {
-                        if let Some(pdoc) = chat(svc, ctx, &pid).await? {
-                            chats.push(("parent", pdoc));
-                        }
-                    }
-                }
-            }
-            let query = a.str("query").unwrap_or("");
-            // (chat position, message index, score)
-            let mut found: Vec<(usize, usize, f64)> = Vec::new();
-            for (c, (_, doc)) in chats.iter().enumerate() {
-                if query.trim().is_empty() {
-                    found.extend((0..doc.messages.len()).map(|i| (c, i, 0.0)));
-                } else {
-                    let mut index = Bm25Index::new();
-                    for (i, m) in doc.messages.iter().enumerate() {
-                        index.insert(u32::try_from(i).unwrap_or(u32::MAX), m.text());
-                    }
-                    found.extend(
-                        index
-                            .score(&query_tokens(query))
-                            .into_iter()
-                            .map(|(i, s)| (c, i as usize, f64::from(s))),
-                    );
-                }
-            }
-            // Best first; ties (and an empty query) newest first, current chat before parent.
-            found.sort_by(|x, y| y.2.total_cmp(&x.2).then(x.0.cmp(&y.0)).then(y.1.cmp(&x.1)));
-            let limit = a.usize_or("limit", l.default_results);
-            let mut items = Vec::new();
-            let (mut used, mut truncated_by) = (0usize, None);
-            for (c, i, score) in &found {
-                if items.len() == limit {
-                    truncated_by = Some("limit");
-                    break;
-                }
-                let m = &chats[*c].1.messages[*i];
-                let tokens = DefaultTokenEstimator.estimate(m.text()) + 8;
-                if used + tokens > budget {
-                    truncated_by = Some("max-tokens");
-                    break;
-                }
-                used += tokens;
-                items.push(json!({"chat": chats[*c].0, "index": i, "name": m.name().unwrap_or(""), "isUser": m.is_user(),
-                    "sendDate": send_date_json(m), "text": m.text(), "score": (score * 1000.0).round() / 1000.0}));
-            }
-            Ok(
-                json!({"items": items, "sourceCount": found.len(), "truncated": truncated_by.is_some(), "truncatedBy": truncated_by,
-                "source": {"kind": "chat", "chats": chats.iter().map(|(k, d)| json!({"chat": k, "messages": d.messages.len()})).collect::<Vec<_>>()}}),
-            )
-        }
-        "tavern_scene_get" => {
-            let target = ctx.binding().target();
-            let doc = chat(svc, ctx, &target.chat_id).await?;
-            let card = card(svc, ctx).await.ok();
-            let persona = svc.assets.persona().await;
-            let header = doc
-                .as_ref()
-                .and_then(|d| d.header.as_ref())
-                .map(|h| h.object().clone())
-                .unwrap_or_default();
-            let messages = doc.as_ref().map_or(&[][..], |d| &d.messages[..]);
-            let mut speakers: Vec<&str> = Vec::new();
-            for m in messages.iter().rev().take(20) {
-                if let Some(n) = m.name() {
-                    if !speakers.contains(&n) {
-                        speakers.push(n);
-                    }
-                }
-            }
-            let half = budget / 2;
-            let (scenario, s_cut) = fit(
-                card.as_ref()
-                    .and_then(|c| c.field("scenario"))
-                    .unwrap_or(""),
-                half,
-            );
-            let note_raw = header
-                .get("chat_metadata")
-                .and_then(|m| m.get("note_prompt"))
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            let (note, n_cut) = fit(note_raw, budget - half);
-            let cut: Vec<&str> = [("scenario", s_cut), ("note", n_cut)]
-                .into_iter()
-                .filter(|c| c.1)
-                .map(|c| c.0)
-                .collect();
-            let user = header
-                .get("user_name")
-                .and_then(Value::as_str)
-                .map_or(persona.name.clone(), str::to_owned);
-            Ok(json!({
-                "character": target.character.as_str(),
-                "user": user,
-                "chat": {"id": target.chat_id.as_str(), "messageCount": messages.len(),
-                    "createDate": header.get("create_date").cloned().unwrap_or(Value::Null),
-                    "lastMessageDate": messages.last().map(send_date_json).unwrap_or(Value::Null),
-                    "parent": doc.as_ref().and_then(ChatDocument::parent_chat)},
-                "speakers": speakers, "scenario": scenario, "note": note,
-                "architecture": ctx.binding().architecture().as_str(), "contextMode": ctx.context_mode().as_str(),
-                "turn": ctx.turn(), "now": ctx.now().0, "truncatedFields": cut,
-            }))
-        }
-        other => Err(ToolError::UnknownTool(other.to_owned())),
+                    .and_then(ChatDocument::parent_chat)
+                    .map(str::to_owned),
+            },
+            speakers,
+            scenario,
+            note,
+            architecture: ctx.binding().architecture().as_str(),
+            context_mode: ctx.context_mode().as_str(),
+            turn: ctx.turn(),
+            now: ctx.now().0,
+            truncated_fields: cut,
+        })
     }
 }

@@ -1,206 +1,419 @@
 //! `variable_get`, `variable_set`, `variable_patch`, `variable_delete`, `variable_list`.
 
-use serde_json::{json, Map, Value};
-use tavern_core::{Scope, VariableName, VariableRecord};
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tavern_core::{VariableName, VariableRecord};
 use tavern_store::VariableChange;
 
-use super::{limit_param, nullable, object, result, revision_param, scope_param, Args, ToolSpec};
-use crate::context::{ToolContext, ToolLimits};
+use super::{any_value, check_write, revision, AnyScope, RevisionArg};
+use crate::context::ToolContext;
 use crate::error::ToolError;
 use crate::registry::ToolServices;
+use crate::tool::TypedTool;
 
-fn name_param() -> Value {
-    json!({"type": "string", "minLength": 1, "maxLength": 64,
-        "description": "Variable name: letters (any script), digits, '_', '.', '-'; starts with a letter or '_' (e.g. hp, basic.好感度)."})
+/// What a variable name may be (as `VariableName` checks it): letters of any script, digits,
+/// `_`, `.`, `-`, starting with a letter or `_`, at most 64 characters.
+const NAME_PATTERN: &str = r"^[\p{L}_][\p{L}\p{N}_.-]{0,63}$";
+
+// --- argument types ------------------------------------------------------------------------
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct GetArgs {
+    /// Variable name: letters (any script), digits, '_', '.', '-'; starts with a letter or
+    /// '_' (e.g. hp, basic.好感度).
+    #[schemars(regex(pattern = NAME_PATTERN), length(min = 1, max = 64))]
+    name: String,
+    /// Scope kind (default chat); the session decides which chat and character it means.
+    #[serde(default)]
+    scope: AnyScope,
 }
 
-fn value_param() -> Value {
-    json!({"description": "Any JSON value: string, finite number, boolean, array or object (at most 32 KiB)."})
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct SetArgs {
+    /// Variable name: letters (any script), digits, '_', '.', '-'; starts with a letter or
+    /// '_' (e.g. hp, basic.好感度).
+    #[schemars(regex(pattern = NAME_PATTERN), length(min = 1, max = 64))]
+    name: String,
+    /// Any JSON value: string, finite number, boolean, array, object or null (at most 32 KiB).
+    #[schemars(schema_with = "any_value")]
+    value: Value,
+    /// Scope kind (default chat); the session decides which chat and character it means.
+    #[serde(default)]
+    scope: AnyScope,
+    /// The variable's current revision, as last read (omit to create it).
+    #[schemars(length(min = 35, max = 35))]
+    revision: Option<RevisionArg>,
+    /// Set only after the user confirmed a global write.
+    #[serde(default)]
+    confirmed: bool,
 }
 
-fn record_schema() -> Value {
-    result(
-        json!({"name": {"type": "string"}, "scope": {"type": "string"}, "value": {},
-        "revision": {"type": "string"}, "updatedAt": {"type": "integer"}}),
-    )
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct Change {
+    /// Variable name: letters (any script), digits, '_', '.', '-'; starts with a letter or
+    /// '_'.
+    #[schemars(regex(pattern = NAME_PATTERN), length(min = 1, max = 64))]
+    name: String,
+    /// The new value (any JSON value); required unless `delete` is true.
+    #[schemars(schema_with = "any_value")]
+    #[serde(default, deserialize_with = "present")]
+    value: Option<Value>,
+    /// Delete the variable instead (needs its revision).
+    #[serde(default)]
+    delete: bool,
+    /// The variable's current revision (omit to create it).
+    #[schemars(length(min = 35, max = 35))]
+    revision: Option<RevisionArg>,
 }
 
-pub(crate) fn specs(l: &ToolLimits) -> Vec<ToolSpec> {
-    let scope = scope_param(&Scope::ALL, Scope::Chat);
-    vec![
-        ToolSpec {
-            name: "variable_get",
-            description: "Read one variable's exact value and revision (default scope: this chat).",
-            parameters: object(json!({"name": name_param(), "scope": scope}), &["name"]),
-            result: record_schema(),
-            writes: false,
-        },
-        ToolSpec {
-            name: "variable_set",
-            description: "Set a variable. Creating needs no revision; changing an existing one needs its current revision (on a conflict, read again and retry).",
-            parameters: object(json!({"name": name_param(), "value": value_param(), "scope": scope,
-                "revision": revision_param("variable"), "confirmed": {"type": "boolean", "description": "Set only after the user confirmed a global write."}}), &["name", "value"]),
-            result: record_schema(),
-            writes: true,
-        },
-        ToolSpec {
-            name: "variable_patch",
-            description: "Change several variables of one scope at once: all changes apply or none. Each change sets a value or deletes; existing variables need their revision. Optionally pin the whole scope with scopeRevision from variable_list.",
-            parameters: object(json!({
-                "scope": scope,
-                "scopeRevision": revision_param("scope"),
-                "changes": {"type": "array", "minItems": 1, "maxItems": l.max_patch_changes, "items": object(json!({
-                    "name": name_param(), "value": value_param(), "delete": {"type": "boolean"},
-                    "revision": revision_param("variable"),
-                }), &["name"])},
-                "confirmed": {"type": "boolean", "description": "Set only after the user confirmed a global write."},
-            }), &["changes"]),
-            result: result(json!({"scopeRevision": {"type": "string"}, "items": {"type": "array", "items": record_schema()}})),
-            writes: true,
-        },
-        ToolSpec {
-            name: "variable_delete",
-            description: "Delete a variable (kept in the audit trail). Needs its current revision.",
-            parameters: object(json!({"name": name_param(), "scope": scope, "revision": revision_param("variable"),
-                "confirmed": {"type": "boolean", "description": "Set only after the user confirmed a global write."}}), &["name", "revision"]),
-            result: result(json!({"name": {"type": "string"}, "deleted": {"type": "boolean"}})),
-            writes: true,
-        },
-        ToolSpec {
-            name: "variable_list",
-            description: "List variable names with short value previews, by name prefix. Returns the scope revision for variable_patch.",
-            parameters: object(json!({"scope": scope, "prefix": {"type": "string", "maxLength": 64}, "limit": limit_param(l)}), &[]),
-            result: result(json!({"scopeRevision": nullable(json!({"type": "string"})), "items": {"type": "array"},
-                "total": {"type": "integer"}, "truncated": {"type": "boolean"}})),
-            writes: false,
-        },
-    ]
+/// A present `value` (even `null`) is `Some`; only an absent one is `None`.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
 }
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct PatchArgs {
+    /// Scope kind (default chat); the session decides which chat and character it means.
+    #[serde(default)]
+    scope: AnyScope,
+    /// The scope's current revision from variable_list, to pin the whole scope.
+    #[schemars(length(min = 35, max = 35))]
+    scope_revision: Option<RevisionArg>,
+    /// The changes, applied all or none.
+    #[schemars(length(min = 1))]
+    changes: Vec<Change>,
+    /// Set only after the user confirmed a global write.
+    #[serde(default)]
+    confirmed: bool,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct DeleteArgs {
+    /// Variable name.
+    #[schemars(regex(pattern = NAME_PATTERN), length(min = 1, max = 64))]
+    name: String,
+    /// Scope kind (default chat); the session decides which chat and character it means.
+    #[serde(default)]
+    scope: AnyScope,
+    /// The variable's current revision, as last read.
+    #[schemars(length(min = 35, max = 35))]
+    revision: RevisionArg,
+    /// Set only after the user confirmed a global write.
+    #[serde(default)]
+    confirmed: bool,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct ListArgs {
+    /// Scope kind (default chat); the session decides which chat and character it means.
+    #[serde(default)]
+    scope: AnyScope,
+    /// Only names starting with this.
+    #[serde(default)]
+    #[schemars(length(max = 64))]
+    prefix: String,
+    limit: Option<usize>,
+}
+
+// --- result types --------------------------------------------------------------------------
+
+/// A variable as the model sees it.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct VariableOut {
+    name: String,
+    scope: &'static str,
+    /// The exact value.
+    #[schemars(schema_with = "any_value")]
+    value: Value,
+    revision: String,
+    updated_at: i64,
+    /// Set on a patch's deletions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deleted: Option<bool>,
+}
+
+impl VariableOut {
+    fn of(r: &VariableRecord) -> Self {
+        Self {
+            name: r.name.to_string(),
+            scope: r.scope.scope().as_str(),
+            value: r.value.clone(),
+            revision: r.revision.to_string(),
+            updated_at: r.updated_at.0,
+            deleted: (!r.is_live()).then_some(true),
+        }
+    }
+}
+
+/// The outcome of a patch.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PatchOut {
+    /// The scope's revision after the patch.
+    scope_revision: String,
+    /// What was written, in change order.
+    items: Vec<VariableOut>,
+}
+
+/// A deleted variable.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub(crate) struct DeleteOut {
+    name: String,
+    deleted: bool,
+}
+
+/// One variable of a listing.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub(crate) struct SummaryOut {
+    name: String,
+    /// JSON type of the value.
+    #[serde(rename = "type")]
+    kind: &'static str,
+    /// Up to 80 characters of the compact value.
+    preview: String,
+    bytes: usize,
+    revision: String,
+}
+
+/// A listing of one scope.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ListOut {
+    scope: &'static str,
+    /// For variable_patch's scopeRevision; null when nothing was ever written.
+    scope_revision: Option<String>,
+    items: Vec<SummaryOut>,
+    total: usize,
+    truncated: bool,
+}
+
+// --- the tools -----------------------------------------------------------------------------
 
 fn var_name(raw: &str, field: &str) -> Result<VariableName, ToolError> {
     VariableName::parse(raw).map_err(|e| ToolError::invalid(field, e.to_string()))
 }
 
-fn record_json(r: &VariableRecord) -> Value {
-    json!({"name": r.name.as_str(), "scope": r.scope.scope().as_str(), "value": r.value,
-        "revision": r.revision.as_str(), "updatedAt": r.updated_at.0})
+/// `variable_get`.
+pub(crate) struct Get;
+
+#[async_trait]
+impl TypedTool for Get {
+    type Args = GetArgs;
+    type Output = VariableOut;
+    const NAME: &'static str = "variable_get";
+    const DESCRIPTION: &'static str =
+        "Read one variable's exact value and revision (default scope: this chat).";
+    const WRITES: bool = false;
+
+    async fn run(
+        &self,
+        svc: &ToolServices,
+        ctx: &ToolContext,
+        a: GetArgs,
+    ) -> Result<VariableOut, ToolError> {
+        let scope = a.scope.scope();
+        let n = var_name(&a.name, "name")?;
+        match svc.variables.get(&ctx.scope(scope), &n).await? {
+            Some(r) => Ok(VariableOut::of(&r)),
+            None => Err(ToolError::NotFound {
+                what: format!("variable {n} in scope {scope}"),
+            }),
+        }
+    }
 }
 
-pub(crate) async fn call(
-    name: &str,
-    svc: &ToolServices,
-    ctx: &ToolContext,
-    args: &Map<String, Value>,
-) -> Result<Value, ToolError> {
-    let a = Args(args);
-    let scope = a.scope_or("scope", Scope::Chat);
-    let key = ctx.scope(scope);
-    if matches!(name, "variable_set" | "variable_patch" | "variable_delete") {
-        ctx.policy()
-            .check_write(scope, a.bool_or("confirmed", false))
-            .map_err(|d| ToolError::ScopeDenied {
-                scope: scope.to_string(),
-                reason: d.to_string(),
-            })?;
+/// `variable_set`.
+pub(crate) struct Set;
+
+#[async_trait]
+impl TypedTool for Set {
+    type Args = SetArgs;
+    type Output = VariableOut;
+    const NAME: &'static str = "variable_set";
+    const DESCRIPTION: &'static str = "Set a variable. Creating needs no revision; changing an existing one needs its current revision (on a conflict, read again and retry).";
+    const WRITES: bool = true;
+
+    async fn run(
+        &self,
+        svc: &ToolServices,
+        ctx: &ToolContext,
+        a: SetArgs,
+    ) -> Result<VariableOut, ToolError> {
+        let scope = a.scope.scope();
+        check_write(ctx, scope, a.confirmed)?;
+        let n = var_name(&a.name, "name")?;
+        let expected = a
+            .revision
+            .as_deref()
+            .map(|r| revision("revision", r))
+            .transpose()?;
+        let r = svc
+            .variables
+            .set(
+                &ctx.scope(scope),
+                &n,
+                a.value,
+                expected.as_ref(),
+                ctx.source(),
+            )
+            .await?;
+        Ok(VariableOut::of(&r))
     }
-    match name {
-        "variable_get" => {
-            let n = var_name(a.str("name").unwrap_or_default(), "name")?;
-            match svc.variables.get(&key, &n).await? {
-                Some(r) => Ok(record_json(&r)),
-                None => Err(ToolError::NotFound {
-                    what: format!("variable {n} in scope {scope}"),
-                }),
-            }
-        }
-        "variable_set" => {
-            let n = var_name(a.str("name").unwrap_or_default(), "name")?;
-            let value = args.get("value").cloned().unwrap_or(Value::Null);
-            let expected = a.revision("revision")?;
-            let r = svc
-                .variables
-                .set(&key, &n, value, expected.as_ref(), ctx.source())
-                .await?;
-            Ok(record_json(&r))
-        }
-        "variable_patch" => {
-            let mut changes = Vec::new();
-            for (i, c) in args
-                .get("changes")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .enumerate()
-            {
-                let c = c.as_object().ok_or_else(|| {
-                    ToolError::invalid(format!("changes[{i}]"), "must be an object")
-                })?;
-                let ca = Args(c);
-                let field = |k: &str| format!("changes[{i}].{k}");
-                let n = var_name(ca.str("name").unwrap_or_default(), &field("name"))?;
-                let rev = ca
-                    .revision("revision")
-                    .map_err(|_| ToolError::invalid(field("revision"), "is not a revision"))?;
-                if ca.bool_or("delete", false) {
-                    if c.contains_key("value") {
-                        return Err(ToolError::invalid(
-                            field("value"),
-                            "a change either deletes or sets a value, not both",
-                        ));
-                    }
-                    let expected = rev.ok_or_else(|| {
-                        ToolError::invalid(field("revision"), "deleting needs the current revision")
-                    })?;
-                    changes.push(VariableChange::Delete { name: n, expected });
-                } else {
-                    let value = c.get("value").cloned().ok_or_else(|| {
-                        ToolError::invalid(field("value"), "is required unless delete is true")
-                    })?;
-                    changes.push(VariableChange::Set {
-                        name: n,
-                        value,
-                        expected: rev,
-                    });
+}
+
+/// `variable_patch`.
+pub(crate) struct Patch;
+
+#[async_trait]
+impl TypedTool for Patch {
+    type Args = PatchArgs;
+    type Output = PatchOut;
+    const NAME: &'static str = "variable_patch";
+    const DESCRIPTION: &'static str = "Change several variables of one scope at once: all changes apply or none. Each change sets a value or deletes; existing variables need their revision. Optionally pin the whole scope with scopeRevision from variable_list.";
+    const WRITES: bool = true;
+
+    async fn run(
+        &self,
+        svc: &ToolServices,
+        ctx: &ToolContext,
+        a: PatchArgs,
+    ) -> Result<PatchOut, ToolError> {
+        let scope = a.scope.scope();
+        check_write(ctx, scope, a.confirmed)?;
+        let mut changes = Vec::with_capacity(a.changes.len());
+        for (i, c) in a.changes.into_iter().enumerate() {
+            let field = |k: &str| format!("changes[{i}].{k}");
+            let name = var_name(&c.name, &field("name"))?;
+            let rev = c
+                .revision
+                .as_deref()
+                .map(|r| revision(&field("revision"), r))
+                .transpose()?;
+            changes.push(match (c.delete, c.value) {
+                (true, Some(_)) => {
+                    return Err(ToolError::invalid(
+                        field("value"),
+                        "a change either deletes or sets a value, not both",
+                    ))
                 }
-            }
-            let pinned = a.revision("scopeRevision")?;
-            let out = svc
-                .variables
-                .patch(&key, &changes, pinned.as_ref(), ctx.source())
-                .await?;
-            Ok(json!({"scopeRevision": out.scope_revision.as_str(),
-                "items": out.records.iter().map(|r| {
-                    let mut v = record_json(r);
-                    if !r.is_live() { v["deleted"] = json!(true); }
-                    v
-                }).collect::<Vec<_>>()}))
+                (true, None) => VariableChange::Delete {
+                    name,
+                    expected: rev.ok_or_else(|| {
+                        ToolError::invalid(field("revision"), "deleting needs the current revision")
+                    })?,
+                },
+                (false, Some(value)) => VariableChange::Set {
+                    name,
+                    value,
+                    expected: rev,
+                },
+                (false, None) => {
+                    return Err(ToolError::invalid(
+                        field("value"),
+                        "is required unless delete is true",
+                    ))
+                }
+            });
         }
-        "variable_delete" => {
-            let n = var_name(a.str("name").unwrap_or_default(), "name")?;
-            let expected = a
-                .revision("revision")?
-                .ok_or_else(|| ToolError::invalid("revision", "is required"))?;
-            svc.variables
-                .delete(&key, &n, &expected, ctx.source())
-                .await?;
-            Ok(json!({"name": n.as_str(), "deleted": true}))
-        }
-        "variable_list" => {
-            let listing = svc
-                .variables
-                .list(
-                    &key,
-                    a.str("prefix").unwrap_or(""),
-                    a.usize_or("limit", ctx.limits().default_results),
-                )
-                .await?;
-            Ok(json!({
-                "scope": scope.as_str(),
-                "scopeRevision": listing.scope_revision.as_ref().map(|r| r.as_str()),
-                "items": listing.items.iter().map(|s| json!({"name": s.name.as_str(), "type": s.kind, "preview": s.preview, "bytes": s.bytes, "revision": s.revision.as_str()})).collect::<Vec<_>>(),
-                "total": listing.total, "truncated": listing.truncated,
-            }))
-        }
-        other => Err(ToolError::UnknownTool(other.to_owned())),
+        let pinned = a
+            .scope_revision
+            .as_deref()
+            .map(|r| revision("scopeRevision", r))
+            .transpose()?;
+        let out = svc
+            .variables
+            .patch(&ctx.scope(scope), &changes, pinned.as_ref(), ctx.source())
+            .await?;
+        Ok(PatchOut {
+            scope_revision: out.scope_revision.to_string(),
+            items: out.records.iter().map(VariableOut::of).collect(),
+        })
+    }
+}
+
+/// `variable_delete`.
+pub(crate) struct Delete;
+
+#[async_trait]
+impl TypedTool for Delete {
+    type Args = DeleteArgs;
+    type Output = DeleteOut;
+    const NAME: &'static str = "variable_delete";
+    const DESCRIPTION: &'static str =
+        "Delete a variable (kept in the audit trail). Needs its current revision.";
+    const WRITES: bool = true;
+
+    async fn run(
+        &self,
+        svc: &ToolServices,
+        ctx: &ToolContext,
+        a: DeleteArgs,
+    ) -> Result<DeleteOut, ToolError> {
+        let scope = a.scope.scope();
+        check_write(ctx, scope, a.confirmed)?;
+        let n = var_name(&a.name, "name")?;
+        let expected = revision("revision", &a.revision)?;
+        svc.variables
+            .delete(&ctx.scope(scope), &n, &expected, ctx.source())
+            .await?;
+        Ok(DeleteOut {
+            name: n.to_string(),
+            deleted: true,
+        })
+    }
+}
+
+/// `variable_list`.
+pub(crate) struct List;
+
+#[async_trait]
+impl TypedTool for List {
+    type Args = ListArgs;
+    type Output = ListOut;
+    const NAME: &'static str = "variable_list";
+    const DESCRIPTION: &'static str = "List variable names with short value previews, by name prefix. Returns the scope revision for variable_patch.";
+    const WRITES: bool = false;
+
+    async fn run(
+        &self,
+        svc: &ToolServices,
+        ctx: &ToolContext,
+        a: ListArgs,
+    ) -> Result<ListOut, ToolError> {
+        let scope = a.scope.scope();
+        let listing = svc
+            .variables
+            .list(
+                &ctx.scope(scope),
+                &a.prefix,
+                a.limit.unwrap_or(ctx.limits().default_results),
+            )
+            .await?;
+        Ok(ListOut {
+            scope: scope.as_str(),
+            scope_revision: listing.scope_revision.as_ref().map(ToString::to_string),
+            items: listing
+                .items
+                .iter()
+                .map(|s| SummaryOut {
+                    name: s.name.to_string(),
+                    kind: s.kind,
+                    preview: s.preview.clone(),
+                    bytes: s.bytes,
+                    revision: s.revision.to_string(),
+                })
+                .collect(),
+            total: listing.total,
+            truncated: listing.truncated,
+        })
     }
 }
