@@ -197,7 +197,11 @@ async fn a_restart_between_the_line_and_the_checkpoint_does_not_duplicate() {
         p.on_event(&session(), &binding(), e).await.unwrap();
     }
     // Simulate a crash after the lines were written but before the checkpoint was saved.
-    store.save_checkpoint(&before.unwrap()).await.unwrap();
+    let after = store.load_checkpoint(&session()).await.unwrap();
+    store
+        .save_checkpoint(&before.unwrap(), after.as_ref())
+        .await
+        .unwrap();
     drop(p);
     let restarted = projector(store.clone(), clock);
     let out = restarted.replay(&session(), &binding(), evs).await.unwrap();
@@ -374,6 +378,166 @@ proptest! {
             assert_eq!(got, want);
             let by_seq: BTreeMap<u64, usize> = got.iter().enumerate().map(|(i, l)| (l.0, i)).collect();
             assert!(by_seq.values().zip(by_seq.values().skip(1)).all(|(a, b)| a < b), "log order");
+        });
+    }
+}
+
+/// `turns` DSH-shaped turns, six events each (seqs from 0).
+fn many_turns(turns: u64) -> Vec<HostEvent> {
+    (0..turns)
+        .flat_map(|t| {
+            let (s, turn) = (t * 6, t + 1);
+            [
+                serde_json::json!({"type": "turn/start", "seq": s, "time": 1, "data": {"turn": turn}}),
+                serde_json::json!({"type": "user/message", "seq": s + 1, "time": 1, "data": {"role": "user", "source": {"kind": "user"}, "content": [{"type": "text", "text": format!("question {turn}")}]}}),
+                serde_json::json!({"type": "step/start", "seq": s + 2, "time": 1, "data": {"turn": turn, "step": 1}}),
+                serde_json::json!({"type": "assistant/message", "seq": s + 3, "time": 1, "data": {"turn": turn, "step": 1, "message": {"role": "assistant", "content": [{"type": "text", "text": format!("answer {turn}")}]}}}),
+                serde_json::json!({"type": "step/end", "seq": s + 4, "time": 1, "data": {"turn": turn, "step": 1}}),
+                serde_json::json!({"type": "turn/end", "seq": s + 5, "time": 1, "data": {"turn": turn, "reason": {"kind": "completed"}}}),
+            ]
+        })
+        .map(|v| tavern_dsh_adapter::dsh::event::decode(&v).unwrap())
+        .collect()
+}
+
+/// Every turn's two lines, exactly once and in order, and a checkpoint at the last event.
+async fn assert_all_projected(store: &dyn AllStores, turns: u64) {
+    let got: Vec<(bool, String)> = projected(store)
+        .await
+        .into_iter()
+        .map(|(_, user, text, _, _)| (user, text))
+        .collect();
+    let want: Vec<(bool, String)> = (1..=turns)
+        .flat_map(|t| {
+            [
+                (true, format!("question {t}")),
+                (false, format!("answer {t}")),
+            ]
+        })
+        .collect();
+    assert_eq!(got, want);
+    let cp = store.load_checkpoint(&session()).await.unwrap().unwrap();
+    assert_eq!(cp.last_cursor, Some(turns * 6 - 1));
+    assert_eq!(cp.status, CheckpointStatus::Ok);
+}
+
+/// A deterministic shuffle (no randomness in tests beyond proptest's).
+fn shuffled(mut v: Vec<HostEvent>, seed: u64) -> Vec<HostEvent> {
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    for i in (1..v.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    v
+}
+
+/// Several threads deliver one session's events at once (each its own order, with repeats):
+/// every line lands exactly once and nothing stays pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_delivery_from_threads_projects_every_line_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store: Arc<dyn AllStores> = Arc::new(FsStore::open(dir.path(), clock.clone()).unwrap());
+    let p = Arc::new(projector(store.clone(), clock));
+    const TURNS: u64 = 30;
+    let mut tasks = Vec::new();
+    for feeder in 0..6u64 {
+        let p = p.clone();
+        let evs = shuffled(many_turns(TURNS), feeder);
+        tasks.push(tokio::spawn(async move {
+            for e in evs {
+                let _ = p.on_event(&session(), &binding(), e).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_all_projected(&*store, TURNS).await;
+}
+
+/// Two runtimes on one data directory (two file stores on one root, as two processes have),
+/// each delivering part of the events interleaved with the other: every line once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_projectors_on_one_root_project_every_line_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let a: Arc<dyn AllStores> = Arc::new(FsStore::open(dir.path(), clock.clone()).unwrap());
+    let b: Arc<dyn AllStores> = Arc::new(FsStore::open(dir.path(), clock.clone()).unwrap());
+    const TURNS: u64 = 30;
+    let all = many_turns(TURNS);
+    let mut tasks = Vec::new();
+    for (i, store) in [a.clone(), b.clone()].into_iter().enumerate() {
+        let p = projector(store, clock.clone());
+        // Each gets every other event in its own order, then all of them again (a host that
+        // retries).
+        let mine: Vec<HostEvent> = shuffled(
+            all.iter()
+                .enumerate()
+                .filter(|(n, _)| n % 2 == i)
+                .map(|(_, e)| e.clone())
+                .collect(),
+            i as u64 + 3,
+        )
+        .into_iter()
+        .chain(shuffled(all.clone(), i as u64 + 7))
+        .collect();
+        tasks.push(tokio::spawn(async move {
+            for e in mine {
+                let _ = p.on_event(&session(), &binding(), e).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_all_projected(&*a, TURNS).await;
+    assert_all_projected(&*b, TURNS).await;
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// Any split of the events among 1–4 concurrent feeders of one projector, any order within
+    /// each: every line exactly once, in log order, checkpoint at the end, nothing pending.
+    #[test]
+    fn concurrent_feeders_project_exactly_once(
+        assignment in prop::collection::vec(0..4usize, 30),
+        seeds in prop::collection::vec(any::<u64>(), 4),
+        also_all in any::<bool>(),
+    ) {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(3).build().unwrap();
+        rt.block_on(async {
+            let (store, clock) = mem();
+            let p = Arc::new(projector(store.clone(), clock));
+            let all = many_turns(5);
+            let mut tasks = Vec::new();
+            for feeder in 0..4 {
+                let mut mine: Vec<HostEvent> = all
+                    .iter()
+                    .zip(&assignment)
+                    .filter(|(_, f)| **f == feeder)
+                    .map(|(e, _)| e.clone())
+                    .collect();
+                if also_all && feeder == 0 {
+                    mine.extend(all.clone());
+                }
+                let mine = shuffled(mine, seeds[feeder]);
+                let p = p.clone();
+                tasks.push(tokio::spawn(async move {
+                    for e in mine {
+                        let _ = p.on_event(&session(), &binding(), e).await;
+                    }
+                }));
+            }
+            for t in tasks {
+                t.await.unwrap();
+            }
+            assert_all_projected(&*store, 5).await;
         });
     }
 }

@@ -26,6 +26,18 @@ use crate::plan::{plan, PlannedLine, Position};
 /// Attempts at appending when the chat keeps changing under us.
 const APPEND_ATTEMPTS: usize = 5;
 
+/// Attempts at a projection step when other projectors of the session keep moving its
+/// checkpoint.
+const CHECKPOINT_ATTEMPTS: usize = 8;
+
+/// How a projection step ended.
+enum Step {
+    /// It finished (well or not); the checkpoint says so.
+    Done(Result<Outcome, ProjectorError>),
+    /// The checkpoint changed under it; redo from the new one.
+    Stale,
+}
+
 /// Why a projection did not complete. The checkpoint is then `pending` with this error and a
 /// replay from the host log fills the gap.
 #[derive(Debug, Error)]
@@ -87,6 +99,9 @@ pub struct ChatProjector {
     clock: Arc<dyn Clock>,
     config: ProjectorConfig,
     buffers: Mutex<HashMap<SessionId, BTreeMap<u64, HostEvent>>>,
+    /// One projection step at a time per session (events of a session may arrive from
+    /// several threads).
+    gates: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl std::fmt::Debug for ChatProjector {
@@ -111,6 +126,7 @@ impl ChatProjector {
             clock,
             config,
             buffers: Mutex::default(),
+            gates: Mutex::default(),
         }
     }
 
@@ -157,26 +173,64 @@ impl ChatProjector {
         self.checkpoints.pending_checkpoints().await
     }
 
+    /// Runs one feed under the session's gate: one projection step at a time per session in
+    /// this process, and checkpoint compare-and-set across processes; a step that finds the
+    /// checkpoint moved on (another projector of the session) is redone from the new one.
     async fn feed(
         &self,
         session: &SessionId,
         binding: &SessionBinding,
         events: Vec<HostEvent>,
     ) -> Result<Outcome, ProjectorError> {
-        let checkpoint = self
-            .checkpoints
-            .load_checkpoint(session)
-            .await
-            .map_err(Self::store_err(session))?;
+        let gate = {
+            let mut gates = self.gates.lock().unwrap_or_else(PoisonError::into_inner);
+            gates.entry(session.clone()).or_default().clone()
+        };
+        let guard = gate.lock().await;
+        {
+            let mut buffers = self.buffers.lock().unwrap_or_else(PoisonError::into_inner);
+            let buf = buffers.entry(session.clone()).or_default();
+            for e in events {
+                buf.entry(e.seq).or_insert(e);
+            }
+        }
+        let mut outcome = Err(ProjectorError::Contended {
+            session: session.to_string(),
+            attempts: CHECKPOINT_ATTEMPTS,
+        });
+        for _ in 0..CHECKPOINT_ATTEMPTS {
+            match self.step(session, binding).await {
+                Step::Stale => continue,
+                Step::Done(result) => {
+                    outcome = result;
+                    break;
+                }
+            }
+        }
+        drop(guard);
+        // Forget the gate and an empty buffer when nobody else is waiting on this session, so
+        // both maps stay as small as the sessions in flight.
+        let mut gates = self.gates.lock().unwrap_or_else(PoisonError::into_inner);
+        if Arc::strong_count(&gate) == 2 {
+            gates.remove(session);
+            let mut buffers = self.buffers.lock().unwrap_or_else(PoisonError::into_inner);
+            if buffers.get(session).is_some_and(BTreeMap::is_empty) {
+                buffers.remove(session);
+            }
+        }
+        outcome
+    }
+
+    /// One projection step from the stored checkpoint over the buffered events.
+    async fn step(&self, session: &SessionId, binding: &SessionBinding) -> Step {
+        let checkpoint = match self.checkpoints.load_checkpoint(session).await {
+            Ok(c) => c,
+            Err(e) => return Step::Done(Err(Self::store_err(session)(e))),
+        };
         let cursor = checkpoint.as_ref().and_then(|c| c.last_cursor);
         let batch: Vec<HostEvent> = {
             let mut buffers = self.buffers.lock().unwrap_or_else(PoisonError::into_inner);
             let buf = buffers.entry(session.clone()).or_default();
-            for e in events {
-                if cursor.is_none_or(|c| e.seq > c) {
-                    buf.insert(e.seq, e);
-                }
-            }
             buf.retain(|seq, _| cursor.is_none_or(|c| *seq > c));
             let mut next = cursor.map_or(0, |c| c + 1);
             let mut run = Vec::new();
@@ -252,10 +306,17 @@ impl ChatProjector {
             updated_at: self.clock.now(),
         };
         if checkpoint.as_ref() != Some(&next) {
-            self.checkpoints
-                .save_checkpoint(&next)
+            match self
+                .checkpoints
+                .save_checkpoint(&next, checkpoint.as_ref())
                 .await
-                .map_err(Self::store_err(session))?;
+            {
+                Ok(()) => {}
+                // Another projector of this session moved the checkpoint: what we wrote to the
+                // chat is deduplicated when the step is redone from its checkpoint.
+                Err(e) if e.is_conflict() => return Step::Stale,
+                Err(e) => return Step::Done(Err(Self::store_err(session)(e))),
+            }
         }
         let waiting = {
             let mut buffers = self.buffers.lock().unwrap_or_else(PoisonError::into_inner);
@@ -263,7 +324,7 @@ impl ChatProjector {
             buf.retain(|seq, _| advanced.is_none_or(|c| *seq > c));
             buf.len()
         };
-        match (result, planned.blocked) {
+        Step::Done(match (result, planned.blocked) {
             (Err(e), _) => Err(e),
             (Ok(_), Some(reason)) => Err(ProjectorError::Blocked {
                 session: session.to_string(),
@@ -275,7 +336,7 @@ impl ChatProjector {
                 cursor: advanced,
                 waiting,
             }),
-        }
+        })
     }
 
     fn line_for(&self, session: &SessionId, binding: &SessionBinding, p: &PlannedLine) -> ChatLine {
@@ -309,6 +370,23 @@ impl ChatProjector {
         let err = Self::store_err(session);
         let target = binding.target();
         let (character, chat) = (&target.character, &target.chat_id);
+        // The common case: nobody touched the chat since our last write, so append at the
+        // revision the checkpoint remembers (the store checks it) without reading anything.
+        if let Some(known) = checkpoint.and_then(|c| c.chat_revision.as_deref()) {
+            let raw: Vec<ChatLine> = lines
+                .iter()
+                .map(|p| self.line_for(session, binding, p))
+                .collect();
+            match self
+                .chats
+                .append_lines(character, chat, &raw, &ChatRevision::new(known))
+                .await
+            {
+                Ok(rev) => return Ok((Some(rev.as_str().to_owned()), raw.len(), 0)),
+                Err(StoreError::Conflict { .. } | StoreError::NotFound { .. }) => {}
+                Err(e) => return Err(err(e)),
+            }
+        }
         for _ in 0..APPEND_ATTEMPTS {
             let current = match self
                 .chats

@@ -55,11 +55,18 @@ pub trait CheckpointStore: Send + Sync {
         session: &SessionId,
     ) -> Result<Option<ProjectorCheckpoint>, StoreError>;
 
-    /// Replaces the session's checkpoint durably.
+    /// Replaces the session's checkpoint durably if it still is `expected` (`None`: there is
+    /// none yet), so two projectors of one session — threads or processes — never move a
+    /// cursor backwards over each other's progress.
     ///
     /// # Errors
-    /// IO failures.
-    async fn save_checkpoint(&self, checkpoint: &ProjectorCheckpoint) -> Result<(), StoreError>;
+    /// [`StoreError::Conflict`] when the stored checkpoint is not `expected` (load it again and
+    /// redo the step); IO failures.
+    async fn save_checkpoint(
+        &self,
+        checkpoint: &ProjectorCheckpoint,
+        expected: Option<&ProjectorCheckpoint>,
+    ) -> Result<(), StoreError>;
 
     /// Every checkpoint whose status is pending, by session id.
     ///

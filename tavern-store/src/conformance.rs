@@ -801,13 +801,25 @@ pub async fn checkpoints(f: &Fixture) {
         step: 1,
         updated_at: T0,
     };
-    s.save_checkpoint(&cp).await.unwrap();
+    s.save_checkpoint(&cp, None).await.unwrap();
     assert_eq!(s.load_checkpoint(&sid).await.unwrap(), Some(cp.clone()));
     assert!(s.pending_checkpoints().await.unwrap().is_empty());
+    // Compare-and-set: a save from a stale view is refused and changes nothing.
+    let stale = s.save_checkpoint(&cp, None).await.unwrap_err();
+    assert!(stale.is_conflict(), "{stale}");
+    let mut behind = cp.clone();
+    behind.last_cursor = Some(2);
+    assert!(s
+        .save_checkpoint(&behind, Some(&behind))
+        .await
+        .unwrap_err()
+        .is_conflict());
+    assert_eq!(s.load_checkpoint(&sid).await.unwrap(), Some(cp.clone()));
+    let previous = cp.clone();
     cp.status = CheckpointStatus::Pending;
     cp.pending_cursor = Some(5);
     cp.error = Some("disk full".into());
-    s.save_checkpoint(&cp).await.unwrap();
+    s.save_checkpoint(&cp, Some(&previous)).await.unwrap();
     assert_eq!(s.pending_checkpoints().await.unwrap(), [cp]);
 }
 

@@ -38,6 +38,8 @@ pub enum Target {
     },
     /// A session's binding in the persisted state.
     Binding(SessionId),
+    /// A session's projector checkpoint.
+    Checkpoint(SessionId),
 }
 
 impl fmt::Display for Target {
@@ -48,6 +50,7 @@ impl fmt::Display for Target {
             Self::VariableScope(scope) => write!(f, "variable scope {scope}"),
             Self::Chat { character, chat } => write!(f, "chat {chat} of {character}"),
             Self::Binding(session) => write!(f, "binding of session {session}"),
+            Self::Checkpoint(session) => write!(f, "projector checkpoint of session {session}"),
         }
     }
 }

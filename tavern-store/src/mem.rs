@@ -408,10 +408,21 @@ impl CheckpointStore for MemStore {
         Ok(lock(&self.checkpoints).get(session).cloned())
     }
 
-    async fn save_checkpoint(&self, checkpoint: &ProjectorCheckpoint) -> Result<(), StoreError> {
+    async fn save_checkpoint(
+        &self,
+        checkpoint: &ProjectorCheckpoint,
+        expected: Option<&ProjectorCheckpoint>,
+    ) -> Result<(), StoreError> {
         yield_once().await;
         self.fault("checkpoint.save")?;
-        lock(&self.checkpoints).insert(checkpoint.session_id.clone(), checkpoint.clone());
+        let mut all = lock(&self.checkpoints);
+        if all.get(&checkpoint.session_id) != expected {
+            return Err(StoreError::Conflict {
+                target: Box::new(Target::Checkpoint(checkpoint.session_id.clone())),
+                current: None,
+            });
+        }
+        all.insert(checkpoint.session_id.clone(), checkpoint.clone());
         Ok(())
     }
 

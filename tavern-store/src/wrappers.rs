@@ -103,8 +103,8 @@ macro_rules! forward {
             async fn load_checkpoint(&self, s: &SessionId) -> Result<Option<ProjectorCheckpoint>, StoreError> {
                 (**self).load_checkpoint(s).await
             }
-            async fn save_checkpoint(&self, c: &ProjectorCheckpoint) -> Result<(), StoreError> {
-                (**self).save_checkpoint(c).await
+            async fn save_checkpoint(&self, c: &ProjectorCheckpoint, e: Option<&ProjectorCheckpoint>) -> Result<(), StoreError> {
+                (**self).save_checkpoint(c, e).await
             }
             async fn pending_checkpoints(&self) -> Result<Vec<ProjectorCheckpoint>, StoreError> {
                 (**self).pending_checkpoints().await

@@ -513,8 +513,25 @@ impl Inner {
         Ok(loaded)
     }
 
-    fn save_checkpoint(&self, checkpoint: &ProjectorCheckpoint) -> Result<(), StoreError> {
-        let rel = session_doc("checkpoints", &checkpoint.session_id);
+    fn save_checkpoint(
+        &self,
+        checkpoint: &ProjectorCheckpoint,
+        expected: Option<&ProjectorCheckpoint>,
+    ) -> Result<(), StoreError> {
+        let session = &checkpoint.session_id;
+        let rel = session_doc("checkpoints", session);
+        // Compare and write under the checkpoint's lock: other processes save through it too.
+        let _lock = FileLock::acquire(
+            &self.root,
+            &format!("checkpoints/{}.lock", names::encode(session.as_str())),
+            true,
+        )?;
+        if self.load_checkpoint(session)?.as_ref() != expected {
+            return Err(StoreError::Conflict {
+                target: Box::new(crate::error::Target::Checkpoint(session.clone())),
+                current: None,
+            });
+        }
         self.write_doc(&rel, checkpoint)?;
         self.cache_checkpoint(
             &checkpoint.session_id,
@@ -834,9 +851,14 @@ impl CheckpointStore for FsStore {
         self.run(move |s| s.load_checkpoint(&session)).await
     }
 
-    async fn save_checkpoint(&self, checkpoint: &ProjectorCheckpoint) -> Result<(), StoreError> {
-        let checkpoint = checkpoint.clone();
-        self.run(move |s| s.save_checkpoint(&checkpoint)).await
+    async fn save_checkpoint(
+        &self,
+        checkpoint: &ProjectorCheckpoint,
+        expected: Option<&ProjectorCheckpoint>,
+    ) -> Result<(), StoreError> {
+        let (checkpoint, expected) = (checkpoint.clone(), expected.cloned());
+        self.run(move |s| s.save_checkpoint(&checkpoint, expected.as_ref()))
+            .await
     }
 
     async fn pending_checkpoints(&self) -> Result<Vec<ProjectorCheckpoint>, StoreError> {
