@@ -516,7 +516,7 @@ proptest! {
             let p = Arc::new(projector(store.clone(), clock));
             let all = many_turns(5);
             let mut tasks = Vec::new();
-            for feeder in 0..4 {
+            for (feeder, seed) in seeds.iter().enumerate() {
                 let mut mine: Vec<HostEvent> = all
                     .iter()
                     .zip(&assignment)
@@ -526,7 +526,7 @@ proptest! {
                 if also_all && feeder == 0 {
                     mine.extend(all.clone());
                 }
-                let mine = shuffled(mine, seeds[feeder]);
+                let mine = shuffled(mine, *seed);
                 let p = p.clone();
                 tasks.push(tokio::spawn(async move {
                     for e in mine {
