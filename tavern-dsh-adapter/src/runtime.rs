@@ -451,11 +451,17 @@ impl Runtime {
         let Some(binding) = self.binding(session).await?.filter(Self::is_agent_tavern) else {
             return Ok(None);
         };
-        let event =
-            crate::dsh::event::decode(raw).map_err(|reason| AdapterError::InvalidEvent {
-                session: session.to_string(),
-                reason,
-            })?;
+        let event = match crate::dsh::event::decode(raw) {
+            Ok(e) => e,
+            Err(reason) => {
+                // Visible in `status` and replayable from the host's log, never skipped.
+                self.projector.report_unreadable(session, &reason).await?;
+                return Err(AdapterError::InvalidEvent {
+                    session: session.to_string(),
+                    reason,
+                });
+            }
+        };
         match event.kind {
             tavern_projector::EventKind::TurnStart { turn } => {
                 self.turns
@@ -491,10 +497,16 @@ impl Runtime {
             .await?
             .and_then(|c| c.last_cursor);
         let raw = self.host.read_events(session, after).await?;
-        let events: Vec<HostEvent> = raw
-            .iter()
-            .filter_map(|v| crate::dsh::event::decode(v).ok())
-            .collect();
+        let mut events: Vec<HostEvent> = Vec::with_capacity(raw.len());
+        let mut unreadable = None;
+        for v in &raw {
+            match crate::dsh::event::decode(v) {
+                Ok(e) => events.push(e),
+                Err(reason) => {
+                    unreadable.get_or_insert(reason);
+                }
+            }
+        }
         if let Some(turn) = events.iter().rev().find_map(|e| match e.kind {
             tavern_projector::EventKind::TurnStart { turn } => Some(turn),
             _ => None,
@@ -504,9 +516,13 @@ impl Runtime {
                 .unwrap_or_else(PoisonError::into_inner)
                 .insert(session.clone(), turn);
         }
-        Ok(Some(
-            self.projector.replay(session, &binding, events).await?,
-        ))
+        let outcome = self.projector.replay(session, &binding, events).await?;
+        if let Some(reason) = unreadable {
+            // The log itself holds an event we cannot read: projection stops at its gap, and
+            // says so.
+            self.projector.report_unreadable(session, &reason).await?;
+        }
+        Ok(Some(outcome))
     }
 
     /// Switches a session's context mode: agent-tavern only, idle only, available modes only.

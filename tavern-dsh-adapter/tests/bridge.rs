@@ -60,6 +60,57 @@ impl Peer {
     fn notify(&mut self, method: &str, params: Value) {
         self.send_raw(&json!({"method": method, "params": params}).to_string());
     }
+
+    fn send_bytes(&mut self, bytes: &[u8]) {
+        self.input.write_all(bytes).unwrap();
+        self.input.write_all(b"\n").unwrap();
+        self.input.flush().unwrap();
+    }
+
+    /// The next frame that is not a `log` notification.
+    fn recv_reply(&mut self) -> Value {
+        loop {
+            let f = self.recv();
+            if f["method"] != "log" {
+                return f;
+            }
+        }
+    }
+
+    /// Starts a bridge on fresh data with the example card, handshaken, with `agents`
+    /// announced and bound to chats of Mira.
+    fn ready(dir: &Path, extra: &[&str], agents: &[&str]) -> Self {
+        assets(&dir.join("assets"));
+        let (data, assets_dir) = (dir.join("data"), dir.join("assets"));
+        let mut args = vec![
+            "--data",
+            data.to_str().unwrap(),
+            "--assets",
+            assets_dir.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let mut p = Self::spawn(&args);
+        assert_eq!(
+            p.call(1, "handshake", json!({"protocol": 1}))["result"]["protocol"],
+            1
+        );
+        for a in agents {
+            let bound = p.call(
+                2,
+                "agent/created",
+                json!({"agent": a, "bind": {"character": "Mira", "chatId": format!("Mira - {a}")}}),
+            );
+            assert_eq!(bound["result"]["mounted"], true, "{bound}");
+        }
+        p
+    }
+
+    /// Ends the session and waits for the process to exit successfully.
+    fn finish(mut self) {
+        let bye = self.call(999, "shutdown", json!({}));
+        assert_eq!(bye["result"]["ok"], true);
+        assert!(self.child.wait().unwrap().success());
+    }
 }
 
 fn assets(dir: &Path) {
@@ -89,6 +140,11 @@ fn the_bridge_serves_a_whole_session_over_stdio() {
         "Kai",
     ]);
 
+    // Nothing is served before the handshake.
+    assert_eq!(
+        p.call(0, "status", json!({}))["error"]["code"],
+        "handshake-required"
+    );
     let hs = p.call(
         1,
         "handshake",
@@ -214,6 +270,10 @@ fn the_bridge_serves_a_whole_session_over_stdio() {
     }
     p.notify("agent/status", json!({"agent": "s1", "status": "idle"}));
 
+    // Tool calls come only from agents the host announced.
+    let stranger = p.call(120, "tool/call", json!({"tool": "memory_search", "args": {"query": "Kai"}, "callId": "c20", "session": "s2"}));
+    assert_eq!(stranger["error"]["code"], "unknown-agent", "{stranger}");
+    p.call(121, "agent/created", json!({"agent": "s2"}));
     // Forged identity in arguments is refused; another session cannot see s1's memory.
     let forged = p.call(12, "tool/call", json!({"tool": "memory_search", "args": {"query": "Kai", "sessionId": "s1"}, "callId": "c2", "session": "s2"}));
     assert_eq!(forged["result"]["error"]["code"], "invalid-arguments");
@@ -354,4 +414,153 @@ fn mcp_mode_serves_one_fixed_binding() {
     assert_eq!(rpc(&mut p, 6, "nope", json!({}))["error"]["code"], -32601);
     drop(p.input);
     assert!(p.child.wait().unwrap().success());
+}
+
+/// A bad byte, a lone surrogate, an oversized frame or a late cancel in one frame never takes
+/// the bridge down or poisons what follows.
+#[test]
+fn hostile_frames_get_answers_and_the_session_continues() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = Peer::ready(dir.path(), &["--max-frame-bytes", "2048"], &["s1", "s2"]);
+
+    // Invalid UTF-8: an error frame for that frame, with its id.
+    p.send_bytes(b"{\"id\": 7, \"method\": \"status\", \"params\": {\"x\": \"\xff\xfe\"}}");
+    let bad = p.recv_reply();
+    assert_eq!(
+        (bad["id"].clone(), bad["error"]["code"].clone()),
+        (json!(7), json!("bad-frame")),
+        "{bad}"
+    );
+
+    // A frame over the limit: answered with its id, skipped, never held whole.
+    let big = format!(
+        r#"{{"id": 8, "method": "status", "params": {{"pad": "{}"}}}}"#,
+        "x".repeat(10_000)
+    );
+    p.send_raw(&big);
+    let refused = p.recv_reply();
+    assert_eq!(refused["id"], 8);
+    assert_eq!(refused["error"]["code"], "frame-too-large");
+    assert!(refused["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("2048"));
+
+    // Lone surrogates (half an emoji, as Node writes it) in a request and in an event: read as
+    // U+FFFD, answered with the request's id, and projection goes on.
+    p.send_raw(r#"{"id": 9, "method": "tool/call", "params": {"tool": "memory_write", "args": {"content": "Kai likes \ud83d cats"}, "callId": "c-sur", "session": "s1"}}"#);
+    let wrote = p.recv_reply();
+    assert_eq!(wrote["id"], 9, "{wrote}");
+    assert_eq!(wrote["result"]["content"], "Kai likes \u{fffd} cats");
+    p.notify(
+        "event",
+        json!({"session": "s1", "event": ev(0, "turn/start", json!({"turn": 1}))}),
+    );
+    p.send_raw(r#"{"method": "event", "params": {"session": "s1", "event": {"type": "user/message", "seq": 1, "time": 1, "data": {"role": "user", "source": {"kind": "user"}, "content": [{"type": "text", "text": "half \ude00 emoji"}]}}}}"#);
+    for (seq, ty, data) in [
+        (2, "step/start", json!({"turn": 1, "step": 1})),
+        (
+            3,
+            "assistant/message",
+            json!({"turn": 1, "step": 1, "message": {"role": "assistant", "content": [{"type": "text", "text": "after it"}]}}),
+        ),
+        (4, "step/end", json!({"turn": 1, "step": 1})),
+        (
+            5,
+            "turn/end",
+            json!({"turn": 1, "reason": {"kind": "completed"}}),
+        ),
+    ] {
+        p.notify(
+            "event",
+            json!({"session": "s1", "event": ev(seq, ty, data)}),
+        );
+    }
+    // A request on the session's queue is answered after every earlier frame of the session.
+    let resumed = p.call(100, "resume", json!({"session": "s1"}));
+    assert_eq!(resumed["result"]["appended"], 0, "{resumed}");
+    let status = p.call(10, "status", json!({}));
+    assert_eq!(status["result"]["pending"], json!([]), "{status}");
+    let chat = std::fs::read_to_string(dir.path().join("data/chats/Mira/Mira - s1.jsonl")).unwrap();
+    assert!(
+        chat.contains("half \u{fffd} emoji") && chat.contains("after it"),
+        "{chat}"
+    );
+
+    // An event that cannot be read is reported in `status`, never skipped silently.
+    let unreadable = p.call(
+        101,
+        "event",
+        json!({"session": "s1", "event": {"type": "user/message", "time": 1, "data": {}}}),
+    );
+    assert_eq!(unreadable["error"]["code"], "projection", "{unreadable}");
+    p.notify(
+        "event",
+        json!({"session": "s1", "event": ev(7, "turn/start", json!({"turn": 2}))}),
+    );
+    p.call(102, "resume", json!({"session": "s1"}));
+    let status = p.call(103, "status", json!({}));
+    let pending = &status["result"]["pending"][0];
+    assert_eq!(pending["session"], "s1", "{status}");
+    assert_eq!(pending["pendingCursor"], 6);
+    assert!(
+        pending["error"].as_str().unwrap().contains("without a seq"),
+        "{pending}"
+    );
+
+    // A cancel that comes after its call finished is ignored; the id can be used again.
+    let first = p.call(11, "tool/call", json!({"tool": "variable_set", "args": {"name": "hp", "value": 1}, "callId": "again", "session": "s1"}));
+    assert_eq!(first["result"]["value"], 1);
+    let late = p.call(12, "tool/cancel", json!({"callId": "again"}));
+    assert_eq!(late["result"]["cancelled"], "already-finished");
+    let reuse = p.call(
+        13,
+        "tool/call",
+        json!({"tool": "variable_list", "args": {}, "callId": "again", "session": "s2"}),
+    );
+    assert!(reuse["result"].get("error").is_none(), "{reuse}");
+
+    // Disposed agents are not served.
+    p.call(14, "agent/disposed", json!({"agent": "s2"}));
+    let gone = p.call(
+        15,
+        "tool/call",
+        json!({"tool": "variable_list", "args": {}, "callId": "c-gone", "session": "s2"}),
+    );
+    assert_eq!(gone["error"]["code"], "unknown-agent");
+    p.finish();
+}
+
+/// One session's slow call does not stall another session: here the slow call reads a card
+/// from a FIFO that nobody writes until the other session has been answered.
+#[test]
+fn a_slow_session_does_not_stall_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = Peer::ready(dir.path(), &[], &["fast"]);
+    p.call(
+        3,
+        "chat/bind",
+        json!({"session": "slow", "character": "Slow", "chatId": "Slow - 1"}),
+    );
+    p.call(4, "agent/created", json!({"agent": "slow"}));
+    // The second character's card file is a FIFO: reading it waits for a writer.
+    let fifo = dir.path().join("assets/characters/Slow.json");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success(), "mkfifo is needed for this test");
+    p.send_raw(&json!({"id": 5, "method": "tool/call", "params": {"tool": "tavern_character_get", "args": {}, "callId": "c-slow", "session": "slow"}}).to_string());
+    p.send_raw(&json!({"id": 6, "method": "tool/call", "params": {"tool": "variable_list", "args": {}, "callId": "c-fast", "session": "fast"}}).to_string());
+    let first = p.recv_reply();
+    assert_eq!(
+        first["id"], 6,
+        "the fast session is answered while the slow one waits: {first}"
+    );
+    // Now let the slow read finish.
+    let card = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/assets/Mira.card.json"),
+    )
+    .unwrap();
+    std::fs::write(&fifo, card).unwrap();
+    let second = p.recv_reply();
+    assert_eq!(second["id"], 5, "{second}");
+    p.finish();
 }

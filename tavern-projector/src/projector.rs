@@ -30,6 +30,14 @@ const APPEND_ATTEMPTS: usize = 5;
 /// checkpoint.
 const CHECKPOINT_ATTEMPTS: usize = 8;
 
+/// Whether two checkpoints differ only in when they were written (nothing to save).
+fn same_but_time(a: &ProjectorCheckpoint, b: &ProjectorCheckpoint) -> bool {
+    ProjectorCheckpoint {
+        updated_at: a.updated_at,
+        ..b.clone()
+    } == *a
+}
+
 /// How a projection step ended.
 enum Step {
     /// It finished (well or not); the checkpoint says so.
@@ -165,6 +173,57 @@ impl ChatProjector {
         self.feed(session, binding, events).await
     }
 
+    /// Records that an event of the session could not be read (the host's envelope was not
+    /// understood): the projection is pending with `reason` at the next cursor, so `status`
+    /// shows it and a replay from the host's log can fill it — never a silent gap.
+    ///
+    /// # Errors
+    /// Store failures.
+    pub async fn report_unreadable(
+        &self,
+        session: &SessionId,
+        reason: &str,
+    ) -> Result<(), ProjectorError> {
+        let gate = {
+            let mut gates = self.gates.lock().unwrap_or_else(PoisonError::into_inner);
+            gates.entry(session.clone()).or_default().clone()
+        };
+        let _guard = gate.lock().await;
+        let err = Self::store_err(session);
+        for _ in 0..CHECKPOINT_ATTEMPTS {
+            let current = self
+                .checkpoints
+                .load_checkpoint(session)
+                .await
+                .map_err(&err)?;
+            let cursor = current.as_ref().and_then(|c| c.last_cursor);
+            let next = ProjectorCheckpoint {
+                session_id: session.clone(),
+                last_cursor: cursor,
+                status: CheckpointStatus::Pending,
+                pending_cursor: Some(cursor.map_or(0, |c| c + 1)),
+                error: Some(format!("an event could not be read: {reason}")),
+                chat_revision: current.as_ref().and_then(|c| c.chat_revision.clone()),
+                turn: current.as_ref().map_or(0, |c| c.turn),
+                step: current.as_ref().map_or(0, |c| c.step),
+                updated_at: self.clock.now(),
+            };
+            match self
+                .checkpoints
+                .save_checkpoint(&next, current.as_ref())
+                .await
+            {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_conflict() => continue,
+                Err(e) => return Err(err(e)),
+            }
+        }
+        Err(ProjectorError::Contended {
+            session: session.to_string(),
+            attempts: CHECKPOINT_ATTEMPTS,
+        })
+    }
+
     /// Sessions whose projection is pending (failed and waiting for a replay).
     ///
     /// # Errors
@@ -294,7 +353,7 @@ impl ChatProjector {
         } else {
             start
         };
-        let next = ProjectorCheckpoint {
+        let mut next = ProjectorCheckpoint {
             session_id: session.clone(),
             last_cursor: advanced,
             status,
@@ -305,7 +364,21 @@ impl ChatProjector {
             step: position.step,
             updated_at: self.clock.now(),
         };
-        if checkpoint.as_ref() != Some(&next) {
+        // A pending gap clears only when the cursor moves past it, not because a later event
+        // arrived that has to wait behind it.
+        if let Some(prev) = checkpoint
+            .as_ref()
+            .filter(|c| c.status == CheckpointStatus::Pending && advanced == cursor)
+        {
+            if next.status == CheckpointStatus::Ok {
+                next.status = CheckpointStatus::Pending;
+                next.error.clone_from(&prev.error);
+                next.pending_cursor = prev.pending_cursor;
+            }
+        }
+        if checkpoint.as_ref() != Some(&next)
+            && !(checkpoint.as_ref().is_some_and(|c| same_but_time(c, &next)))
+        {
             match self
                 .checkpoints
                 .save_checkpoint(&next, checkpoint.as_ref())

@@ -1,90 +1,125 @@
-//! The AgentTavern sidecar for hosts in other languages.
-//!
-//! `tavern-bridge --data DIR [--assets DIR] [--user NAME] [--world NAME]…` speaks the
-//! newline-delimited JSON protocol on stdio (see `docs/HOST_INTEGRATION.md`).
-//! `tavern-bridge mcp --data DIR --session ID [--character NAME --chat ID] [--assets DIR]`
-//! serves the tools over stdio MCP for one session fixed at launch (bound first if a
-//! character and chat are given).
-//!
-//! Logs go to stderr; stdout carries only protocol frames.
+//! The AgentTavern sidecar for hosts in other languages: the bridge protocol (newline-delimited
+//! JSON on stdio, `docs/HOST_INTEGRATION.md`), or MCP on stdio for one session fixed at launch.
+//! Logs go to stderr (`RUST_LOG` sets the level); stdout carries only protocol frames.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use tavern_core::{AgentId, CharacterName, ChatId, SessionId};
+use clap::{Args, Parser, Subcommand};
+use tavern_core::{CharacterName, ChatId, SessionId};
 use tavern_dsh_adapter::bridge::host::BridgeHost;
 use tavern_dsh_adapter::bridge::mcp::McpServer;
-use tavern_dsh_adapter::bridge::Bridge;
+use tavern_dsh_adapter::bridge::{Bridge, BridgeConfig, DEFAULT_MAX_FRAME_BYTES};
 use tavern_dsh_adapter::{Runtime, RuntimeConfig};
 use tavern_store::fs::FsStore;
 use tavern_store::SystemClock;
 use tavern_tools::assets::provider::{AssetProvider, DirAssets, MemAssets, Persona};
 
-struct Options {
-    mcp: bool,
-    data: Option<String>,
-    assets: Option<String>,
+/// AgentTavern for agent hosts: SillyTavern-style roleplay tools, memories, variables and chat
+/// projection behind a sidecar protocol or MCP.
+#[derive(Debug, Parser)]
+#[command(
+    name = "tavern-bridge",
+    version,
+    about = "AgentTavern for agent hosts: SillyTavern-style roleplay tools, memories, variables and chat projection, over the bridge protocol on stdio (default) or MCP."
+)]
+struct Cli {
+    #[command(flatten)]
+    common: Common,
+    /// Largest frame read, in bytes; a longer one is answered with an error frame.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_FRAME_BYTES, global = true)]
+    max_frame_bytes: usize,
+    #[command(subcommand)]
+    mode: Option<Mode>,
+}
+
+#[derive(Debug, Args)]
+struct Common {
+    /// The store's data directory (created if missing).
+    #[arg(long, value_name = "DIR", global = true)]
+    data: Option<PathBuf>,
+    /// A SillyTavern user folder (`characters/`, `worlds/`) to read cards and world books from.
+    #[arg(long, value_name = "DIR", global = true)]
+    assets: Option<PathBuf>,
+    /// The user's display name.
+    #[arg(long, value_name = "NAME", default_value = "User", global = true)]
     user: String,
+    /// A world book that is active in every chat (repeatable); must exist under `--assets`.
+    #[arg(long = "world", value_name = "NAME", global = true)]
     worlds: Vec<String>,
-    session: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Mode {
+    /// Serve the tools over MCP on stdio for one session fixed at launch.
+    Mcp(McpArgs),
+}
+
+#[derive(Debug, Args)]
+struct McpArgs {
+    /// The session the tools act for.
+    #[arg(long, value_name = "ID")]
+    session: String,
+    /// Bind the session to a chat of this character first (needs `--chat`).
+    #[arg(long, value_name = "NAME", requires = "chat")]
     character: Option<String>,
+    /// The chat to bind the session to (needs `--character`).
+    #[arg(long, value_name = "ID", requires = "character")]
     chat: Option<String>,
 }
 
-fn parse(args: &[String]) -> Result<Options, String> {
-    let mut o = Options {
-        mcp: false,
-        data: None,
-        assets: None,
-        user: "User".into(),
-        worlds: vec![],
-        session: None,
-        character: None,
-        chat: None,
+/// Checks what the command line names before anything starts, so a mistake is one clear line.
+fn assets(common: &Common) -> Result<Arc<dyn AssetProvider>, String> {
+    let persona = Persona {
+        name: common.user.clone(),
+        description: String::new(),
     };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = || {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{a} needs a value"))
-        };
-        match a.as_str() {
-            "mcp" => o.mcp = true,
-            "--data" => o.data = Some(value()?),
-            "--assets" => o.assets = Some(value()?),
-            "--user" => o.user = value()?,
-            "--world" => o.worlds.push(value()?),
-            "--session" => o.session = Some(value()?),
-            "--character" => o.character = Some(value()?),
-            "--chat" => o.chat = Some(value()?),
-            other => return Err(format!("unknown argument {other}")),
+    let Some(dir) = &common.assets else {
+        if let Some(w) = common.worlds.first() {
+            return Err(format!("--world {w} needs --assets DIR to find it in"));
+        }
+        return Ok(Arc::new(MemAssets {
+            persona,
+            ..MemAssets::default()
+        }));
+    };
+    if !dir.is_dir() {
+        return Err("--assets must name a readable directory".into());
+    }
+    for w in &common.worlds {
+        let found = ["json"]
+            .iter()
+            .any(|ext| dir.join("worlds").join(format!("{w}.{ext}")).is_file());
+        if !found {
+            return Err(format!("--world {w}: no worlds/{w}.json under --assets"));
         }
     }
-    Ok(o)
+    Ok(Arc::new(DirAssets::new(
+        dir,
+        common.worlds.clone(),
+        persona,
+    )))
 }
 
-async fn run(o: Options) -> Result<(), String> {
-    let data = o.data.ok_or("--data DIR is required")?;
+async fn run(cli: Cli) -> Result<(), String> {
+    let data = cli
+        .common
+        .data
+        .clone()
+        .ok_or("--data DIR is required (where memories, variables and chats are kept)")?;
+    let assets = assets(&cli.common)?;
+    if let Some(Mode::Mcp(m)) = &cli.mode {
+        SessionId::parse(m.session.as_str()).map_err(|e| format!("--session: {e}"))?;
+    }
     let clock = Arc::new(SystemClock);
     let store = Arc::new(FsStore::open(&data, clock.clone()).map_err(|e| e.to_string())?);
     for d in store.diagnostics() {
-        eprintln!("tavern-bridge: {}: {}", d.file, d.message);
+        tracing::warn!(file = %d.file, "{}", d.message);
     }
-    let persona = Persona {
-        name: o.user.clone(),
-        description: String::new(),
-    };
-    let assets: Arc<dyn AssetProvider> = match o.assets {
-        Some(dir) => Arc::new(DirAssets::new(dir, o.worlds, persona)),
-        None => Arc::new(MemAssets {
-            persona,
-            ..MemAssets::default()
-        }),
-    };
     let host = Arc::new(BridgeHost::default());
     let config = RuntimeConfig {
-        user_name: o.user,
+        user_name: cli.common.user.clone(),
         ..RuntimeConfig::default()
     };
     let runtime = Runtime::new(host.clone(), store, assets, clock, config);
@@ -92,35 +127,50 @@ async fn run(o: Options) -> Result<(), String> {
         tokio::io::BufReader::new(tokio::io::stdin()),
         tokio::io::stdout(),
     );
-    if o.mcp {
-        let session = SessionId::parse(o.session.ok_or("mcp needs --session ID")?)
-            .map_err(|e| e.to_string())?;
-        if let (Some(c), Some(chat)) = (o.character, o.chat) {
-            let character = CharacterName::parse(c).map_err(|e| e.to_string())?;
-            let chat = ChatId::parse(chat).map_err(|e| e.to_string())?;
-            let state = runtime.state().await.map_err(|e| e.to_string())?;
-            if state.binding(&session).is_none() {
-                runtime
-                    .new_chat(&session, &character, &chat, false)
-                    .await
-                    .map_err(|e| e.to_string())?;
+    match cli.mode {
+        Some(Mode::Mcp(m)) => {
+            let session = SessionId::parse(m.session).map_err(|e| format!("--session: {e}"))?;
+            if let (Some(c), Some(chat)) = (m.character, m.chat) {
+                let character = CharacterName::parse(c).map_err(|e| format!("--character: {e}"))?;
+                let chat = ChatId::parse(chat).map_err(|e| format!("--chat: {e}"))?;
+                let state = runtime.state().await.map_err(|e| e.to_string())?;
+                if state.binding(&session).is_none() {
+                    runtime
+                        .new_chat(&session, &character, &chat, false)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
             }
+            let agent = tavern_core::AgentId::parse(session.as_str()).map_err(|e| e.to_string())?;
+            tracing::info!(%session, "serving MCP on stdio");
+            McpServer::new(runtime, agent)
+                .serve(stdin, stdout)
+                .await
+                .map_err(|e| e.to_string())
         }
-        let agent = AgentId::parse(session.as_str()).map_err(|e| e.to_string())?;
-        McpServer::new(runtime, agent)
-            .serve(stdin, stdout)
-            .await
-            .map_err(|e| e.to_string())
-    } else {
-        Bridge::new(runtime, host)
-            .serve(stdin, stdout)
-            .await
-            .map_err(|e| e.to_string())
+        None => {
+            tracing::info!("serving the bridge protocol on stdio");
+            let config = BridgeConfig {
+                max_frame_bytes: cli.max_frame_bytes,
+            };
+            Arc::new(Bridge::with_config(runtime, host, config))
+                .serve(stdin, stdout)
+                .await
+                .map_err(|e| e.to_string())
+        }
     }
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
     // Two workers (the machine's cores); the store moves blocking IO to the blocking pool.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -129,14 +179,14 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("tavern-bridge: cannot start the async runtime: {e}");
+            tracing::error!("cannot start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
-    match parse(&args).and_then(|o| runtime.block_on(run(o))) {
+    match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("tavern-bridge: {e}");
+            tracing::error!("{e}");
             ExitCode::FAILURE
         }
     }

@@ -231,6 +231,53 @@ pub struct Frame {
     pub id: Option<Value>,
     /// The request.
     pub request: Request,
+    /// Lone UTF-16 surrogate escapes (what JavaScript writes for half an emoji) were read as
+    /// U+FFFD.
+    pub repaired: bool,
+}
+
+/// The id of a frame that could not be parsed, when it is readable (from the frame as far as
+/// it is JSON, lone surrogates and bad bytes repaired).
+pub fn readable_id(bytes: &[u8]) -> Option<Value> {
+    match tavern_tools::assets::lenient::parse_lenient(bytes) {
+        Ok(v) => v.get("id").cloned(),
+        Err(_) => id_in_prefix(bytes),
+    }
+}
+
+/// The top-level `"id"` of a frame cut short (an oversized frame keeps only its start): scans
+/// the start as JSON tokens, outside nested values and strings, for `"id": <number|string>`.
+fn id_in_prefix(bytes: &[u8]) -> Option<Value> {
+    let text = String::from_utf8_lossy(bytes);
+    let b = text.as_bytes();
+    let (mut depth, mut i) = (0usize, 0usize);
+    while i < b.len() {
+        match b[i] {
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            b'"' => {
+                let start = i;
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                if depth == 1 && &text[start..(i + 1).min(b.len())] == "\"id\"" {
+                    let rest = text[(i + 1).min(b.len())..]
+                        .trim_start()
+                        .strip_prefix(':')?;
+                    // The value ends at the next top-level comma or brace.
+                    let mut de = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+                    return match de.next()? {
+                        Ok(v @ (Value::Number(_) | Value::String(_))) => Some(v),
+                        _ => None,
+                    };
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
 }
 
 /// Parses one frame's text.
@@ -239,7 +286,18 @@ pub struct Frame {
 /// A [`FrameError`] and the id, when it was readable, for the error frame.
 pub fn parse(line: &str) -> Result<Frame, (Option<Value>, FrameError)> {
     let bad = |code, message: String| FrameError { code, message };
-    let mut frame = match serde_json::from_str::<Value>(line) {
+    let mut repaired = false;
+    let parsed = serde_json::from_str::<Value>(line).or_else(|e| {
+        // JavaScript writes half an emoji as a lone surrogate escape, which is not JSON text
+        // serde accepts; read it as U+FFFD rather than lose the whole frame.
+        let fixed = tavern_tools::assets::lenient::repair_surrogates(line);
+        if fixed == line {
+            return Err(e);
+        }
+        repaired = true;
+        serde_json::from_str::<Value>(&fixed).map_err(|_| e)
+    });
+    let mut frame = match parsed {
         Ok(Value::Object(map)) => map,
         Ok(_) => {
             return Err((
@@ -247,7 +305,12 @@ pub fn parse(line: &str) -> Result<Frame, (Option<Value>, FrameError)> {
                 bad("bad-frame", "a frame must be a json object".into()),
             ))
         }
-        Err(e) => return Err((None, bad("bad-frame", format!("not json: {e}")))),
+        Err(e) => {
+            return Err((
+                readable_id(line.as_bytes()),
+                bad("bad-frame", format!("not json: {e}")),
+            ))
+        }
     };
     let id = frame.get("id").cloned();
     let method = match frame.get("method") {
@@ -265,10 +328,45 @@ pub fn parse(line: &str) -> Result<Frame, (Option<Value>, FrameError)> {
         frame.insert("params".into(), empty_object());
     }
     match serde_json::from_value::<Request>(Value::Object(frame)) {
-        Ok(request) => Ok(Frame { id, request }),
+        Ok(request) => Ok(Frame {
+            id,
+            request,
+            repaired,
+        }),
         Err(e) => Err((
             id,
             bad("invalid-params", format!("params of {method}: {e}")),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_id_of_a_cut_frame_is_found_at_the_top_level_only() {
+        // `(the start of a frame, the id found)`
+        let cases: [(&str, Option<Value>); 6] = [
+            (
+                r#"{"id": 8, "method": "status", "params": {"pad": "xxx"#,
+                Some(json!(8)),
+            ),
+            (
+                r#"{"method": "x", "id": "r-1", "params": {"#,
+                Some(json!("r-1")),
+            ),
+            (
+                r#"{"params": {"id": 3}, "method": "x", "id": 4, "pad": "#,
+                Some(json!(4)),
+            ),
+            (r#"{"params": {"id": 3}, "pad": "yy"#, None),
+            (r#"{"pad": "\"id\": 5", "id": 6"#, Some(json!(6))),
+            (r#"{"id": {"nested": 1}, "x"#, None),
+        ];
+        for (start, want) in cases {
+            assert_eq!(readable_id(start.as_bytes()), want, "{start}");
+        }
     }
 }

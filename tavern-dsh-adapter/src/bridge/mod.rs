@@ -3,22 +3,25 @@
 //! `integrations/dsh/` speaks it). Every frame is one JSON object on one line. Requests carry
 //! an `id` and get exactly one response `{id, result}` or `{id, error: {code, message}}`;
 //! notifications carry no `id` and get no response. A malformed frame gets an error frame
-//! (`id: null`, code `bad-frame`) and the bridge keeps serving. Protocol reference:
-//! `docs/HOST_INTEGRATION.md`.
+//! (with its `id` when that is readable, else `id: null`) and the bridge keeps serving.
+//! Frames of one session are served in order; different sessions are served concurrently, so
+//! one slow call never stalls another session. Protocol reference: `docs/HOST_INTEGRATION.md`.
 
+pub mod calls;
 pub mod frame;
 pub mod host;
 pub mod mcp;
+mod serve;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde_json::{json, Value};
-use tavern_core::ContextMode;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
+use tavern_core::{AgentId, ContextMode};
 
-use self::frame::{Request, RunState};
+use self::calls::{Calls, CancelOutcome};
+use self::frame::{Frame, Request, RunState};
 use self::host::BridgeHost;
 use crate::runtime::Runtime;
 use crate::tavern_mode::PERSONA_SECTION;
@@ -26,13 +29,40 @@ use crate::tavern_mode::PERSONA_SECTION;
 /// The protocol version this bridge speaks.
 pub const PROTOCOL_VERSION: u64 = 1;
 
+/// The largest frame a bridge reads by default (4 MiB): a bigger line is answered with an
+/// error frame and skipped without being held in memory.
+pub const DEFAULT_MAX_FRAME_BYTES: usize = 4 * 1024 * 1024;
+
+/// Bridge settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BridgeConfig {
+    /// The largest frame read, in bytes (the line terminator excluded).
+    pub max_frame_bytes: usize,
+}
+
+impl Default for BridgeConfig {
+    fn default() -> Self {
+        Self {
+            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+        }
+    }
+}
+
 /// One bridge: a runtime on a [`BridgeHost`].
 #[derive(Debug)]
 pub struct Bridge {
     runtime: Runtime,
     host: Arc<BridgeHost>,
-    cancelled: Mutex<HashSet<String>>,
+    config: BridgeConfig,
+    calls: Mutex<Calls>,
+    /// Agents announced by `agent/created` and not disposed: only they may call tools.
+    agents: Mutex<HashSet<AgentId>>,
+    handshaken: AtomicBool,
     shut_down: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn error(id: &Value, code: &str, message: impl Into<String>) -> Value {
@@ -40,14 +70,28 @@ fn error(id: &Value, code: &str, message: impl Into<String>) -> Value {
 }
 
 impl Bridge {
-    /// A bridge over `runtime`, whose host must be `host`.
+    /// A bridge over `runtime`, whose host must be `host`, with default settings.
     pub fn new(runtime: Runtime, host: Arc<BridgeHost>) -> Self {
+        Self::with_config(runtime, host, BridgeConfig::default())
+    }
+
+    /// A bridge with explicit settings.
+    pub fn with_config(runtime: Runtime, host: Arc<BridgeHost>, config: BridgeConfig) -> Self {
         Self {
             runtime,
             host,
-            cancelled: Mutex::default(),
+            config,
+            calls: Mutex::default(),
+            agents: Mutex::default(),
+            handshaken: AtomicBool::new(false),
             shut_down: AtomicBool::new(false),
         }
+    }
+
+    /// `(tool calls in flight, early cancels, finished call ids)` remembered, and announced
+    /// agents (bounded-memory checks).
+    pub fn bookkeeping(&self) -> ((usize, usize, usize), usize) {
+        (lock(&self.calls).sizes(), lock(&self.agents).len())
     }
 
     /// The runtime behind the bridge.
@@ -60,14 +104,21 @@ impl Bridge {
         self.shut_down.load(Ordering::SeqCst)
     }
 
-    /// Handles one frame; returns the frames to send back (a response, and/or `log`
+    /// Handles one frame's text; returns the frames to send back (a response, and/or `log`
     /// notifications).
     pub async fn handle(&self, line: &str) -> Vec<Value> {
-        let frame = match frame::parse(line) {
-            Ok(f) => f,
-            Err((id, e)) => return vec![error(&id.unwrap_or(Value::Null), e.code, e.message)],
-        };
+        match frame::parse(line) {
+            Ok(f) => self.handle_frame(f).await,
+            Err((id, e)) => vec![error(&id.unwrap_or(Value::Null), e.code, e.message)],
+        }
+    }
+
+    /// Handles one parsed frame.
+    async fn handle_frame(&self, frame: Frame) -> Vec<Value> {
         let mut out = Vec::new();
+        if frame.repaired {
+            out.push(json!({"method": "log", "params": {"level": "warn", "code": "repaired", "message": "the frame held lone utf-16 surrogates (half characters); they were read as U+FFFD"}}));
+        }
         let result = self.dispatch(frame.request, &mut out).await;
         if let Some(id) = frame.id {
             out.push(match result {
@@ -80,12 +131,39 @@ impl Bridge {
         out
     }
 
+    /// Refuses what must not run before the handshake, and tool calls and prompts of agents
+    /// the host never announced (or disposed of).
+    fn admit(&self, request: &Request) -> Result<(), (&'static str, String)> {
+        if !matches!(request, Request::Handshake(_) | Request::Shutdown(_))
+            && !self.handshaken.load(Ordering::SeqCst)
+        {
+            return Err((
+                "handshake-required",
+                "send handshake before anything else".into(),
+            ));
+        }
+        let agent = match request {
+            Request::ToolCall(c) => &c.session,
+            Request::Prompt(a) => &a.agent,
+            _ => return Ok(()),
+        };
+        if lock(&self.agents).contains(agent) {
+            Ok(())
+        } else {
+            Err((
+                "unknown-agent",
+                format!("agent {agent} was not announced with agent/created, or was disposed"),
+            ))
+        }
+    }
+
     async fn dispatch(
         &self,
         request: Request,
         out: &mut Vec<Value>,
     ) -> Result<Value, (&'static str, String)> {
         let runtime_err = |e: crate::AdapterError| ("runtime", e.to_string());
+        self.admit(&request)?;
         match request {
             Request::Handshake(h) => {
                 if h.protocol != PROTOCOL_VERSION {
@@ -100,6 +178,7 @@ impl Bridge {
                 let facts = h.facts.unwrap_or_else(crate::dsh::rc6_facts);
                 self.host
                     .configure(facts, h.sessions_root.map(std::path::PathBuf::from));
+                self.handshaken.store(true, Ordering::SeqCst);
                 Ok(json!({
                     "protocol": PROTOCOL_VERSION,
                     "server": "agent-tavern",
@@ -130,9 +209,11 @@ impl Bridge {
                     .agent_created(&created.agent)
                     .await
                     .map_err(runtime_err)?;
+                lock(&self.agents).insert(created.agent.clone());
                 Ok(json!({"mounted": decision == crate::MountDecision::Mounted}))
             }
             Request::AgentDisposed(a) => {
+                lock(&self.agents).remove(&a.agent);
                 if let Ok(session) = self.runtime.session_of(&a.agent) {
                     self.host.dispose(&a.agent, &session);
                 }
@@ -157,28 +238,21 @@ impl Bridge {
                 }
             }
             Request::ToolCall(call) => {
-                if self
-                    .cancelled
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&call.call_id)
-                {
+                if !lock(&self.calls).admit(&call.call_id) {
                     return Ok(
                         json!({"error": {"code": "unavailable", "message": format!("call {} was cancelled", call.call_id)}}),
                     );
                 }
                 // The session comes from the host's execution context, never from arguments.
-                Ok(self
-                    .runtime
-                    .call_tool(&call.session, &call.call_id, &call.tool, &call.args)
-                    .await)
+                Ok(self.run_call(call).await)
             }
             Request::ToolCancel(c) => {
-                self.cancelled
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .insert(c.call_id);
-                Ok(json!({}))
+                let outcome = lock(&self.calls).cancel(&c.call_id);
+                Ok(json!({"cancelled": match outcome {
+                    CancelOutcome::Aborted => "aborted",
+                    CancelOutcome::Early => "before-start",
+                    CancelOutcome::Late => "already-finished",
+                }}))
             }
             Request::Prompt(a) => {
                 let mut parts = Vec::new();
@@ -253,40 +327,21 @@ impl Bridge {
         }
     }
 
-    /// Serves frames from `input` until end of input or `shutdown`, writing responses to
-    /// `output` (one line each, flushed). A frame that is not UTF-8 gets an error frame; the
-    /// bridge keeps serving.
-    ///
-    /// # Errors
-    /// IO errors on the streams.
-    pub async fn serve(
-        &self,
-        mut input: impl AsyncBufRead + Unpin,
-        mut output: impl AsyncWrite + Unpin,
-    ) -> std::io::Result<()> {
-        let mut buf = Vec::new();
-        loop {
-            buf.clear();
-            if input.read_until(b'\n', &mut buf).await? == 0 {
-                break;
-            }
-            let frames = match std::str::from_utf8(&buf) {
-                Ok(line) if line.trim().is_empty() => continue,
-                Ok(line) => self.handle(line).await,
-                Err(e) => vec![error(
-                    &Value::Null,
-                    "bad-frame",
-                    format!("not utf-8 (byte {})", e.valid_up_to()),
-                )],
-            };
-            for frame in frames {
-                output.write_all(format!("{frame}\n").as_bytes()).await?;
-            }
-            output.flush().await?;
-            if self.is_shut_down() {
-                break;
-            }
-        }
-        Ok(())
+    /// Runs a tool call that `tool/cancel` can stop while it runs.
+    async fn run_call(&self, call: frame::ToolCall) -> Value {
+        let id = call.call_id.clone();
+        let cancelled = || json!({"error": {"code": "unavailable", "message": format!("call {id} was cancelled")}});
+        let stop = lock(&self.calls).started(&id);
+        // Cancelling drops the call's future: a store write already handed to the blocking
+        // pool still completes durably, but the model is told the call was cancelled.
+        let out = match tokio::select! {
+            out = self.runtime.call_tool(&call.session, &call.call_id, &call.tool, &call.args) => Some(out),
+            () = stop.notified() => None,
+        } {
+            Some(out) => out,
+            None => cancelled(),
+        };
+        lock(&self.calls).finished(&id);
+        out
     }
 }
