@@ -136,6 +136,11 @@ async fn bookkeeping_stays_bounded_over_ten_thousand_turns() {
         .await);
     for i in 0..SESSIONS {
         ok(bridge.handle(&frame(json!({"id": 1, "method": "chat/bind", "params": {"session": format!("s{i}"), "character": "Seraphina", "chatId": format!("chat {i}")}}))).await);
+        ok(bridge
+            .handle(&frame(
+                json!({"id": 1, "method": "agent/created", "params": {"agent": format!("s{i}")}}),
+            ))
+            .await);
     }
     let mut peak_tracked = 0;
     let mut peak_mirror = 0;
@@ -159,6 +164,11 @@ async fn bookkeeping_stays_bounded_over_ten_thousand_turns() {
     assert!(peak_mirror <= 6, "peak mirrored events {peak_mirror}");
     assert_eq!(bridge.runtime().tracked_sessions(), 0);
     assert_eq!(host.mirrored_events(), 0);
+    // 10,000 finished calls: the bridge remembers a bounded number of their ids.
+    let ((in_flight, early, done), agents) = bridge.bookkeeping();
+    assert_eq!((in_flight, early), (0, 0));
+    assert_eq!(done, tavern_dsh_adapter::bridge::calls::REMEMBERED_CALLS);
+    assert_eq!(agents, SESSIONS);
     // Every turn was projected: 2 lines per turn in every chat.
     let status = ok(bridge
         .handle(&frame(json!({"id": 4, "method": "status"})))
