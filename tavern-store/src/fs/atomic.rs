@@ -6,10 +6,30 @@ use std::path::{Path, PathBuf};
 
 use crate::error::StoreError;
 
-/// Wraps an IO error with the operation and the root-relative file name.
+/// Wraps an IO error with the operation and the root-relative file name. The cause keeps
+/// only the operating system's description: some errors (temporary files, `fs-err`) carry
+/// the absolute path in their message, and no message may show one.
 pub(crate) fn io_err(op: &'static str, rel: &str) -> impl FnOnce(std::io::Error) -> StoreError {
     let file = rel.to_owned();
-    move |source| StoreError::Io { op, file, source }
+    move |e| StoreError::Io {
+        op,
+        file,
+        source: pathless(&e),
+    }
+}
+
+/// The same error without any path: the OS error code's own text, or just the kind.
+pub(crate) fn pathless(e: &std::io::Error) -> std::io::Error {
+    match e.raw_os_error() {
+        Some(code) => std::io::Error::from_raw_os_error(code),
+        None => std::io::Error::new(e.kind(), e.kind().to_string()),
+    }
+}
+
+/// Whether `rel` exists as something other than a regular file (a directory, a FIFO, a
+/// device): such a thing is never opened for reading, which could block forever.
+pub(crate) fn is_special(root: &Path, rel: &str) -> bool {
+    std::fs::symlink_metadata(under(root, rel)).is_ok_and(|m| !m.is_file())
 }
 
 /// A file path under the root from root-relative parts.
@@ -35,7 +55,7 @@ pub(crate) fn ensure_dir(root: &Path, rel: &str) -> Result<PathBuf, StoreError> 
         fs_err::create_dir_all(&dir).map_err(|e| StoreError::Io {
             op: "create directory",
             file: rel.to_owned(),
-            source: std::io::Error::new(e.kind(), e.kind().to_string()),
+            source: pathless(&e),
         })?;
         if let Some(parent) = dir.parent() {
             sync_dir(parent, rel)?;
@@ -61,13 +81,23 @@ pub(crate) fn write_atomic(root: &Path, rel: &str, bytes: &[u8]) -> Result<(), S
     tmp.persist(&path).map_err(|e| StoreError::Io {
         op: "rename into place",
         file: rel.to_owned(),
-        source: e.error,
+        source: pathless(&e.error),
     })?;
     sync_dir(&dir, rel)
 }
 
 /// Reads a file, `None` if it does not exist.
+///
+/// # Errors
+/// IO failures; [`StoreError::Corrupt`] when `rel` is not a regular file (never opened, so a
+/// FIFO cannot block the store).
 pub(crate) fn read_optional(root: &Path, rel: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    if is_special(root, rel) {
+        return Err(StoreError::Corrupt {
+            file: rel.to_owned(),
+            reason: "not a regular file".into(),
+        });
+    }
     match std::fs::read(under(root, rel)) {
         Ok(b) => Ok(Some(b)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),

@@ -32,6 +32,8 @@ pub(crate) struct DurableLog {
     identity: Option<u64>,
     /// Set by a test to make the next fsync fail (shared by the store's logs).
     fail_next_sync: Arc<AtomicBool>,
+    /// Set by a test to make the next append fail before writing (a full disk).
+    fail_next_write: Arc<AtomicBool>,
     /// A failed append could not be taken back: the file holds bytes that were never
     /// acknowledged, so this handle refuses to go on rather than apply them.
     poisoned: bool,
@@ -62,9 +64,10 @@ impl DurableLog {
         root: &Path,
         rel: &str,
         fail_next_sync: Arc<AtomicBool>,
+        fail_next_write: Arc<AtomicBool>,
     ) -> Result<Self, StoreError> {
         let path = under(root, rel);
-        if !path.exists() {
+        if std::fs::symlink_metadata(&path).is_err() {
             std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
@@ -81,6 +84,7 @@ impl DurableLog {
             lines: 0,
             identity: None,
             fail_next_sync,
+            fail_next_write,
             poisoned: false,
         })
     }
@@ -196,6 +200,13 @@ impl DurableLog {
         durable: bool,
     ) -> Result<bool, StoreError> {
         self.check_poisoned()?;
+        if self.fail_next_write.swap(false, Ordering::SeqCst) {
+            return Err(io_err("append", &self.rel)(
+                std::io::Error::from_raw_os_error(
+                    28, // ENOSPC: what a full disk answers
+                ),
+            ));
+        }
         let mut file = std::fs::OpenOptions::new()
             .append(true)
             .open(under(&self.root, &self.rel))

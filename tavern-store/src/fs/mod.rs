@@ -128,7 +128,7 @@ impl<T: Table> Logged<T> {
             }
         };
         if payloads.is_empty() {
-            lock(diags).extend(found);
+            push_diagnostics(diags, found);
             return Ok(());
         }
         let file = self.log_name();
@@ -161,7 +161,7 @@ impl<T: Table> Logged<T> {
             }
         }
         self.table.apply_ops(ops);
-        lock(diags).extend(found);
+        push_diagnostics(diags, found);
         Ok(())
     }
 
@@ -219,6 +219,17 @@ pub struct CompactReport {
     pub variables: (u64, u64),
 }
 
+/// Most diagnostics kept (the newest).
+const DIAGNOSTICS_MAX: usize = 1000;
+
+/// Adds diagnostics, keeping the newest [`DIAGNOSTICS_MAX`].
+fn push_diagnostics(diags: &Mutex<Vec<StoreDiagnostic>>, found: Vec<StoreDiagnostic>) {
+    let mut all = lock(diags);
+    all.extend(found);
+    let over = all.len().saturating_sub(DIAGNOSTICS_MAX);
+    all.drain(..over);
+}
+
 /// Most checkpoints kept in the read cache; past it the cache starts over.
 const CHECKPOINT_CACHE_MAX: usize = 4096;
 
@@ -248,6 +259,9 @@ struct Inner {
     /// Shared with both logs: make the next fsync fail (tests of failure paths).
     #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
     fail_next_sync: Arc<AtomicBool>,
+    /// Shared with both logs: make the next append fail before writing (a full disk).
+    #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
+    fail_next_write: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for FsStore {
@@ -269,26 +283,49 @@ impl FsStore {
             ensure_dir(&root, dir)?;
         }
         let fail_next_sync = Arc::new(AtomicBool::new(false));
+        let fail_next_write = Arc::new(AtomicBool::new(false));
+        let mut early = Vec::new();
+        for log in [MEMORY_LOG, VARIABLE_LOG] {
+            // A log that is a directory, a FIFO or a device is set aside, never opened.
+            if atomic::is_special(&root, log) {
+                let aside = set_aside(&root, log, clock.now().0)?;
+                early.push(StoreDiagnostic {
+                    file: log.to_owned(),
+                    message: format!("not a regular file; set aside as {aside}, starting empty"),
+                });
+            }
+        }
         let inner = Inner {
             memory: Mutex::new(Logged {
-                log: DurableLog::open(&root, MEMORY_LOG, fail_next_sync.clone())?,
+                log: DurableLog::open(
+                    &root,
+                    MEMORY_LOG,
+                    fail_next_sync.clone(),
+                    fail_next_write.clone(),
+                )?,
                 table: MemoryTable::new(),
             }),
             variables: Mutex::new(Logged {
-                log: DurableLog::open(&root, VARIABLE_LOG, fail_next_sync.clone())?,
+                log: DurableLog::open(
+                    &root,
+                    VARIABLE_LOG,
+                    fail_next_sync.clone(),
+                    fail_next_write.clone(),
+                )?,
                 table: VariableTable::new(),
             }),
             root,
             clock,
-            diagnostics: Mutex::default(),
+            diagnostics: Mutex::new(early),
             state: Mutex::default(),
             checkpoints: Mutex::default(),
             fail_next_sync,
+            fail_next_write,
         };
         inner.remove_stale_temp_files();
         inner.migrate_legacy_chat_names();
-        lock(&inner.memory).catch_up(&inner.diagnostics)?;
-        lock(&inner.variables).catch_up(&inner.diagnostics)?;
+        inner.load_log(&inner.memory, MEMORY_LOG)?;
+        inner.load_log(&inner.variables, VARIABLE_LOG)?;
         // A log that has grown far beyond its state (updates, access times) is compacted so
         // opening stays proportional to what is stored, not to its history.
         if lock(&inner.memory).bloated() || lock(&inner.variables).bloated() {
@@ -338,6 +375,12 @@ impl FsStore {
         self.inner.fail_next_sync.store(true, Ordering::SeqCst);
     }
 
+    /// Makes the next log append fail before writing anything, as a full disk would.
+    #[cfg(feature = "testkit")]
+    pub fn fail_next_write(&self) {
+        self.inner.fail_next_write.store(true, Ordering::SeqCst);
+    }
+
     /// Runs blocking `f` on the store off the executor (see the module docs).
     async fn run<R, F>(&self, f: F) -> Result<R, StoreError>
     where
@@ -350,6 +393,32 @@ impl FsStore {
 }
 
 impl Inner {
+    /// Loads a log at open. One that cannot be read (permissions, a bad disk sector) is set
+    /// aside with a diagnostic and the store starts without it, rather than not at all.
+    fn load_log<T: Table>(&self, logged: &Mutex<Logged<T>>, rel: &str) -> Result<(), StoreError> {
+        let mut g = lock(logged);
+        match g.catch_up(&self.diagnostics) {
+            Ok(()) => Ok(()),
+            Err(StoreError::Io { op, source, .. }) => {
+                let aside = set_aside(&self.root, rel, self.clock.now().0)?;
+                self.diag(
+                    rel,
+                    format!("unreadable ({op}: {source}); set aside as {aside}, starting empty"),
+                );
+                g.table = T::default();
+                g.log.restart();
+                DurableLog::open(
+                    &self.root,
+                    rel,
+                    self.fail_next_sync.clone(),
+                    self.fail_next_write.clone(),
+                )
+                .map(|log| g.log = log)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     fn compact(&self) -> Result<CompactReport, StoreError> {
         let memory = {
             let mut g = lock(&self.memory);
@@ -412,7 +481,12 @@ impl Inner {
     }
 
     fn diag(&self, file: &str, message: String) {
-        lock(&self.diagnostics).push(StoreDiagnostic {
+        let mut diags = lock(&self.diagnostics);
+        // The newest are kept: a failing disk must not grow memory without end.
+        if diags.len() >= DIAGNOSTICS_MAX {
+            diags.remove(0);
+        }
+        diags.push(StoreDiagnostic {
             file: file.to_owned(),
             message,
         });
@@ -420,6 +494,11 @@ impl Inner {
 
     /// Reads a JSON document; a corrupt one is set aside with a diagnostic and reads as `None`.
     fn read_doc<T: DeserializeOwned>(&self, rel: &str) -> Result<Option<T>, StoreError> {
+        if atomic::is_special(&self.root, rel) {
+            let aside = set_aside(&self.root, rel, self.clock.now().0)?;
+            self.diag(rel, format!("not a regular file; set aside as {aside}"));
+            return Ok(None);
+        }
         let Some(bytes) = read_optional(&self.root, rel)? else {
             return Ok(None);
         };
@@ -454,6 +533,18 @@ impl Inner {
     }
 
     fn read_state_file(&self) -> Result<(TavernState, Vec<Diagnostic>), StoreError> {
+        if atomic::is_special(&self.root, STATE) {
+            let aside = set_aside(&self.root, STATE, self.clock.now().0)?;
+            let message = format!("not a regular file; set aside as {aside}, using defaults");
+            self.diag(STATE, message.clone());
+            return Ok((
+                TavernState::default(),
+                vec![Diagnostic {
+                    path: String::new(),
+                    message: format!("{STATE} {message}"),
+                }],
+            ));
+        }
         let Some(bytes) = read_optional(&self.root, STATE)? else {
             return Ok((TavernState::default(), Vec::new()));
         };
@@ -565,12 +656,12 @@ impl Inner {
             .collect();
         names.sort();
         for name in names {
-            if let Some(cp) =
-                self.read_doc::<ProjectorCheckpoint>(&format!("checkpoints/{name}"))?
-            {
-                if cp.status == CheckpointStatus::Pending {
-                    out.push(cp);
-                }
+            let rel = format!("checkpoints/{name}");
+            match self.read_doc::<ProjectorCheckpoint>(&rel) {
+                Ok(Some(cp)) if cp.status == CheckpointStatus::Pending => out.push(cp),
+                Ok(_) => {}
+                // One unreadable checkpoint does not hide every other session's state.
+                Err(e) => self.diag(&rel, format!("skipped: {e}")),
             }
         }
         Ok(out)
@@ -670,7 +761,14 @@ impl Inner {
             id: id.clone(),
             at: now,
         };
-        g.commit(touch, false, &self.diagnostics)?;
+        // A read must work on a full disk: if the access time cannot be appended, the record
+        // is returned with the access time it had.
+        if let Err(e) = g.commit(touch, false, &self.diagnostics) {
+            drop(g);
+            self.diag(MEMORY_LOG, format!("access time not recorded: {e}"));
+            let g = lock(&self.memory);
+            return Ok(g.table.read_live(scope, id, now).cloned());
+        }
         Ok(g.table.read_live(scope, id, now).cloned())
     }
 }
