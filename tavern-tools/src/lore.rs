@@ -154,7 +154,15 @@ pub struct LoreOptions {
     pub use_group_scoring: bool,
     /// Most recursion passes over activated content (0: no recursion).
     pub recursion_depth: usize,
+    /// Most text key matching may scan in one search, in bytes (each key checked against the
+    /// scanned text counts its length): the cost of a search is bounded by us, not by how many
+    /// keys a card has. Past it matching stops and the result is `truncated` by `work-budget`.
+    pub max_scan_bytes: usize,
 }
+
+/// The default [`LoreOptions::max_scan_bytes`]: 16 MiB of key checks (about 4,000 keys against
+/// a 4 KiB query and recursion text).
+pub const DEFAULT_MAX_SCAN_BYTES: usize = 16 * 1024 * 1024;
 
 impl Default for LoreOptions {
     fn default() -> Self {
@@ -167,6 +175,7 @@ impl Default for LoreOptions {
             max_tokens: 1000,
             use_group_scoring: false,
             recursion_depth: 3,
+            max_scan_bytes: DEFAULT_MAX_SCAN_BYTES,
         }
     }
 }
@@ -425,19 +434,56 @@ fn contains_whole_word(haystack: &str, needle: &str) -> bool {
     })
 }
 
-/// A scan buffer: the text as written and case-folded.
-struct Buffer {
-    text: String,
-    folded: String,
+/// What key matching may still scan in this search (see [`LoreOptions::max_scan_bytes`]).
+struct Budget {
+    left: std::cell::Cell<usize>,
+    exhausted: std::cell::Cell<bool>,
 }
 
-impl Buffer {
-    fn new(text: String) -> Self {
+impl Budget {
+    fn new(bytes: usize) -> Self {
+        Self {
+            left: std::cell::Cell::new(bytes),
+            exhausted: std::cell::Cell::new(false),
+        }
+    }
+
+    /// Takes `cost` bytes; `false` (and exhausted from then on) when they are not left.
+    fn take(&self, cost: usize) -> bool {
+        match self.left.get().checked_sub(cost) {
+            Some(rest) if !self.exhausted.get() => {
+                self.left.set(rest);
+                true
+            }
+            _ => {
+                self.exhausted.set(true);
+                false
+            }
+        }
+    }
+}
+
+/// A scan buffer: the text as written and case-folded, and the search's work budget.
+struct Buffer<'b> {
+    text: String,
+    folded: String,
+    budget: &'b Budget,
+}
+
+impl<'b> Buffer<'b> {
+    fn new(text: String, budget: &'b Budget) -> Self {
         let folded = text.to_lowercase();
-        Self { text, folded }
+        Self {
+            text,
+            folded,
+            budget,
+        }
     }
 
     fn matches(&self, key: &Key, case_sensitive: bool, whole_words: bool) -> bool {
+        if !self.budget.take(self.text.len().max(1)) {
+            return false;
+        }
         match key {
             Key::Regex { re, sticky } => match re.find(&self.text) {
                 Some(m) => !sticky || m.start() == 0,
@@ -697,6 +743,7 @@ pub fn search_with<'a>(
 
     // Activation passes: pass 0 scans the query, later passes add activated content.
     let mut reasons: Vec<Option<Reason>> = vec![None; cands.len()];
+    let budget = Budget::new(opts.max_scan_bytes);
     let mut taken_groups: HashSet<&str> = HashSet::new();
     let mut recursion_text = String::new();
     let mut levels: Vec<u32> = cands
@@ -717,7 +764,7 @@ pub fn search_with<'a>(
             text.push_str(MATCHER);
             text.push_str(&recursion_text);
         }
-        let buf = Buffer::new(text);
+        let buf = Buffer::new(text, &budget);
         let mut new: Vec<usize> = Vec::new();
         for (i, c) in cands.iter().enumerate() {
             if reasons[i].is_some() {
@@ -852,12 +899,21 @@ pub fn search_with<'a>(
             .then_with(|| cands[a].tie().cmp(&cands[b].tie()))
     });
 
+    let exhausted = budget.exhausted.get();
+    if exhausted {
+        warnings.push(format!(
+            "key matching stopped after scanning {} bytes (the per-search budget): entries whose keys were not checked may be missing",
+            opts.max_scan_bytes
+        ));
+    }
     warnings.sort();
     warnings.dedup();
     let mut out = LoreResult {
         source_count: ranked.len(),
         warnings,
         duplicates,
+        truncated: exhausted,
+        truncated_by: exhausted.then_some("work-budget"),
         ..LoreResult::default()
     };
     let mut used = 0;

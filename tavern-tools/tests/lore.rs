@@ -159,3 +159,44 @@ fn chinese_keys_activate_on_chinese_text_in_a_real_world_book() {
         ]
     );
 }
+
+/// A card cannot make lore search cost what it likes: key matching has a per-search budget
+/// (deterministic: bytes scanned, not time); past it the result says `truncated` by
+/// `work-budget` with a warning, and what was matched before still comes back.
+#[test]
+fn key_matching_stops_at_the_work_budget_and_says_so() {
+    let entries: serde_json::Map<String, Value> = (0..2000)
+        .map(|i| {
+            (
+                i.to_string(),
+                json!({"uid": i, "key": [format!("/lantern{i}\\b/i"), format!("gate{i}")], "content": format!("entry {i}"), "order": 100}),
+            )
+        })
+        .collect();
+    let book = WorldBook::from_world_value("Big", &json!({"entries": entries})).unwrap();
+    let books = vec![(LoreSource::Global, book)];
+    let query = "the LANTERN0 glows by gate1";
+    // Within the default budget every key is checked.
+    let full = search(&books, query, &LoreOptions::default());
+    assert!(!full.truncated, "{:?}", full.truncated_by);
+    let uids: Vec<i64> = full.hits.iter().map(|h| h.entry.uid).collect();
+    assert_eq!(&uids[..2], &[0, 1]);
+    // A small budget: matching stops early, honestly.
+    let opts = LoreOptions {
+        max_scan_bytes: 100 * query.len(),
+        ..LoreOptions::default()
+    };
+    let cut = search(&books, query, &opts);
+    assert!(cut.truncated);
+    assert_eq!(cut.truncated_by, Some("work-budget"));
+    assert!(
+        cut.warnings.iter().any(|w| w.contains("budget")),
+        "{:?}",
+        cut.warnings
+    );
+    assert_eq!(
+        cut.hits.first().map(|h| h.entry.uid),
+        Some(0),
+        "matched before the cut"
+    );
+}

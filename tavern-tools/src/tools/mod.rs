@@ -111,6 +111,9 @@ pub(crate) enum TruncatedBy {
     Limit,
     #[serde(rename = "max-tokens")]
     MaxTokens,
+    /// Lore key matching hit its per-search work budget.
+    #[serde(rename = "work-budget")]
+    WorkBudget,
 }
 
 impl TruncatedBy {
@@ -118,6 +121,7 @@ impl TruncatedBy {
         match label {
             "limit" => Some(Self::Limit),
             "max-tokens" => Some(Self::MaxTokens),
+            "work-budget" => Some(Self::WorkBudget),
             _ => None,
         }
     }
