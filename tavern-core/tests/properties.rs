@@ -21,7 +21,13 @@ fn assert_path_safe(s: &str) {
 proptest! {
     #[test]
     fn accepted_ids_never_contain_separators_dotdot_or_nul(s in "\\PC{0,12}|[./\\\\a-z\0 ]{0,12}") {
-        if let Ok(id) = ChatId::parse(s.clone()) { assert_path_safe(id.as_str()); }
+        // Chat ids are names as users have them (`..draft` is one): no separator, NUL or
+        // control character, never `.`/`..` itself; the store encodes the rest.
+        if let Ok(id) = ChatId::parse(s.clone()) {
+            let v = id.as_str();
+            prop_assert!(!v.contains(['/', '\\', '\0']) && !v.chars().any(char::is_control), "{v:?}");
+            prop_assert!(v != "." && v != ".." && !v.is_empty(), "{v:?}");
+        }
         if let Ok(id) = SessionId::parse(s.clone()) { assert_path_safe(id.as_str()); }
         if let Ok(id) = AgentId::parse(s.clone()) { assert_path_safe(id.as_str()); }
         if let Ok(id) = CharacterName::parse(s.clone()) { assert_path_safe(id.as_str()); }
