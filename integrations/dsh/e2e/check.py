@@ -126,6 +126,9 @@ for case, status, code in [("get", 405, "method-not-allowed"), ("not-json", 400,
                            ("bad-session", 400, "bad-session"), ("unknown-action", 400, "unknown-action"),
                            ("too-long", 413, "too-long")]:
     check(web[case][0] == status and web[case][1]["error"] == code, f"the route answers {status} {code}")
+check(web["anonymous-huge"][0] == 401, "an unauthenticated oversized request gets 401, not 413")
+check(web["wrong-token"][0] == 401, "a wrong token gets 401")
+check(web["capital-bearer"][0] == 200 and web["read"][0] == 200, "the bearer scheme is matched in any case")
 fourth = requests(4, "e2e-session-1")
 check(bool(fourth) and "Speak as {{char}}, in riddles, to {{user}}." in fourth[0]["body"]["messages"][0]["content"],
       "the next request carries the custom prompt with its braces")

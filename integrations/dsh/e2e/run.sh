@@ -67,6 +67,20 @@ cat > "$work/tavern.patch.yml" <<YAML
         sessionsRoot: $work/home/sessions-raw
 YAML
 
+# The web profile admits route callers by a bearer token (checked case-insensitively).
+cat > "$work/web.patch.yml" <<YAML
+- id: agent-tavern
+  config:
+    bridge: $bridge
+    data: $work/data
+    assets: $work/assets
+    user: Kai
+    character: Mira
+    bindPattern: '^e2e-'
+    sessionsRoot: $work/home/sessions-raw
+    routeToken: e2e-route-token
+YAML
+
 cat > "$work/mcp.patch.yml" <<YAML
 - insert:
     - id: mcp-tavern
@@ -117,15 +131,23 @@ run 3 "$here/script-3.json" '[{sessionId: e2e-mcp-host, messages: ["Note that th
 # The web profile serves tavern mode's route: save a custom prompt for the first session …
 echo "e2e: web profile"
 web_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+# Its own process group, so stopping it stops npm, the host and the bridge it spawned.
 (cd "$work" && DSH_HOME="$work/home" DSH_TELEMETRY_DISABLED=1 DEEPSEEK_API_KEY=e2e \
-  npm exec --prefix "$host" -- dsh --profile web --patch "$work/tavern.patch.yml" --host 127.0.0.1 --port "$web_port" --no-open \
+  exec setsid npm exec --prefix "$host" -- dsh --profile web --patch "$work/tavern.patch.yml" --patch "$work/web.patch.yml" --host 127.0.0.1 --port "$web_port" --no-open \
   > "$work/web.out" 2> "$work/web.err") &
 web_pid=$!
-python3 "$here/web_check.py" "$web_port" "$work/web.json" || { cat "$work/web.err" >&2; kill "$web_pid"; exit 1; }
-pkill -P "$web_pid" 2>/dev/null || true
-kill "$web_pid" 2>/dev/null || true
-wait "$web_pid" 2>/dev/null || true
+stop_web() { kill -TERM -- "-$web_pid" 2>/dev/null || true; wait "$web_pid" 2>/dev/null || true; }
+python3 "$here/web_check.py" "$web_port" "$work/web.json" e2e-route-token || { cat "$work/web.err" >&2; stop_web; exit 1; }
+stop_web
 # … which the next headless turn of that session must use, braces intact.
 run 4 "$here/script-4.json" '[{sessionId: e2e-session-1, resume: true, messages: ["A riddle, please."]}]' "$work/tavern.patch.yml"
 
 python3 "$here/check.py" "$work"
+
+# Nothing this script started is left running.
+left=$(pgrep -f -- "$work" || true)
+if [ -n "$left" ]; then
+  echo "e2e: processes left running:" >&2; ps -o pid,args -p $left >&2 || true
+  kill $left 2>/dev/null || true
+  exit 1
+fi

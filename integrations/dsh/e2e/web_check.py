@@ -2,7 +2,7 @@
 """Drives the tavern-mode route of a running `dsh --profile web`: waits (bounded) until it
 answers, then records a set of requests and their answers as JSON for check.py.
 
-Usage: web_check.py PORT OUT.json
+Usage: web_check.py PORT OUT.json TOKEN
 """
 import json
 import sys
@@ -10,13 +10,17 @@ import time
 import urllib.error
 import urllib.request
 
-port, out = sys.argv[1], sys.argv[2]
+port, out, token = sys.argv[1], sys.argv[2], sys.argv[3]
 url = f"http://127.0.0.1:{port}/tavern-mode/system-prompt"
 
 
-def call(method, body):
+def call(method, body, auth=f"bearer {token}"):
+    """A request; by default admitted with the scheme written in lowercase (RFC 7235 allows it)."""
     data = body.encode("utf-8") if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
+    headers = {"content-type": "application/json"}
+    if auth is not None:
+        headers["authorization"] = auth
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
             return r.status, json.loads(r.read() or b"null")
@@ -45,6 +49,10 @@ results = {
     "bad-session": call("POST", json.dumps({"action": "read", "sessionId": "../x"})),
     "unknown-action": call("POST", json.dumps({"action": "delete", "sessionId": "e2e-session-1"})),
     "too-long": call("POST", json.dumps({"action": "save", "sessionId": "e2e-session-1", "text": "x" * 40000})),
+    # Not admitted: 401 before anything about the body, even an oversized one.
+    "anonymous-huge": call("POST", "x" * (2 << 20), auth=None),
+    "wrong-token": call("POST", json.dumps({"action": "read", "sessionId": "e2e-session-1"}), auth="Bearer nope"),
+    "capital-bearer": call("POST", json.dumps({"action": "read", "sessionId": "e2e-session-1"}), auth=f"Bearer {token}"),
 }
 with open(out, "w", encoding="utf-8") as f:
     json.dump(results, f)

@@ -17,6 +17,7 @@
 
 import { spawn } from 'node:child_process'
 import { createInterface } from 'node:readline'
+import { timingSafeEqual } from 'node:crypto'
 
 export const name = 'agent-tavern'
 export const inject = ['tools', 'systemPrompt']
@@ -174,6 +175,16 @@ export async function apply(ctx, config) {
       kind: 'exact',
       path: '/tavern-mode/system-prompt',
       handler: async (req, res) => {
+        // Admission first: an unauthenticated caller learns nothing, not even that its body
+        // was too long, and its body is never read.
+        const loopback = ['127.0.0.1', '::1', '::ffff:127.0.0.1'].includes(req.socket?.remoteAddress)
+        const admitted = config.routeToken ? bearerMatches(req.headers.authorization, config.routeToken) : loopback
+        if (!admitted) {
+          res.writeHead(401, { 'content-type': 'application/json', connection: 'close' })
+          res.end(JSON.stringify({ ok: false, error: 'unauthorized', message: 'not admitted' }))
+          req.resume()
+          return
+        }
         const chunks = []
         let size = 0
         for await (const chunk of req) {
@@ -181,8 +192,6 @@ export async function apply(ctx, config) {
           if (size > 1 << 20) break
           chunks.push(chunk)
         }
-        const loopback = ['127.0.0.1', '::1', '::ffff:127.0.0.1'].includes(req.socket?.remoteAddress)
-        const admitted = config.routeToken ? req.headers.authorization === `Bearer ${config.routeToken}` : loopback
         let reply
         try {
           reply = size > 1 << 20
@@ -196,6 +205,15 @@ export async function apply(ctx, config) {
       },
     }))
   }
+}
+
+/** `Authorization: Bearer <token>` (the scheme in any case, RFC 7235), compared in constant time. */
+function bearerMatches(header, token) {
+  const m = /^bearer\s+(.+)$/i.exec(String(header ?? '').trim())
+  if (!m) return false
+  const given = Buffer.from(m[1])
+  const want = Buffer.from(String(token))
+  return given.length === want.length && timingSafeEqual(given, want)
 }
 
 /** The bridge's prompt sections, split into the persona and the kernel text. */

@@ -1,0 +1,254 @@
+//! Reliability figures of the real `tavern-bridge` process (see `docs/RELIABILITY.md`): resident
+//! memory over a long soak of frames for many sessions, round-trip latency with 1 and with
+//! 3,000 bound sessions, and crash rounds (SIGKILL mid-write, then every acknowledged write is
+//! found). Drives the executable next to this one over pipes, as a host does.
+//!
+//! `cargo run --release -p tavern-dsh-adapter --features bench --bin bridge-bench`
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Instant;
+
+use serde_json::{json, Value};
+
+type Error = Box<dyn std::error::Error>;
+
+struct Peer {
+    child: Child,
+    input: ChildStdin,
+    output: BufReader<ChildStdout>,
+    next_id: u64,
+}
+
+impl Peer {
+    fn spawn(bridge: &Path, data: &Path) -> Result<Self, Error> {
+        let mut child = Command::new(bridge)
+            .arg("--data")
+            .arg(data)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let input = child.stdin.take().ok_or("no stdin")?;
+        let output = BufReader::new(child.stdout.take().ok_or("no stdout")?);
+        let mut p = Self {
+            child,
+            input,
+            output,
+            next_id: 1,
+        };
+        p.call("handshake", json!({"protocol": 1}))?;
+        Ok(p)
+    }
+
+    fn send(&mut self, frame: &Value) -> Result<(), Error> {
+        writeln!(self.input, "{frame}")?;
+        Ok(())
+    }
+
+    fn call(&mut self, method: &str, params: Value) -> Result<Value, Error> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"id": id, "method": method, "params": params}))?;
+        self.input.flush()?;
+        loop {
+            let mut line = String::new();
+            if self.output.read_line(&mut line)? == 0 {
+                return Err("the bridge closed its output".into());
+            }
+            let v: Value = serde_json::from_str(&line)?;
+            if v["id"] == json!(id) {
+                return Ok(v);
+            }
+        }
+    }
+
+    fn rss_kib(&self) -> Result<u64, Error> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
+        let line = status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .ok_or("no VmRSS")?;
+        Ok(line.split_whitespace().nth(1).ok_or("bad VmRSS")?.parse()?)
+    }
+
+    fn close(mut self) -> Result<(), Error> {
+        self.call("shutdown", json!({}))?;
+        self.child.wait()?;
+        Ok(())
+    }
+}
+
+fn bind(p: &mut Peer, session: &str) -> Result<(), Error> {
+    let r = p.call(
+        "agent/created",
+        json!({"agent": session, "bind": {"character": "Mira", "chatId": format!("Mira - {session}")}}),
+    )?;
+    if r["result"]["mounted"] != json!(true) {
+        return Err(format!("{session} not mounted: {r}").into());
+    }
+    Ok(())
+}
+
+fn event(seq: u64, turn: u64, n: u64) -> Value {
+    match seq % 6 {
+        0 => json!({"type": "turn/start", "seq": seq, "time": 1, "data": {"turn": turn}}),
+        1 => {
+            json!({"type": "user/message", "seq": seq, "time": 1, "data": {"role": "user", "source": {"kind": "user"}, "content": [{"type": "text", "text": format!("message {n}")}]}})
+        }
+        2 => {
+            json!({"type": "step/start", "seq": seq, "time": 1, "data": {"turn": turn, "step": 1}})
+        }
+        3 => {
+            json!({"type": "assistant/message", "seq": seq, "time": 1, "data": {"turn": turn, "step": 1, "message": {"role": "assistant", "content": [{"type": "text", "text": format!("reply {n}")}]}}})
+        }
+        4 => json!({"type": "step/end", "seq": seq, "time": 1, "data": {"turn": turn, "step": 1}}),
+        _ => {
+            json!({"type": "turn/end", "seq": seq, "time": 1, "data": {"turn": turn, "reason": {"kind": "completed"}}})
+        }
+    }
+}
+
+/// 100,000 frames over 1,000 sessions (100 bound, 900 never bound): events, tool calls,
+/// cancels for unknown calls, disposals. Returns RSS samples `(frames, KiB)`.
+fn soak(bridge: &Path, dir: &Path) -> Result<Vec<(u64, u64)>, Error> {
+    let mut p = Peer::spawn(bridge, &dir.join("soak"))?;
+    for s in 0..100 {
+        bind(&mut p, &format!("b{s}"))?;
+    }
+    let mut samples = vec![(0, p.rss_kib()?)];
+    let mut seqs = vec![0u64; 1000];
+    for n in 0..100_000u64 {
+        let s = (n % 1000) as usize;
+        let session = if s < 100 {
+            format!("b{s}")
+        } else {
+            format!("u{s}")
+        };
+        let frame = match n % 10 {
+            9 if s < 100 => {
+                json!({"id": n + 10, "method": "tool/call", "params": {"tool": "variable_list", "args": {}, "callId": format!("c{n}"), "session": session}})
+            }
+            8 => json!({"method": "tool/cancel", "params": {"callId": format!("never-{n}")}}),
+            _ => {
+                let seq = seqs[s];
+                seqs[s] += 1;
+                json!({"method": "event", "params": {"session": session, "event": event(seq, seq / 6 + 1, n)}})
+            }
+        };
+        p.send(&frame)?;
+        if (n + 1) % 10_000 == 0 {
+            // A request answered after everything before it is queued: then measure.
+            p.call("status", json!({}))?;
+            for s in 0..100 {
+                p.call("resume", json!({"session": format!("b{s}")}))?;
+            }
+            samples.push((n + 1, p.rss_kib()?));
+        }
+    }
+    p.close()?;
+    Ok(samples)
+}
+
+/// Round-trip times of `tool/call variable_get` with `bound` sessions bound: `(p50, p99)` µs.
+fn round_trips(bridge: &Path, dir: &Path, bound: usize) -> Result<(f64, f64), Error> {
+    let mut p = Peer::spawn(bridge, &dir.join(format!("rt{bound}")))?;
+    for s in 0..bound {
+        bind(&mut p, &format!("s{s}"))?;
+    }
+    let mut times = Vec::with_capacity(2000);
+    for i in 0..2000 {
+        let session = format!("s{}", i % bound);
+        let t = Instant::now();
+        let r = p.call(
+            "tool/call",
+            json!({"tool": "variable_list", "args": {}, "callId": format!("rt{i}"), "session": session}),
+        )?;
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+        if r["result"].get("error").is_some() {
+            return Err(format!("call failed: {r}").into());
+        }
+    }
+    p.close()?;
+    times.sort_by(f64::total_cmp);
+    Ok((times[times.len() / 2], times[times.len() * 99 / 100]))
+}
+
+/// Kill rounds: a bridge sets variables, is SIGKILLed after a varying number of acknowledged
+/// writes, and a fresh bridge must find every acknowledged one. Returns (rounds, acked, lost).
+fn crash_rounds(bridge: &Path, dir: &Path, rounds: u64) -> Result<(u64, u64, u64), Error> {
+    let data = dir.join("crash");
+    let (mut acked, mut lost) = (0u64, 0u64);
+    let mut names = Vec::new();
+    for round in 0..rounds {
+        let mut p = Peer::spawn(bridge, &data)?;
+        if round == 0 {
+            bind(&mut p, "w")?;
+        } else {
+            p.call("agent/created", json!({"agent": "w"}))?;
+        }
+        let writes = 1 + (round * 7) % 23;
+        for i in 0..writes {
+            let name = format!("v{round}_{i}");
+            let r = p.call(
+                "tool/call",
+                json!({"tool": "variable_set", "args": {"name": name, "value": i}, "callId": format!("k{round}-{i}"), "session": "w"}),
+            )?;
+            if r["result"]["revision"].is_string() {
+                acked += 1;
+                names.push(name);
+            }
+        }
+        // One more write in flight, then the kill.
+        p.send(&json!({"id": 1_000_000, "method": "tool/call", "params": {"tool": "variable_set", "args": {"name": "inflight", "value": round}, "callId": format!("x{round}"), "session": "w"}}))?;
+        p.input.flush()?;
+        p.child.kill()?;
+        p.child.wait()?;
+    }
+    let mut p = Peer::spawn(bridge, &data)?;
+    p.call("agent/created", json!({"agent": "w"}))?;
+    for (i, name) in names.iter().enumerate() {
+        let r = p.call(
+            "tool/call",
+            json!({"tool": "variable_get", "args": {"name": name}, "callId": format!("check{i}"), "session": "w"}),
+        )?;
+        if !r["result"]["revision"].is_string() {
+            lost += 1;
+        }
+    }
+    p.close()?;
+    Ok((rounds, acked, lost))
+}
+
+fn main() -> Result<(), Error> {
+    let bridge: PathBuf = std::env::current_exe()?.with_file_name("tavern-bridge");
+    if !bridge.is_file() {
+        return Err(
+            "build tavern-bridge first (cargo build --release -p tavern-dsh-adapter)".into(),
+        );
+    }
+    let dir = tempfile::tempdir()?;
+    println!("| measurement | result | note |\n|---|---|---|");
+    let samples = soak(&bridge, dir.path())?;
+    let first = samples.get(1).map_or(0, |s| s.1);
+    let last = samples.last().map_or(0, |s| s.1);
+    let peak = samples.iter().map(|s| s.1).max().unwrap_or(0);
+    println!(
+        "| soak: 100,000 frames, 1,000 sessions (100 bound) | RSS {:.1} MiB after 10,000 frames, {:.1} MiB after 100,000 (peak {:.1}) | growth {:.1} MiB over the last 90,000 frames |",
+        first as f64 / 1024.0,
+        last as f64 / 1024.0,
+        peak as f64 / 1024.0,
+        (last as f64 - first as f64) / 1024.0
+    );
+    for bound in [1, 3000] {
+        let (p50, p99) = round_trips(&bridge, dir.path(), bound)?;
+        println!(
+            "| round trip tool/call, {bound} bound sessions | p50 {p50:.0} µs, p99 {p99:.0} µs | 2,000 calls, pipes, file store |"
+        );
+    }
+    let (rounds, acked, lost) = crash_rounds(&bridge, dir.path(), 40)?;
+    println!("| SIGKILL rounds | {rounds} rounds, {acked} acknowledged writes | {lost} lost |");
+    Ok(())
+}
