@@ -106,6 +106,7 @@ impl Runtime {
             variables: stores.clone(),
             chats: stores.clone(),
             assets: assets.clone(),
+            history: Default::default(),
         };
         let projector = ChatProjector::new(
             stores.clone(),

@@ -52,6 +52,23 @@ impl ChatFile {
     }
 }
 
+/// What changed in a chat since a revision it was read at ([`ChatStore::read_chat_since`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChatChange {
+    /// The chat is still at that revision.
+    Unchanged,
+    /// Lines were only appended since: the new lines, in file order, and the revision the chat
+    /// is at with them.
+    Appended {
+        /// The lines after those of the earlier revision.
+        lines: Vec<ChatLine>,
+        /// The revision these lines bring the chat to.
+        revision: ChatRevision,
+    },
+    /// Anything else (rewritten, or the adapter cannot tell): the whole chat as it is now.
+    Whole(ChatFile),
+}
+
 /// SillyTavern chats, grouped by character.
 ///
 /// Lines are [`ChatLine`]s: one JSON object each, on one line, valid by construction; an
@@ -84,6 +101,30 @@ pub trait ChatStore: Send + Sync {
         character: &CharacterName,
         chat: &ChatId,
     ) -> Result<Option<ChatRevision>, StoreError>;
+
+    /// What changed since the chat was read at `since` (a revision this store issued): nothing,
+    /// only appended lines (an adapter that can tell reads just those, so the cost does not grow
+    /// with the chat), or the whole chat. `None` if the chat does not exist.
+    ///
+    /// The default reads the whole chat and answers [`ChatChange::Unchanged`] or
+    /// [`ChatChange::Whole`]; callers compare lines themselves when they need to know more.
+    ///
+    /// # Errors
+    /// As [`ChatStore::read_chat`].
+    async fn read_chat_since(
+        &self,
+        character: &CharacterName,
+        chat: &ChatId,
+        since: &ChatRevision,
+    ) -> Result<Option<ChatChange>, StoreError> {
+        Ok(self.read_chat(character, chat).await?.map(|file| {
+            if &file.revision == since {
+                ChatChange::Unchanged
+            } else {
+                ChatChange::Whole(file)
+            }
+        }))
+    }
 
     /// Appends lines if the chat is still at `expected`; cost does not grow with the chat.
     ///

@@ -27,7 +27,7 @@ pub mod state;
 pub mod variable;
 mod wrappers;
 
-pub use chat::{ChatFile, ChatRevision, ChatStore};
+pub use chat::{ChatChange, ChatFile, ChatRevision, ChatStore};
 pub use checkpoint::{CheckpointStatus, CheckpointStore, ProjectorCheckpoint};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{StoreError, Target};

@@ -1,6 +1,17 @@
-//! Deterministic lexical search: a tokenizer for case-folded Latin words and CJK character
-//! bigrams, and an in-memory BM25 inverted index. No vector database, no randomness.
+//! Deterministic lexical search: a tokenizer for case-folded Latin words (stop words dropped,
+//! English words reduced to their Snowball stem) and CJK character bigrams, and an in-memory
+//! BM25 inverted index with weighted fields and per-group statistics. No vector database, no
+//! randomness: the same texts and query always give the same scores.
+//!
+//! Memories, chat history and lore free text all rank with this module, so a word is found the
+//! same way everywhere: `fears` finds "Kai fears deep water" and "Kai's fear of water", `the`
+//! and `的` find nothing by themselves ([`stopwords`]), `银色大门` finds a sentence containing it.
 
+pub mod stopwords;
+
+use std::cell::RefCell;
+
+use rust_stemmers::{Algorithm, Stemmer};
 use rustc_hash::FxHashMap;
 
 use tavern_core::tokens::is_cjk;
@@ -10,8 +21,56 @@ const K1: f32 = 1.2;
 /// BM25 length normalization.
 const B: f32 = 0.75;
 
-/// Splits text into index tokens: lowercase alphanumeric runs of non-CJK text, and for CJK runs
-/// every character bigram plus every single character (so one-character queries still match).
+/// Memoized word → index token (`None` for a stop word) entries per thread before the memo is
+/// cleared: words repeat (Zipf), so most lookups skip the stemmer; the bound keeps memory flat.
+const STEM_MEMO_MAX: usize = 1 << 16;
+
+/// Case-folded word → its index token, `None` for a stop word.
+type StemMemo = FxHashMap<Box<str>, Option<Box<str>>>;
+
+thread_local! {
+    /// The English stemmer and the memo of its results (see [`STEM_MEMO_MAX`]).
+    static STEMS: RefCell<(Stemmer, StemMemo)> =
+        RefCell::new((Stemmer::create(Algorithm::English), FxHashMap::default()));
+}
+
+/// Calls `f` with the index token of a case-folded Latin word: its Snowball English stem
+/// (words with non-ASCII letters are kept as they are), nothing for a stop word.
+fn with_word_token(word: &str, f: impl FnOnce(&str)) {
+    STEMS.with_borrow_mut(|(stemmer, memo)| {
+        if let Some(token) = memo.get(word) {
+            if let Some(token) = token {
+                f(token);
+            }
+            return;
+        }
+        let token: Option<Box<str>> = if stopwords::is_stop_word(word) {
+            None
+        } else if word.is_ascii() {
+            Some(stemmer.stem(word).into())
+        } else {
+            Some(word.into())
+        };
+        if memo.len() >= STEM_MEMO_MAX {
+            memo.clear();
+        }
+        if let Some(token) = &token {
+            f(token);
+        }
+        memo.insert(word.into(), token);
+    });
+}
+
+/// The index token of one case-folded Latin word: its stem, or `None` for a stop word.
+pub fn word_token(word: &str) -> Option<String> {
+    let mut out = None;
+    with_word_token(word, |t| out = Some(t.to_owned()));
+    out
+}
+
+/// Splits text into index tokens: stems of the case-folded Latin words that are not stop
+/// words, and for CJK runs every character bigram plus every single character (so
+/// one-character queries still match).
 pub fn index_tokens(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     for_each_index_token(text, |t| out.push(t.to_owned()));
@@ -36,28 +95,90 @@ fn for_each_index_token(text: &str, mut f: impl FnMut(&str)) {
         } else {
             buf.clear();
             buf.extend(run);
-            f(&buf);
+            with_word_token(&buf, &mut f);
         }
     });
 }
 
 /// Splits a query into tokens: Latin words as in [`index_tokens`]; a CJK run of two or more
 /// characters becomes its bigrams (so `银色大门` matches text containing it), a lone CJK
-/// character itself. Duplicates are removed, first occurrence kept.
+/// character itself; CJK function words (`的`, `什么`) are dropped like English stop words.
+/// Duplicates are removed, first occurrence kept. A query of only stop words has no tokens.
 pub fn query_tokens(text: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for_each_run(text, |run, cjk| {
         if cjk && run.len() >= 2 {
             for pair in run.windows(2) {
-                out.push(pair.iter().collect());
+                let token: String = pair.iter().collect();
+                if !stopwords::is_stop_word(&token) {
+                    out.push(token);
+                }
+            }
+        } else if cjk {
+            let token: String = run.iter().collect();
+            if !stopwords::is_stop_word(&token) {
+                out.push(token);
             }
         } else {
-            out.push(run.iter().collect());
+            let word: String = run.iter().collect();
+            with_word_token(&word, |t| out.push(t.to_owned()));
         }
     });
     let mut seen = std::collections::HashSet::new();
     out.retain(|t| seen.insert(t.clone()));
     out
+}
+
+/// The words of a text as the tokenizer sees them before stop words and stemming: case-folded
+/// Latin words and CJK bigrams (a lone CJK character itself). For reference rankings that
+/// bring their own normalization (benchmarks).
+pub fn raw_tokens(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for_each_run(text, |run, cjk| {
+        if cjk && run.len() >= 2 {
+            out.extend(run.windows(2).map(|p| p.iter().collect::<String>()));
+        } else {
+            out.push(run.iter().collect());
+        }
+    });
+    out
+}
+
+/// English month names, January first.
+pub const MONTHS: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+
+/// `(year, month 1..=12, day)` of days since 1970-01-01 (proleptic Gregorian).
+pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = u32::try_from(doy - (153 * mp + 2) / 5 + 1).unwrap_or(1);
+    let month = u32::try_from(if mp < 10 { mp + 3 } else { mp - 9 }).unwrap_or(1);
+    (yoe + era * 400 + i64::from(month <= 2), month, day)
+}
+
+/// The UTC day of epoch milliseconds as words, `May 8 2023`: what texts are indexed with so a
+/// query naming a month or a year finds what was said or written then.
+pub fn day_words(ms: i64) -> String {
+    let (year, month, day) = civil_from_days(ms.div_euclid(86_400_000));
+    let name = MONTHS[(month as usize).saturating_sub(1) % 12];
+    format!("{name} {day} {year}")
 }
 
 /// The length of a text for BM25: its words plus its CJK characters (each counts once), as
@@ -147,14 +268,18 @@ fn shard_of(token: &str, key: Option<u64>) -> usize {
     (h as usize) % SHARDS
 }
 
-/// One shard of the term dictionary with its postings: `(doc, term frequency, doc generation)`.
+/// A posting: document, term frequency (weighted: a token of a field with weight ½ counts ½),
+/// and the document generation it belongs to.
+type Posting = (u32, f32, u32);
+
+/// One shard of the term dictionary with its postings.
 #[derive(Debug, Default, Clone)]
 struct Shard {
     /// Short tokens (CJK uni/bigrams, Latin words up to 7 bytes) packed into integers: most
     /// lookups hash a `u64` instead of comparing strings.
     packed_ids: FxHashMap<u64, u32>,
     term_ids: FxHashMap<Box<str>, u32>,
-    postings: Vec<Vec<(u32, u32, u32)>>,
+    postings: Vec<Vec<Posting>>,
 }
 
 impl Shard {
@@ -176,7 +301,7 @@ impl Shard {
         id
     }
 
-    fn lookup(&self, token: &str, key: Option<u64>) -> Option<&[(u32, u32, u32)]> {
+    fn lookup(&self, token: &str, key: Option<u64>) -> Option<&[Posting]> {
         let id = match key {
             Some(key) => self.packed_ids.get(&key),
             None => self.term_ids.get(token),
@@ -184,26 +309,41 @@ impl Shard {
         Some(&self.postings[*id as usize])
     }
 
-    /// The `(term id, term frequency)` pairs of the tokens of `text` this shard owns, interning
-    /// new terms.
-    fn terms_of(&mut self, me: usize, text: &str, ids: &mut Vec<u32>, out: &mut Vec<(u32, u32)>) {
+    /// The `(term id, weighted term frequency)` pairs of the tokens of `fields` this shard
+    /// owns, interning new terms.
+    fn terms_of(
+        &mut self,
+        me: usize,
+        fields: &[(&str, f32)],
+        ids: &mut Vec<(u32, f32)>,
+        out: &mut Vec<(u32, f32)>,
+    ) {
         ids.clear();
-        for_each_index_token(text, |token| {
-            let key = pack(token);
-            if shard_of(token, key) == me {
-                ids.push(self.intern(token, key));
-            }
-        });
-        ids.sort_unstable();
-        for run in ids.chunk_by(|a, b| a == b) {
-            out.push((run[0], u32::try_from(run.len()).unwrap_or(u32::MAX)));
+        for (text, weight) in fields {
+            for_each_index_token(text, |token| {
+                let key = pack(token);
+                if shard_of(token, key) == me {
+                    ids.push((self.intern(token, key), *weight));
+                }
+            });
+        }
+        ids.sort_unstable_by_key(|(id, _)| *id);
+        for run in ids.chunk_by(|a, b| a.0 == b.0) {
+            out.push((run[0].0, run.iter().map(|(_, w)| w).sum()));
         }
     }
 
-    /// Adds the postings of `doc` for the tokens of `text` this shard owns.
-    fn index(&mut self, me: usize, doc: u32, generation: u32, text: &str, ids: &mut Vec<u32>) {
+    /// Adds the postings of `doc` for the tokens of `fields` this shard owns.
+    fn index(
+        &mut self,
+        me: usize,
+        doc: u32,
+        generation: u32,
+        fields: &[(&str, f32)],
+        ids: &mut Vec<(u32, f32)>,
+    ) {
         let mut terms = Vec::new();
-        self.terms_of(me, text, ids, &mut terms);
+        self.terms_of(me, fields, ids, &mut terms);
         for (term, tf) in terms {
             self.postings[term as usize].push((doc, tf, generation));
         }
@@ -213,11 +353,11 @@ impl Shard {
     /// (hundreds of thousands of small lists growing step by step dominated opening a store).
     fn index_many(&mut self, me: usize, docs: &[(u32, &str)], generations: &[u32]) {
         let mut ids = Vec::with_capacity(64);
-        let mut terms: Vec<(u32, u32)> = Vec::new();
+        let mut terms: Vec<(u32, f32)> = Vec::new();
         let mut bounds = Vec::with_capacity(docs.len() + 1);
         bounds.push(0);
         for (_, text) in docs {
-            self.terms_of(me, text, &mut ids, &mut terms);
+            self.terms_of(me, &[(text, 1.0)], &mut ids, &mut terms);
             bounds.push(terms.len());
         }
         let mut extra = vec![0usize; self.postings.len()];
@@ -235,17 +375,31 @@ impl Shard {
     }
 }
 
-/// An inverted index over documents identified by `u32` slots the caller assigns. Terms are
-/// interned into two shards by hash. Postings count only while their generation is the
-/// document's current one, so re-indexing a slot never leaves old terms matching.
+/// Document count and total length of one group of documents (a memory scope).
+#[derive(Debug, Default, Clone, Copy)]
+struct GroupStats {
+    docs: u32,
+    len: f64,
+}
+
+/// An inverted index over documents identified by `u32` slots the caller assigns, each in a
+/// group (a memory scope; `0` when the caller has none). Terms are interned into two shards by
+/// hash. Postings count only while their generation is the document's current one, so
+/// re-indexing a slot never leaves old terms matching.
+///
+/// Scores are BM25 over the documents of the groups searched: document count, average length
+/// and document frequencies are those of the searched groups, so a busy scope elsewhere does
+/// not change how rare a word is here.
 #[derive(Debug, Default, Clone)]
 pub struct Bm25Index {
     shards: [Shard; SHARDS],
     generation: Vec<u32>,
-    doc_len: Vec<u32>,
+    doc_len: Vec<f32>,
+    group: Vec<u32>,
     alive: Vec<bool>,
     live_docs: u32,
-    total_len: u64,
+    total_len: f64,
+    groups: Vec<GroupStats>,
     dead_docs: usize,
     /// Whether any posting may be stale (a document removed or re-indexed since the last
     /// compaction); while none is, document frequencies are just list lengths.
@@ -255,7 +409,15 @@ pub struct Bm25Index {
 thread_local! {
     /// Per-thread score accumulators, reset after each query (only the touched entries), so a
     /// query over a large index does not allocate and zero two dense arrays.
-    static SCRATCH: std::cell::RefCell<(Vec<f32>, Vec<u16>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    static SCRATCH: RefCell<(Vec<f32>, Vec<u16>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// The length of weighted fields: each field's [`word_len`] times its weight.
+fn fields_len(fields: &[(&str, f32)]) -> f32 {
+    fields
+        .iter()
+        .map(|(text, weight)| word_len(text) as f32 * weight)
+        .sum()
 }
 
 impl Bm25Index {
@@ -269,63 +431,91 @@ impl Bm25Index {
         self.doc_len.reserve(docs);
         self.alive.reserve(docs);
         self.generation.reserve(docs);
+        self.group.reserve(docs);
         for shard in &mut self.shards {
             shard.packed_ids.reserve(docs * 2);
             shard.postings.reserve(docs * 2);
         }
     }
 
-    /// Starts a new version of `doc`: drops the old one and records the new length.
-    fn begin(&mut self, doc: u32, text: &str) -> u32 {
+    /// The number of live documents.
+    pub fn len(&self) -> usize {
+        self.live_docs as usize
+    }
+
+    /// Whether no document is live.
+    pub fn is_empty(&self) -> bool {
+        self.live_docs == 0
+    }
+
+    /// Starts a new version of `doc` in `group`: drops the old one and records the new length.
+    fn begin(&mut self, doc: u32, group: u32, len: f32) -> u32 {
         self.remove(doc);
         let idx = doc as usize;
         if self.doc_len.len() <= idx {
-            self.doc_len.resize(idx + 1, 0);
+            self.doc_len.resize(idx + 1, 0.0);
             self.alive.resize(idx + 1, false);
             self.generation.resize(idx + 1, 0);
+            self.group.resize(idx + 1, 0);
+        }
+        let g = group as usize;
+        if self.groups.len() <= g {
+            self.groups.resize(g + 1, GroupStats::default());
         }
         self.generation[idx] = self.generation[idx].wrapping_add(1);
-        // Length counts words and CJK characters once; the auxiliary CJK unigrams would
-        // otherwise make Chinese records look twice as long as they are.
-        let len = u32::try_from(word_len(text)).unwrap_or(u32::MAX);
         self.doc_len[idx] = len;
+        self.group[idx] = group;
         self.alive[idx] = true;
         self.live_docs += 1;
-        self.total_len += u64::from(len);
+        self.total_len += f64::from(len);
+        self.groups[g].docs += 1;
+        self.groups[g].len += f64::from(len);
         self.generation[idx]
     }
 
-    /// Indexes `text` as document `doc` (replacing an earlier version of it).
+    /// Indexes `text` as document `doc` of group 0 (replacing an earlier version of it).
     pub fn insert(&mut self, doc: u32, text: &str) {
-        let generation = self.begin(doc, text);
+        self.insert_fields(doc, 0, &[(text, 1.0)]);
+    }
+
+    /// Indexes document `doc` of `group` (replacing an earlier version of it) from weighted
+    /// fields: a token of a field of weight `w` adds `w` to its term frequency and the field's
+    /// words add `w` each to the document length. Weights should be positive; multiples of ½
+    /// keep every sum exact, so an index built in any order scores exactly alike.
+    pub fn insert_fields(&mut self, doc: u32, group: u32, fields: &[(&str, f32)]) {
+        // Length counts words and CJK characters once; the auxiliary CJK unigrams would
+        // otherwise make Chinese records look twice as long as they are.
+        let generation = self.begin(doc, group, fields_len(fields));
         let mut ids = Vec::with_capacity(64);
         for (me, shard) in self.shards.iter_mut().enumerate() {
-            shard.index(me, doc, generation, text, &mut ids);
+            shard.index(me, doc, generation, fields, &mut ids);
         }
     }
 
-    /// Indexes many documents at once, each shard on its own thread (opening a large store).
-    /// Equivalent to calling [`Bm25Index::insert`] for each, in order.
-    pub fn insert_many(&mut self, docs: &[(u32, &str)]) {
+    /// Indexes many `(doc, group, text)` documents at once, each shard on its own thread
+    /// (opening a large store). Equivalent to calling [`Bm25Index::insert_fields`] for each
+    /// with weight 1, in order.
+    pub fn insert_many(&mut self, docs: &[(u32, u32, &str)]) {
         // A slot indexed twice keeps only its last text, as sequential inserts would.
         let mut last: FxHashMap<u32, usize> = FxHashMap::default();
-        for (i, (doc, _)) in docs.iter().enumerate() {
+        for (i, (doc, _, _)) in docs.iter().enumerate() {
             last.insert(*doc, i);
         }
-        let docs: Vec<(u32, &str)> = docs
+        let docs: Vec<(u32, u32, &str)> = docs
             .iter()
             .enumerate()
-            .filter(|(i, (doc, _))| last.get(doc) == Some(i))
+            .filter(|(i, (doc, _, _))| last.get(doc) == Some(i))
             .map(|(_, d)| *d)
             .collect();
         let generations: Vec<u32> = docs
             .iter()
-            .map(|(doc, text)| self.begin(*doc, text))
+            .map(|(doc, group, text)| self.begin(*doc, *group, word_len(text) as f32))
             .collect();
+        let texts: Vec<(u32, &str)> = docs.iter().map(|(d, _, t)| (*d, *t)).collect();
         std::thread::scope(|s| {
             for (me, shard) in self.shards.iter_mut().enumerate() {
-                let (docs, generations) = (&docs, &generations);
-                s.spawn(move || shard.index_many(me, docs, generations));
+                let (texts, generations) = (&texts, &generations);
+                s.spawn(move || shard.index_many(me, texts, generations));
             }
         });
     }
@@ -337,7 +527,10 @@ impl Bm25Index {
             self.alive[idx] = false;
             self.stale = true;
             self.live_docs -= 1;
-            self.total_len -= u64::from(self.doc_len[idx]);
+            self.total_len -= f64::from(self.doc_len[idx]);
+            let g = &mut self.groups[self.group[idx] as usize];
+            g.docs -= 1;
+            g.len -= f64::from(self.doc_len[idx]);
             self.dead_docs += 1;
             if self.dead_docs > 1024 && self.dead_docs > self.live_docs as usize {
                 self.compact();
@@ -359,18 +552,46 @@ impl Bm25Index {
     /// BM25 scores of every live document matching at least one query token, as
     /// `(doc, score)` in ascending doc order. Only documents that contain a query token appear.
     pub fn score(&self, query: &[String]) -> Vec<(u32, f32)> {
-        if self.live_docs == 0 || query.is_empty() {
+        self.score_in(query, None)
+    }
+
+    /// [`Bm25Index::score`] over the documents of `groups` only (`None`: every group), with
+    /// the statistics of those groups.
+    pub fn score_in(&self, query: &[String], groups: Option<&[u32]>) -> Vec<(u32, f32)> {
+        let mut out = self.score_unordered(query, groups);
+        out.sort_unstable_by_key(|(doc, _)| *doc);
+        out
+    }
+
+    /// [`Bm25Index::score_in`] in no particular order (for callers that select the best few
+    /// themselves and need not pay for sorting every match).
+    pub fn score_unordered(&self, query: &[String], groups: Option<&[u32]>) -> Vec<(u32, f32)> {
+        // Statistics of the searched groups; `filter` is `None` when they hold every document.
+        let mut selected: Vec<u32> = groups.map(<[u32]>::to_vec).unwrap_or_default();
+        selected.sort_unstable();
+        selected.dedup();
+        let (n, total, filter) = match groups {
+            None => (self.live_docs, self.total_len, None),
+            Some(_) => {
+                let stats = selected
+                    .iter()
+                    .filter_map(|g| self.groups.get(*g as usize))
+                    .fold((0u32, 0f64), |(d, l), s| (d + s.docs, l + s.len));
+                let all = stats.0 == self.live_docs;
+                (stats.0, stats.1, (!all).then_some(&selected[..]))
+            }
+        };
+        if n == 0 || query.is_empty() {
             return Vec::new();
         }
-        let n = self.live_docs as f32;
-        let avg = (self.total_len as f32 / n).max(1.0);
+        let avg = ((total / f64::from(n)) as f32).max(1.0);
         // Dense accumulators beat a hash map by far on long posting lists.
         SCRATCH.with_borrow_mut(|(score, matched)| {
             if score.len() < self.alive.len() {
                 score.resize(self.alive.len(), 0.0);
                 matched.resize(self.alive.len(), 0);
             }
-            let out = self.accumulate(query, n, avg, score, matched);
+            let out = self.accumulate(query, n as f32, avg, filter, score, matched);
             for (doc, _) in &out {
                 score[*doc as usize] = 0.0;
                 matched[*doc as usize] = 0;
@@ -384,6 +605,7 @@ impl Bm25Index {
         query: &[String],
         n: f32,
         avg: f32,
+        filter: Option<&[u32]>,
         score: &mut [f32],
         matched: &mut [u16],
     ) -> Vec<(u32, f32)> {
@@ -396,14 +618,20 @@ impl Bm25Index {
             // Postings of removed or re-indexed documents linger until compaction; count only
             // current ones so scores do not depend on history (or on a restart). The floor
             // keeps every real match's score positive.
-            let current = |&&(doc, _, generation): &&(u32, u32, u32)| {
-                self.alive[doc as usize] && self.generation[doc as usize] == generation
+            let current = |&&(doc, _, generation): &&Posting| {
+                let idx = doc as usize;
+                self.alive[idx]
+                    && self.generation[idx] == generation
+                    && filter.is_none_or(|f| f.contains(&self.group[idx]))
             };
-            let df = if self.stale {
+            let df = if self.stale || filter.is_some() {
                 list.iter().filter(current).count() as f32
             } else {
                 list.len() as f32
             };
+            if df == 0.0 {
+                continue;
+            }
             let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln().max(1e-6);
             // The query side weighs each term by its idf too (idf² overall, as in the classic
             // vector-space model): a rare word in the query must dominate a common one even in
@@ -411,8 +639,7 @@ impl Bm25Index {
             let weight = idf * idf * (K1 + 1.0);
             for &(doc, tf, _) in list.iter().filter(current) {
                 let idx = doc as usize;
-                let tf = tf as f32;
-                let len = self.doc_len[idx] as f32;
+                let len = self.doc_len[idx];
                 if matched[idx] == 0 {
                     touched.push(doc);
                 }
@@ -423,7 +650,6 @@ impl Bm25Index {
         // Coordination: a document containing all query tokens (for CJK: every bigram of the
         // phrase) must beat a shorter one that contains only some of them.
         let terms = query.len() as f32;
-        touched.sort_unstable();
         touched
             .into_iter()
             .map(|doc| {
@@ -439,12 +665,93 @@ impl Bm25Index {
 mod tests {
     use super::*;
 
+    /// `(text, index tokens)`: case folding, punctuation, stop words, Snowball stems, CJK.
     #[test]
-    fn latin_is_case_folded_and_split_on_punctuation() {
+    fn index_tokens_table() {
+        let cases: &[(&str, &[&str])] = &[
+            ("The Silver-Gate, OPEN!", &["silver", "gate", "open"]),
+            ("Kai fears deep water", &["kai", "fear", "deep", "water"]),
+            ("running runs ran", &["run", "run", "ran"]),
+            (
+                "Caroline's adoption agencies",
+                &["carolin", "adopt", "agenc"],
+            ),
+            ("It is what it is", &[]),
+            ("2023 May 8", &["2023", "may", "8"]),
+            ("über Straße", &["über", "straße"]),
+            ("大门", &["大", "门", "大门"]),
+            ("", &[]),
+        ];
+        for (text, want) in cases {
+            assert_eq!(index_tokens(text), *want, "{text:?}");
+        }
+    }
+
+    /// `(query, query tokens)`: what a query keeps to rank with.
+    #[test]
+    fn query_tokens_table() {
+        let cases: &[(&str, &[&str])] = &[
+            ("what is the forest", &["forest"]),
+            ("The Shadowfang beasts", &["shadowfang", "beast"]),
+            ("is it", &[]),
+            ("这是什么", &[]),
+            ("银色大门在哪里", &["银色", "色大", "大门", "门在"]),
+            ("告诉我塔罗牌", &["诉我", "我塔", "塔罗", "罗牌"]),
+            ("的", &[]),
+            ("剑", &["剑"]),
+            ("tell me about Eldoria", &["eldoria"]),
+            ("What does Kai fear?", &["kai", "fear"]),
+            ("fear fears feared", &["fear"]),
+        ];
+        for (query, want) in cases {
+            assert_eq!(query_tokens(query), *want, "{query:?}");
+        }
+    }
+
+    #[test]
+    fn a_stemmed_word_finds_its_other_forms() {
+        let mut idx = Bm25Index::new();
+        idx.insert(0, "Kai fears deep water");
+        idx.insert(1, "Mira loves the sea");
+        let hits = idx.score(&query_tokens("What is Kai's fear?"));
+        assert_eq!(hits.iter().map(|h| h.0).collect::<Vec<_>>(), [0]);
+        assert!(idx.score(&query_tokens("the")).is_empty());
+    }
+
+    #[test]
+    fn statistics_come_from_the_groups_searched() {
+        let mut idx = Bm25Index::new();
+        // Group 1 is full of "lantern"; in group 0 it is as rare as "river".
+        idx.insert_fields(0, 0, &[("lantern by the river", 1.0)]);
+        idx.insert_fields(1, 0, &[("an old map", 1.0)]);
+        for d in 2..50 {
+            idx.insert_fields(d, 1, &[("lantern lantern", 1.0)]);
+        }
+        let only0 = idx.score_in(&query_tokens("lantern"), Some(&[0]));
+        let river = idx.score_in(&query_tokens("river"), Some(&[0]));
+        assert_eq!(only0.len(), 1);
+        assert_eq!(only0[0].1, river[0].1, "same df, same score within group 0");
+        let all = idx.score(&query_tokens("lantern"));
+        assert!(all.len() == 49 && all[0].1 < only0[0].1);
         assert_eq!(
-            index_tokens("The Silver-Gate, OPEN!"),
-            ["the", "silver", "gate", "open"]
+            idx.score_in(&query_tokens("lantern"), Some(&[0, 1])),
+            all,
+            "every group is the whole index"
         );
+        assert!(idx
+            .score_in(&query_tokens("lantern"), Some(&[7]))
+            .is_empty());
+    }
+
+    #[test]
+    fn weighted_fields_count_by_weight() {
+        let mut idx = Bm25Index::new();
+        idx.insert_fields(0, 0, &[("ember", 1.0)]);
+        idx.insert_fields(1, 0, &[("ash", 1.0), ("ember", 0.5)]);
+        idx.insert_fields(2, 0, &[("ash", 1.0)]);
+        let hits = idx.score(&query_tokens("ember"));
+        assert_eq!(hits.len(), 2);
+        assert!(hits[0].1 > hits[1].1, "{hits:?}");
     }
 
     #[test]
@@ -456,6 +763,7 @@ mod tests {
             query_tokens("Mira的银色大门 gate"),
             ["mira", "的银", "银色", "色大", "大门", "gate"]
         );
+        assert_eq!(raw_tokens("The 银色大门"), ["the", "银色", "色大", "大门"]);
     }
 
     #[test]
@@ -481,14 +789,14 @@ mod tests {
     #[test]
     fn bulk_indexing_equals_sequential_indexing() {
         let docs = [
-            (0, "银色大门 silver gate"),
-            (1, "river spirit 河灵"),
-            (0, "lantern keeper"),
-            (2, "gate keeper"),
+            (0, 0, "银色大门 silver gate"),
+            (1, 1, "river spirit 河灵"),
+            (0, 1, "lantern keeper"),
+            (2, 0, "gate keeper"),
         ];
         let mut one = Bm25Index::new();
-        for (d, t) in docs {
-            one.insert(d, t);
+        for (d, g, t) in docs {
+            one.insert_fields(d, g, &[(t, 1.0)]);
         }
         let mut bulk = Bm25Index::new();
         bulk.insert_many(&docs);
@@ -503,6 +811,11 @@ mod tests {
             assert_eq!(
                 one.score(&query_tokens(q)),
                 bulk.score(&query_tokens(q)),
+                "{q}"
+            );
+            assert_eq!(
+                one.score_in(&query_tokens(q), Some(&[1])),
+                bulk.score_in(&query_tokens(q), Some(&[1])),
                 "{q}"
             );
         }

@@ -12,7 +12,7 @@ use tavern_core::{
     VariableRecord,
 };
 
-use crate::chat::{ChatFile, ChatRevision, ChatStore};
+use crate::chat::{ChatChange, ChatFile, ChatRevision, ChatStore};
 use crate::checkpoint::{CheckpointStore, ProjectorCheckpoint};
 use crate::error::StoreError;
 use crate::memory::{MemoryQuery, MemorySearchResult, MemoryStore};
@@ -86,6 +86,9 @@ macro_rules! forward {
             }
             async fn read_chat(&self, c: &CharacterName, id: &ChatId) -> Result<Option<ChatFile>, StoreError> {
                 (**self).read_chat(c, id).await
+            }
+            async fn read_chat_since(&self, c: &CharacterName, id: &ChatId, since: &ChatRevision) -> Result<Option<ChatChange>, StoreError> {
+                (**self).read_chat_since(c, id, since).await
             }
             async fn chat_revision(&self, c: &CharacterName, id: &ChatId) -> Result<Option<ChatRevision>, StoreError> {
                 (**self).chat_revision(c, id).await

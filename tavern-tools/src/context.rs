@@ -15,8 +15,11 @@ use crate::error::ToolError;
 pub struct ToolLimits {
     /// Longest query, in characters.
     pub max_query_chars: usize,
-    /// Largest `limit` a search accepts.
+    /// Largest `limit` lore search accepts.
     pub max_results: usize,
+    /// Largest `limit` `memory_search` and `tavern_history_search` accept (recall over long
+    /// conversations needs more than the lore limit; `maxTokens` still bounds what returns).
+    pub max_search_results: usize,
     /// Default `limit`.
     pub default_results: usize,
     /// Largest `maxTokens` a call accepts.
@@ -44,6 +47,7 @@ impl Default for ToolLimits {
         Self {
             max_query_chars: 500,
             max_results: 20,
+            max_search_results: 50,
             default_results: 5,
             max_tokens: 4000,
             default_tokens: 1000,

@@ -12,6 +12,7 @@ pub mod assets;
 pub mod context;
 pub mod docs;
 pub mod error;
+pub mod history;
 pub mod lore;
 pub mod registry;
 pub mod schema;

@@ -49,7 +49,8 @@
 //!
 //! **Ranking.** Entries activated by the query (by `order`, higher first), then those activated
 //! by recursion (pass by pass, by `order`), then lexical matches (BM25 over comment, keys and
-//! content; query stop words such as "the", "is", "的", "什么" are ignored, see [`stopwords`]),
+//! content, ranked as memories and history are: stop words such as "the", "is", "的", "什么"
+//! are ignored and English words match their other forms, see [`tavern_store::search`]),
 //! then always-on entries when asked for; ties by source, book and uid. Always-on entries take
 //! part in recursion like any activated entry (as in SillyTavern), so an empty query, which
 //! activates and ranks nothing itself, returns the always-on entries when asked for, with what
@@ -57,14 +58,12 @@
 //! Probability, sticky/cooldown/delay timers, scan depth and insertion position do not apply to
 //! a tool that answers queries: results are deterministic.
 
-pub mod stopwords;
-
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use tavern_core::{DefaultTokenEstimator, TokenEstimator};
-use tavern_store::search::Bm25Index;
+use tavern_store::search::{query_tokens, Bm25Index};
 
 use crate::assets::world::{LoreEntry, SelectiveLogic, WorldBook};
 
@@ -847,7 +846,7 @@ pub fn search_with<'a>(
             );
             index.insert(u32::try_from(i).unwrap_or(u32::MAX), &text);
         }
-        for (doc, s) in index.score(&stopwords::content_tokens(query)) {
+        for (doc, s) in index.score(&query_tokens(query)) {
             if let Some(slot) = scores.get_mut(doc as usize) {
                 *slot = f64::from(s);
             }

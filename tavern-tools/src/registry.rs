@@ -14,6 +14,7 @@ use tavern_store::{ChatStore, MemoryStore, VariableStore};
 use crate::assets::provider::AssetProvider;
 use crate::context::{ToolContext, ToolLimits};
 use crate::error::ToolError;
+use crate::history::HistoryCache;
 use crate::tools::{self, ToolSpec};
 
 /// What the tools read and write.
@@ -27,6 +28,8 @@ pub struct ToolServices {
     pub chats: Arc<dyn ChatStore>,
     /// Cards, world books, persona.
     pub assets: Arc<dyn AssetProvider>,
+    /// Chat history indexes (`tavern_history_search`), kept between calls.
+    pub history: HistoryCache,
 }
 
 impl std::fmt::Debug for ToolServices {

@@ -61,6 +61,9 @@ pub(crate) trait TypedTool: Send + Sync + 'static {
     const DESCRIPTION: &'static str;
     /// Whether it writes.
     const WRITES: bool;
+    /// Whether its `limit` goes up to [`ToolLimits::max_search_results`] (the searches whose
+    /// recall over long conversations needs it) rather than [`ToolLimits::max_results`].
+    const WIDE_LIMIT: bool = false;
 
     /// Runs the tool on validated arguments.
     async fn run(
@@ -80,7 +83,7 @@ pub(crate) struct Typed<T: TypedTool> {
 impl<T: TypedTool> Typed<T> {
     pub(crate) fn new(tool: T, limits: &ToolLimits) -> Self {
         let mut parameters = schema_for::<T::Args>(false);
-        apply_limits(&mut parameters, limits);
+        apply_limits(&mut parameters, limits, T::WIDE_LIMIT);
         Self {
             tool,
             spec: ToolSpec {
@@ -243,7 +246,7 @@ fn single_enum(option: &Value) -> Option<Value> {
 
 /// Writes the limits in force into argument schemas, by argument name, so the model sees the
 /// limits the validator enforces.
-fn apply_limits(schema: &mut Value, l: &ToolLimits) {
+fn apply_limits(schema: &mut Value, l: &ToolLimits, wide_limit: bool) {
     let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) else {
         return;
     };
@@ -253,11 +256,16 @@ fn apply_limits(schema: &mut Value, l: &ToolLimits) {
         }
     };
     set(props, "query", json!({"maxLength": l.max_query_chars}));
+    let most = if wide_limit {
+        l.max_search_results
+    } else {
+        l.max_results
+    };
     set(
         props,
         "limit",
-        json!({"minimum": 1, "maximum": l.max_results,
-            "description": format!("Most results (default {}).", l.default_results)}),
+        json!({"minimum": 1, "maximum": most,
+            "description": format!("Most results (default {}, at most {most}); the token budget may return fewer, and `truncated` says so.", l.default_results)}),
     );
     set(
         props,

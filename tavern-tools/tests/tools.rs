@@ -61,6 +61,7 @@ async fn harness_with(state: serde_json::Value, limits: ToolLimits) -> Harness {
         variables: store.clone(),
         chats: store.clone(),
         assets: Arc::new(assets),
+        history: Default::default(),
     };
     let sera = CharacterName::parse("Seraphina").unwrap();
     let main = ChatId::parse("Seraphina - 1").unwrap();
@@ -444,10 +445,13 @@ async fn history_search_finds_messages_and_the_parent_branch() {
         )
         .await;
     let items = v["items"].as_array().unwrap();
-    assert_eq!(items.len(), 2);
-    assert!(items
+    assert_eq!(items.len(), 3);
+    assert!(items[..2]
         .iter()
         .all(|i| i["text"].as_str().unwrap().contains("silver gate")));
+    // The message before the question matches through its neighbour, at half weight: last.
+    assert_eq!(items[2]["index"], 0);
+    assert!(items[2]["score"].as_f64() < items[1]["score"].as_f64());
     let zh = h
         .ok("s1", "tavern_history_search", json!({"query": "银色大门"}))
         .await;
@@ -488,7 +492,7 @@ async fn history_search_finds_messages_and_the_parent_branch() {
         .unwrap()
         .iter()
         .all(|i| i["chat"] == "parent"));
-    assert_eq!(with_parent["items"].as_array().unwrap().len(), 2);
+    assert_eq!(with_parent["items"].as_array().unwrap().len(), 3);
     let empty = h
         .ok("s3", "tavern_history_search", json!({"query": "anything"}))
         .await;
@@ -679,7 +683,7 @@ async fn memory_limits_and_errors() {
         .await;
     assert_eq!(e.code(), "not-found");
     let e = h
-        .err("s1", "memory_search", json!({"query": "x", "limit": 21}))
+        .err("s1", "memory_search", json!({"query": "x", "limit": 51}))
         .await;
     assert_eq!(e.to_json()["error"]["field"], "limit");
     let e = h.err("s1", "memory_frobnicate", json!({})).await;
@@ -1231,4 +1235,57 @@ async fn typed_arguments_refuse_what_the_schema_refuses() {
         assert_eq!(out["name"], name);
         assert_eq!(out["value"], json!({"any": [1, "json"]}));
     }
+}
+
+#[tokio::test]
+async fn history_search_finds_speakers_and_other_word_forms() {
+    let h = harness().await;
+    // "spirit" is stemmed like the message's "spirits"; the speaker's name is indexed too.
+    let v = h
+        .ok(
+            "s1",
+            "tavern_history_search",
+            json!({"query": "What did Seraphina say about the spirit?", "limit": 1}),
+        )
+        .await;
+    assert_eq!(v["items"][0]["index"], 2);
+    let asked = h
+        .ok(
+            "s1",
+            "tavern_history_search",
+            json!({"query": "白羽", "limit": 1}),
+        )
+        .await;
+    assert_eq!(asked["items"][0]["index"], 1, "{asked}");
+    let limit = h
+        .ok(
+            "s1",
+            "tavern_history_search",
+            json!({"query": "gate", "limit": 50}),
+        )
+        .await;
+    assert!(limit["items"].as_array().unwrap().len() <= 50);
+    let too_many = h
+        .err("s1", "memory_search", json!({"query": "gate", "limit": 51}))
+        .await;
+    assert!(too_many.to_string().contains("limit"), "{too_many}");
+}
+
+#[tokio::test]
+async fn memory_search_finds_other_word_forms() {
+    let h = harness().await;
+    h.ok(
+        "s1",
+        "memory_write",
+        json!({"content": "Kai fears deep water."}),
+    )
+    .await;
+    let v = h
+        .ok(
+            "s1",
+            "memory_search",
+            json!({"query": "What is Kai's fear?"}),
+        )
+        .await;
+    assert_eq!(v["items"][0]["content"], "Kai fears deep water.");
 }

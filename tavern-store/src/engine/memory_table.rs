@@ -221,7 +221,8 @@ impl MemoryTable {
     pub(crate) fn apply(&mut self, op: MemoryOp) {
         if let Some(slot) = self.apply_record(op) {
             let text = index_text(&self.records[slot as usize]);
-            self.index.insert(slot, &text);
+            let scope = self.meta[slot as usize].scope;
+            self.index.insert_fields(slot, scope, &[(&text, 1.0)]);
         }
     }
 
@@ -239,11 +240,15 @@ impl MemoryTable {
                 changed.push(slot);
             }
         }
-        let texts: Vec<(u32, String)> = changed
+        let texts: Vec<(u32, u32, String)> = changed
             .into_iter()
-            .map(|slot| (slot, index_text(&self.records[slot as usize])))
+            .map(|slot| {
+                let scope = self.meta[slot as usize].scope;
+                (slot, scope, index_text(&self.records[slot as usize]))
+            })
             .collect();
-        let refs: Vec<(u32, &str)> = texts.iter().map(|(s, t)| (*s, t.as_str())).collect();
+        let refs: Vec<(u32, u32, &str)> =
+            texts.iter().map(|(s, g, t)| (*s, *g, t.as_str())).collect();
         self.index.insert_many(&refs);
     }
 
@@ -364,9 +369,12 @@ impl MemoryTable {
                 .map(|s| (0.0, 0.0, s))
                 .collect()
         } else {
+            // Statistics (document count, lengths, document frequencies) come from the scopes
+            // searched, so how rare a word is does not depend on other chats' memories.
+            let groups = (!q.scopes.is_empty()).then_some(&scope_filter[..]);
             let mut matches: Vec<(u32, f32)> = self
                 .index
-                .score(&query_tokens(&q.text))
+                .score_in(&query_tokens(&q.text), groups)
                 .into_iter()
                 .filter(|(slot, _)| visible(*slot))
                 .collect();
@@ -477,8 +485,12 @@ impl MemoryTable {
     }
 }
 
+/// What a record is found by: its content, its tags and the day it was written (so "what
+/// happened in May 2023" finds what was remembered then).
 fn index_text(r: &MemoryRecord) -> String {
     let mut text = r.content.clone();
+    text.push(' ');
+    text.push_str(&crate::search::day_words(r.created_at.0));
     for t in &r.tags {
         text.push(' ');
         text.push_str(t.as_str());

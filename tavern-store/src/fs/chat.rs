@@ -9,6 +9,9 @@
 //! write-temp + rename) is detected without reading the whole file. Appends check the revision
 //! under our lock and, after writing, that the path still names the file written to; a rename
 //! that raced the append is reported as a conflict so the caller re-reads and retries.
+//! `read_chat_since` reads only the bytes appended after an earlier revision when the file is the
+//! same (inode) and its old last 4 KiB are unchanged, so keeping up with a long chat costs what
+//! was appended.
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
@@ -21,7 +24,7 @@ use tavern_core::{CharacterName, ChatId};
 use super::atomic::{ensure_dir, io_err, sync_dir, under, write_atomic, FileLock};
 use super::names::{decode, decode_readable, encode_readable};
 use super::{FsStore, Inner};
-use crate::chat::{check_not_empty, parse_lines, ChatFile, ChatRevision, ChatStore};
+use crate::chat::{check_not_empty, parse_lines, ChatChange, ChatFile, ChatRevision, ChatStore};
 use crate::error::{StoreError, Target};
 
 const TAIL_BYTES: u64 = 4096;
@@ -51,11 +54,62 @@ fn revision_of(file: &mut std::fs::File, rel: &str) -> Result<ChatRevision, Stor
         .map_err(io_err("seek", rel))?;
     let mut tail = Vec::with_capacity(usize::try_from(len - start).unwrap_or(0));
     file.read_to_end(&mut tail).map_err(io_err("read", rel))?;
-    let (ino, mtime) = identity(&meta);
-    Ok(ChatRevision::new(format!(
-        "c1-{len}-{ino}-{mtime}-{}",
-        short_digest(&[&tail])
-    )))
+    Ok(revision_from(&meta, len, &tail))
+}
+
+/// The revision of a file of `len` bytes (as `meta` saw it) whose last bytes are `tail` (at
+/// least the last [`TAIL_BYTES`], or the whole file).
+fn revision_from(meta: &std::fs::Metadata, len: u64, tail: &[u8]) -> ChatRevision {
+    let keep = usize::try_from(TAIL_BYTES.min(len)).unwrap_or(tail.len());
+    let tail = &tail[tail.len().saturating_sub(keep)..];
+    let (ino, mtime) = identity(meta);
+    ChatRevision::new(format!("c1-{len}-{ino}-{mtime}-{}", short_digest(&[tail])))
+}
+
+/// What a revision issued by [`revision_from`] says: length, inode and digest of the tail.
+struct RevisionParts<'a> {
+    len: u64,
+    ino: u64,
+    digest: &'a str,
+}
+
+fn parse_revision(revision: &ChatRevision) -> Option<RevisionParts<'_>> {
+    let rest = revision.as_str().strip_prefix("c1-")?;
+    let mut parts = rest.splitn(3, '-');
+    let len = parts.next()?.parse().ok()?;
+    let ino = parts.next()?.parse().ok()?;
+    // The modification time may be negative, so the digest is found from the right.
+    let (_mtime, digest) = parts.next()?.rsplit_once('-')?;
+    Some(RevisionParts { len, ino, digest })
+}
+
+/// Reads an open file as it was when `meta` was taken (a concurrent append after that is not
+/// read, so the lines and the revision always agree).
+fn read_whole(
+    file: &mut std::fs::File,
+    meta: &std::fs::Metadata,
+    rel: &str,
+) -> Result<ChatFile, StoreError> {
+    let len = meta.len();
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    file.seek(SeekFrom::Start(0)).map_err(io_err("seek", rel))?;
+    file.take(len)
+        .read_to_end(&mut bytes)
+        .map_err(io_err("read", rel))?;
+    if bytes.len() as u64 != len {
+        // Shrunk while we read: a rewrite in place; read what is there now.
+        let meta = file.metadata().map_err(io_err("stat", rel))?;
+        if meta.len() < len {
+            return read_whole(file, &meta, rel);
+        }
+    }
+    let revision = revision_from(meta, len, &bytes);
+    let text = String::from_utf8(bytes).map_err(|e| StoreError::Corrupt {
+        file: rel.to_owned(),
+        reason: format!("not UTF-8: {e}"),
+    })?;
+    let lines = parse_lines(rel, &text)?;
+    Ok(ChatFile { lines, revision })
 }
 
 #[cfg(unix)]
@@ -239,12 +293,78 @@ impl Inner {
         let Some(mut file) = open_existing(&under(&self.root, &rel), &rel)? else {
             return Ok(None);
         };
-        let mut text = String::new();
-        file.read_to_string(&mut text)
-            .map_err(io_err("read", &rel))?;
-        let revision = revision_of(&mut file, &rel)?;
-        let lines = parse_lines(&rel, &text)?;
-        Ok(Some(ChatFile { lines, revision }))
+        let meta = file.metadata().map_err(io_err("stat", &rel))?;
+        read_whole(&mut file, &meta, &rel).map(Some)
+    }
+
+    /// Reads only what was appended since `since` when the file is the same file (inode), no
+    /// shorter, and its bytes up to the old length end as they did then (the digest of the
+    /// last [`TAIL_BYTES`] in `since`); otherwise the whole chat. A rewrite by SillyTavern
+    /// (temp + rename) changes the inode; an in-place rewrite changes the old tail.
+    fn read_chat_since(
+        &self,
+        character: &CharacterName,
+        chat: &ChatId,
+        since: &ChatRevision,
+    ) -> Result<Option<ChatChange>, StoreError> {
+        let rel = chat_rel(character, chat);
+        let Some(mut file) = open_existing(&under(&self.root, &rel), &rel)? else {
+            return Ok(None);
+        };
+        let meta = file.metadata().map_err(io_err("stat", &rel))?;
+        let len = meta.len();
+        let appended = match parse_revision(since) {
+            Some(old) if old.ino == identity(&meta).0 && old.len <= len => {
+                self.appended_since(&mut file, &meta, &old, &rel)?
+            }
+            _ => None,
+        };
+        match appended {
+            Some((_, revision)) if &revision == since => Ok(Some(ChatChange::Unchanged)),
+            Some((lines, revision)) => Ok(Some(ChatChange::Appended { lines, revision })),
+            None => read_whole(&mut file, &meta, &rel).map(|f| Some(ChatChange::Whole(f))),
+        }
+    }
+
+    /// The lines after `old.len` and the revision at `meta`, if the file up to `old.len` still
+    /// ends as it did and the new bytes start a new line.
+    fn appended_since(
+        &self,
+        file: &mut std::fs::File,
+        meta: &std::fs::Metadata,
+        old: &RevisionParts<'_>,
+        rel: &str,
+    ) -> Result<Option<(Vec<ChatLine>, ChatRevision)>, StoreError> {
+        let len = meta.len();
+        let from = old.len.saturating_sub(TAIL_BYTES);
+        file.seek(SeekFrom::Start(from))
+            .map_err(io_err("seek", rel))?;
+        let mut buf = Vec::new();
+        file.take(len - from)
+            .read_to_end(&mut buf)
+            .map_err(io_err("read", rel))?;
+        let Ok(split) = usize::try_from(old.len - from) else {
+            return Ok(None);
+        };
+        if buf.len() as u64 != len - from || short_digest(&[&buf[..split]]) != old.digest {
+            return Ok(None);
+        }
+        let revision = revision_from(meta, len, &buf);
+        let new = &buf[split..];
+        let starts_line = split == 0
+            || buf[split - 1] == b'\n'
+            || new.is_empty()
+            || new.starts_with(b"\n")
+            || new.starts_with(b"\r\n");
+        let Ok(text) = std::str::from_utf8(new) else {
+            return Ok(None);
+        };
+        if !starts_line {
+            return Ok(None);
+        }
+        // A line that does not parse (one being written by another process) is left to a
+        // whole read, which reports it with its line number.
+        Ok(parse_lines(rel, text).ok().map(|lines| (lines, revision)))
     }
 
     fn append_lines(
@@ -342,6 +462,17 @@ impl ChatStore for FsStore {
     ) -> Result<Option<ChatFile>, StoreError> {
         let (character, chat) = (character.clone(), chat.clone());
         self.run(move |s| s.read_chat(&character, &chat)).await
+    }
+
+    async fn read_chat_since(
+        &self,
+        character: &CharacterName,
+        chat: &ChatId,
+        since: &ChatRevision,
+    ) -> Result<Option<ChatChange>, StoreError> {
+        let (character, chat, since) = (character.clone(), chat.clone(), since.clone());
+        self.run(move |s| s.read_chat_since(&character, &chat, &since))
+            .await
     }
 
     async fn chat_revision(

@@ -272,6 +272,7 @@ impl TypedTool for Search {
     const NAME: &'static str = "memory_search";
     const DESCRIPTION: &'static str = "Search long-term memories by words (Chinese works too), newest first for an empty query. Returns scored memories with their ids and revisions; an empty list means nothing matched.";
     const WRITES: bool = false;
+    const WIDE_LIMIT: bool = true;
 
     async fn run(
         &self,

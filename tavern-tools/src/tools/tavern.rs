@@ -7,12 +7,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use tavern_core::chat::{ChatDocument, ChatLine, SendDate};
 use tavern_core::{ChatId, DefaultTokenEstimator, TokenEstimator};
-use tavern_store::search::{query_tokens, Bm25Index};
 
 use super::{any_value, fit, rounded, Listing, TruncatedBy};
 use crate::assets::card::{Card, CARD_TEXT_FIELDS};
 use crate::context::ToolContext;
 use crate::error::ToolError;
+use crate::history::{ChatSources, HistoryItem};
 use crate::lore::{self, LoreContext, LoreOptions, LoreSource};
 use crate::registry::ToolServices;
 use crate::tool::TypedTool;
@@ -182,45 +182,6 @@ pub(crate) struct LoreOut {
     warnings: Vec<String>,
     /// Entries skipped because the same entry came earlier from another book.
     duplicates: usize,
-}
-
-/// Which chat a message is from.
-#[derive(Debug, Clone, Copy, Serialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum WhichChat {
-    Current,
-    Parent,
-}
-
-/// One message found.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct HistoryItem {
-    chat: WhichChat,
-    /// Position among the chat's messages, from 0.
-    index: usize,
-    name: String,
-    is_user: bool,
-    /// Epoch milliseconds (older chats) or SillyTavern's text date.
-    #[schemars(schema_with = "any_value")]
-    send_date: Value,
-    text: String,
-    score: f64,
-}
-
-/// The chats searched.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-pub(crate) struct ChatSources {
-    /// Always `chat`.
-    kind: &'static str,
-    chats: Vec<ChatSize>,
-}
-
-/// A chat searched.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-pub(crate) struct ChatSize {
-    chat: WhichChat,
-    messages: usize,
 }
 
 /// The chat in a scene.
@@ -486,6 +447,7 @@ impl TypedTool for HistorySearch {
     const NAME: &'static str = "tavern_history_search";
     const DESCRIPTION: &'static str = "Search earlier messages of this chat (and, if asked, the chat it was branched from). An empty query returns the latest messages.";
     const WRITES: bool = false;
+    const WIDE_LIMIT: bool = true;
 
     async fn run(
         &self,
@@ -494,82 +456,13 @@ impl TypedTool for HistorySearch {
         a: HistoryArgs,
     ) -> Result<Self::Output, ToolError> {
         let l = ctx.limits();
-        let budget = a.max_tokens.unwrap_or(l.default_tokens);
-        let current_id = ctx.binding().target().chat_id.clone();
-        let mut chats: Vec<(WhichChat, ChatDocument)> = Vec::new();
-        if let Some(doc) = chat(svc, ctx, &current_id).await? {
-            let parent = doc.parent_chat().and_then(|p| ChatId::parse(p).ok());
-            chats.push((WhichChat::Current, doc));
-            if a.include_parent {
-                if let Some(pid) = parent {
-                    if let Some(pdoc) = chat(svc, ctx, &pid).await? {
-                        chats.push((WhichChat::Parent, pdoc));
-                    }
-                }
-            }
-        }
-        let query = a.query.as_str();
-        // (chat position, message index, score)
-        let mut found: Vec<(usize, usize, f64)> = Vec::new();
-        for (c, (_, doc)) in chats.iter().enumerate() {
-            if query.trim().is_empty() {
-                found.extend((0..doc.messages.len()).map(|i| (c, i, 0.0)));
-            } else {
-                let mut index = Bm25Index::new();
-                for (i, m) in doc.messages.iter().enumerate() {
-                    index.insert(u32::try_from(i).unwrap_or(u32::MAX), m.text());
-                }
-                found.extend(
-                    index
-                        .score(&query_tokens(query))
-                        .into_iter()
-                        .map(|(i, s)| (c, i as usize, f64::from(s))),
-                );
-            }
-        }
-        // Best first; ties (and an empty query) newest first, current chat before parent.
-        found.sort_by(|x, y| y.2.total_cmp(&x.2).then(x.0.cmp(&y.0)).then(y.1.cmp(&x.1)));
-        let limit = a.limit.unwrap_or(l.default_results);
-        let mut items = Vec::new();
-        let (mut used, mut truncated_by) = (0usize, None);
-        for (c, i, score) in &found {
-            if items.len() == limit {
-                truncated_by = Some(TruncatedBy::Limit);
-                break;
-            }
-            let m = &chats[*c].1.messages[*i];
-            let tokens = DefaultTokenEstimator.estimate(m.text()) + 8;
-            if used + tokens > budget {
-                truncated_by = Some(TruncatedBy::MaxTokens);
-                break;
-            }
-            used += tokens;
-            items.push(HistoryItem {
-                chat: chats[*c].0,
-                index: *i,
-                name: m.name().unwrap_or("").to_owned(),
-                is_user: m.is_user(),
-                send_date: send_date_json(m),
-                text: m.text().to_owned(),
-                score: rounded(*score),
-            });
-        }
-        Ok(Listing {
-            items,
-            source_count: found.len(),
-            truncated: truncated_by.is_some(),
-            truncated_by,
-            source: ChatSources {
-                kind: "chat",
-                chats: chats
-                    .iter()
-                    .map(|(k, d)| ChatSize {
-                        chat: *k,
-                        messages: d.messages.len(),
-                    })
-                    .collect(),
-            },
-        })
+        let args = crate::history::HistoryArgs {
+            query: a.query,
+            limit: a.limit.unwrap_or(l.default_results),
+            max_tokens: a.max_tokens.unwrap_or(l.default_tokens),
+            include_parent: a.include_parent,
+        };
+        crate::history::search(svc, ctx, &args).await
     }
 }
 

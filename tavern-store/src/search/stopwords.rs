@@ -1,10 +1,12 @@
-//! Stop words for lore free-text ranking: English and Chinese function words that say nothing
-//! about which entry a query is about ("the", "is", "的", "什么"), so they never make an
-//! unrelated entry match. Keyword activation is not affected: a key is matched as written.
+//! Stop words for every lexical ranking (memories, chat history, lore free text): English and
+//! Chinese function words that say nothing about which text a query is about ("the", "is",
+//! "的", "什么"), so they never make an unrelated text match. One list, used by all three.
 //!
-//! Tokens are those of [`tavern_store::search::query_tokens`]: lowercase Latin words, CJK
-//! bigrams (or a lone CJK character). A CJK token is a stop word when it is a listed
-//! function-word bigram or made only of function characters.
+//! Tokens are case-folded Latin words before stemming, CJK bigrams or a lone CJK character. A
+//! CJK token is a stop word when it is a listed function-word bigram or made only of function
+//! characters.
+
+use tavern_core::tokens::is_cjk;
 
 /// English function words (lowercase): articles, pronouns, auxiliaries, prepositions,
 /// conjunctions and question words.
@@ -154,7 +156,6 @@ const ENGLISH: &[&str] = &[
     "weren",
     "won",
     "also",
-    "may",
     "let",
     "us",
     "tell",
@@ -179,41 +180,35 @@ pub fn is_stop_word(token: &str) -> bool {
     let Some(first) = chars.next() else {
         return true;
     };
-    if tavern_core::tokens::is_cjk(first) {
+    if is_cjk(first) {
         CHINESE_BIGRAMS.contains(&token) || token.chars().all(|c| CHINESE_CHARS.contains(c))
     } else {
         ENGLISH.contains(&token)
     }
 }
 
-/// The query tokens of `text` for lore ranking: [`tavern_store::search::query_tokens`] without
-/// stop words.
-pub fn content_tokens(text: &str) -> Vec<String> {
-    let mut tokens = tavern_store::search::query_tokens(text);
-    tokens.retain(|t| !is_stop_word(t));
-    tokens
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// `(query, tokens kept for ranking)`.
+    /// `(token, is a stop word)`.
     #[test]
-    fn function_words_are_dropped_and_content_words_kept() {
-        let cases: &[(&str, &[&str])] = &[
-            ("what is the forest", &["forest"]),
-            ("The Shadowfang beasts", &["shadowfang", "beasts"]),
-            ("is it", &[]),
-            ("这是什么", &[]),
-            ("银色大门在哪里", &["银色", "色大", "大门", "门在"]),
-            ("告诉我塔罗牌", &["诉我", "我塔", "塔罗", "罗牌"]),
-            ("的", &[]),
-            ("剑", &["剑"]),
-            ("tell me about Eldoria", &["eldoria"]),
+    fn function_words_are_stop_words_and_content_words_are_not() {
+        let cases: &[(&str, bool)] = &[
+            ("the", true),
+            ("what", true),
+            ("s", true),
+            ("forest", false),
+            ("的", true),
+            ("什么", true),
+            ("我们", true),
+            ("门在", false),
+            ("银色", false),
+            ("剑", false),
+            ("", true),
         ];
-        for (query, kept) in cases {
-            assert_eq!(content_tokens(query), *kept, "{query:?}");
+        for (token, stop) in cases {
+            assert_eq!(is_stop_word(token), *stop, "{token:?}");
         }
     }
 }

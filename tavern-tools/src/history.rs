@@ -1,0 +1,639 @@
+//! `tavern_history_search` over an incremental index: each chat is indexed once, extended with
+//! the lines appended since (read through [`ChatStore::read_chat_since`], so only the new tail
+//! is read), and rebuilt only when the file was rewritten. Indexes live in a [`HistoryCache`]
+//! bounded by a number of chats (least recently used go first); a query on a 10,000-message chat
+//! costs about what it costs on a 100-message one.
+//!
+//! **Ranking.** BM25 ([`tavern_store::search`]: stop words, Snowball stems, CJK bigrams) where a
+//! message's document is the speaker's name, the message text and the day it was sent (so "What
+//! did Mira say in May 2023?" finds it), plus the texts of the previous and next message at half
+//! weight (a question is often answered by the reply to it). Ties go to the newer message.
+//!
+//! **Consistency.** An index is used only at the revision it was built or extended to: every
+//! query asks the store for the chat's current revision first (cheap) and brings the index up to
+//! date when it differs. Appends by another process are therefore seen by the next query;
+//! a rewrite (an edited or deleted message) rebuilds the index.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde_json::{json, Value};
+use tavern_core::chat::{ChatLine, SendDate};
+use tavern_core::{CharacterName, ChatId, DefaultTokenEstimator, TokenEstimator};
+use tavern_store::search::{day_words as day_words_of, query_tokens, Bm25Index, MONTHS};
+use tavern_store::{ChatChange, ChatFile, ChatStore, StoreError};
+
+use schemars::JsonSchema;
+use serde::Serialize;
+
+use crate::context::ToolContext;
+use crate::error::ToolError;
+use crate::registry::ToolServices;
+use crate::tools::{any_value, rounded, Listing, TruncatedBy};
+
+/// Chats whose index a [`HistoryCache`] keeps by default.
+pub const DEFAULT_CACHED_CHATS: usize = 8;
+
+/// Weight of a neighbouring message's text in a message's document.
+const NEIGHBOUR_WEIGHT: f32 = 0.5;
+
+/// Tokens counted per returned message on top of its text.
+const ITEM_OVERHEAD_TOKENS: usize = 8;
+
+/// What one message contributes to results.
+#[derive(Debug, Clone, PartialEq)]
+struct Message {
+    name: String,
+    is_user: bool,
+    send_date: Value,
+    text: String,
+}
+
+impl Message {
+    fn of(line: &ChatLine) -> Self {
+        Self {
+            name: line.name().unwrap_or("").to_owned(),
+            is_user: line.is_user(),
+            send_date: match line.send_date() {
+                Some(SendDate::Millis(ms)) => json!(ms),
+                Some(SendDate::Text(t)) => json!(t),
+                None => Value::Null,
+            },
+            text: line.text().to_owned(),
+        }
+    }
+
+    /// The day the message was sent, as words (`May 8 2023`), if its date can be read.
+    fn day_words(&self) -> String {
+        let date = match &self.send_date {
+            Value::Number(n) => n.as_i64().map(SendDate::Millis),
+            Value::String(s) => Some(SendDate::Text(s.clone())),
+            _ => None,
+        };
+        date.as_ref().and_then(day_words).unwrap_or_default()
+    }
+}
+
+/// The day of a send date as words: `May 8 2023`. Epoch milliseconds are read as UTC; text is
+/// SillyTavern's `May 8, 2023 1:56pm` or ISO `2023-05-08T13:56:00Z`; anything else is `None`.
+fn day_words(date: &SendDate) -> Option<String> {
+    let (year, month, day) = match date {
+        SendDate::Millis(ms) => return Some(day_words_of(*ms)),
+        SendDate::Text(text) => {
+            let text = text.trim();
+            if let Some((y, rest)) = text.split_once('-') {
+                let mut parts = rest.splitn(2, '-');
+                let month: u32 = parts.next()?.parse().ok()?;
+                let day: u32 = parts
+                    .next()?
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect::<String>()
+                    .parse()
+                    .ok()?;
+                (y.parse().ok()?, month, day)
+            } else {
+                let mut words = text.split([' ', ',']).filter(|w| !w.is_empty());
+                let month_word = words.next()?;
+                let month = MONTHS
+                    .iter()
+                    .position(|m| m.eq_ignore_ascii_case(month_word))?;
+                let day: u32 = words.next()?.parse().ok()?;
+                let year: i64 = words.next()?.parse().ok()?;
+                (year, u32::try_from(month + 1).ok()?, day)
+            }
+        }
+    };
+    let name = MONTHS.get(usize::try_from(month).ok()?.checked_sub(1)?)?;
+    (1..=31)
+        .contains(&day)
+        .then(|| format!("{name} {day} {year}"))
+}
+
+/// A chat's messages and their BM25 index. Appending messages one by one and building from all
+/// of them at once give the same index (the proptest in this module checks it).
+#[derive(Debug, Default, Clone)]
+pub struct HistoryIndex {
+    messages: Vec<Message>,
+    index: Bm25Index,
+}
+
+/// One ranked message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistoryHit {
+    /// Position among the chat's messages (0 = first message after the header).
+    pub index: usize,
+    /// BM25 score (0 for an empty query).
+    pub score: f32,
+}
+
+impl HistoryIndex {
+    /// An empty index.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The number of messages.
+    pub fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// Whether there are no messages.
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    /// Indexes message `i` from its own fields and its neighbours' texts.
+    fn index_message(&mut self, i: usize) {
+        let m = &self.messages[i];
+        let day = m.day_words();
+        let mut fields: Vec<(&str, f32)> = vec![(&m.name, 1.0), (&m.text, 1.0), (&day, 1.0)];
+        if let Some(prev) = i.checked_sub(1).and_then(|p| self.messages.get(p)) {
+            fields.push((&prev.text, NEIGHBOUR_WEIGHT));
+        }
+        if let Some(next) = self.messages.get(i + 1) {
+            fields.push((&next.text, NEIGHBOUR_WEIGHT));
+        }
+        let doc = u32::try_from(i).unwrap_or(u32::MAX);
+        self.index.insert_fields(doc, 0, &fields);
+    }
+
+    /// Appends messages (chat lines other than the header), re-indexing the message before
+    /// them (its next neighbour changed).
+    pub fn extend<'a>(&mut self, lines: impl IntoIterator<Item = &'a ChatLine>) {
+        let start = self.messages.len();
+        self.messages.extend(lines.into_iter().map(Message::of));
+        if self.messages.len() == start {
+            return;
+        }
+        self.index.reserve(self.messages.len() - start);
+        for i in start.saturating_sub(1)..self.messages.len() {
+            self.index_message(i);
+        }
+    }
+
+    /// Messages matching `query`, best first (ties: newer first), at most `limit`, and how many
+    /// matched in all. An empty query lists the newest messages.
+    pub fn search(&self, query: &str, limit: usize) -> (Vec<HistoryHit>, usize) {
+        let mut found: Vec<(u32, f32)> = if query.trim().is_empty() {
+            (0..self.messages.len())
+                .map(|i| (u32::try_from(i).unwrap_or(u32::MAX), 0.0))
+                .collect()
+        } else {
+            self.index.score_unordered(&query_tokens(query), None)
+        };
+        let total = found.len();
+        let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0));
+        if limit == 0 {
+            return (Vec::new(), total);
+        }
+        if found.len() > limit {
+            found.select_nth_unstable_by(limit - 1, order);
+            found.truncate(limit);
+        }
+        found.sort_by(order);
+        let hits = found
+            .into_iter()
+            .map(|(doc, score)| HistoryHit {
+                index: doc as usize,
+                score,
+            })
+            .collect();
+        (hits, total)
+    }
+}
+
+/// A stable 64-bit digest of a line's text (to tell whether the lines already indexed are
+/// still the chat's first lines when a store can only hand back the whole chat).
+fn line_digest(line: &ChatLine) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    line.raw().hash(&mut h);
+    h.finish()
+}
+
+/// The index of one chat at one revision.
+#[derive(Debug)]
+struct ChatEntry {
+    revision: tavern_store::ChatRevision,
+    /// Digest of every line indexed, header included, in file order.
+    lines: Vec<u64>,
+    header: bool,
+    parent: Option<ChatId>,
+    history: HistoryIndex,
+    last_used: u64,
+}
+
+impl ChatEntry {
+    fn build(file: ChatFile) -> Self {
+        let mut entry = Self {
+            revision: file.revision,
+            lines: Vec::new(),
+            header: false,
+            parent: None,
+            history: HistoryIndex::new(),
+            last_used: 0,
+        };
+        entry.append(&file.lines);
+        entry
+    }
+
+    fn append(&mut self, lines: &[ChatLine]) {
+        let mut messages = lines;
+        if self.lines.is_empty() {
+            if let Some(first) = lines.first().filter(|l| l.is_header()) {
+                self.header = true;
+                self.parent = first.main_chat().and_then(|p| ChatId::parse(p).ok());
+                messages = &lines[1..];
+            }
+        }
+        self.lines.extend(lines.iter().map(line_digest));
+        self.history.extend(messages);
+    }
+
+    /// Brings the entry to what `change` says the chat is now.
+    fn apply(self, change: ChatChange) -> Self {
+        match change {
+            ChatChange::Unchanged => self,
+            ChatChange::Appended { lines, revision } => {
+                let mut entry = self;
+                entry.append(&lines);
+                entry.revision = revision;
+                entry
+            }
+            ChatChange::Whole(file) => {
+                let n = self.lines.len();
+                let prefix_kept = file.lines.len() >= n
+                    && file.lines[..n]
+                        .iter()
+                        .zip(&self.lines)
+                        .all(|(l, d)| line_digest(l) == *d);
+                if prefix_kept {
+                    let mut entry = self;
+                    entry.append(&file.lines[n..]);
+                    entry.revision = file.revision;
+                    entry
+                } else {
+                    Self::build(file)
+                }
+            }
+        }
+    }
+}
+
+/// Cached history indexes, one per `(character, chat)`, at most a fixed number of chats (the
+/// least recently used is dropped first). Cheap to clone: clones share the cache.
+#[derive(Debug, Clone)]
+pub struct HistoryCache {
+    inner: Arc<Mutex<CacheInner>>,
+}
+
+#[derive(Debug)]
+struct CacheInner {
+    capacity: usize,
+    clock: u64,
+    entries: HashMap<(CharacterName, ChatId), ChatEntry>,
+}
+
+impl Default for HistoryCache {
+    fn default() -> Self {
+        Self::new(DEFAULT_CACHED_CHATS)
+    }
+}
+
+impl HistoryCache {
+    /// A cache keeping at most `capacity` chats' indexes (at least one).
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            inner: Arc::new(Mutex::new(CacheInner {
+                capacity: capacity.max(1),
+                clock: 0,
+                entries: HashMap::new(),
+            })),
+        }
+    }
+
+    /// How many chats are indexed now.
+    pub fn cached_chats(&self) -> usize {
+        self.lock().entries.len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, CacheInner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `f` on the chat's index brought up to the chat's current revision; `None` when the
+    /// chat does not exist.
+    ///
+    /// # Errors
+    /// The store's errors.
+    pub async fn with_index<R>(
+        &self,
+        chats: &dyn ChatStore,
+        character: &CharacterName,
+        chat: &ChatId,
+        f: impl FnOnce(&HistoryIndex, Option<&ChatId>) -> R,
+    ) -> Result<Option<R>, StoreError> {
+        let key = (character.clone(), chat.clone());
+        let Some(revision) = chats.chat_revision(character, chat).await? else {
+            self.lock().entries.remove(&key);
+            return Ok(None);
+        };
+        // The entry is taken out while it is brought up to date (no lock is held across the
+        // store's IO); a concurrent query meanwhile builds its own.
+        let taken = {
+            let mut inner = self.lock();
+            inner.clock += 1;
+            let now = inner.clock;
+            match inner.entries.get_mut(&key) {
+                Some(e) if e.revision == revision => {
+                    e.last_used = now;
+                    return Ok(Some(f(&e.history, e.parent.as_ref())));
+                }
+                Some(_) => inner.entries.remove(&key),
+                None => None,
+            }
+        };
+        let entry = match taken {
+            Some(entry) => match chats
+                .read_chat_since(character, chat, &entry.revision)
+                .await?
+            {
+                Some(change) => entry.apply(change),
+                None => return Ok(None),
+            },
+            None => match chats.read_chat(character, chat).await? {
+                Some(file) => ChatEntry::build(file),
+                None => return Ok(None),
+            },
+        };
+        let out = f(&entry.history, entry.parent.as_ref());
+        let mut inner = self.lock();
+        inner.clock += 1;
+        let mut entry = entry;
+        entry.last_used = inner.clock;
+        inner.entries.insert(key, entry);
+        while inner.entries.len() > inner.capacity {
+            let oldest = inner
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.last_used)
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => inner.entries.remove(&k),
+                None => break,
+            };
+        }
+        Ok(Some(out))
+    }
+}
+
+/// The arguments of `tavern_history_search`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryArgs {
+    /// Words to look for; empty lists the newest messages.
+    pub query: String,
+    /// Most messages to return.
+    pub limit: usize,
+    /// Token budget for the returned texts.
+    pub max_tokens: usize,
+    /// Also search the chat this one was branched from.
+    pub include_parent: bool,
+}
+
+/// Ranked messages of one chat, copied out of its index.
+struct ChatHits {
+    label: WhichChat,
+    messages: usize,
+    total: usize,
+    hits: Vec<(HistoryHit, Message)>,
+}
+
+async fn chat_hits(
+    svc: &ToolServices,
+    character: &CharacterName,
+    chat: &ChatId,
+    label: WhichChat,
+    args: &HistoryArgs,
+) -> Result<Option<(ChatHits, Option<ChatId>)>, ToolError> {
+    let found = svc
+        .history
+        .with_index(svc.chats.as_ref(), character, chat, |index, parent| {
+            let (hits, total) = index.search(&args.query, args.limit);
+            let hits = hits
+                .into_iter()
+                .map(|h| {
+                    let m = index.messages[h.index].clone();
+                    (h, m)
+                })
+                .collect();
+            let hits = ChatHits {
+                label,
+                messages: index.len(),
+                total,
+                hits,
+            };
+            (hits, parent.cloned())
+        })
+        .await?;
+    Ok(found)
+}
+
+/// Runs `tavern_history_search` for the calling session's chat.
+///
+/// # Errors
+/// Store failures.
+pub(crate) async fn search(
+    svc: &ToolServices,
+    ctx: &ToolContext,
+    args: &HistoryArgs,
+) -> Result<Listing<HistoryItem, ChatSources>, ToolError> {
+    let target = ctx.binding().target();
+    let mut chats: Vec<ChatHits> = Vec::new();
+    if let Some((current, parent)) = chat_hits(
+        svc,
+        &target.character,
+        &target.chat_id,
+        WhichChat::Current,
+        args,
+    )
+    .await?
+    {
+        chats.push(current);
+        if args.include_parent {
+            if let Some(pid) = parent {
+                if let Some((p, _)) =
+                    chat_hits(svc, &target.character, &pid, WhichChat::Parent, args).await?
+                {
+                    chats.push(p);
+                }
+            }
+        }
+    }
+    // Best first; ties (and an empty query) newest first, current chat before parent.
+    let mut found: Vec<(usize, &HistoryHit, &Message)> = chats
+        .iter()
+        .enumerate()
+        .flat_map(|(c, ch)| ch.hits.iter().map(move |(h, m)| (c, h, m)))
+        .collect();
+    found.sort_by(|x, y| {
+        y.1.score
+            .total_cmp(&x.1.score)
+            .then(x.0.cmp(&y.0))
+            .then(y.1.index.cmp(&x.1.index))
+    });
+    let total: usize = chats.iter().map(|c| c.total).sum();
+    let mut items = Vec::new();
+    let (mut used, mut truncated_by) = (0usize, None);
+    for (c, hit, m) in found {
+        if items.len() == args.limit {
+            break;
+        }
+        let tokens = DefaultTokenEstimator.estimate(&m.text) + ITEM_OVERHEAD_TOKENS;
+        if used + tokens > args.max_tokens {
+            truncated_by = Some(TruncatedBy::MaxTokens);
+            break;
+        }
+        used += tokens;
+        items.push(HistoryItem {
+            chat: chats[c].label,
+            index: hit.index,
+            name: m.name.clone(),
+            is_user: m.is_user,
+            send_date: m.send_date.clone(),
+            text: m.text.clone(),
+            score: rounded(f64::from(hit.score)),
+        });
+    }
+    if truncated_by.is_none() && items.len() < total {
+        truncated_by = Some(TruncatedBy::Limit);
+    }
+    Ok(Listing {
+        items,
+        source_count: total,
+        truncated: truncated_by.is_some(),
+        truncated_by,
+        source: ChatSources {
+            kind: "chat",
+            chats: chats
+                .iter()
+                .map(|c| ChatSize {
+                    chat: c.label,
+                    messages: c.messages,
+                })
+                .collect(),
+        },
+    })
+}
+
+/// Which chat a message is from.
+#[derive(Debug, Clone, Copy, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum WhichChat {
+    Current,
+    Parent,
+}
+
+/// One message found.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct HistoryItem {
+    chat: WhichChat,
+    /// Position among the chat's messages, from 0.
+    index: usize,
+    name: String,
+    is_user: bool,
+    /// Epoch milliseconds (older chats) or SillyTavern's text date.
+    #[schemars(schema_with = "any_value")]
+    send_date: Value,
+    text: String,
+    score: f64,
+}
+
+/// The chats searched.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub(crate) struct ChatSources {
+    /// Always `chat`.
+    kind: &'static str,
+    chats: Vec<ChatSize>,
+}
+
+/// A chat searched.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub(crate) struct ChatSize {
+    chat: WhichChat,
+    messages: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(name: &str, text: &str, date: &str) -> ChatLine {
+        ChatLine::parse(
+            &json!({"name": name, "is_user": name == "Kai", "send_date": date, "mes": text})
+                .to_string(),
+        )
+        .unwrap()
+    }
+
+    /// `(send date, day words)`.
+    #[test]
+    fn send_dates_become_day_words() {
+        let cases: &[(SendDate, Option<&str>)] = &[
+            (
+                SendDate::Text("May 8, 2023 1:56pm".into()),
+                Some("May 8 2023"),
+            ),
+            (
+                SendDate::Text("September 19, 2024 8:03pm".into()),
+                Some("September 19 2024"),
+            ),
+            (
+                SendDate::Text("2023-05-08T13:56:00.000Z".into()),
+                Some("May 8 2023"),
+            ),
+            (SendDate::Millis(0), Some("January 1 1970")),
+            (SendDate::Millis(1_683_554_160_000), Some("May 8 2023")),
+            (SendDate::Millis(-86_400_000), Some("December 31 1969")),
+            (SendDate::Text("yesterday".into()), None),
+            (SendDate::Text("Smarch 3, 2020".into()), None),
+            (SendDate::Text(String::new()), None),
+        ];
+        for (date, want) in cases {
+            assert_eq!(day_words(date).as_deref(), *want, "{date:?}");
+        }
+    }
+
+    #[test]
+    fn speaker_names_dates_and_stems_find_messages() {
+        let mut idx = HistoryIndex::new();
+        let lines = [
+            line("Kai", "I never learned to swim.", "May 8, 2023 1:56pm"),
+            line("Mira", "The lantern is lit.", "May 8, 2023 1:57pm"),
+            line("Kai", "Deep water scares me.", "June 2, 2023 9:00am"),
+        ];
+        idx.extend(&lines);
+        let top = |q: &str| idx.search(q, 1).0.first().map(|h| h.index);
+        assert_eq!(top("What did Mira say?"), Some(1));
+        assert_eq!(top("lanterns"), Some(1));
+        assert_eq!(top("What happened in June 2023?"), Some(2));
+        assert_eq!(idx.search("the", 5).1, 0, "stop words alone match nothing");
+        let (all, total) = idx.search("", 2);
+        assert_eq!((all[0].index, all[1].index, total), (2, 1, 3));
+    }
+
+    #[test]
+    fn neighbours_count_at_half_weight() {
+        let mut idx = HistoryIndex::new();
+        idx.extend(&[
+            line("Kai", "What scares you most?", "x"),
+            line("Mira", "Deep water.", "x"),
+            line("Kai", "Me too.", "x"),
+            line("Mira", "Tea?", "x"),
+        ]);
+        let (hits, _) = idx.search("water", 10);
+        let order: Vec<usize> = hits.iter().map(|h| h.index).collect();
+        assert_eq!(order, [1, 2, 0], "the message first, then its neighbours");
+    }
+}

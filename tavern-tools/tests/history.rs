@@ -1,0 +1,172 @@
+//! The incremental history index: appends (by us or another process) extend it, rewrites
+//! rebuild it, and every query answers exactly as an index built from scratch would, on the
+//! in-memory store (whole reads) and on the file store (tail reads).
+
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use tavern_core::chat::ChatLine;
+use tavern_core::{CharacterName, ChatId, Timestamp};
+use tavern_store::clock::ManualClock;
+use tavern_store::fs::FsStore;
+use tavern_store::mem::MemStore;
+use tavern_store::ChatStore;
+use tavern_tools::history::{HistoryCache, HistoryHit, HistoryIndex};
+
+const WORDS: [&str; 8] = [
+    "lantern",
+    "river",
+    "fears",
+    "feared",
+    "water",
+    "gate",
+    "银色大门",
+    "the",
+];
+const QUERIES: [&str; 5] = ["lantern", "fear water", "Kai", "银色", ""];
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Append messages (word indexes per message).
+    Append(Vec<Vec<usize>>),
+    /// Rewrite the chat keeping the first `keep` lines, changing one, adding messages.
+    Rewrite(usize, Vec<Vec<usize>>),
+}
+
+fn message(i: usize, words: &[usize]) -> ChatLine {
+    let text: Vec<&str> = words.iter().map(|w| WORDS[*w % WORDS.len()]).collect();
+    let user = i.is_multiple_of(2);
+    let name = if user { "Kai" } else { "Mira" };
+    ChatLine::parse(
+        &serde_json::json!({"name": name, "is_user": user, "send_date": "May 8, 2023 1:56pm", "mes": text.join(" ")})
+            .to_string(),
+    )
+    .unwrap()
+}
+
+fn header() -> ChatLine {
+    ChatLine::parse(r#"{"user_name":"Kai","character_name":"Mira","chat_metadata":{}}"#).unwrap()
+}
+
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    let msgs = prop::collection::vec(prop::collection::vec(0usize..8, 1..5), 0..4);
+    let op = prop_oneof![
+        3 => msgs.clone().prop_map(Op::Append),
+        1 => (0usize..6, msgs).prop_map(|(k, m)| Op::Rewrite(k, m)),
+    ];
+    prop::collection::vec(op, 1..8)
+}
+
+fn scratch(lines: &[ChatLine]) -> HistoryIndex {
+    let mut idx = HistoryIndex::new();
+    idx.extend(lines.iter().skip(1));
+    idx
+}
+
+async fn check(store: Arc<dyn ChatStore>, ops: Vec<Op>) {
+    let (who, chat) = (
+        CharacterName::parse("Mira").unwrap(),
+        ChatId::parse("c").unwrap(),
+    );
+    let cache = HistoryCache::new(2);
+    let mut lines = vec![header(), message(0, &[0, 1])];
+    let mut rev = store.rewrite_chat(&who, &chat, &lines, None).await.unwrap();
+    for op in ops {
+        match op {
+            Op::Append(ms) => {
+                let new: Vec<ChatLine> = ms
+                    .iter()
+                    .enumerate()
+                    .map(|(i, w)| message(lines.len() + i, w))
+                    .collect();
+                rev = store.append_lines(&who, &chat, &new, &rev).await.unwrap();
+                lines.extend(new);
+            }
+            Op::Rewrite(keep, ms) => {
+                lines.truncate(keep.max(1).min(lines.len()));
+                let n = lines.len();
+                lines.push(message(n, &[7, 6, 5]));
+                lines.extend(ms.iter().enumerate().map(|(i, w)| message(n + 1 + i, w)));
+                rev = store
+                    .rewrite_chat(&who, &chat, &lines, Some(&rev))
+                    .await
+                    .unwrap();
+            }
+        }
+        let want = scratch(&lines);
+        for q in QUERIES {
+            let got: (Vec<HistoryHit>, usize) = cache
+                .with_index(store.as_ref(), &who, &chat, |idx, _| idx.search(q, 50))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(got, want.search(q, 50), "query {q:?}");
+        }
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    #[test]
+    fn incremental_index_equals_a_fresh_one_in_memory(ops in ops()) {
+        let store = Arc::new(MemStore::new(Arc::new(ManualClock::new(Timestamp(0)))));
+        runtime().block_on(check(store, ops));
+    }
+
+    #[test]
+    fn incremental_index_equals_a_fresh_one_on_files(ops in ops()) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(FsStore::open(dir.path(), Arc::new(ManualClock::new(Timestamp(0)))).unwrap());
+        runtime().block_on(check(store, ops));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_by_another_writer_are_read_as_a_tail_and_the_cache_is_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(Timestamp(0)));
+    let ours = Arc::new(FsStore::open(dir.path(), clock.clone()).unwrap());
+    // Another process: a second store over the same directory.
+    let other = FsStore::open(dir.path(), clock).unwrap();
+    let who = CharacterName::parse("Mira").unwrap();
+    let cache = HistoryCache::new(2);
+    for c in ["a", "b", "c"] {
+        let chat = ChatId::parse(c).unwrap();
+        let rev = ours
+            .rewrite_chat(&who, &chat, &[header(), message(0, &[0])], None)
+            .await
+            .unwrap();
+        let n = cache
+            .with_index(ours.as_ref(), &who, &chat, |idx, _| idx.len())
+            .await
+            .unwrap();
+        assert_eq!(n, Some(1));
+        other
+            .append_lines(&who, &chat, &[message(1, &[2, 4])], &rev)
+            .await
+            .unwrap();
+        let hits = cache
+            .with_index(ours.as_ref(), &who, &chat, |idx, _| idx.search("fear", 5))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(hits.0[0].index, 1, "the appended message is found");
+    }
+    assert_eq!(cache.cached_chats(), 2, "least recently used chat dropped");
+    let missing = ChatId::parse("none").unwrap();
+    assert_eq!(
+        cache
+            .with_index(ours.as_ref(), &who, &missing, |idx, _| idx.len())
+            .await
+            .unwrap(),
+        None
+    );
+}
