@@ -16,7 +16,7 @@ use tavern_core::{
 };
 use tavern_projector::context::{project, Projection, ProjectionInput};
 use tavern_projector::{lines, ChatProjector, HostEvent, Outcome, ProjectorConfig};
-use tavern_store::{AllStores, Clock, StateStoreExt, StoreError, VariableChange};
+use tavern_store::{AllStores, Clock, StateStoreExt, StateViewExt, StoreError, VariableChange};
 use tavern_tools::assets::provider::AssetProvider;
 use tavern_tools::{ToolContext, ToolLimits, ToolRegistry, ToolServices};
 
@@ -402,15 +402,11 @@ impl Runtime {
         name: &str,
         args: &Value,
     ) -> Value {
-        let state = match self.state().await {
-            Ok(s) => s,
-            Err(e) => {
-                return json!({"error": {"code": "unavailable", "message": format!("state unavailable: {e}")}})
-            }
-        };
         let session = match self.session_of(agent) {
             Ok(s) => s,
-            Err(e) => return json!({"error": {"code": "unavailable", "message": e.to_string()}}),
+            Err(e) => {
+                return json!({"error": {"code": "unavailable", "message": e.to_string()}})
+            }
         };
         let turn = self
             .turns
@@ -419,17 +415,20 @@ impl Runtime {
             .get(&session)
             .copied()
             .unwrap_or(0);
-        let ctx = match ToolContext::for_session(
-            agent,
-            &session,
-            &state,
-            turn,
-            call_id,
-            self.config.limits,
-            self.clock.now(),
-        ) {
-            Ok(c) => c,
-            Err(e) => return e.to_json(),
+        let (limits, now) = (self.config.limits, self.clock.now());
+        // A look at the state, not a copy: hosts with thousands of sessions call per request.
+        let ctx = self
+            .stores
+            .read_state(|state| {
+                ToolContext::for_session(agent, &session, state, turn, call_id, limits, now)
+            })
+            .await;
+        let ctx = match ctx {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return e.to_json(),
+            Err(e) => {
+                return json!({"error": {"code": "unavailable", "message": format!("state unavailable: {e}")}})
+            }
         };
         match self.registry.call(&ctx, name, args).await {
             Ok(v) => v,

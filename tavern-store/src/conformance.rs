@@ -17,7 +17,7 @@ use crate::checkpoint::{CheckpointStatus, ProjectorCheckpoint};
 use crate::clock::ManualClock;
 use crate::error::StoreError;
 use crate::memory::{MemoryQuery, TagMatch};
-use crate::state::{StateStoreExt, Verdict};
+use crate::state::{StateStoreExt, StateViewExt, Verdict};
 use crate::variable::VariableChange;
 use crate::{
     AllStores, ChatStore, CheckpointStore, MemoryStore, PromptStore, StateStore, VariableStore,
@@ -724,6 +724,14 @@ pub async fn state_updates_compose(f: &Fixture) {
         .await
         .unwrap();
     assert_eq!(n, 6);
+    // A look without a copy sees the same state, and a binding alone is the same binding.
+    let seen = f.store.read_state(|st| st.bindings.len()).await.unwrap();
+    assert_eq!(seen, 6);
+    let s3 = SessionId::parse("s3").unwrap();
+    assert_eq!(
+        f.store.binding(&s3).await.unwrap(),
+        state.binding(&s3).cloned()
+    );
 }
 
 /// Chats: create, append under CAS, conflicts on stale revisions, rewrite, list, back-link.

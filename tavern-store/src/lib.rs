@@ -33,7 +33,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{StoreError, Target};
 pub use memory::{MemoryHit, MemoryQuery, MemorySearchResult, MemoryStore, TagMatch};
 pub use prompt::{PromptStore, SessionPrompt};
-pub use state::{StateMutation, StateStore, StateStoreExt, Verdict};
+pub use state::{StateMutation, StateStore, StateStoreExt, StateView, StateViewExt, Verdict};
 pub use variable::{
     PatchOutcome, VariableChange, VariableEntry, VariableListing, VariableStore, VariableSummary,
 };

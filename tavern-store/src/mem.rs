@@ -22,7 +22,7 @@ use crate::engine::variable_table::VariableTable;
 use crate::error::{StoreError, Target};
 use crate::memory::{MemoryQuery, MemorySearchResult, MemoryStore};
 use crate::prompt::{PromptStore, SessionPrompt};
-use crate::state::{StateMutation, StateStore, Verdict};
+use crate::state::{StateMutation, StateStore, StateView, Verdict};
 use crate::variable::{PatchOutcome, VariableChange, VariableListing, VariableStore};
 
 /// Locks a mutex, recovering the data if another thread panicked while holding it (the tables
@@ -281,6 +281,13 @@ impl StateStore for MemStore {
         yield_once().await;
         self.fault("state.load")?;
         Ok((lock(&self.state).clone(), Vec::new()))
+    }
+
+    async fn view_state(&self, view: StateView<'_>) -> Result<(), StoreError> {
+        yield_once().await;
+        self.fault("state.load")?;
+        view(&lock(&self.state));
+        Ok(())
     }
 
     async fn binding(&self, session: &SessionId) -> Result<Option<SessionBinding>, StoreError> {

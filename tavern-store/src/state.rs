@@ -18,6 +18,9 @@ pub enum Verdict {
 /// A mutation applied to the freshest state under the store's lock.
 pub type StateMutation<'a> = &'a mut (dyn FnMut(&mut TavernState) -> Verdict + Send);
 
+/// A look at the current state without copying it.
+pub type StateView<'a> = &'a mut (dyn FnMut(&TavernState) + Send);
+
 /// Persisted [`TavernState`].
 #[async_trait]
 pub trait StateStore: Send + Sync {
@@ -27,6 +30,17 @@ pub trait StateStore: Send + Sync {
     /// # Errors
     /// IO failures. A corrupt file is set aside with a diagnostic, not an error.
     async fn load_state(&self) -> Result<(TavernState, Vec<Diagnostic>), StoreError>;
+
+    /// Runs `view` once on the current state (as [`StateStore::load_state`] would return it)
+    /// without copying it: adapters that cache the state lend it. For callers that need a few
+    /// facts of a state with thousands of sessions, per request.
+    ///
+    /// # Errors
+    /// As [`StateStore::load_state`].
+    async fn view_state(&self, view: StateView<'_>) -> Result<(), StoreError> {
+        view(&self.load_state().await?.0);
+        Ok(())
+    }
 
     /// One session's binding, as in [`StateStore::load_state`]. Adapters that cache the state
     /// answer without copying all of it (a host with thousands of sessions asks per event).
@@ -80,3 +94,29 @@ pub trait StateStoreExt: StateStore {
 }
 
 impl<T: StateStore + ?Sized> StateStoreExt for T {}
+
+/// Typed look at the state over any [`StateStore`].
+#[async_trait]
+pub trait StateViewExt: StateStore {
+    /// `f` of the current state, without copying the state.
+    ///
+    /// # Errors
+    /// The store's failure.
+    async fn read_state<R, F>(&self, f: F) -> Result<R, StoreError>
+    where
+        F: FnOnce(&TavernState) -> R + Send,
+        R: Send,
+    {
+        let mut f = Some(f);
+        let mut out = None;
+        let mut view = |state: &TavernState| {
+            if let Some(f) = f.take() {
+                out = Some(f(state));
+            }
+        };
+        self.view_state(&mut view).await?;
+        out.ok_or_else(|| StoreError::Internal("a state view never ran".into()))
+    }
+}
+
+impl<T: StateStore + ?Sized> StateViewExt for T {}

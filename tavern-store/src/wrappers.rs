@@ -17,7 +17,7 @@ use crate::checkpoint::{CheckpointStore, ProjectorCheckpoint};
 use crate::error::StoreError;
 use crate::memory::{MemoryQuery, MemorySearchResult, MemoryStore};
 use crate::prompt::{PromptStore, SessionPrompt};
-use crate::state::{StateMutation, StateStore};
+use crate::state::{StateMutation, StateStore, StateView};
 use crate::variable::{PatchOutcome, VariableChange, VariableListing, VariableStore};
 
 macro_rules! forward {
@@ -73,6 +73,9 @@ macro_rules! forward {
             }
             async fn binding(&self, s: &SessionId) -> Result<Option<SessionBinding>, StoreError> {
                 (**self).binding(s).await
+            }
+            async fn view_state(&self, v: StateView<'_>) -> Result<(), StoreError> {
+                (**self).view_state(v).await
             }
             async fn update_state(&self, m: StateMutation<'_>) -> Result<TavernState, StoreError> {
                 (**self).update_state(m).await

@@ -81,6 +81,19 @@ impl Peer {
     }
 }
 
+/// Starts a new turn of `session` (tool calls and writes are limited per turn): `turn/end` of
+/// the current one, `turn/start` of the next, as the host logs them.
+fn next_turn(p: &mut Peer, session: &str, seq: &mut u64, turn: &mut u64) -> Result<(), Error> {
+    if *turn > 0 {
+        p.send(&json!({"method": "event", "params": {"session": session, "event": {"type": "turn/end", "seq": *seq, "time": 1, "data": {"turn": *turn, "reason": {"kind": "completed"}}}}}))?;
+        *seq += 1;
+    }
+    *turn += 1;
+    p.send(&json!({"method": "event", "params": {"session": session, "event": {"type": "turn/start", "seq": *seq, "time": 1, "data": {"turn": *turn}}}}))?;
+    *seq += 1;
+    Ok(())
+}
+
 fn bind(p: &mut Peer, session: &str) -> Result<(), Error> {
     let r = p.call(
         "agent/created",
@@ -159,8 +172,21 @@ fn round_trips(bridge: &Path, dir: &Path, bound: usize) -> Result<(f64, f64), Er
         bind(&mut p, &format!("s{s}"))?;
     }
     let mut times = Vec::with_capacity(2000);
+    let (mut seqs, mut turns) = (vec![0u64; bound], vec![0u64; bound]);
+    // Turns start before the clock runs (a turn start is projected, which writes to disk).
+    for s in 0..bound {
+        next_turn(&mut p, &format!("s{s}"), &mut seqs[s], &mut turns[s])?;
+    }
+    for s in 0..bound {
+        p.call("resume", json!({"session": format!("s{s}")}))?;
+    }
     for i in 0..2000 {
-        let session = format!("s{}", i % bound);
+        let s = i % bound;
+        let session = format!("s{s}");
+        if i >= bound && (i / bound) % 20 == 0 {
+            next_turn(&mut p, &session, &mut seqs[s], &mut turns[s])?;
+            p.call("resume", json!({"session": session}))?;
+        }
         let t = Instant::now();
         let r = p.call(
             "tool/call",
@@ -182,6 +208,7 @@ fn crash_rounds(bridge: &Path, dir: &Path, rounds: u64) -> Result<(u64, u64, u64
     let data = dir.join("crash");
     let (mut acked, mut lost) = (0u64, 0u64);
     let mut names = Vec::new();
+    let (mut seq, mut turn) = (0u64, 0u64);
     for round in 0..rounds {
         let mut p = Peer::spawn(bridge, &data)?;
         if round == 0 {
@@ -189,7 +216,8 @@ fn crash_rounds(bridge: &Path, dir: &Path, rounds: u64) -> Result<(u64, u64, u64
         } else {
             p.call("agent/created", json!({"agent": "w"}))?;
         }
-        let writes = 1 + (round * 7) % 23;
+        let writes = 1 + (round * 7) % 15;
+        next_turn(&mut p, "w", &mut seq, &mut turn)?;
         for i in 0..writes {
             let name = format!("v{round}_{i}");
             let r = p.call(
@@ -210,10 +238,16 @@ fn crash_rounds(bridge: &Path, dir: &Path, rounds: u64) -> Result<(u64, u64, u64
     let mut p = Peer::spawn(bridge, &data)?;
     p.call("agent/created", json!({"agent": "w"}))?;
     for (i, name) in names.iter().enumerate() {
+        if i % 30 == 0 {
+            next_turn(&mut p, "w", &mut seq, &mut turn)?;
+        }
         let r = p.call(
             "tool/call",
             json!({"tool": "variable_get", "args": {"name": name}, "callId": format!("check{i}"), "session": "w"}),
         )?;
+        if r["result"]["error"]["code"] == json!("limit-exceeded") {
+            return Err(format!("the check itself hit a limit: {r}").into());
+        }
         if !r["result"]["revision"].is_string() {
             lost += 1;
         }

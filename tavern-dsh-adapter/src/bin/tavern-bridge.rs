@@ -174,6 +174,8 @@ fn main() -> ExitCode {
     // Two workers (the machine's cores); the store moves blocking IO to the blocking pool.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // Store IO is short; a few blocking threads serve it, and memory stays small.
+        .max_blocking_threads(16)
         .enable_io()
         .build()
     {

@@ -16,8 +16,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Most events mirrored per session.
+/// Most events mirrored per bound session (those not projected yet).
 pub const MIRROR_MAX_EVENTS: usize = 1024;
+
+/// Most events mirrored per session AgentTavern does not serve (yet): what a host logs before
+/// binding a session.
+pub const UNBOUND_MIRROR_EVENTS: usize = 32;
+
+/// Most sessions AgentTavern does not serve whose first events are mirrored; the least
+/// recently seen is forgotten first.
+pub const UNBOUND_MIRROR_SESSIONS: usize = 256;
 
 /// The host as the sidecar knows it.
 #[derive(Debug)]
@@ -27,6 +35,8 @@ pub struct BridgeHost {
     running: Mutex<HashMap<AgentId, bool>>,
     mounts: Mutex<HashMap<AgentId, AgentMount>>,
     events: Mutex<HashMap<SessionId, BTreeMap<u64, Value>>>,
+    /// Unbound sessions with mirrored events, least recently seen first.
+    unbound: Mutex<std::collections::VecDeque<SessionId>>,
 }
 
 impl Default for BridgeHost {
@@ -37,6 +47,7 @@ impl Default for BridgeHost {
             running: Mutex::default(),
             mounts: Mutex::default(),
             events: Mutex::default(),
+            unbound: Mutex::default(),
         }
     }
 }
@@ -57,14 +68,30 @@ impl BridgeHost {
     /// on-disk log is not readable. At most [`MIRROR_MAX_EVENTS`] per session are kept (the
     /// oldest go first); [`BridgeHost::projected_through`] and [`BridgeHost::dispose`] free
     /// the rest.
-    pub fn record(&self, session: &SessionId, event: &Value) {
-        if let Some(seq) = event.get("seq").and_then(Value::as_u64) {
-            let mut events = lock(&self.events);
-            let mirror = events.entry(session.clone()).or_default();
-            mirror.insert(seq, event.clone());
-            while mirror.len() > MIRROR_MAX_EVENTS {
-                mirror.pop_first();
+    pub fn record(&self, session: &SessionId, event: &Value, bound: bool) {
+        let Some(seq) = event.get("seq").and_then(Value::as_u64) else {
+            return;
+        };
+        let mut events = lock(&self.events);
+        let mut unbound = lock(&self.unbound);
+        unbound.retain(|s| s != session);
+        let cap = if bound {
+            MIRROR_MAX_EVENTS
+        } else {
+            unbound.push_back(session.clone());
+            while unbound.len() > UNBOUND_MIRROR_SESSIONS {
+                if let Some(old) = unbound.pop_front() {
+                    events.remove(&old);
+                }
             }
+            UNBOUND_MIRROR_EVENTS
+        };
+        let mirror = events.entry(session.clone()).or_default();
+        if mirror.len() < cap || bound {
+            mirror.insert(seq, event.clone());
+        }
+        while mirror.len() > cap {
+            mirror.pop_first();
         }
     }
 
@@ -80,6 +107,7 @@ impl BridgeHost {
         lock(&self.running).remove(agent);
         lock(&self.mounts).remove(agent);
         lock(&self.events).remove(session);
+        lock(&self.unbound).retain(|s| s != session);
     }
 
     /// How many events are mirrored in all (bounded-memory checks).

@@ -226,8 +226,13 @@ impl Bridge {
                 Ok(json!({}))
             }
             Request::Event(e) => {
-                self.host.record(&e.session, &e.event);
-                match self.runtime.on_event(&e.session, &e.event).await {
+                let result = self.runtime.on_event(&e.session, &e.event).await;
+                // Mirrored for a replay that cannot read the host's log: a bound session's
+                // events until they are projected, an unbound one's only a few (DSH logs a
+                // few before it binds), so memory follows the sessions, not the traffic.
+                let bound = matches!(&result, Ok(Some(_)) | Err(_));
+                self.host.record(&e.session, &e.event, bound);
+                match result {
                     Ok(outcome) => {
                         if let Some(cursor) = outcome.as_ref().and_then(|o| o.cursor) {
                             self.host.projected_through(&e.session, cursor);

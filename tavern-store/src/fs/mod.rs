@@ -47,7 +47,7 @@ use crate::error::StoreError;
 use crate::mem::lock;
 use crate::memory::{MemoryQuery, MemorySearchResult, MemoryStore};
 use crate::prompt::{PromptStore, SessionPrompt};
-use crate::state::{StateMutation, StateStore, Verdict};
+use crate::state::{StateMutation, StateStore, StateView, Verdict};
 use crate::variable::{PatchOutcome, VariableChange, VariableListing, VariableStore};
 use crate::StoreDiagnostic;
 
@@ -571,14 +571,20 @@ impl Inner {
     }
 
     fn binding(&self, session: &SessionId) -> Result<Option<SessionBinding>, StoreError> {
+        self.refresh_state()?;
+        Ok(lock(&self.state)
+            .as_ref()
+            .and_then(|(_, (state, _))| state.binding(session).cloned()))
+    }
+
+    /// Makes the cached state current (re-reading `state.json` only if it changed).
+    fn refresh_state(&self) -> Result<(), StoreError> {
         let _lock = FileLock::acquire(&self.root, STATE_LOCK, false)?;
         let now = stamp(&self.root, STATE)?;
-        if let Some((at, (state, _))) = lock(&self.state).as_ref() {
-            if *at == now {
-                return Ok(state.binding(session).cloned());
-            }
+        if lock(&self.state).as_ref().is_some_and(|(at, _)| *at == now) {
+            return Ok(());
         }
-        Ok(self.read_state_locked()?.0.binding(session).cloned())
+        self.read_state_locked().map(|_| ())
     }
 
     /// Persists a mutated state and caches it. The caller holds the exclusive state lock.
@@ -909,6 +915,17 @@ impl StateStore for FsStore {
     async fn binding(&self, session: &SessionId) -> Result<Option<SessionBinding>, StoreError> {
         let session = session.clone();
         self.run(move |s| s.binding(&session)).await
+    }
+
+    async fn view_state(&self, view: StateView<'_>) -> Result<(), StoreError> {
+        // The file work (lock, stat, maybe a read) off the executor; the look itself is a
+        // short borrow of the cached state here.
+        self.run(Inner::refresh_state).await?;
+        match lock(&self.inner.state).as_ref() {
+            Some((_, (state, _))) => view(state),
+            None => view(&TavernState::default()),
+        }
+        Ok(())
     }
 
     async fn update_state(&self, mutate: StateMutation<'_>) -> Result<TavernState, StoreError> {
