@@ -404,9 +404,7 @@ impl Runtime {
     ) -> Value {
         let session = match self.session_of(agent) {
             Ok(s) => s,
-            Err(e) => {
-                return json!({"error": {"code": "unavailable", "message": e.to_string()}})
-            }
+            Err(e) => return json!({"error": {"code": "unavailable", "message": e.to_string()}}),
         };
         let turn = self
             .turns

@@ -183,7 +183,7 @@ fn round_trips(bridge: &Path, dir: &Path, bound: usize) -> Result<(f64, f64), Er
     for i in 0..2000 {
         let s = i % bound;
         let session = format!("s{s}");
-        if i >= bound && (i / bound) % 20 == 0 {
+        if i >= bound && (i / bound).is_multiple_of(20) {
             next_turn(&mut p, &session, &mut seqs[s], &mut turns[s])?;
             p.call("resume", json!({"session": session}))?;
         }
