@@ -294,6 +294,11 @@ impl Runtime {
         ]
     }
 
+    /// Whether each tool (in [`Self::tool_definitions`] order) writes.
+    pub fn tool_writes(&self) -> Vec<bool> {
+        self.registry.specs().iter().map(|s| s.writes).collect()
+    }
+
     /// Every tool as the host registers it.
     pub fn tool_definitions(&self) -> Vec<ToolDefinition> {
         self.registry
@@ -413,6 +418,24 @@ impl Runtime {
             .get(&session)
             .copied()
             .unwrap_or(0);
+        self.call_tool_in_turn(agent, call_id, name, args, turn)
+            .await
+    }
+
+    /// Runs a tool call as part of `turn` (hosts without turns, such as MCP, give each call its
+    /// own, so per-turn limits are per call there).
+    pub async fn call_tool_in_turn(
+        &self,
+        agent: &AgentId,
+        call_id: &str,
+        name: &str,
+        args: &Value,
+        turn: u64,
+    ) -> Value {
+        let session = match self.session_of(agent) {
+            Ok(s) => s,
+            Err(e) => return json!({"error": {"code": "unavailable", "message": e.to_string()}}),
+        };
         let (limits, now) = (self.config.limits, self.clock.now());
         // A look at the state, not a copy: hosts with thousands of sessions call per request.
         let ctx = self

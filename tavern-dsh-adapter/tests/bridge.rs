@@ -371,7 +371,14 @@ fn mcp_mode_serves_one_fixed_binding() {
         p.send_raw(
             &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string(),
         );
-        p.recv()
+        // Notifications (log messages) may come in between.
+        loop {
+            let f = p.recv();
+            if f["id"] == json!(id) {
+                return f;
+            }
+            assert!(f.get("id").is_none(), "an answer to another request: {f}");
+        }
     };
     let init = rpc(
         &mut p,
@@ -411,7 +418,33 @@ fn mcp_mode_serves_one_fixed_binding() {
     let inner: Value =
         serde_json::from_str(found["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
     assert_eq!(inner["items"][0]["content"], "MCP remembers.");
+    assert_eq!(
+        found["result"]["structuredContent"], inner,
+        "the result is structured, and the same as its text"
+    );
     assert_eq!(rpc(&mut p, 6, "nope", json!({}))["error"]["code"], -32601);
+    // An unknown tool is a protocol error, not a tool result.
+    let unknown = rpc(
+        &mut p,
+        7,
+        "tools/call",
+        json!({"name": "nope", "arguments": {}}),
+    );
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    // A batch is refused with -32600; the session goes on.
+    p.send_raw(r#"[{"jsonrpc": "2.0", "id": 8, "method": "ping"}]"#);
+    let batch = p.recv();
+    assert_eq!(batch["error"]["code"], -32600, "{batch}");
+    // No per-turn limit in MCP mode: 200 calls in a row are all served.
+    for i in 0..200u64 {
+        let r = rpc(
+            &mut p,
+            100 + i,
+            "tools/call",
+            json!({"name": "variable_list", "arguments": {}}),
+        );
+        assert_eq!(r["result"]["isError"], false, "call {i}: {r}");
+    }
     drop(p.input);
     assert!(p.child.wait().unwrap().success());
 }

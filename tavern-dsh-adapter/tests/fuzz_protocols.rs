@@ -131,29 +131,48 @@ proptest! {
     fn mcp_messages_never_panic_and_answer_requests(
         picks in prop::collection::vec((0..4usize, any::<u8>(), any::<usize>(), 0..8usize), 1..10),
     ) {
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         rt.block_on(async {
+            use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
             let (runtime, _) = runtime();
             let server = McpServer::new(runtime, AgentId::parse("s1").unwrap());
+            let (client, server_io) = tokio::io::duplex(1 << 16);
+            let (server_read, server_write) = tokio::io::split(server_io);
+            let serving = tokio::spawn(server.serve(BufReader::new(server_read), server_write));
+            let (client_read, mut client_write) = tokio::io::split(client);
+            let mut lines = BufReader::new(client_read).lines();
+            let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "fuzz", "version": "1"}}});
+            client_write.write_all(format!("{init}\n").as_bytes()).await.unwrap();
+            client_write.write_all(b"{\"jsonrpc\": \"2.0\", \"method\": \"notifications/initialized\"}\n").await.unwrap();
             let seeds = [
-                json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "fuzz", "version": "1"}}}),
                 json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
                 json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "variable_set", "arguments": {"name": "hp", "value": 3}}}),
-                json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+                json!({"jsonrpc": "2.0", "id": 4, "method": "ping"}),
+                json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}}),
             ];
             for (i, how, at, f) in picks {
-                let bytes = mutate(&seeds[i].to_string(), how, at, FRAGMENTS[f]);
-                let Ok(text) = std::str::from_utf8(&bytes) else { continue };
-                let reply = server.handle(text).await;
-                if let Some(Value::Number(n)) = serde_json::from_str::<Value>(text).ok().and_then(|v| v.get("id").cloned()) {
-                    if serde_json::from_str::<Value>(text).ok().and_then(|v| v.get("method").cloned()).is_some() {
-                        let reply = reply.expect("a request is answered");
-                        prop_assert_eq!(&reply["id"], &Value::Number(n));
+                let mut bytes = mutate(&seeds[i].to_string(), how, at, FRAGMENTS[f]);
+                bytes.retain(|b| *b != b'\n');
+                bytes.push(b'\n');
+                client_write.write_all(&bytes).await.unwrap();
+            }
+            client_write.write_all(b"{\"jsonrpc\": \"2.0\", \"id\": 77, \"method\": \"ping\"}\n").await.unwrap();
+            // The server keeps answering after whatever came before: the ping is answered.
+            let answered = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+                while let Some(line) = lines.next_line().await.unwrap() {
+                    let v: Value = serde_json::from_str(&line).expect("every line the server writes is JSON");
+                    if v["id"] == json!(77) {
+                        return true;
                     }
                 }
-            }
-            let reply = server.handle(&json!({"jsonrpc": "2.0", "id": 77, "method": "ping"}).to_string()).await.unwrap();
-            prop_assert_eq!(&reply["id"], &json!(77));
+                false
+            })
+            .await
+            .expect("the server answered in time");
+            prop_assert!(answered, "the ping after the fuzzed messages is answered");
+            drop(client_write);
+            drop(lines);
+            let _ = serving.await;
             Ok(())
         })?;
     }

@@ -90,7 +90,7 @@ impl<T: TypedTool> Typed<T> {
                 name: T::NAME,
                 description: T::DESCRIPTION,
                 parameters,
-                result: schema_for::<T::Output>(true),
+                result: result_schema::<T::Output>(),
                 writes: T::WRITES,
             },
         }
@@ -140,6 +140,23 @@ pub(crate) fn schema_for<T: JsonSchema>(nullable: bool) -> Value {
         .into_generator();
     let mut schema = generator.into_root_schema_for::<T>().to_value();
     shape(&mut schema, nullable);
+    schema
+}
+
+/// A result schema as hosts check results against it: the result type's schema, whose root
+/// also admits the error shape a failed call returns (`{"error": {code, message, …}}`) — hosts
+/// such as DSH validate every result, failed ones included — so the root requires nothing.
+pub(crate) fn result_schema<T: JsonSchema>() -> Value {
+    let mut schema = schema_for::<T>(true);
+    if let Some(root) = schema.as_object_mut() {
+        root.remove("required");
+        if let Some(Value::Object(props)) = root.get_mut("properties") {
+            props.insert(
+                "error".into(),
+                json!({"type": "object", "description": "Present instead of the other fields when the call failed: `code` (invalid-arguments, not-found, revision-conflict, scope-denied, limit-exceeded, unavailable, unknown-tool), `message`, and details such as `field` or `currentRevision`."}),
+            );
+        }
+    }
     schema
 }
 

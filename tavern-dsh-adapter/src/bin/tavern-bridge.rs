@@ -176,7 +176,7 @@ fn main() -> ExitCode {
         .worker_threads(2)
         // Store IO is short; a few blocking threads serve it, and memory stays small.
         .max_blocking_threads(16)
-        .enable_io()
+        .enable_all()
         .build()
     {
         Ok(rt) => rt,

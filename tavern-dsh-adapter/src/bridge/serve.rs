@@ -19,7 +19,7 @@ use super::{error, lock, Bridge};
 const SESSION_QUEUE: usize = 256;
 
 /// One line read from the input.
-enum Line {
+pub(crate) enum Line {
     /// A complete frame (terminator removed).
     Frame(Vec<u8>),
     /// A line longer than the limit, skipped; `head` is its start (for the id).
@@ -30,7 +30,10 @@ enum Line {
 
 /// Reads one line of at most `max` bytes; a longer one is consumed to its end without being
 /// kept beyond its first `max` bytes.
-async fn read_line(input: &mut (impl AsyncBufRead + Unpin), max: usize) -> std::io::Result<Line> {
+pub(crate) async fn read_line(
+    input: &mut (impl AsyncBufRead + Unpin),
+    max: usize,
+) -> std::io::Result<Line> {
     let mut buf = Vec::new();
     let mut len = 0usize;
     loop {
