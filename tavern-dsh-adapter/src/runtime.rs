@@ -485,17 +485,29 @@ impl Runtime {
         };
         match event.kind {
             tavern_projector::EventKind::TurnStart { turn } => {
-                self.turns
+                let mut turns = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
+                // A repeated or late start of an earlier turn changes nothing.
+                if turns.get(session).is_none_or(|current| turn >= *current) {
+                    turns.insert(session.clone(), turn);
+                }
+            }
+            tavern_projector::EventKind::TurnEnd { turn, .. } => {
+                // Only the end of the turn in progress (or of one we never saw start, after a
+                // restart) clears turn variables: a repeated end of an earlier turn must not
+                // wipe the next turn's.
+                let current = self
+                    .turns
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .insert(session.clone(), turn);
-            }
-            tavern_projector::EventKind::TurnEnd { .. } => {
-                let agent = self.host.agent_of(session)?;
-                self.end_turn(session);
-                self.stores
-                    .clear_scope(&ScopeKey::Turn { agent }, MemorySource::system())
-                    .await?;
+                    .get(session)
+                    .copied();
+                if current.is_none_or(|c| c == turn) {
+                    let agent = self.host.agent_of(session)?;
+                    self.end_turn(session);
+                    self.stores
+                        .clear_scope(&ScopeKey::Turn { agent }, MemorySource::system())
+                        .await?;
+                }
             }
             _ => {}
         }

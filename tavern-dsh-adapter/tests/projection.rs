@@ -500,10 +500,11 @@ async fn two_projectors_on_one_root_project_every_line_once() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
-    /// Any split of the events among 1–4 concurrent feeders of one projector, any order within
-    /// each: every line exactly once, in log order, checkpoint at the end, nothing pending.
+    /// Any split of the events among 1–4 concurrent feeders of two projectors on one store, any
+    /// order within each: every line exactly once, in log order, checkpoint at the end,
+    /// nothing pending.
     #[test]
     fn concurrent_feeders_project_exactly_once(
         assignment in prop::collection::vec(0..4usize, 30),
@@ -513,21 +514,27 @@ proptest! {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(3).build().unwrap();
         rt.block_on(async {
             let (store, clock) = mem();
-            let p = Arc::new(projector(store.clone(), clock));
+            // Two projectors on one store (two processes on one data folder), two feeders each.
+            let projectors = [
+                Arc::new(projector(store.clone(), clock.clone())),
+                Arc::new(projector(store.clone(), clock)),
+            ];
             let all = many_turns(5);
             let mut tasks = Vec::new();
+            // Each process receives every event (as a host delivers them), split between its
+            // two feeders by `assignment`.
             for (feeder, seed) in seeds.iter().enumerate() {
+                let p = projectors[feeder % 2].clone();
                 let mut mine: Vec<HostEvent> = all
                     .iter()
                     .zip(&assignment)
-                    .filter(|(_, f)| **f == feeder)
+                    .filter(|(_, f)| **f % 2 == feeder / 2)
                     .map(|(e, _)| e.clone())
                     .collect();
                 if also_all && feeder == 0 {
                     mine.extend(all.clone());
                 }
                 let mine = shuffled(mine, *seed);
-                let p = p.clone();
                 tasks.push(tokio::spawn(async move {
                     for e in mine {
                         let _ = p.on_event(&session(), &binding(), e).await;

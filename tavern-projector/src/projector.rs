@@ -26,6 +26,9 @@ use crate::plan::{plan, PlannedLine, Position};
 /// Attempts at appending when the chat keeps changing under us.
 const APPEND_ATTEMPTS: usize = 5;
 
+/// Most events kept waiting behind a missing one, per session.
+pub const MAX_WAITING_EVENTS: usize = 1024;
+
 /// Attempts at a projection step when other projectors of the session keep moving its
 /// checkpoint.
 const CHECKPOINT_ATTEMPTS: usize = 8;
@@ -184,11 +187,38 @@ impl ChatProjector {
         session: &SessionId,
         reason: &str,
     ) -> Result<(), ProjectorError> {
-        let gate = {
-            let mut gates = self.gates.lock().unwrap_or_else(PoisonError::into_inner);
-            gates.entry(session.clone()).or_default().clone()
-        };
-        let _guard = gate.lock().await;
+        let gate = self.gate(session);
+        let guard = gate.lock().await;
+        let out = self
+            .mark_pending(session, &format!("an event could not be read: {reason}"))
+            .await;
+        drop(guard);
+        self.release(session, &gate);
+        out
+    }
+
+    /// The session's gate (one projection step at a time).
+    fn gate(&self, session: &SessionId) -> Arc<tokio::sync::Mutex<()>> {
+        let mut gates = self.gates.lock().unwrap_or_else(PoisonError::into_inner);
+        gates.entry(session.clone()).or_default().clone()
+    }
+
+    /// Forgets the gate and an empty buffer when nobody else is waiting on this session, so
+    /// both maps stay as small as the sessions in flight.
+    fn release(&self, session: &SessionId, gate: &Arc<tokio::sync::Mutex<()>>) {
+        let mut gates = self.gates.lock().unwrap_or_else(PoisonError::into_inner);
+        if Arc::strong_count(gate) == 2 {
+            gates.remove(session);
+            let mut buffers = self.buffers.lock().unwrap_or_else(PoisonError::into_inner);
+            if buffers.get(session).is_some_and(BTreeMap::is_empty) {
+                buffers.remove(session);
+            }
+        }
+    }
+
+    /// Makes the session's projection pending at its next cursor with `error` (under its
+    /// gate), so `status` shows it until a replay moves past it.
+    async fn mark_pending(&self, session: &SessionId, error: &str) -> Result<(), ProjectorError> {
         let err = Self::store_err(session);
         for _ in 0..CHECKPOINT_ATTEMPTS {
             let current = self
@@ -202,7 +232,7 @@ impl ChatProjector {
                 last_cursor: cursor,
                 status: CheckpointStatus::Pending,
                 pending_cursor: Some(cursor.map_or(0, |c| c + 1)),
-                error: Some(format!("an event could not be read: {reason}")),
+                error: Some(error.to_owned()),
                 chat_revision: current.as_ref().and_then(|c| c.chat_revision.clone()),
                 turn: current.as_ref().map_or(0, |c| c.turn),
                 step: current.as_ref().map_or(0, |c| c.step),
@@ -241,18 +271,22 @@ impl ChatProjector {
         binding: &SessionBinding,
         events: Vec<HostEvent>,
     ) -> Result<Outcome, ProjectorError> {
-        let gate = {
-            let mut gates = self.gates.lock().unwrap_or_else(PoisonError::into_inner);
-            gates.entry(session.clone()).or_default().clone()
-        };
+        let gate = self.gate(session);
         let guard = gate.lock().await;
-        {
+        let overflow = {
             let mut buffers = self.buffers.lock().unwrap_or_else(PoisonError::into_inner);
             let buf = buffers.entry(session.clone()).or_default();
             for e in events {
                 buf.entry(e.seq).or_insert(e);
             }
-        }
+            // Events waiting behind a missing one are kept up to a bound; past it the newest
+            // are dropped (the host's log still has them) and the gap is reported.
+            let mut dropped = None;
+            while buf.len() > MAX_WAITING_EVENTS {
+                dropped = buf.pop_last().map(|(seq, _)| seq);
+            }
+            dropped
+        };
         let mut outcome = Err(ProjectorError::Contended {
             session: session.to_string(),
             attempts: CHECKPOINT_ATTEMPTS,
@@ -266,17 +300,19 @@ impl ChatProjector {
                 }
             }
         }
-        drop(guard);
-        // Forget the gate and an empty buffer when nobody else is waiting on this session, so
-        // both maps stay as small as the sessions in flight.
-        let mut gates = self.gates.lock().unwrap_or_else(PoisonError::into_inner);
-        if Arc::strong_count(&gate) == 2 {
-            gates.remove(session);
-            let mut buffers = self.buffers.lock().unwrap_or_else(PoisonError::into_inner);
-            if buffers.get(session).is_some_and(BTreeMap::is_empty) {
-                buffers.remove(session);
+        if let (Some(seq), Ok(o)) = (overflow, &outcome) {
+            if o.waiting >= MAX_WAITING_EVENTS {
+                let reason = format!(
+                    "more than {MAX_WAITING_EVENTS} events wait behind a missing one (the latest dropped was seq {seq}); replay the host's log to fill the gap"
+                );
+                outcome = self
+                    .mark_pending(session, &reason)
+                    .await
+                    .map(|()| o.clone());
             }
         }
+        drop(guard);
+        self.release(session, &gate);
         outcome
     }
 
@@ -483,6 +519,11 @@ impl ChatProjector {
             };
             let clean =
                 checkpoint.and_then(|c| c.chat_revision.as_deref()) == Some(current.as_str());
+            // Whether the chat holds lines of this session beyond this batch (another
+            // projector of the session got further): then the revision after this write must
+            // not be recorded as "ours", or a later step would append at it without looking
+            // and write those lines a second time.
+            let mut ahead = false;
             let (expected, todo): (ChatRevision, Vec<&PlannedLine>) = if clean {
                 (current, lines.iter().collect())
             } else {
@@ -495,14 +536,17 @@ impl ChatProjector {
                     .iter()
                     .filter_map(|l| lines::projected_seq(l, session))
                     .collect();
+                let last = lines.iter().map(|p| p.seq).max().unwrap_or(0);
+                ahead = present.iter().any(|seq| *seq > last);
                 (
                     file.revision,
                     lines.iter().filter(|p| !present.contains(&p.seq)).collect(),
                 )
             };
+            let ours = |rev: &ChatRevision| (!ahead).then(|| rev.as_str().to_owned());
             let already = lines.len() - todo.len();
             if todo.is_empty() {
-                return Ok((Some(expected.as_str().to_owned()), 0, already));
+                return Ok((ours(&expected), 0, already));
             }
             let raw: Vec<ChatLine> = todo
                 .iter()
@@ -513,7 +557,7 @@ impl ChatProjector {
                 .append_lines(character, chat, &raw, &expected)
                 .await
             {
-                Ok(rev) => return Ok((Some(rev.as_str().to_owned()), raw.len(), already)),
+                Ok(rev) => return Ok((ours(&rev), raw.len(), already)),
                 Err(StoreError::Conflict { .. }) => continue,
                 Err(e) => return Err(err(e)),
             }

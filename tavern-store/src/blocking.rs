@@ -23,15 +23,27 @@ where
     F: FnOnce() -> Result<T, StoreError> + Send + 'static,
     T: Send + 'static,
 {
+    off_executor(f)
+        .await
+        .map_err(|e| StoreError::Internal(format!("a blocking store task failed: {e}")))?
+}
+
+/// Runs blocking `f` without stalling an executor, as [`maybe_spawn_blocking`] does, for any
+/// result type (asset files, host logs).
+///
+/// # Errors
+/// The reason when `f` panicked on the blocking pool.
+pub async fn off_executor<F, T>(f: F) -> Result<T, String>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(f)
+            Ok(tokio::task::block_in_place(f))
         }
-        Ok(runtime) => runtime
-            .spawn_blocking(f)
-            .await
-            .map_err(|e| StoreError::Internal(format!("a blocking store task failed: {e}")))?,
-        Err(_) => f(),
+        Ok(runtime) => runtime.spawn_blocking(f).await.map_err(|e| e.to_string()),
+        Err(_) => Ok(f()),
     }
 }
 

@@ -1289,3 +1289,61 @@ async fn memory_search_finds_other_word_forms() {
         .await;
     assert_eq!(v["items"][0]["content"], "Kai fears deep water.");
 }
+
+/// The schema's variable-name pattern (ECMAScript, as hosts check it) accepts exactly the
+/// names `VariableName` accepts: every name the store can hold is reachable by the model.
+#[test]
+fn the_variable_name_pattern_is_the_core_rule() {
+    let h = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(harness());
+    let spec = h
+        .registry
+        .specs()
+        .iter()
+        .find(|s| s.name == "variable_get")
+        .unwrap()
+        .parameters
+        .clone();
+    let pattern = spec["properties"]["name"]["pattern"].as_str().unwrap();
+    let re = regress::Regex::with_flags(pattern, "u").unwrap();
+    let mut names: Vec<String> = [
+        "hp",
+        "basic.好感度",
+        "当前周期",
+        "_x-1",
+        "किला",
+        "กิน",
+        "Ⅻ",
+        "1st",
+        "a b",
+        "-x",
+        "",
+        "é",
+        "x\u{301}",
+        "ⅻ2",
+        "a/b",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    // Every char of a few planes, alone and after a letter.
+    for c in (0u32..0x3000)
+        .chain(0xA000..0xAC00)
+        .filter_map(char::from_u32)
+    {
+        names.push(c.to_string());
+        names.push(format!("a{c}"));
+    }
+    for name in names {
+        let core = tavern_core::VariableName::parse(name.as_str()).is_ok();
+        let schema = re.find(&name).is_some();
+        assert_eq!(
+            core,
+            schema,
+            "{name:?} ({:?})",
+            name.chars().collect::<Vec<_>>()
+        );
+    }
+}

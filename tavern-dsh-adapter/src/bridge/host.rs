@@ -167,9 +167,16 @@ impl HostPort for BridgeHost {
     ) -> Result<Vec<Value>, HostError> {
         let mut all: BTreeMap<u64, Value> = BTreeMap::new();
         let root = lock(&self.sessions_root).clone();
-        if let Some(path) = root.as_deref().and_then(|r| Self::log_file(r, session)) {
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| HostError(format!("session log of {session}: {e}")))?;
+        let s = session.clone();
+        // Finding and reading the host's log is blocking work: off the executor.
+        let text = tavern_store::blocking::off_executor(move || {
+            let path = root.as_deref().and_then(|r| Self::log_file(r, &s))?;
+            Some(std::fs::read_to_string(&path).map_err(|e| e.kind().to_string()))
+        })
+        .await
+        .map_err(|e| HostError(format!("session log of {session}: {e}")))?;
+        if let Some(text) = text {
+            let text = text.map_err(|e| HostError(format!("session log of {session}: {e}")))?;
             for v in text
                 .lines()
                 .filter_map(|l| serde_json::from_str::<Value>(l).ok())

@@ -9,14 +9,19 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use super::frame::{self, Frame, Request};
 use super::{error, lock, Bridge};
 
-/// Frames queued per session before the reader waits (back-pressure on the host).
-const SESSION_QUEUE: usize = 256;
+/// Frames read but not yet answered, across all sessions, before the reader waits: memory is
+/// bounded (with the frame size cap), yet one busy session does not stall the others until
+/// this many frames are queued.
+const FRAMES_IN_FLIGHT: usize = 4096;
+
+/// Answers queued for the writer before workers wait for the host to read them.
+const OUTPUT_QUEUE: usize = 1024;
 
 /// One line read from the input.
 pub(crate) enum Line {
@@ -105,7 +110,8 @@ impl Bridge {
     /// Serves frames from `input` until end of input or `shutdown`, writing responses to
     /// `output` (one line each, flushed). A frame that is too long, not UTF-8 or not a frame
     /// gets an error frame (with its id when readable); the bridge keeps serving. On
-    /// `shutdown` or end of input every queued frame is finished before it returns.
+    /// `shutdown`, end of input or an input error every queued frame is finished before it
+    /// returns.
     ///
     /// # Errors
     /// IO errors on the streams.
@@ -114,7 +120,8 @@ impl Bridge {
         mut input: impl AsyncBufRead + Unpin,
         mut output: impl AsyncWrite + Unpin + Send + 'static,
     ) -> std::io::Result<()> {
-        let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Vec<Value>>();
+        // Bounded: a host that stops reading our output stops us, it does not grow us.
+        let (out_tx, mut out_rx) = mpsc::channel::<Vec<Value>>(OUTPUT_QUEUE);
         let writer = tokio::spawn(async move {
             while let Some(frames) = out_rx.recv().await {
                 for frame in frames {
@@ -124,20 +131,32 @@ impl Bridge {
             }
             Ok::<(), std::io::Error>(())
         });
-        let queues: Arc<Mutex<HashMap<String, mpsc::Sender<Frame>>>> = Arc::default();
+        let queues: Queues = Arc::default();
+        let in_flight = Arc::new(Semaphore::new(FRAMES_IN_FLIGHT));
         let mut workers = JoinSet::new();
         let max = self.config.max_frame_bytes;
         let mut shutdown = None;
+        let mut read_error = None;
         loop {
-            let bytes = match read_line(&mut input, max).await? {
+            let line = match read_line(&mut input, max).await {
+                Ok(l) => l,
+                Err(e) => {
+                    // Finish what was read before giving up on the input.
+                    read_error = Some(e);
+                    break;
+                }
+            };
+            let bytes = match line {
                 Line::End => break,
                 Line::TooLong { head, len } => {
                     let id = frame::readable_id(&head).unwrap_or(Value::Null);
-                    let _ = out_tx.send(vec![error(
-                        &id,
-                        "frame-too-large",
-                        format!("a frame of {len} bytes is over the limit of {max} bytes"),
-                    )]);
+                    let _ = out_tx
+                        .send(vec![error(
+                            &id,
+                            "frame-too-large",
+                            format!("a frame of {len} bytes is over the limit of {max} bytes"),
+                        )])
+                        .await;
                     continue;
                 }
                 Line::Frame(bytes) => bytes,
@@ -147,18 +166,22 @@ impl Bridge {
                 Ok(t) => t,
                 Err(e) => {
                     let id = frame::readable_id(&bytes).unwrap_or(Value::Null);
-                    let _ = out_tx.send(vec![error(
-                        &id,
-                        "bad-frame",
-                        format!("not utf-8 (invalid byte at {})", e.valid_up_to()),
-                    )]);
+                    let _ = out_tx
+                        .send(vec![error(
+                            &id,
+                            "bad-frame",
+                            format!("not utf-8 (invalid byte at {})", e.valid_up_to()),
+                        )])
+                        .await;
                     continue;
                 }
             };
             let parsed = match frame::parse(text) {
                 Ok(f) => f,
                 Err((id, e)) => {
-                    let _ = out_tx.send(vec![error(&id.unwrap_or(Value::Null), e.code, e.message)]);
+                    let _ = out_tx
+                        .send(vec![error(&id.unwrap_or(Value::Null), e.code, e.message)])
+                        .await;
                     continue;
                 }
             };
@@ -166,98 +189,95 @@ impl Bridge {
                 shutdown = Some(parsed);
                 break;
             }
+            // Decided as frames are read, so nothing queued can overtake the handshake.
+            if !self.handshaken.load(std::sync::atomic::Ordering::SeqCst)
+                && !matches!(parsed.request, Request::Handshake(_))
+            {
+                let _ = out_tx.send(self.handle_frame(parsed).await).await;
+                continue;
+            }
             match self.route(&parsed.request) {
                 Route::Inline => {
-                    let _ = out_tx.send(self.handle_frame(parsed).await);
+                    let _ = out_tx.send(self.handle_frame(parsed).await).await;
                 }
                 Route::Session(key) => {
-                    self.enqueue(&queues, &mut workers, &out_tx, key, parsed)
-                        .await;
+                    let Ok(permit) = in_flight.clone().acquire_owned().await else {
+                        break;
+                    };
+                    self.enqueue(&queues, &mut workers, &out_tx, key, (parsed, permit));
                 }
             }
         }
         // Finish what is queued, then answer a shutdown last: every write is durable by then.
-        lock(&queues).clear();
         while workers.join_next().await.is_some() {}
         if let Some(frame) = shutdown {
-            let _ = out_tx.send(self.handle_frame(frame).await);
+            let _ = out_tx.send(self.handle_frame(frame).await).await;
         }
         drop(out_tx);
-        writer.await.map_err(std::io::Error::other)?
+        writer.await.map_err(std::io::Error::other)??;
+        read_error.map_or(Ok(()), Err)
     }
 
     /// Puts a frame in its session's queue, starting the session's worker if it has none.
-    async fn enqueue(
+    /// The send happens under the map's lock, where a worker also retires: a frame either
+    /// reaches a live worker or starts a new one, and two workers of one session never run
+    /// at once.
+    fn enqueue(
         self: &Arc<Self>,
-        queues: &Arc<Mutex<HashMap<String, mpsc::Sender<Frame>>>>,
+        queues: &Queues,
         workers: &mut JoinSet<()>,
-        out: &mpsc::UnboundedSender<Vec<Value>>,
+        out: &mpsc::Sender<Vec<Value>>,
         key: String,
-        mut frame: Frame,
+        job: Job,
     ) {
         // Reap finished workers so the set stays as small as the sessions in flight.
         while workers.try_join_next().is_some() {}
-        loop {
-            let sender = {
-                let mut map = lock(queues);
-                match map.get(&key) {
-                    Some(s) => s.clone(),
-                    None => {
-                        let (tx, rx) = mpsc::channel(SESSION_QUEUE);
-                        map.insert(key.clone(), tx.clone());
-                        workers.spawn(self.clone().work(
-                            key.clone(),
-                            rx,
-                            queues.clone(),
-                            out.clone(),
-                        ));
-                        tx
-                    }
-                }
-            };
-            match sender.send(frame).await {
+        let mut map = lock(queues);
+        let job = match map.get(&key) {
+            Some(sender) => match sender.send(job) {
                 Ok(()) => return,
-                // The worker ended between our lookup and the send: start a new one.
-                Err(mpsc::error::SendError(back)) => {
-                    let mut map = lock(queues);
-                    if map.get(&key).is_some_and(|s| s.same_channel(&sender)) {
-                        map.remove(&key);
-                    }
-                    frame = back;
-                }
-            }
-        }
+                // Its worker retired (it removes its entry first, so this is a stale one).
+                Err(mpsc::error::SendError(back)) => back,
+            },
+            None => job,
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        let _ = tx.send(job);
+        map.insert(key.clone(), tx);
+        workers.spawn(self.clone().work(key, rx, queues.clone(), out.clone()));
     }
 
     /// Serves one session's frames in order; retires (and forgets its queue) when the queue
-    /// runs empty, so idle sessions hold nothing. Retiring closes the queue under the map's
-    /// lock: a frame sent just before is still served, one sent after is refused and the
-    /// reader starts a new worker for it.
+    /// runs empty, so idle sessions hold nothing. It decides to retire under the map's lock,
+    /// where frames are sent, so no frame can arrive after it looked.
     async fn work(
         self: Arc<Self>,
         key: String,
-        mut rx: mpsc::Receiver<Frame>,
-        queues: Arc<Mutex<HashMap<String, mpsc::Sender<Frame>>>>,
-        out: mpsc::UnboundedSender<Vec<Value>>,
+        mut rx: mpsc::UnboundedReceiver<Job>,
+        queues: Queues,
+        out: mpsc::Sender<Vec<Value>>,
     ) {
-        while let Some(frame) = rx.recv().await {
-            let _ = out.send(self.handle_frame(frame).await);
-            let retire = {
+        loop {
+            let job = {
                 let mut map = lock(&queues);
-                if rx.is_empty() {
-                    map.remove(&key);
-                    rx.close();
-                    true
-                } else {
-                    false
+                match rx.try_recv() {
+                    Ok(job) => job,
+                    Err(_) => {
+                        map.remove(&key);
+                        return;
+                    }
                 }
             };
-            if retire {
-                while let Some(frame) = rx.recv().await {
-                    let _ = out.send(self.handle_frame(frame).await);
-                }
-                return;
-            }
+            let (frame, permit) = job;
+            let answer = self.handle_frame(frame).await;
+            drop(permit);
+            let _ = out.send(answer).await;
         }
     }
 }
+
+/// A queued frame and its place among the frames in flight.
+type Job = (Frame, OwnedSemaphorePermit);
+
+/// Each session's queue.
+type Queues = Arc<Mutex<HashMap<String, mpsc::UnboundedSender<Job>>>>;

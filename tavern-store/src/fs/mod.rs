@@ -219,6 +219,12 @@ pub struct CompactReport {
     pub variables: (u64, u64),
 }
 
+/// Whether an IO error will not go away by trying again (the file cannot be read as a log).
+fn persistent(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(1 | 13 | 20 | 21 | 40))
+        || e.kind() == std::io::ErrorKind::PermissionDenied
+}
+
 /// Most diagnostics kept (the newest).
 const DIAGNOSTICS_MAX: usize = 1000;
 
@@ -397,9 +403,16 @@ impl Inner {
     /// aside with a diagnostic and the store starts without it, rather than not at all.
     fn load_log<T: Table>(&self, logged: &Mutex<Logged<T>>, rel: &str) -> Result<(), StoreError> {
         let mut g = lock(logged);
-        match g.catch_up(&self.diagnostics) {
-            Ok(()) => Ok(()),
-            Err(StoreError::Io { op, source, .. }) => {
+        let first = {
+            // Read under the shared lock, as every reader does: a writer's failed append is
+            // cut back before anyone can read it.
+            let _lock = g.log.lock(false)?;
+            g.catch_up(&self.diagnostics)
+        };
+        match first {
+            Err(StoreError::Io { op, source, .. }) if persistent(&source) => {
+                // Under the exclusive lock, so no other process is writing it meanwhile.
+                let _lock = g.log.lock(true)?;
                 let aside = set_aside(&self.root, rel, self.clock.now().0)?;
                 self.diag(
                     rel,
@@ -407,15 +420,17 @@ impl Inner {
                 );
                 g.table = T::default();
                 g.log.restart();
-                DurableLog::open(
+                g.log = DurableLog::open(
                     &self.root,
                     rel,
                     self.fail_next_sync.clone(),
                     self.fail_next_write.clone(),
-                )
-                .map(|log| g.log = log)
+                )?;
+                Ok(())
             }
-            Err(e) => Err(e),
+            // A passing failure (no descriptors left, an interrupted read): fail the open,
+            // never set a good log aside.
+            other => other,
         }
     }
 
@@ -528,7 +543,9 @@ impl Inner {
             }
         }
         let loaded = self.read_state_file()?;
-        *lock(&self.state) = Some((stamp(&self.root, STATE)?, loaded.clone()));
+        if stamp(&self.root, STATE)? == now {
+            *lock(&self.state) = Some((now, loaded.clone()));
+        }
         Ok(loaded)
     }
 
@@ -606,7 +623,11 @@ impl Inner {
             }
         }
         let loaded = self.read_doc::<ProjectorCheckpoint>(&rel)?;
-        self.cache_checkpoint(session, stamp(&self.root, &rel)?, loaded.clone());
+        // Cached only if the file did not change while it was read (its stamp before and
+        // after agree), so a cached copy always belongs to its stamp.
+        if stamp(&self.root, &rel)? == now {
+            self.cache_checkpoint(session, now, loaded.clone());
+        }
         Ok(loaded)
     }
 
@@ -623,7 +644,11 @@ impl Inner {
             &format!("checkpoints/{}.lock", names::encode(session.as_str())),
             true,
         )?;
-        if self.load_checkpoint(session)?.as_ref() != expected {
+        // Compared with what is on disk now, never a cached copy: a file stamp could match a
+        // replaced file on coarse-timestamp file systems, and a stale compare loses updates.
+        let on_disk = self.read_doc::<ProjectorCheckpoint>(&rel)?;
+        self.cache_checkpoint(session, stamp(&self.root, &rel)?, on_disk.clone());
+        if on_disk.as_ref() != expected {
             return Err(StoreError::Conflict {
                 target: Box::new(crate::error::Target::Checkpoint(session.clone())),
                 current: None,
@@ -935,7 +960,11 @@ impl StateStore for FsStore {
         let inner = self.inner.clone();
         let (guard, before) = maybe_spawn_blocking(move || {
             let guard = FileLock::acquire(&inner.root, STATE_LOCK, true)?;
-            Ok((guard, inner.read_state_locked()?.0))
+            // The file itself, not the cache, under the exclusive lock: a read-modify-write
+            // must start from what is on disk.
+            let fresh = inner.read_state_file()?;
+            *lock(&inner.state) = Some((stamp(&inner.root, STATE)?, fresh.clone()));
+            Ok((guard, fresh.0))
         })
         .await?;
         let mut state = before.clone();

@@ -92,8 +92,8 @@ impl DirAssets {
     }
 
     /// The file in `dir` whose stem is exactly `stem` with one of `exts`.
-    fn find(&self, dir: &str, stem: &str, exts: &[&str]) -> Option<PathBuf> {
-        let entries = std::fs::read_dir(self.root.join(dir)).ok()?;
+    fn find(root: &std::path::Path, dir: &str, stem: &str, exts: &[&str]) -> Option<PathBuf> {
+        let entries = std::fs::read_dir(root.join(dir)).ok()?;
         let mut found: Vec<PathBuf> = entries
             .filter_map(Result::ok)
             .map(|e| e.path())
@@ -112,10 +112,21 @@ impl DirAssets {
 #[async_trait]
 impl AssetProvider for DirAssets {
     async fn card(&self, character: &CharacterName) -> Result<Option<Card>, AssetError> {
-        let Some(path) = self.find("characters", character.as_str(), &["png", "json"]) else {
+        let (root, stem) = (self.root.clone(), character.to_string());
+        // Directory listing and file reads are blocking work: off the executor.
+        let found = tavern_store::blocking::off_executor(move || {
+            let path = Self::find(&root, "characters", &stem, &["png", "json"])?;
+            Some(std::fs::read(path))
+        })
+        .await
+        .map_err(|reason| AssetError::BadPng {
+            name: format!("card {character}"),
+            reason,
+        })?;
+        let Some(read) = found else {
             return Ok(None);
         };
-        let bytes = std::fs::read(&path).map_err(|e| AssetError::BadPng {
+        let bytes = read.map_err(|e| AssetError::BadPng {
             name: format!("card {character}"),
             reason: e.kind().to_string(),
         })?;
@@ -123,10 +134,20 @@ impl AssetProvider for DirAssets {
     }
 
     async fn world(&self, name: &str) -> Result<Option<WorldBook>, AssetError> {
-        let Some(path) = self.find("worlds", name, &["json"]) else {
+        let (root, stem) = (self.root.clone(), name.to_owned());
+        let found = tavern_store::blocking::off_executor(move || {
+            let path = Self::find(&root, "worlds", &stem, &["json"])?;
+            Some(std::fs::read(path))
+        })
+        .await
+        .map_err(|reason| AssetError::BadJson {
+            name: format!("world {name}"),
+            reason,
+        })?;
+        let Some(read) = found else {
             return Ok(None);
         };
-        let bytes = std::fs::read(&path).map_err(|e| AssetError::BadJson {
+        let bytes = read.map_err(|e| AssetError::BadJson {
             name: format!("world {name}"),
             reason: e.kind().to_string(),
         })?;

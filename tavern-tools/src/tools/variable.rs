@@ -13,9 +13,10 @@ use crate::error::ToolError;
 use crate::registry::ToolServices;
 use crate::tool::TypedTool;
 
-/// What a variable name may be (as `VariableName` checks it): letters of any script, digits,
-/// `_`, `.`, `-`, starting with a letter or `_`, at most 64 characters.
-const NAME_PATTERN: &str = r"^[\p{L}_][\p{L}\p{N}_.-]{0,63}$";
+/// What a variable name may be, exactly as `VariableName` checks it: letters of any script
+/// (Unicode `Alphabetic`, so Hindi or Thai names with their vowel signs work), digits, `_`,
+/// `.`, `-`, starting with a letter or `_`, at most 64 characters.
+pub(crate) const NAME_PATTERN: &str = r"^[\p{Alphabetic}_][\p{Alphabetic}\p{N}_.-]{0,63}$";
 
 // --- argument types ------------------------------------------------------------------------
 
