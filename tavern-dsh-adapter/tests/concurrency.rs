@@ -205,3 +205,50 @@ async fn bookkeeping_stays_bounded_over_ten_thousand_turns() {
         .await);
     assert_eq!(host.mirrored_events(), 0);
 }
+
+/// A repeated `turn/end` of an earlier turn (hosts retry, deliveries race) must not clear the
+/// turn variables of the turn in progress.
+#[tokio::test]
+async fn a_repeated_turn_end_keeps_the_next_turns_variables() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = Arc::new(MemStore::new(clock.clone()));
+    let host = Arc::new(BridgeHost::default());
+    let runtime = Runtime::new(host, store, assets(), clock, RuntimeConfig::default());
+    let s1 = SessionId::parse("s1").unwrap();
+    runtime
+        .new_chat(
+            &s1,
+            &CharacterName::parse("Seraphina").unwrap(),
+            &ChatId::parse("c1").unwrap(),
+            false,
+        )
+        .await
+        .unwrap();
+    let agent = AgentId::parse("s1").unwrap();
+    let end_1 = json!({"type": "turn/end", "seq": 1, "time": 1, "data": {"turn": 1, "reason": {"kind": "completed"}}});
+    for e in [
+        json!({"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}}),
+        end_1.clone(),
+        json!({"type": "turn/start", "seq": 2, "time": 1, "data": {"turn": 2}}),
+    ] {
+        runtime.on_event(&s1, &e).await.unwrap();
+    }
+    let set = runtime
+        .call_tool(&agent, "c1", "variable_set", &json!({"name": "x", "value": 1, "scope": "turn"}))
+        .await;
+    assert_eq!(set["value"], 1, "{set}");
+    runtime.on_event(&s1, &end_1).await.unwrap();
+    let got = runtime
+        .call_tool(&agent, "c2", "variable_get", &json!({"name": "x", "scope": "turn"}))
+        .await;
+    assert_eq!(got["value"], 1, "turn 2's variable survived a late end of turn 1: {got}");
+    // The real end of turn 2 clears it.
+    runtime
+        .on_event(&s1, &json!({"type": "turn/end", "seq": 3, "time": 1, "data": {"turn": 2, "reason": {"kind": "completed"}}}))
+        .await
+        .unwrap();
+    let gone = runtime
+        .call_tool(&agent, "c3", "variable_get", &json!({"name": "x", "scope": "turn"}))
+        .await;
+    assert_eq!(gone["error"]["code"], "not-found", "{gone}");
+}

@@ -8,8 +8,8 @@
 //! `names::encode`, or, for SillyTavern's chat folders and files, `names::encode_readable`.
 //!
 //! The port methods run their blocking work (locks, reads, fsync) through
-//! [`crate::blocking::maybe_spawn_blocking`]: on tokio's blocking pool inside a runtime,
-//! inline elsewhere. [`FsStore::open`], [`FsStore::compact`] and
+//! [`crate::blocking::maybe_spawn_blocking`]: in place on a multi-thread runtime's worker
+//! (`block_in_place`), on tokio's blocking pool in a current-thread runtime, inline elsewhere. [`FsStore::open`], [`FsStore::compact`] and
 //! [`FsStore::import_memories`] are plain blocking calls for programs that manage threads
 //! themselves.
 
