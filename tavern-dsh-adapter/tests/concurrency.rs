@@ -234,21 +234,39 @@ async fn a_repeated_turn_end_keeps_the_next_turns_variables() {
         runtime.on_event(&s1, &e).await.unwrap();
     }
     let set = runtime
-        .call_tool(&agent, "c1", "variable_set", &json!({"name": "x", "value": 1, "scope": "turn"}))
+        .call_tool(
+            &agent,
+            "c1",
+            "variable_set",
+            &json!({"name": "x", "value": 1, "scope": "turn"}),
+        )
         .await;
     assert_eq!(set["value"], 1, "{set}");
     runtime.on_event(&s1, &end_1).await.unwrap();
     let got = runtime
-        .call_tool(&agent, "c2", "variable_get", &json!({"name": "x", "scope": "turn"}))
+        .call_tool(
+            &agent,
+            "c2",
+            "variable_get",
+            &json!({"name": "x", "scope": "turn"}),
+        )
         .await;
-    assert_eq!(got["value"], 1, "turn 2's variable survived a late end of turn 1: {got}");
+    assert_eq!(
+        got["value"], 1,
+        "turn 2's variable survived a late end of turn 1: {got}"
+    );
     // The real end of turn 2 clears it.
     runtime
         .on_event(&s1, &json!({"type": "turn/end", "seq": 3, "time": 1, "data": {"turn": 2, "reason": {"kind": "completed"}}}))
         .await
         .unwrap();
     let gone = runtime
-        .call_tool(&agent, "c3", "variable_get", &json!({"name": "x", "scope": "turn"}))
+        .call_tool(
+            &agent,
+            "c3",
+            "variable_get",
+            &json!({"name": "x", "scope": "turn"}),
+        )
         .await;
     assert_eq!(gone["error"]["code"], "not-found", "{gone}");
 }

@@ -113,7 +113,10 @@ impl ToolRegistry {
             .get(name)
             .ok_or_else(|| ToolError::UnknownTool(name.to_owned()))?;
         // Arguments first: a forged identity argument is refused before it costs a call.
-        crate::schema::validate(&tool.spec().parameters, args)?;
+        crate::schema::validate(
+            &tool.spec().parameters,
+            &crate::tool::without_optional_nulls(&tool.spec().parameters, args),
+        )?;
         self.count(ctx, tool.spec().writes)?;
         let out = tool.call(&self.services, ctx, args).await?;
         let size = out.to_string().len();

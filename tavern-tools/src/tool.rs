@@ -109,15 +109,36 @@ impl<T: TypedTool> Tool for Typed<T> {
         ctx: &ToolContext,
         args: &Value,
     ) -> Result<Value, ToolError> {
+        // `null` for an optional argument means "not given" (models in strict function-calling
+        // modes send every argument, the ones they do not use as null).
+        let args = without_optional_nulls(&self.spec.parameters, args);
         // The schema check names the offending field; after it, deserializing cannot fail on
         // anything the schema describes.
-        validate(&self.spec.parameters, args)?;
-        let typed: T::Args = serde_json::from_value(args.clone())
+        validate(&self.spec.parameters, &args)?;
+        let typed: T::Args = serde_json::from_value(args)
             .map_err(|e| ToolError::invalid("arguments", e.to_string()))?;
         let out = self.tool.run(services, ctx, typed).await?;
         serde_json::to_value(out).map_err(|e| ToolError::Unavailable {
             reason: format!("the result of {} could not be encoded: {e}", T::NAME),
         })
+    }
+}
+
+/// `args` without top-level `null`s for arguments the schema does not require.
+pub(crate) fn without_optional_nulls(schema: &Value, args: &Value) -> Value {
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    match args {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(k, v)| !(v.is_null() && !required.contains(&k.as_str())))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        other => other.clone(),
     }
 }
 

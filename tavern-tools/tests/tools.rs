@@ -1188,9 +1188,10 @@ async fn typed_arguments_refuse_what_the_schema_refuses() {
         ),
         (
             "memory_write",
-            json!({"content": "x", "importance": null}),
+            json!({"content": "x", "importance": "high"}),
             "importance",
         ),
+        ("memory_write", json!({"content": null}), "content"),
         (
             "memory_write",
             json!({"content": "x", "scope": "turn"}),
@@ -1223,6 +1224,15 @@ async fn typed_arguments_refuse_what_the_schema_refuses() {
             other => panic!("{tool} {args}: {other:?}"),
         }
     }
+    // `null` for an optional argument is "not given" (strict function-calling modes send them).
+    let nulls = h
+        .ok(
+            "s1",
+            "memory_search",
+            json!({"query": "x", "limit": null, "tags": null, "tagMatch": null}),
+        )
+        .await;
+    assert!(nulls["items"].is_array(), "{nulls}");
     // Names the pattern allows are what `VariableName` allows, any script included.
     for name in ["hp", "basic.好感度", "当前周期", "_x-1"] {
         let out = h
