@@ -134,7 +134,7 @@ pub(crate) fn without_optional_nulls(schema: &Value, args: &Value) -> Value {
     match args {
         Value::Object(map) => Value::Object(
             map.iter()
-                .filter(|(k, v)| !(v.is_null() && !required.contains(&k.as_str())))
+                .filter(|(k, v)| !v.is_null() || required.contains(&k.as_str()))
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
         ),
