@@ -128,6 +128,20 @@ run 1 "$here/script-1.json" '[{sessionId: e2e-session-1, messages: ["My lantern 
 run 2 "$here/script-2.json" '[{sessionId: e2e-session-1, resume: true, messages: ["What colour is my lantern, and how much do I trust you?"]}]' "$work/tavern.patch.yml"
 run 3 "$here/script-3.json" '[{sessionId: e2e-mcp-host, messages: ["Note that the bridge works over MCP."]}]' "$work/mcp.patch.yml"
 
+# A bridge that is not there turns AgentTavern off with one line; the host runs the turn.
+cat > "$work/missing.patch.yml" <<YAML
+- insert:
+    - id: agent-tavern
+      name: $repo/integrations/dsh/plugin/index.mjs
+      config:
+        bridge: $work/no-such-bridge
+        data: $work/data-missing
+YAML
+run 5 "$here/script-5.json" '[{sessionId: plain-2, messages: ["Still there?"]}]' "$work/missing.patch.yml"
+grep -q "agent-tavern is off: no tavern-bridge executable" "$work/run-5.err" "$work/run-5.out" \
+  || { echo "e2e: the missing bridge was not reported" >&2; cat "$work/run-5.err" >&2; exit 1; }
+echo "e2e: a missing bridge turns AgentTavern off and the host runs"
+
 # The web profile serves tavern mode's route: save a custom prompt for the first session …
 echo "e2e: web profile"
 web_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')

@@ -18,15 +18,87 @@
 import { spawn } from 'node:child_process'
 import { createInterface } from 'node:readline'
 import { timingSafeEqual } from 'node:crypto'
+import { existsSync, statSync } from 'node:fs'
+import { homedir } from 'node:os'
+import { delimiter, dirname, isAbsolute, join, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
 
 export const name = 'agent-tavern'
 export const inject = ['tools', 'systemPrompt']
 
-function startBridge(config, logger) {
+const here = dirname(fileURLToPath(import.meta.url))
+
+/** DSH's home, as DSH resolves it: `$DSH_HOME` when set and not blank, else `~/.dsh`. */
+function dshHome() {
+  const env = process.env.DSH_HOME
+  return resolve(env && env.trim() ? env : join(homedir(), '.dsh'))
+}
+
+/**
+ * The plugin's settings with their defaults and what each means. `Config` below is a Standard
+ * Schema (what Cordis validates a row's config with): a wrong type is refused with the setting's
+ * name before the plugin starts, and every unset setting gets its default — so a config patch
+ * that sets only `bridge` keeps the rest.
+ */
+export const settings = {
+  bridge: { type: 'string', default: 'tavern-bridge', description: 'The tavern-bridge executable: an absolute path, a path relative to this plugin, or a name found on PATH.' },
+  data: { type: 'string', default: () => join(dshHome(), 'agent-tavern'), description: "AgentTavern's store (memories, variables, chats). Default: agent-tavern/ under the DSH home." },
+  assets: { type: 'string', default: () => join(dshHome(), 'agent-tavern-assets'), description: 'A SillyTavern-style folder with characters/ and worlds/.' },
+  user: { type: 'string', default: 'User', description: "The user's display name in chats." },
+  worlds: { type: 'array', default: () => [], description: 'World books active in every chat (names under assets/worlds).' },
+  character: { type: 'string', default: '', description: 'Bind new sessions whose id matches bindPattern to a chat with this character (empty: bind nothing).' },
+  chatPrefix: { type: 'string', default: '', description: 'Prefix of the chat names of new sessions (default: the character).' },
+  bindPattern: { type: 'string', default: '.*', description: 'Which new session ids are bound to character.' },
+  sessionsRoot: { type: 'string', default: () => join(dshHome(), 'sessions-raw'), description: "Where DSH keeps raw session logs (replay after a restart)." },
+  routeToken: { type: 'string', default: '', description: "Bearer token admitting callers of the tavern-mode route (empty: loopback only)." },
+  hostVersion: { type: 'string', default: '', description: 'The DSH release, reported to the bridge.' },
+  restarts: { type: 'number', default: 3, description: 'How often a bridge that dies is started again before AgentTavern turns itself off.' },
+}
+
+export const Config = {
+  '~standard': {
+    version: 1,
+    vendor: 'agent-tavern',
+    validate(input) {
+      const raw = input ?? {}
+      if (typeof raw !== 'object' || Array.isArray(raw)) return { issues: [{ message: 'agent-tavern: the config must be an object' }] }
+      const value = { ...raw }
+      const issues = []
+      for (const [key, spec] of Object.entries(settings)) {
+        if (value[key] === undefined || value[key] === null) {
+          value[key] = typeof spec.default === 'function' ? spec.default() : spec.default
+          continue
+        }
+        const ok = spec.type === 'array' ? Array.isArray(value[key]) : typeof value[key] === spec.type
+        if (!ok) issues.push({ message: `agent-tavern: ${key} must be a ${spec.type} (${spec.description})`, path: [key] })
+      }
+      return issues.length ? { issues } : { value }
+    },
+  },
+  description: 'AgentTavern: SillyTavern-style roleplay in the agent loop, served by the tavern-bridge sidecar.',
+  dict: settings,
+}
+
+/** The bridge executable: absolute, relative to this plugin, or on PATH; `null` if none. */
+function findBridge(configured) {
+  const runnable = (p) => { try { return statSync(p).isFile() } catch { return false } }
+  if (isAbsolute(configured)) return runnable(configured) ? configured : null
+  if (configured.includes('/') || configured.includes('\\')) {
+    const local = resolve(here, configured)
+    return runnable(local) ? local : null
+  }
+  for (const dir of (process.env.PATH ?? '').split(delimiter)) {
+    if (dir && runnable(join(dir, configured))) return join(dir, configured)
+  }
+  const local = join(here, configured)
+  return existsSync(local) && runnable(local) ? local : null
+}
+
+function startBridge(path, config, logger, onExit) {
   const args = ['--data', config.data, '--user', config.user ?? 'User']
-  if (config.assets) args.push('--assets', config.assets)
+  if (config.assets && existsSync(config.assets)) args.push('--assets', config.assets)
   for (const world of config.worlds ?? []) args.push('--world', world)
-  const child = spawn(config.bridge, args, { stdio: ['pipe', 'pipe', 'inherit'] })
+  const child = spawn(path, args, { stdio: ['pipe', 'pipe', 'inherit'] })
   const pending = new Map()
   let next = 1
   let closed = false
@@ -50,8 +122,10 @@ function startBridge(config, logger) {
     for (const { reject } of pending.values()) reject(new Error(`agent-tavern bridge ${why}`))
     pending.clear()
   }
-  child.on('exit', (code) => fail(`exited with code ${code}`))
-  child.on('error', (e) => fail(`failed: ${e.message}`))
+  let stopping = false
+  child.on('exit', (code) => { fail(`exited with code ${code}`); if (!stopping) onExit(code) })
+  child.on('error', (e) => { fail(`failed: ${e.message}`); if (!stopping) onExit(null) })
+  child.stdin.on('error', () => {})
   const write = (frame) => { if (!closed) child.stdin.write(JSON.stringify(frame) + '\n') }
   return {
     call(method, params) {
@@ -64,6 +138,7 @@ function startBridge(config, logger) {
     },
     notify(method, params) { write({ method, params }) },
     async stop() {
+      stopping = true
       if (closed) return
       try { await this.call('shutdown', {}) } catch {}
       child.stdin.end()
@@ -76,17 +151,66 @@ function startBridge(config, logger) {
   }
 }
 
-export async function apply(ctx, config) {
-  const logger = ctx.logger?.('agent-tavern') ?? console
-  const bridge = startBridge(config, logger)
-  ctx.effect(() => () => { bridge.stop() })
+/** Says once, where an operator sees it (the host's log and stderr), that AgentTavern is off. */
+function off(logger, format, ...args) {
+  const line = format.replace(/%[sd]/g, () => String(args.shift()))
+  logger.error?.(line)
+  process.stderr.write(`${line}\n`)
+}
 
-  const hello = await bridge.call('handshake', {
+export async function apply(ctx, rawConfig) {
+  const logger = ctx.logger?.('agent-tavern') ?? console
+  // Cordis validated the config with `Config`; apply it again for hosts that do not.
+  const checked = Config['~standard'].validate(rawConfig)
+  if (checked.issues) {
+    off(logger, 'agent-tavern is off: %s', checked.issues.map((i) => i.message).join('; '))
+    return
+  }
+  const config = checked.value
+  // A missing or failing bridge turns AgentTavern off with one clear line; the host and every
+  // other plugin keep running.
+  const path = findBridge(config.bridge)
+  if (!path) {
+    off(logger, 'agent-tavern is off: no tavern-bridge executable at %s (set `bridge` to its path; build it with cargo build --release -p tavern-dsh-adapter --bin tavern-bridge)', config.bridge)
+    return
+  }
+  const handshake = {
     protocol: 1,
     host: 'dsh',
-    hostVersion: config.hostVersion ?? '0.1.0-rc.6',
+    hostVersion: config.hostVersion || '0.1.0-rc.6',
     sessionsRoot: config.sessionsRoot,
+  }
+  // The live bridge; restarted (a bounded number of times) if it dies mid-session.
+  let restartsLeft = config.restarts
+  let disposed = false
+  let bridge
+  const known = new Set()
+  const launch = () => startBridge(path, config, logger, (code) => {
+    if (disposed) return
+    if (restartsLeft <= 0) {
+      off(logger, 'agent-tavern is off: the bridge exited (code %s) and was restarted %d times', code, config.restarts)
+      return
+    }
+    restartsLeft -= 1
+    logger.warn?.('agent-tavern: the bridge exited (code %s); starting it again (%d restarts left)', code, restartsLeft)
+    bridge = launch()
+    bridge.call('handshake', handshake)
+      .then(() => Promise.all([...known].map((agent) => bridge.call('agent/created', { agent }).catch(() => {}))))
+      .then(() => Promise.all([...known].map((session) => bridge.call('resume', { session }).catch(() => {}))))
+      .catch((e) => logger.warn?.('agent-tavern: restarted bridge failed its handshake: %s', e.message))
   })
+  bridge = launch()
+  ctx.effect(() => () => { disposed = true; bridge.stop() })
+
+  let hello
+  try {
+    hello = await bridge.call('handshake', handshake)
+  } catch (e) {
+    disposed = true
+    await bridge.stop()
+    off(logger, 'agent-tavern is off: the bridge did not start (%s)', e.message)
+    return
+  }
 
   for (const tool of hello.tools) {
     ctx.effect(() => ctx.tools.register({
@@ -104,6 +228,9 @@ export async function apply(ctx, config) {
         exec.signal?.addEventListener?.('abort', onAbort, { once: true })
         try {
           return await bridge.call('tool/call', { tool: tool.name, args, callId, session: exec.agent.id })
+        } catch (e) {
+          // The bridge is down or restarting: a tool error the model can read, not a crash.
+          return { error: { code: 'unavailable', message: `agent-tavern is unavailable: ${e.message}` } }
         } finally {
           exec.signal?.removeEventListener?.('abort', onAbort)
         }
@@ -118,7 +245,7 @@ export async function apply(ctx, config) {
   const prompts = new Map()
   const bindable = new RegExp(config.bindPattern ?? '.*')
   const bind = (id) => config.character && bindable.test(id)
-    ? { character: config.character, chatId: `${config.chatPrefix ?? config.character} - ${id}`.slice(0, 80) }
+    ? { character: config.character, chatId: `${config.chatPrefix || config.character} - ${id}`.slice(0, 80) }
     : undefined
   const ours = new Set(hello.tools.map((t) => t.name))
   ctx.effect(() => ctx.systemPrompt.variable('tavern_persona', (c) => prompts.get(c?.scope?.id)?.persona ?? ''))
@@ -146,6 +273,7 @@ export async function apply(ctx, config) {
 
   ctx.on('agent/created', ({ agent }) => {
     const id = agent.id
+    known.add(id)
     prompts.set(id, { persona: '', kernel: '' })
     // Events logged while the session was set up or loaded (a resumed session's seed) are
     // not all re-emitted: hand the bridge the session's log so far (repeats are ignored).
@@ -156,6 +284,7 @@ export async function apply(ctx, config) {
       .catch((e) => logger.warn?.('agent-tavern: agent/created failed: %s', e.message))
   })
   ctx.on('agent/disposed', ({ agent }) => {
+    known.delete(agent.id)
     prompts.delete(agent.id)
     bridge.notify('agent/disposed', { agent: agent.id })
   })
