@@ -396,6 +396,24 @@ pub async fn memory_search(f: &Fixture) {
         ),
         (2, 3, true, Some("limit"))
     );
+    // The next page starts where the first ended: together they list each record once.
+    let first: Vec<MemoryId> = res.hits.iter().map(|h| h.record.id.clone()).collect();
+    q.offset = 2;
+    let page = s.search(&q).await.unwrap();
+    assert_eq!(
+        (page.hits.len(), page.source_count, page.truncated),
+        (1, 3, false)
+    );
+    assert!(
+        !first.contains(&page.hits[0].record.id),
+        "pages do not overlap"
+    );
+    q.offset = 3;
+    assert!(
+        s.search(&q).await.unwrap().hits.is_empty(),
+        "past the end: no hits"
+    );
+    q.offset = 0;
     q.limit = 10;
     q.max_tokens = Some(res.hits[0].tokens);
     let res = s.search(&q).await.unwrap();

@@ -40,15 +40,19 @@ pub struct MemoryQuery {
     pub include_deleted: bool,
     /// Include expired records.
     pub include_expired: bool,
-    /// Most hits to return (at least 1).
+    /// Most hits to return (at least 1; at most 100 a page).
     pub limit: usize,
+    /// Hits to skip before the first one returned, in rank order: pages through a listing
+    /// longer than one search returns (trusted callers such as the `tavern` command).
+    pub offset: usize,
     /// Token budget for the hits' content; a hit that does not fit is not cut but left out, and
     /// the result says `truncated`.
     pub max_tokens: Option<usize>,
 }
 
 impl MemoryQuery {
-    /// A query for `text` in `scopes` with defaults (10 hits, no budget, live records only).
+    /// A query for `text` in `scopes` with defaults (10 hits from the first, no budget, live
+    /// records only).
     pub fn new(text: impl Into<String>, scopes: Vec<ScopeKey>) -> Self {
         Self {
             text: text.into(),
@@ -61,6 +65,7 @@ impl MemoryQuery {
             include_deleted: false,
             include_expired: false,
             limit: 10,
+            offset: 0,
             max_tokens: None,
         }
     }

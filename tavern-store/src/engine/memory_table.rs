@@ -379,7 +379,7 @@ impl MemoryTable {
                 .filter(|(slot, _)| visible(*slot))
                 .collect();
             source_count = matches.len();
-            let limit = q.limit.clamp(1, SEARCH_MAX_LIMIT);
+            let limit = q.limit.clamp(1, SEARCH_MAX_LIMIT).saturating_add(q.offset);
             if matches.len() > limit {
                 // The blend scales relevance by 0.7 to 1.0, so a match whose relevance is below
                 // 0.7 × the limit-th best relevance can never reach the results: skip blending it.
@@ -406,12 +406,16 @@ impl MemoryTable {
         };
         source_count = source_count.max(hits.len());
         let limit = q.limit.clamp(1, SEARCH_MAX_LIMIT);
-        // Only the best `limit` can be returned: select them, then sort just those.
-        if hits.len() > limit {
-            hits.select_nth_unstable_by(limit - 1, order);
-            hits.truncate(limit);
+        // Only the best `offset + limit` can matter: select them, sort just those, skip
+        // `offset`.
+        let wanted = limit.saturating_add(q.offset);
+        if hits.len() > wanted {
+            hits.select_nth_unstable_by(wanted - 1, order);
+            hits.truncate(wanted);
         }
         hits.sort_by(order);
+        let skipped = q.offset.min(hits.len());
+        hits.drain(..skipped);
         let mut out = MemorySearchResult {
             source_count,
             ..Default::default()
@@ -436,7 +440,7 @@ impl MemoryTable {
                 expired: r.is_expired(now),
             });
         }
-        if !out.truncated && out.hits.len() < source_count {
+        if !out.truncated && skipped + out.hits.len() < source_count {
             out.truncated = true;
             out.truncated_by = Some("limit");
         }

@@ -267,6 +267,25 @@ impl Inner {
         }
     }
 
+    /// Characters with a chat folder, by name (folders this layout would not write are
+    /// skipped).
+    pub(super) fn chat_characters(&self) -> Result<Vec<CharacterName>, StoreError> {
+        let entries = match std::fs::read_dir(under(&self.root, "chats")) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_err("list", "chats")(e)),
+        };
+        let mut out: Vec<CharacterName> = entries
+            .filter_map(Result::ok)
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter_map(|n| decode_readable(&n))
+            .filter_map(|n| CharacterName::parse(n).ok())
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
     fn list_chats(&self, character: &CharacterName) -> Result<Vec<ChatId>, StoreError> {
         let rel = format!("chats/{}", encode_readable(character.as_str()));
         let entries = match std::fs::read_dir(under(&self.root, &rel)) {

@@ -369,6 +369,15 @@ impl FsStore {
         lock(&self.inner.diagnostics).clone()
     }
 
+    /// The characters that have chats (a folder under `chats/`), sorted: what
+    /// [`crate::ChatStore::list_chats`] can be asked about. Blocking.
+    ///
+    /// # Errors
+    /// IO failures listing `chats/`.
+    pub fn chat_characters(&self) -> Result<Vec<tavern_core::CharacterName>, StoreError> {
+        self.inner.chat_characters()
+    }
+
     /// How many memory records (live, forgotten or expired) are loaded.
     pub fn memory_len(&self) -> usize {
         lock(&self.inner.memory).table.len()

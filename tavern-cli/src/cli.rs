@@ -1,0 +1,331 @@
+//! The command line: every command, option and help text (`clap` derive).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Exit codes, shown under `tavern --help`.
+pub const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0  success
+  1  failure: not found, unreadable input, refused, IO error
+  2  usage error: bad option, scope, id, revision or JSON value
+  3  revision conflict: the record changed since the revision given; nothing was written
+  4  `tavern check` found corrupt or set-aside data
+
+Data directory (--data, default: the per-user data directory, e.g. ~/.local/share/agent-tavern):
+  the store (memory.log, variables.log, state.json, chats/, checkpoints/, prompts/) plus
+  assets/characters and assets/worlds, where `tavern import-st` puts cards and world books.
+  Run `tavern-bridge --data DIR --assets DIR/assets` to use them in sessions.";
+
+/// Look at and correct what AgentTavern remembers: import a SillyTavern folder, list, search and
+/// export memories, variables and chats, validate cards, check and compact the store.
+#[derive(Debug, Parser)]
+#[command(name = "tavern", version, after_help = EXIT_CODES_HELP)]
+pub struct Cli {
+    /// The data directory (the store, plus `assets/`); default: the per-user data directory.
+    #[arg(long, value_name = "DIR", global = true)]
+    pub data: Option<PathBuf>,
+    /// Print one JSON document on stdout instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Import a SillyTavern user folder: cards and world books into `assets/`, chats into the
+    /// store (byte-exact); re-running skips what is already imported.
+    #[command(name = "import-st", after_help = IMPORT_HELP)]
+    ImportSt(ImportArgs),
+    /// Memories: list, search, show, history, forget, restore.
+    #[command(subcommand)]
+    Memory(MemoryCommand),
+    /// Variables: typed JSON values with revisions, by scope.
+    #[command(subcommand)]
+    Var(VarCommand),
+    /// Chats: list, show, projector status, replay from the host's session log.
+    #[command(subcommand)]
+    Chat(ChatCommand),
+    /// Export memories as a SillyTavern world book, or a chat as SillyTavern JSONL.
+    #[command(subcommand)]
+    Export(ExportCommand),
+    /// Character cards.
+    #[command(subcommand)]
+    Card(CardCommand),
+    /// Verify every log and document of the store (checksums, parse, revisions) without
+    /// changing anything; exits 4 when something is corrupt or set aside.
+    Check,
+    /// Compact the memory and variable logs (safe while other processes use the store).
+    Compact,
+}
+
+const IMPORT_HELP: &str = "\
+Reads DIR/characters/*.png|json (cards), DIR/worlds/*.json (world books),
+DIR/chats/<character>/*.jsonl and DIR/group chats/*.jsonl (group chats are stored under the
+group's name from DIR/groups/*.json, or under `group chats` when no group lists them).
+Every file is validated first. An item that already exists identically is skipped as already
+imported; one that exists with other content is a conflict and left alone.";
+
+/// `tavern import-st`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The SillyTavern user folder (e.g. `SillyTavern/data/default-user`).
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Report what would be imported; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// A scope kind on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ScopeKind {
+    /// One chat of one character (needs --character and --chat).
+    Chat,
+    /// Every chat with one character (needs --character).
+    Character,
+    /// One agent (needs --agent).
+    Agent,
+    /// Turn-local variables of one agent (needs --agent).
+    Turn,
+    /// Shared by everything.
+    Global,
+}
+
+/// Which scope a command works on.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ScopeArgs {
+    /// The scope kind.
+    #[arg(long, value_enum, value_name = "SCOPE")]
+    pub scope: Option<ScopeKind>,
+    /// The character (for --scope chat or character).
+    #[arg(long, value_name = "NAME")]
+    pub character: Option<String>,
+    /// The chat id, its file name without `.jsonl` (for --scope chat).
+    #[arg(long, value_name = "ID")]
+    pub chat: Option<String>,
+    /// The agent (host session) id (for --scope agent or turn).
+    #[arg(long, value_name = "ID")]
+    pub agent: Option<String>,
+}
+
+/// Filters of memory listings.
+#[derive(Debug, Clone, Default, Args)]
+pub struct MemoryFilter {
+    /// Include forgotten (soft-deleted) memories.
+    #[arg(long)]
+    pub include_deleted: bool,
+    /// Include expired memories.
+    #[arg(long)]
+    pub include_expired: bool,
+}
+
+/// `tavern memory …`.
+#[derive(Debug, Subcommand)]
+pub enum MemoryCommand {
+    /// List memories (all scopes unless --scope), newest first, with revision, state, source
+    /// and expiry.
+    Ls {
+        /// The scope (all scopes when omitted).
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// Which records.
+        #[command(flatten)]
+        filter: MemoryFilter,
+        /// At most this many.
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+    },
+    /// Search memories by text (BM25 blended with importance, confidence and recency).
+    Search {
+        /// What to look for.
+        #[arg(value_name = "QUERY")]
+        query: String,
+        /// The scope (all scopes when omitted).
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// Which records.
+        #[command(flatten)]
+        filter: MemoryFilter,
+        /// At most this many hits (1 to 100).
+        #[arg(long, value_name = "N", default_value_t = 10)]
+        limit: usize,
+    },
+    /// Show one memory, forgotten or expired ones included.
+    Show {
+        /// The memory id.
+        #[arg(value_name = "ID")]
+        id: String,
+        /// Its scope (needed only when the id exists in several scopes).
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
+    /// The audit trail of one memory: every create, update, forget, restore and expiry.
+    History {
+        /// The memory id.
+        #[arg(value_name = "ID")]
+        id: String,
+        /// Its scope (needed only when the id exists in several scopes).
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
+    /// Forget (soft-delete) a memory at its current revision; nothing is deleted physically.
+    Forget {
+        /// The memory id.
+        #[arg(value_name = "ID")]
+        id: String,
+        /// The memory's current revision (as `ls` or `show` print it).
+        #[arg(long, value_name = "REV")]
+        revision: String,
+        /// Its scope (needed only when the id exists in several scopes).
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
+    /// Bring back a forgotten memory at its current revision (audited as `restored`).
+    Restore {
+        /// The memory id.
+        #[arg(value_name = "ID")]
+        id: String,
+        /// The memory's current revision (the forgotten version's, as `show` prints it).
+        #[arg(long, value_name = "REV")]
+        revision: String,
+        /// Its scope (needed only when the id exists in several scopes).
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
+}
+
+/// `tavern var …`.
+#[derive(Debug, Subcommand)]
+pub enum VarCommand {
+    /// List a scope's variables with types, previews and revisions.
+    Ls {
+        /// The scope.
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// Only names starting with this.
+        #[arg(long, value_name = "PREFIX", default_value = "")]
+        prefix: String,
+    },
+    /// Print a variable's value and revision.
+    Get {
+        /// The variable.
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// The scope.
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
+    /// Set a variable to a JSON value (`'"text"'`, `3`, `'{"a":1}'`); creating needs no
+    /// revision, changing needs the current one.
+    Set {
+        /// The variable.
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// The value, as JSON.
+        #[arg(value_name = "JSON")]
+        value: String,
+        /// The variable's current revision (omit to create it).
+        #[arg(long, value_name = "REV")]
+        revision: Option<String>,
+        /// The scope.
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
+    /// Delete a variable at its current revision (an audited tombstone stays).
+    Rm {
+        /// The variable.
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// The variable's current revision.
+        #[arg(long, value_name = "REV")]
+        revision: String,
+        /// The scope.
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
+}
+
+/// `tavern chat …`.
+#[derive(Debug, Subcommand)]
+pub enum ChatCommand {
+    /// List chats per character.
+    Ls {
+        /// Only this character's chats.
+        #[arg(long, value_name = "NAME")]
+        character: Option<String>,
+    },
+    /// Print a chat's lines.
+    Show {
+        /// The character.
+        #[arg(value_name = "CHARACTER")]
+        character: String,
+        /// The chat id (file name without `.jsonl`).
+        #[arg(value_name = "CHAT")]
+        chat: String,
+    },
+    /// Sessions' bindings and projector checkpoints: cursor, pending gap, error.
+    Status {
+        /// Only this session.
+        #[arg(value_name = "SESSION")]
+        session: Option<String>,
+    },
+    /// Fill a session's projection gap from the host's on-disk session log
+    /// (`DIR/<any>/<SESSION>/session.jsonl`); only what is missing is written.
+    Replay {
+        /// The session.
+        #[arg(value_name = "SESSION")]
+        session: String,
+        /// The host's sessions folder (DSH: its sessions root).
+        #[arg(long, value_name = "DIR")]
+        sessions_root: PathBuf,
+    },
+}
+
+/// `tavern export …`.
+#[derive(Debug, Subcommand)]
+pub enum ExportCommand {
+    /// Live memories as a SillyTavern world book (keys from tags and salient words, content,
+    /// provenance in each entry's comment).
+    Memories {
+        /// The world file to write.
+        #[arg(long, value_name = "FILE")]
+        world: PathBuf,
+        /// Only this scope (all scopes when omitted).
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// Replace FILE if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// A chat as the `.jsonl` SillyTavern reads (byte-exact lines).
+    Chat {
+        /// The character.
+        #[arg(value_name = "CHARACTER")]
+        character: String,
+        /// The chat id.
+        #[arg(value_name = "CHAT")]
+        chat: String,
+        /// The file to write.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+        /// Replace FILE if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// `tavern card …`.
+#[derive(Debug, Subcommand)]
+pub enum CardCommand {
+    /// Read a V1/V2/V3 card (JSON or PNG) and print what it holds; exits 1 on a broken card.
+    Validate {
+        /// The card file.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
+}

@@ -1,0 +1,450 @@
+//! `tavern import-st DIR`: a SillyTavern user folder into the data directory. Cards and world
+//! books are validated and copied to `<data>/assets/{characters,worlds}` (where
+//! `tavern-bridge --assets` finds them by name); chats go through the chat store byte-exact.
+//! Idempotent: what exists identically is skipped, what exists differently is a conflict and
+//! left alone; `--dry-run` writes nothing.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use tavern_core::chat::{ChatDocument, ChatLine};
+use tavern_core::{CharacterName, ChatId};
+use tavern_store::AllStores;
+use tavern_tools::assets::world::WorldBook;
+
+use crate::cli::ImportArgs;
+use crate::output::table;
+use crate::progress::Progress;
+use crate::{backend, CliError, Context, Report};
+
+/// Where group chats go when no `groups/*.json` lists them.
+pub const UNLISTED_GROUP: &str = "group chats";
+
+/// What happened to one file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Written.
+    Imported,
+    /// Would be written (`--dry-run`).
+    WouldImport,
+    /// Already there with identical content.
+    AlreadyImported,
+    /// Something different is there; left alone.
+    Conflict(String),
+    /// The file is not valid; skipped.
+    Invalid(String),
+}
+
+impl Outcome {
+    fn label(&self) -> &'static str {
+        match self {
+            Self::Imported => "imported",
+            Self::WouldImport => "would-import",
+            Self::AlreadyImported => "already-imported",
+            Self::Conflict(_) => "conflict",
+            Self::Invalid(_) => "invalid",
+        }
+    }
+
+    fn reason(&self) -> Option<&str> {
+        match self {
+            Self::Conflict(r) | Self::Invalid(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+/// One file of the folder and what became of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    /// `card`, `world`, `chat` or `group-chat`.
+    pub kind: &'static str,
+    /// The file, relative to the imported folder.
+    pub source: String,
+    /// Where it goes: an asset file relative to the data directory, or `character / chat`.
+    pub target: String,
+    /// What happened.
+    pub outcome: Outcome,
+}
+
+/// A file found in the folder, before it is looked at.
+struct Candidate {
+    kind: &'static str,
+    rel: String,
+    path: PathBuf,
+    /// For chats: the character folder (or group name).
+    character: Option<String>,
+}
+
+fn sorted_entries(dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(Result::ok).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+fn ext_is(path: &Path, exts: &[&str]) -> bool {
+    path.is_file()
+        && path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| exts.contains(&e.to_ascii_lowercase().as_str()))
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn stem(path: &Path) -> String {
+    path.file_stem()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Chat id → group name, from `groups/*.json` (`{"name": …, "chats": [ids]}`).
+fn group_names(dir: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for path in sorted_entries(&dir.join("groups")) {
+        if !ext_is(&path, &["json"]) {
+            continue;
+        }
+        let Ok(v) = std::fs::read(&path).map(|b| serde_json::from_slice::<Value>(&b)) else {
+            continue;
+        };
+        let Ok(v) = v else { continue };
+        let Some(name) = v.get("name").and_then(Value::as_str) else {
+            continue;
+        };
+        for chat in v
+            .get("chats")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(id) = chat.as_str() {
+                out.entry(id.to_owned()).or_insert_with(|| name.to_owned());
+            }
+        }
+    }
+    out
+}
+
+fn candidates(dir: &Path) -> Vec<Candidate> {
+    let mut out = Vec::new();
+    for path in sorted_entries(&dir.join("characters")) {
+        if ext_is(&path, &["png", "json"]) {
+            out.push(Candidate {
+                kind: "card",
+                rel: format!("characters/{}", file_name(&path)),
+                path,
+                character: None,
+            });
+        }
+    }
+    for path in sorted_entries(&dir.join("worlds")) {
+        if ext_is(&path, &["json"]) {
+            out.push(Candidate {
+                kind: "world",
+                rel: format!("worlds/{}", file_name(&path)),
+                path,
+                character: None,
+            });
+        }
+    }
+    for folder in sorted_entries(&dir.join("chats")) {
+        if !folder.is_dir() {
+            continue;
+        }
+        let character = file_name(&folder);
+        for path in sorted_entries(&folder) {
+            if ext_is(&path, &["jsonl"]) {
+                out.push(Candidate {
+                    kind: "chat",
+                    rel: format!("chats/{character}/{}", file_name(&path)),
+                    path,
+                    character: Some(character.clone()),
+                });
+            }
+        }
+    }
+    let groups = group_names(dir);
+    for path in sorted_entries(&dir.join("group chats")) {
+        if ext_is(&path, &["jsonl"]) {
+            let group = groups
+                .get(&stem(&path))
+                .cloned()
+                .unwrap_or_else(|| UNLISTED_GROUP.to_owned());
+            out.push(Candidate {
+                kind: "group-chat",
+                rel: format!("group chats/{}", file_name(&path)),
+                path,
+                character: Some(group),
+            });
+        }
+    }
+    out
+}
+
+/// Runs the import.
+///
+/// # Errors
+/// [`CliError::NotFound`] when DIR is not a SillyTavern folder (nothing is written then);
+/// store failures.
+pub async fn run(ctx: &Context, args: &ImportArgs) -> Result<Report, CliError> {
+    let dir = &args.dir;
+    let label = dir.display().to_string();
+    if !dir.is_dir() {
+        return Err(CliError::NotFound(format!("{label}: no such directory")));
+    }
+    if !["characters", "worlds", "chats", "group chats"]
+        .iter()
+        .any(|d| dir.join(d).is_dir())
+    {
+        return Err(CliError::NotFound(format!(
+            "{label} is not a SillyTavern user folder: it has no characters/, worlds/, chats/ or group chats/"
+        )));
+    }
+    let found = candidates(dir);
+    let stores = if args.dry_run {
+        backend::store_exists(ctx)
+            .then(|| backend::open(ctx, false))
+            .transpose()?
+            .map(|b| b.stores())
+    } else {
+        Some(backend::open(ctx, true)?.stores())
+    };
+    let progress = Progress::bar(ctx, found.len() as u64, "importing");
+    let mut items = Vec::with_capacity(found.len());
+    for c in found {
+        let item = match c.kind {
+            "card" | "world" => import_asset(ctx, &c, args.dry_run)?,
+            _ => import_chat(stores.as_ref(), &c, args.dry_run).await?,
+        };
+        tracing::info!(source = %item.source, result = item.outcome.label(), "import");
+        items.push(item);
+        progress.inc();
+    }
+    drop(progress);
+    Ok(report(&items, args.dry_run))
+}
+
+fn report(items: &[Item], dry_run: bool) -> Report {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|i| {
+            vec![
+                i.kind.to_owned(),
+                i.source.clone(),
+                i.outcome.label().to_owned(),
+                i.outcome
+                    .reason()
+                    .map_or_else(|| i.target.clone(), str::to_owned),
+            ]
+        })
+        .collect();
+    let count = |label: &str| items.iter().filter(|i| i.outcome.label() == label).count();
+    let summary = json!({
+        "imported": count("imported"),
+        "wouldImport": count("would-import"),
+        "alreadyImported": count("already-imported"),
+        "conflict": count("conflict"),
+        "invalid": count("invalid"),
+    });
+    let mut text = if rows.is_empty() {
+        "nothing to import\n".to_owned()
+    } else {
+        table(&["KIND", "SOURCE", "RESULT", "TARGET OR REASON"], &rows)
+    };
+    text.push_str(&format!(
+        "{}, {} already imported, {} conflicts, {} invalid{}\n",
+        if dry_run {
+            format!("dry run: {} would be imported", count("would-import"))
+        } else {
+            format!("{} imported", count("imported"))
+        },
+        count("already-imported"),
+        count("conflict"),
+        count("invalid"),
+        if dry_run { "; nothing was changed" } else { "" },
+    ));
+    let json = json!({
+        "dryRun": dry_run,
+        "items": items.iter().map(|i| json!({
+            "kind": i.kind,
+            "source": i.source,
+            "target": i.target,
+            "result": i.outcome.label(),
+            "reason": i.outcome.reason(),
+        })).collect::<Vec<_>>(),
+        "summary": summary,
+    });
+    let mut report = Report::new(text, json);
+    let left = count("conflict") + count("invalid");
+    if left > 0 {
+        report.warnings.push(format!(
+            "{left} file{} not imported (conflict or invalid); see the report",
+            if left == 1 { " was" } else { "s were" }
+        ));
+    }
+    report
+}
+
+fn import_asset(ctx: &Context, c: &Candidate, dry_run: bool) -> Result<Item, CliError> {
+    let folder = if c.kind == "card" {
+        "characters"
+    } else {
+        "worlds"
+    };
+    let name = file_name(&c.path);
+    let target = format!("assets/{folder}/{name}");
+    let item = |outcome| Item {
+        kind: c.kind,
+        source: c.rel.clone(),
+        target: target.clone(),
+        outcome,
+    };
+    let bytes = std::fs::read(&c.path).map_err(CliError::io("read", c.rel.clone()))?;
+    let stem = stem(&c.path);
+    let valid = if c.kind == "card" {
+        CharacterName::parse(stem.as_str())
+            .map_err(|e| e.to_string())
+            .and_then(|_| {
+                super::card::inspect(&c.rel, &bytes)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })
+    } else {
+        WorldBook::from_json(&stem, &bytes)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    if let Err(reason) = valid {
+        return Ok(item(Outcome::Invalid(reason)));
+    }
+    let dest_dir = ctx.assets_dir().join(folder);
+    let dest = dest_dir.join(&name);
+    if dest.exists() {
+        let same = std::fs::read(&dest).is_ok_and(|have| have == bytes);
+        return Ok(item(if same {
+            Outcome::AlreadyImported
+        } else {
+            Outcome::Conflict(format!("a different file is already imported as {target}"))
+        }));
+    }
+    // Sessions find assets by name: another file with this name (say .json beside .png)
+    // would make the name ambiguous.
+    if let Some(other) = sorted_entries(&dest_dir)
+        .into_iter()
+        .find(|p| p.is_file() && stem_matches(p, &stem) && ext_is(p, &["png", "json"]))
+    {
+        return Ok(item(Outcome::Conflict(format!(
+            "assets/{folder}/{} already has the name {stem}",
+            file_name(&other)
+        ))));
+    }
+    if dry_run {
+        return Ok(item(Outcome::WouldImport));
+    }
+    write_new(&dest_dir, &name, &bytes, &target)?;
+    Ok(item(Outcome::Imported))
+}
+
+fn stem_matches(path: &Path, stem: &str) -> bool {
+    path.file_stem().and_then(|s| s.to_str()) == Some(stem)
+}
+
+/// Writes a new file atomically: a temporary file in the same folder, synced, then renamed.
+fn write_new(dir: &Path, name: &str, bytes: &[u8], label: &str) -> Result<(), CliError> {
+    use std::io::Write;
+    std::fs::create_dir_all(dir).map_err(CliError::io("create the folder of", label))?;
+    let tmp = dir.join(format!(".tmp-import-{}-{name}", std::process::id()));
+    let written = std::fs::File::create(&tmp)
+        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
+        .and_then(|()| std::fs::rename(&tmp, dir.join(name)));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(CliError::io("write", label)(e));
+    }
+    Ok(())
+}
+
+async fn import_chat(
+    stores: Option<&Arc<dyn AllStores>>,
+    c: &Candidate,
+    dry_run: bool,
+) -> Result<Item, CliError> {
+    let folder = c.character.clone().unwrap_or_default();
+    let chat_stem = stem(&c.path);
+    let mut item = Item {
+        kind: c.kind,
+        source: c.rel.clone(),
+        target: format!("{folder} / {chat_stem}"),
+        outcome: Outcome::Invalid(String::new()),
+    };
+    let character = match CharacterName::parse(folder.as_str()) {
+        Ok(c) => c,
+        Err(e) => {
+            item.outcome = Outcome::Invalid(e.to_string());
+            return Ok(item);
+        }
+    };
+    let chat = match ChatId::parse(chat_stem.as_str()) {
+        Ok(c) => c,
+        Err(e) => {
+            item.outcome = Outcome::Invalid(e.to_string());
+            return Ok(item);
+        }
+    };
+    let bytes = std::fs::read(&c.path).map_err(CliError::io("read", c.rel.clone()))?;
+    let doc = match std::str::from_utf8(&bytes)
+        .map_err(|_| "the file is not utf-8".to_owned())
+        .and_then(|text| ChatDocument::parse(text).map_err(|e| e.to_string()))
+    {
+        Ok(doc) => doc,
+        Err(reason) => {
+            item.outcome = Outcome::Invalid(reason);
+            return Ok(item);
+        }
+    };
+    let lines: Vec<ChatLine> = doc.lines().cloned().collect();
+    let Some(stores) = stores else {
+        // A dry run on a data directory without a store: everything would be new.
+        item.outcome = Outcome::WouldImport;
+        return Ok(item);
+    };
+    if let Some(existing) = stores.read_chat(&character, &chat).await? {
+        let same = existing.lines.len() == lines.len()
+            && existing
+                .lines
+                .iter()
+                .zip(&lines)
+                .all(|(a, b)| a.raw() == b.raw());
+        item.outcome = if same {
+            Outcome::AlreadyImported
+        } else {
+            Outcome::Conflict(format!(
+                "a different chat {chat} of {character} exists ({} lines stored, {} in the file)",
+                existing.lines.len(),
+                lines.len()
+            ))
+        };
+        return Ok(item);
+    }
+    if dry_run {
+        item.outcome = Outcome::WouldImport;
+        return Ok(item);
+    }
+    item.outcome = match stores.rewrite_chat(&character, &chat, &lines, None).await {
+        Ok(_) => Outcome::Imported,
+        Err(e) if e.is_conflict() => {
+            Outcome::Conflict(format!("chat {chat} of {character} was created meanwhile"))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    Ok(item)
+}
