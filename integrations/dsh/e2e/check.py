@@ -134,5 +134,12 @@ check(bool(fourth) and "Speak as {{char}}, in riddles, to {{user}}." in fourth[0
       "the next request carries the custom prompt with its braces")
 check(bool(fourth) and "AgentTavern roleplay kernel" in fourth[0]["body"]["messages"][0]["content"], "and still the kernel")
 
+# --- the plugin added the documented way (dsh plugin add + a config patch) -------------------------
+bundle = requests(6, "e2e-bundle-1")
+check(bool(bundle) and "AgentTavern roleplay kernel" in bundle[0]["body"]["messages"][0]["content"],
+      "a plugin added with `dsh plugin add` mounts the kernel")
+added = tool_results(bundle[-1]) if bundle else []
+check(bool(added) and added[0].get("content") == "The gate is silver.", "and its tools work")
+
 print(f"e2e: {len(passed)} passed, {len(failures)} failed")
 sys.exit(1 if failures else 0)

@@ -156,6 +156,24 @@ stop_web
 # … which the next headless turn of that session must use, braces intact.
 run 4 "$here/script-4.json" '[{sessionId: e2e-session-1, resume: true, messages: ["A riddle, please."]}]' "$work/tavern.patch.yml"
 
+# The documented install: `dsh plugin add` (pnpm, from npm) puts the plugin package in the
+# profile, whose bundle patch adds the row with defaults; a patch overrides only what differs.
+echo "e2e: dsh plugin add"
+npm install --prefix "$work/pnpm" --no-audit --no-fund --loglevel=error pnpm@10 > /dev/null
+(cd "$repo" && PATH="$work/pnpm/node_modules/.bin:$PATH" DSH_HOME="$work/home" DSH_TELEMETRY_DISABLED=1 \
+  npm exec --prefix "$host" -- dsh plugin --profile headless add ./integrations/dsh/plugin > "$work/plugin-add.out" 2>&1) \
+  || { echo "e2e: dsh plugin add failed" >&2; cat "$work/plugin-add.out" >&2; exit 1; }
+cat > "$work/bundle.patch.yml" <<YAML
+- id: agent-tavern
+  config:
+    bridge: $bridge
+    data: $work/data-bundle
+    assets: $work/assets
+    character: Mira
+    bindPattern: '^e2e-'
+YAML
+run 6 "$here/script-6.json" '[{sessionId: e2e-bundle-1, messages: ["Remember that the gate is silver."]}]' "$work/bundle.patch.yml"
+
 python3 "$here/check.py" "$work"
 
 # Nothing this script started is left running.
