@@ -12,10 +12,13 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
-host="$repo/integrations/dsh/host"
+# Which pinned host: `host` (DSH 0.1.0-rc.6, the default) or `host-rc8` (0.1.0-rc.8).
+host="$repo/integrations/dsh/${1:-host}"
+[ -f "$host/package-lock.json" ] || { echo "e2e: no pinned host at integrations/dsh/${1:-host}" >&2; exit 1; }
+dsh_version=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["dependencies"]["@deepseek-ai/dsh"])' "$host/package.json")
 
 if [ ! -x "$host/node_modules/.bin/dsh" ]; then
-  echo "e2e: installing DeepSeek Harness 0.1.0-rc.6 from the lockfile"
+  echo "e2e: installing DeepSeek Harness $dsh_version from the lockfile"
   # Not `npm ci`: it refuses a lockfile that lacks optional packages for other platforms,
   # and the registry reachable here does not serve some of those. `npm install` follows the
   # lockfile for everything else and skips them; --no-save leaves the lockfile untouched.
@@ -65,6 +68,7 @@ cat > "$work/tavern.patch.yml" <<YAML
         character: Mira
         bindPattern: '^e2e-'
         sessionsRoot: $work/home/sessions-raw
+        hostVersion: $dsh_version
 YAML
 
 # The web profile admits route callers by a bearer token (checked case-insensitively).
@@ -158,7 +162,7 @@ run 4 "$here/script-4.json" '[{sessionId: e2e-session-1, resume: true, messages:
 
 # The documented install: `dsh plugin add` (pnpm, from npm) puts the plugin package in the
 # profile, whose bundle patch adds the row with defaults; a patch overrides only what differs.
-echo "e2e: dsh plugin add"
+echo "e2e: dsh plugin add ($dsh_version)"
 npm install --prefix "$work/pnpm" --no-audit --no-fund --loglevel=error pnpm@10 > /dev/null
 (cd "$repo" && PATH="$work/pnpm/node_modules/.bin:$PATH" DSH_HOME="$work/home" DSH_TELEMETRY_DISABLED=1 \
   npm exec --prefix "$host" -- dsh plugin --profile headless add ./integrations/dsh/plugin > "$work/plugin-add.out" 2>&1) \
