@@ -68,7 +68,6 @@ cat > "$work/tavern.patch.yml" <<YAML
         character: Mira
         bindPattern: '^e2e-'
         sessionsRoot: $work/home/sessions-raw
-        hostVersion: $dsh_version
 YAML
 
 # The web profile admits route callers by a bearer token (checked case-insensitively).
@@ -145,6 +144,23 @@ run 5 "$here/script-5.json" '[{sessionId: plain-2, messages: ["Still there?"]}]'
 grep -q "agent-tavern is off: no tavern-bridge executable" "$work/run-5.err" "$work/run-5.out" \
   || { echo "e2e: the missing bridge was not reported" >&2; cat "$work/run-5.err" >&2; exit 1; }
 echo "e2e: a missing bridge turns AgentTavern off and the host runs"
+
+# A release the plugin is known not to work in (0.1.5-rc.2 cannot be installed from the registry)
+# is refused with its reason before the bridge starts; the host runs the turn.
+cat > "$work/refused.patch.yml" <<YAML
+- insert:
+    - id: agent-tavern
+      name: $repo/integrations/dsh/plugin/index.mjs
+      config:
+        bridge: $bridge
+        data: $work/data-refused
+        hostVersion: 0.1.5-rc.2
+YAML
+run 7 "$here/script-5.json" '[{sessionId: plain-3, messages: ["Still there?"]}]' "$work/refused.patch.yml"
+grep -q "agent-tavern is off: DeepSeek Harness 0.1.5-rc.2 is not supported" "$work/run-7.err" "$work/run-7.out" \
+  || { echo "e2e: the refused release was not reported" >&2; cat "$work/run-7.err" >&2; exit 1; }
+[ ! -e "$work/data-refused" ] || { echo "e2e: the refused release started the bridge" >&2; exit 1; }
+echo "e2e: DSH 0.1.5-rc.2 is refused cleanly and the host runs"
 
 # The web profile serves tavern mode's route: save a custom prompt for the first session …
 echo "e2e: web profile"

@@ -1,4 +1,4 @@
-// AgentTavern for DeepSeek Harness 0.1.0-rc.6.
+// AgentTavern for DeepSeek Harness 0.1.0-rc.6 and 0.1.0-rc.8.
 //
 // A thin Cordis plugin that imports nothing from DSH: it spawns the Rust sidecar
 // (`tavern-bridge`) and speaks its newline-delimited JSON protocol (docs/HOST_INTEGRATION.md).
@@ -18,7 +18,7 @@
 import { spawn } from 'node:child_process'
 import { createInterface } from 'node:readline'
 import { timingSafeEqual } from 'node:crypto'
-import { existsSync, statSync } from 'node:fs'
+import { existsSync, readFileSync, realpathSync, statSync } from 'node:fs'
 import { homedir } from 'node:os'
 import { delimiter, dirname, isAbsolute, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -51,7 +51,7 @@ export const settings = {
   bindPattern: { type: 'string', default: '.*', description: 'Which new session ids are bound to character.' },
   sessionsRoot: { type: 'string', default: () => join(dshHome(), 'sessions-raw'), description: "Where DSH keeps raw session logs (replay after a restart)." },
   routeToken: { type: 'string', default: '', description: "Bearer token admitting callers of the tavern-mode route (empty: loopback only)." },
-  hostVersion: { type: 'string', default: '', description: 'The DSH release, reported to the bridge.' },
+  hostVersion: { type: 'string', default: '', description: 'The DSH release (default: read from the running launcher), reported to the bridge; releases known not to work are refused.' },
   restarts: { type: 'number', default: 3, description: 'How often a bridge that dies is started again before AgentTavern turns itself off.' },
 }
 
@@ -151,6 +151,35 @@ function startBridge(path, config, logger, onExit) {
   }
 }
 
+/** Releases the end-to-end test runs against (docs/HOST_INTEGRATION.md). */
+const TESTED_RELEASES = ['0.1.0-rc.6', '0.1.0-rc.8']
+
+/** Releases the plugin refuses, each with the reason an operator reads. */
+const REFUSED_RELEASES = {
+  '0.1.5-rc.2': 'its @deepseek-ai/dsh-* packages at 0.1.5-rc.2 are not published, so it cannot be installed and this plugin has never run in it (it also moves to Cordis 4.0.2, whose plugin surface is unverified); use 0.1.0-rc.6 or 0.1.0-rc.8',
+}
+
+/**
+ * The DSH release this process runs: the version of the `@deepseek-ai/dsh` package that holds
+ * the launcher script, found by walking up from it; empty when it cannot be told.
+ */
+function runningRelease() {
+  try {
+    let dir = dirname(realpathSync(process.argv[1] ?? ''))
+    for (let i = 0; i < 8; i++) {
+      const file = join(dir, 'package.json')
+      if (existsSync(file)) {
+        const pkg = JSON.parse(readFileSync(file, 'utf8'))
+        if (pkg.name === '@deepseek-ai/dsh') return String(pkg.version ?? '')
+      }
+      const up = dirname(dir)
+      if (up === dir) break
+      dir = up
+    }
+  } catch {}
+  return ''
+}
+
 /** Says once, where an operator sees it (the host's log and stderr), that AgentTavern is off. */
 function off(logger, format, ...args) {
   const line = format.replace(/%[sd]/g, () => String(args.shift()))
@@ -167,6 +196,16 @@ export async function apply(ctx, rawConfig) {
     return
   }
   const config = checked.value
+  // The release decides what the plugin can rely on; one it is known not to work in is refused
+  // with its reason before anything starts.
+  const release = config.hostVersion || runningRelease()
+  if (REFUSED_RELEASES[release]) {
+    off(logger, 'agent-tavern is off: DeepSeek Harness %s is not supported: %s', release, REFUSED_RELEASES[release])
+    return
+  }
+  if (release && !TESTED_RELEASES.includes(release)) {
+    logger.warn?.('agent-tavern: DeepSeek Harness %s is untested (tested: %s); continuing', release, TESTED_RELEASES.join(', '))
+  }
   // A missing or failing bridge turns AgentTavern off with one clear line; the host and every
   // other plugin keep running.
   const path = findBridge(config.bridge)
@@ -177,7 +216,7 @@ export async function apply(ctx, rawConfig) {
   const handshake = {
     protocol: 1,
     host: 'dsh',
-    hostVersion: config.hostVersion || '0.1.0-rc.6',
+    hostVersion: release || 'unknown',
     sessionsRoot: config.sessionsRoot,
   }
   // The live bridge; restarted (a bounded number of times) if it dies mid-session.

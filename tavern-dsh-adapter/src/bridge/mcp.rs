@@ -15,7 +15,7 @@
 //! variables and no history of this conversation (history search reads the bound chat as it is
 //! on disk).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
@@ -28,7 +28,7 @@ use rmcp::model::{
     ServerConfig, Tool, ToolAnnotations,
 };
 #[allow(deprecated)]
-use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
+use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam, SetLevelRequestParams};
 use rmcp::service::{NotificationContext, RequestContext, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::{RoleServer, ServerHandler, ServiceExt};
 use serde_json::{json, Value};
@@ -84,6 +84,28 @@ pub struct McpServer {
     calls: AtomicU64,
     tools: Vec<Tool>,
     rate: Mutex<Rate>,
+    /// The least severe log level the client wants (`logging/setLevel`), as a severity rank.
+    log_level: AtomicU8,
+}
+
+#[allow(deprecated)]
+fn severity_info() -> u8 {
+    severity(LoggingLevel::Info)
+}
+
+/// A log level's severity, least severe first (RFC 5424 order, as MCP defines them).
+#[allow(deprecated)]
+fn severity(level: LoggingLevel) -> u8 {
+    match level {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
+    }
 }
 
 impl std::fmt::Debug for McpServer {
@@ -147,6 +169,7 @@ impl McpServer {
             calls: AtomicU64::new(0),
             tools,
             rate: Mutex::new(Rate::new()),
+            log_level: AtomicU8::new(severity_info()),
         }
     }
 
@@ -330,8 +353,24 @@ impl ServerHandler for McpServer {
         }
     }
 
+    /// Clients that see the logging capability set a level first (the MCP Inspector does, and
+    /// gives up when it is refused); later log messages below it are not sent.
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.log_level
+            .store(severity(request.level), Ordering::SeqCst);
+        Ok(())
+    }
+
     #[allow(deprecated)]
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if severity(LoggingLevel::Info) < self.log_level.load(Ordering::SeqCst) {
+            return;
+        }
         let _ = context
             .peer
             .notify_logging_message(LoggingMessageNotificationParam::new(
