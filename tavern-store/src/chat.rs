@@ -127,6 +127,7 @@ pub trait ChatStore: Send + Sync {
     }
 
     /// Appends lines if the chat is still at `expected`; cost does not grow with the chat.
+    /// Appending no lines changes nothing and returns `expected`.
     ///
     /// # Errors
     /// [`StoreError::Conflict`] (with no revision: chat revisions are not

@@ -781,6 +781,9 @@ pub async fn chats(f: &Fixture) {
         .await
         .unwrap_err();
     assert!(matches!(stale, StoreError::Conflict { .. }), "{stale}");
+    // Appending nothing changes nothing: the revision stays, and a stale one is still refused.
+    assert_eq!(s.append_lines(&ch, &id, &[], &r1).await.unwrap(), r1);
+    assert!(s.append_lines(&ch, &id, &[], &r0).await.is_err());
     // Lines are typed: what is not one JSON object on one line cannot even be offered.
     assert!(ChatLine::parse("not json").is_err());
     assert!(ChatLine::parse("{\"a\":1}\n{\"b\":2}").is_err());

@@ -117,6 +117,15 @@ pub enum StoreError {
         /// What is wrong.
         reason: String,
     },
+    /// The database could not be reached or refused an operation (the PostgreSQL adapter).
+    /// The reason never contains the connection string or credentials.
+    #[error("database error during {op}: {reason}")]
+    Database {
+        /// The operation.
+        op: &'static str,
+        /// What the database or the connection said.
+        reason: String,
+    },
     /// An invariant of the store broke (a bug, not bad input or bad data): a worker thread
     /// panicked, an encoder failed on our own types, an operation produced nothing.
     #[error("internal store error: {0}")]

@@ -2,9 +2,10 @@
 //!
 //! Ports ([`MemoryStore`], [`VariableStore`], [`StateStore`], [`ChatStore`],
 //! [`CheckpointStore`], [`PromptStore`]) are small object-safe `async-trait` traits whose
-//! contracts are documented on each method. Two adapters implement all of them:
+//! contracts are documented on each method. Two embedded adapters implement all of them:
 //! [`fs::FsStore`] (the embedded default: one root directory, durable, multi-process safe) and
-//! [`mem::MemStore`] (strict, in memory, for tests). The `conformance` feature exposes the one
+//! [`mem::MemStore`] (strict, in memory, for tests). With the `postgres` feature, `pg::PgStore`
+//! keeps them in a PostgreSQL database shared by many processes and hosts. The `conformance` feature exposes the one
 //! suite both must pass.
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
@@ -21,6 +22,8 @@ pub mod error;
 pub mod fs;
 pub mod mem;
 pub mod memory;
+#[cfg(feature = "postgres")]
+pub mod pg;
 pub mod prompt;
 pub mod search;
 pub mod state;

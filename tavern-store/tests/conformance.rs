@@ -56,3 +56,36 @@ mod boxed_mem_store {
 mod fs_store {
     tavern_store::store_conformance_tests!(super::fs());
 }
+
+#[cfg(feature = "postgres")]
+#[path = "support/pg.rs"]
+mod pg_support;
+
+/// A fresh database on the test process's PostgreSQL cluster; reopening connects a new store
+/// (its own pool) to the same database.
+#[cfg(feature = "postgres")]
+async fn pg() -> Fixture {
+    let cluster = pg_support::cluster();
+    let config = cluster.fresh_database().await;
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = cluster.open(&config, clock.clone()).await;
+    let reopen_clock = clock.clone();
+    Fixture {
+        store: Arc::new(store),
+        clock,
+        reopen: Some(Box::new(move || {
+            let (config, clock) = (config.clone(), reopen_clock.clone());
+            // The suite reopens from synchronous code on a multi-thread runtime.
+            let store = tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current().block_on(cluster.open(&config, clock))
+            });
+            Arc::new(store) as Arc<dyn AllStores>
+        })),
+        guard: None,
+    }
+}
+
+#[cfg(feature = "postgres")]
+mod pg_store {
+    tavern_store::store_conformance_tests!(super::pg().await);
+}

@@ -1,5 +1,6 @@
 //! Model-based property tests: under random operations (and concurrent writers) every adapter
-//! behaves like a plain `BTreeMap`, and the file store still does after reopening.
+//! behaves like a plain `BTreeMap`, and the durable stores (files; PostgreSQL with the
+//! `postgres` feature) still do after reopening.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -326,6 +327,38 @@ proptest! {
             let ids = |r: &tavern_store::MemorySearchResult| r.hits.iter().map(|h| h.record.id.to_string()).collect::<Vec<_>>();
             let want: Vec<String> = ids(&full).into_iter().take(limit).collect();
             assert_eq!(ids(&head), want);
+        });
+    }
+}
+
+#[cfg(feature = "postgres")]
+#[path = "support/pg.rs"]
+mod pg_support;
+
+#[cfg(feature = "postgres")]
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// The PostgreSQL store behaves like a map too; a reopen is a new store (its own pool and
+    /// in-process tables) on the same database, as another process would be.
+    #[test]
+    fn pg_store_behaves_like_a_map_across_reopens(ops in prop::collection::vec(op(), 1..30)) {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        rt.block_on(async {
+            let cluster = pg_support::cluster();
+            let config = cluster.fresh_database().await;
+            // On a worker thread, so opening from the synchronous `open` can block in place.
+            tokio::spawn(run(ops, move || {
+                let config = config.clone();
+                let store = tokio::task::block_in_place(|| {
+                    tokio::runtime::Handle::current().block_on(
+                        cluster.open(&config, Arc::new(ManualClock::new(T0))),
+                    )
+                });
+                Arc::new(store) as Arc<dyn AllStores>
+            }))
+            .await
+            .unwrap();
         });
     }
 }

@@ -1,0 +1,498 @@
+//! The PostgreSQL adapter: every port in one database that many processes and hosts share.
+//!
+//! Memories and variables are append-only operation tables (`memory_ops`, `variable_ops`)
+//! holding the same serialized operations the file store logs. Each process keeps the shared
+//! engine's tables (and so the one search index and ranking) in memory and catches up from the
+//! last sequence number it has seen before every read and write, as `FsStore` catches up from
+//! its logs. A write locks its operation table (`LOCK TABLE … IN EXCLUSIVE MODE`) in a
+//! transaction, catches up, checks the change against the caught-up table (compare-and-set),
+//! inserts one operation row and commits; writers are serialized, so sequence numbers become
+//! visible in order and a reader never skips one. A variable patch is one row (all or nothing)
+//! and carries its audit entries, as a memory operation carries its own.
+//!
+//! Chats are rows of lines (their exact text, so SillyTavern lines come back byte for byte);
+//! state, checkpoints and prompts are JSON documents. Conditional writes run in transactions
+//! under `SELECT … FOR UPDATE`. Everything is async on `tokio-postgres` with a
+//! `deadpool-postgres` pool; nothing blocks an executor. Errors never contain the connection
+//! string or credentials.
+
+mod docs;
+mod schema;
+
+use std::sync::{Arc, Mutex as SyncMutex};
+
+use async_trait::async_trait;
+use deadpool_postgres::{Client, GenericClient, Manager, Pool, PoolError};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tavern_core::{
+    AuditEntry, MemoryId, MemoryRecord, MemorySource, MemoryWrite, Revision, ScopeKey,
+    VariableName, VariableRecord,
+};
+use tokio::sync::Mutex;
+
+pub use schema::SCHEMA_VERSION;
+/// Connection settings (host, user, database, password…), parsed from a `postgres://` URL or a
+/// `key=value` string.
+pub use tokio_postgres::Config as PgConfig;
+/// No TLS (unix sockets, loopback, or a network the deployment trusts).
+pub use tokio_postgres::NoTls;
+
+use crate::clock::Clock;
+use crate::engine::memory_table::{MemoryOp, MemoryTable};
+use crate::engine::variable_table::{VariableOp, VariableTable};
+use crate::error::StoreError;
+use crate::mem::lock;
+use crate::memory::{MemoryQuery, MemorySearchResult, MemoryStore};
+use crate::variable::{PatchOutcome, VariableChange, VariableListing, VariableStore};
+use crate::StoreDiagnostic;
+
+/// Connections kept by default.
+pub const DEFAULT_POOL_SIZE: usize = 8;
+
+/// Most diagnostics kept (the newest).
+const DIAGNOSTICS_MAX: usize = 1000;
+
+/// How long a write waits for another process's table lock before failing (retryable).
+const LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '10s'";
+
+/// A database error as a [`StoreError`], for `map_err`.
+pub(crate) fn db(op: &'static str) -> impl FnOnce(tokio_postgres::Error) -> StoreError {
+    move |e| StoreError::Database {
+        op,
+        reason: describe(&e),
+    }
+}
+
+/// What went wrong, without the connection settings: the server's message and SQLSTATE, or the
+/// client's description (which never includes the settings).
+fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(d) => format!("{} (sqlstate {})", d.message(), d.code().code()),
+        None => e.to_string(),
+    }
+}
+
+fn pool_err(op: &'static str) -> impl FnOnce(PoolError) -> StoreError {
+    move |e| StoreError::Database {
+        op,
+        reason: match e {
+            PoolError::Backend(e) => describe(&e),
+            other => format!("connection pool: {other}"),
+        },
+    }
+}
+
+fn encode<T: Serialize>(value: &T, what: &str) -> Result<String, StoreError> {
+    serde_json::to_string(value)
+        .map_err(|e| StoreError::Internal(format!("cannot encode {what}: {e}")))
+}
+
+/// An operation table in the database mirrored by an engine table in this process.
+trait OpsTable: Default + Send {
+    type Op: Serialize + DeserializeOwned + Send;
+    /// The database table.
+    const NAME: &'static str;
+    /// Locks the table against other writers until the transaction ends.
+    const LOCK: &'static str;
+    /// Rows after a sequence number, in order.
+    const SELECT: &'static str;
+    /// Inserts one operation row, returning its sequence number.
+    const INSERT: &'static str;
+    /// The scope and record id an operation is about (for people reading the table).
+    fn keys(op: &Self::Op) -> (String, Option<String>);
+    fn apply_ops(&mut self, ops: Vec<Self::Op>);
+}
+
+impl OpsTable for MemoryTable {
+    type Op = MemoryOp;
+    const NAME: &'static str = "memory_ops";
+    const LOCK: &'static str = "LOCK TABLE memory_ops IN EXCLUSIVE MODE";
+    const SELECT: &'static str = "SELECT seq, op::text FROM memory_ops WHERE seq > $1 ORDER BY seq";
+    const INSERT: &'static str =
+        "INSERT INTO memory_ops (scope, id, op) VALUES ($1, $2, $3::text::json) RETURNING seq";
+    fn keys(op: &MemoryOp) -> (String, Option<String>) {
+        match op {
+            MemoryOp::Put { record, .. } | MemoryOp::Snapshot { record, .. } => {
+                (record.scope.to_string(), Some(record.id.to_string()))
+            }
+            MemoryOp::Touch { scope, id, .. } => (scope.to_string(), Some(id.to_string())),
+        }
+    }
+    fn apply_ops(&mut self, ops: Vec<MemoryOp>) {
+        self.apply_many(ops);
+    }
+}
+
+impl OpsTable for VariableTable {
+    type Op = VariableOp;
+    const NAME: &'static str = "variable_ops";
+    const LOCK: &'static str = "LOCK TABLE variable_ops IN EXCLUSIVE MODE";
+    const SELECT: &'static str =
+        "SELECT seq, op::text FROM variable_ops WHERE seq > $1 ORDER BY seq";
+    const INSERT: &'static str =
+        "INSERT INTO variable_ops (scope, id, op) VALUES ($1, $2, $3::text::json) RETURNING seq";
+    fn keys(op: &VariableOp) -> (String, Option<String>) {
+        (op.scope.to_string(), None)
+    }
+    fn apply_ops(&mut self, ops: Vec<VariableOp>) {
+        for op in ops {
+            self.apply(op);
+        }
+    }
+}
+
+/// This process's copy of an operation table: the engine table and the last row applied.
+#[derive(Default)]
+struct Mirror<T> {
+    table: T,
+    seq: i64,
+}
+
+/// Every store port on one PostgreSQL database. Cheap to clone (one shared pool and mirror);
+/// `Send + Sync`. Several processes (or several `PgStore`s with their own pools) may share the
+/// database: each sees the others' acknowledged writes on its next read.
+#[derive(Clone)]
+pub struct PgStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    clock: Arc<dyn Clock>,
+    memory: Mutex<Mirror<MemoryTable>>,
+    variables: Mutex<Mirror<VariableTable>>,
+    diagnostics: SyncMutex<Vec<StoreDiagnostic>>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the settings: they may hold a password.
+        f.debug_struct("PgStore").finish_non_exhaustive()
+    }
+}
+
+impl PgStore {
+    /// Connects with `settings` (a `postgres://` URL or a `key=value` string), migrates the
+    /// schema and loads the memory and variable tables, with [`DEFAULT_POOL_SIZE`] connections.
+    ///
+    /// # Errors
+    /// [`StoreError::Invalid`] for settings that cannot be parsed (the message does not repeat
+    /// them); [`StoreError::Database`] when the server cannot be reached, refuses, or holds a
+    /// schema newer than [`SCHEMA_VERSION`].
+    pub async fn connect(settings: &str, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
+        let config: PgConfig = settings.parse().map_err(|_| {
+            StoreError::Invalid(tavern_core::CoreError::InvalidField {
+                field: "postgres settings",
+                reason: "cannot be parsed as a postgres:// url or key=value settings".into(),
+            })
+        })?;
+        Self::open(config, clock, DEFAULT_POOL_SIZE).await
+    }
+
+    /// Opens the database described by `config` with a pool of `pool_size` connections (at
+    /// least 1), migrates it and loads the memory and variable tables.
+    ///
+    /// # Errors
+    /// As [`PgStore::connect`].
+    pub async fn open(
+        config: PgConfig,
+        clock: Arc<dyn Clock>,
+        pool_size: usize,
+    ) -> Result<Self, StoreError> {
+        let manager = Manager::new(config, NoTls);
+        let pool = Pool::builder(manager)
+            .max_size(pool_size.max(1))
+            .build()
+            .map_err(|e| StoreError::Database {
+                op: "open",
+                reason: format!("cannot build the connection pool: {e}"),
+            })?;
+        let store = Self {
+            inner: Arc::new(Inner {
+                pool,
+                clock,
+                memory: Mutex::default(),
+                variables: Mutex::default(),
+                diagnostics: SyncMutex::default(),
+            }),
+        };
+        let mut client = store.inner.client("open").await?;
+        schema::migrate(&mut client).await?;
+        drop(client);
+        store.inner.read(&store.inner.memory, |_| ()).await?;
+        store.inner.read(&store.inner.variables, |_| ()).await?;
+        Ok(store)
+    }
+
+    /// Problems found in stored data so far (unreadable operation rows, documents), newest
+    /// last.
+    pub fn diagnostics(&self) -> Vec<StoreDiagnostic> {
+        lock(&self.inner.diagnostics).clone()
+    }
+
+    /// How many memory records (live, forgotten or expired) this process has loaded.
+    pub async fn memory_len(&self) -> usize {
+        self.inner.memory.lock().await.table.len()
+    }
+}
+
+impl Inner {
+    async fn client(&self, op: &'static str) -> Result<Client, StoreError> {
+        self.pool.get().await.map_err(pool_err(op))
+    }
+
+    fn diag(&self, file: String, message: String) {
+        let mut all = lock(&self.diagnostics);
+        if all.len() >= DIAGNOSTICS_MAX {
+            all.remove(0);
+        }
+        all.push(StoreDiagnostic { file, message });
+    }
+
+    /// Applies the rows after the mirror's sequence number, in order. Unreadable rows are
+    /// skipped with a diagnostic (never fatal, as a corrupt log line in the file store).
+    async fn catch_up<T: OpsTable, C: GenericClient>(
+        &self,
+        client: &C,
+        mirror: &mut Mirror<T>,
+    ) -> Result<(), StoreError> {
+        let rows = client
+            .query(T::SELECT, &[&mirror.seq])
+            .await
+            .map_err(db("catch up"))?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut ops = Vec::with_capacity(rows.len());
+        let mut last = mirror.seq;
+        for row in &rows {
+            let seq: i64 = row.try_get(0).map_err(db("catch up"))?;
+            let text: &str = row.try_get(1).map_err(db("catch up"))?;
+            match serde_json::from_str::<T::Op>(text) {
+                Ok(op) => ops.push(op),
+                Err(e) => self.diag(
+                    format!("{} seq {seq}", T::NAME),
+                    format!("unreadable operation ({e}); skipped"),
+                ),
+            }
+            last = seq;
+        }
+        mirror.table.apply_ops(ops);
+        mirror.seq = last;
+        Ok(())
+    }
+
+    /// Catches the mirror up and runs `f` on it.
+    async fn read<T: OpsTable, R>(
+        &self,
+        mirror: &Mutex<Mirror<T>>,
+        f: impl FnOnce(&T) -> R + Send,
+    ) -> Result<R, StoreError> {
+        // The mirror first, then a connection: a task waiting for the mirror holds no
+        // connection, so a full pool never waits on itself.
+        let mut m = mirror.lock().await;
+        let client = self.client("read").await?;
+        // One statement, one snapshot: every row it returns was committed, and (writers being
+        // serialized) so was every row before it.
+        self.catch_up(&client, &mut m).await?;
+        drop(client);
+        Ok(f(&m.table))
+    }
+
+    /// Runs a write: under the table lock, catch up, let `prepare` check the change against
+    /// the caught-up table and produce its operation (or nothing to write), insert it, commit,
+    /// then apply it here. Every row commits durably, access times too: a row that other
+    /// processes saw and a crash then lost would let its sequence number be reused, and a
+    /// mirror that already moved past it would never see the row that reuses it.
+    async fn write<T: OpsTable, R: Send>(
+        &self,
+        mirror: &Mutex<Mirror<T>>,
+        prepare: impl FnOnce(&T) -> Result<Option<(R, T::Op)>, StoreError> + Send,
+    ) -> Result<Option<R>, StoreError> {
+        let mut m = mirror.lock().await;
+        let mut client = self.client("write").await?;
+        let tx = client.transaction().await.map_err(db("write"))?;
+        // A writer stalled in another process (a partition before its commit) must not hold
+        // every reader and writer here forever: waiting for the table lock is bounded.
+        tx.batch_execute(LOCK_TIMEOUT).await.map_err(db("write"))?;
+        tx.batch_execute(T::LOCK).await.map_err(db("write"))?;
+        self.catch_up(&tx, &mut m).await?;
+        // Refused or nothing to do: the transaction rolls back when dropped.
+        let Some((out, op)) = prepare(&m.table)? else {
+            return Ok(None);
+        };
+        let text = encode(&op, "an operation")?;
+        let (scope, id) = T::keys(&op);
+        let row = tx
+            .query_one(T::INSERT, &[&scope, &id, &text])
+            .await
+            .map_err(db("write"))?;
+        let seq: i64 = row.try_get(0).map_err(db("write"))?;
+        // If the commit's outcome is unknown (the connection dropped), nothing is applied
+        // here: the next catch-up finds the row if it was committed.
+        tx.commit().await.map_err(db("commit"))?;
+        // Writers are serialized by the table lock and this mirror caught up under it, so
+        // every row before `seq` is applied already (gaps are rolled-back inserts).
+        m.table.apply_ops(vec![op]);
+        m.seq = seq;
+        Ok(Some(out))
+    }
+
+    async fn write_memory(
+        &self,
+        prepare: impl FnOnce(&MemoryTable) -> Result<(MemoryRecord, MemoryOp), StoreError> + Send,
+    ) -> Result<MemoryRecord, StoreError> {
+        self.write(&self.memory, |t| prepare(t).map(Some))
+            .await?
+            .ok_or_else(|| StoreError::Internal("a memory write produced no operation".into()))
+    }
+}
+
+#[async_trait]
+impl MemoryStore for PgStore {
+    async fn search(&self, query: &MemoryQuery) -> Result<MemorySearchResult, StoreError> {
+        let now = self.inner.clock.now();
+        self.inner
+            .read(&self.inner.memory, |t| t.search(query, now))
+            .await
+    }
+
+    async fn read(
+        &self,
+        id: &MemoryId,
+        scope: &ScopeKey,
+    ) -> Result<Option<MemoryRecord>, StoreError> {
+        let now = self.inner.clock.now();
+        let touched = self
+            .inner
+            .write(&self.inner.memory, |t| {
+                Ok(t.read_live(scope, id, now).map(|_| {
+                    let touch = MemoryOp::Touch {
+                        scope: scope.clone(),
+                        id: id.clone(),
+                        at: now,
+                    };
+                    ((), touch)
+                }))
+            })
+            .await;
+        match touched {
+            Ok(None) => Ok(None),
+            Ok(Some(())) => {
+                let m = self.inner.memory.lock().await;
+                Ok(m.table.read_live(scope, id, now).cloned())
+            }
+            // Recording the access time is bookkeeping: a read still answers when it cannot be
+            // written (a read-only role, a standby, a lock timeout), as FsStore's does.
+            Err(e) => {
+                self.inner.diag(
+                    "memory_ops".into(),
+                    format!("the access time of memory {id} was not recorded: {e}"),
+                );
+                self.inner
+                    .read(&self.inner.memory, |t| t.read_live(scope, id, now).cloned())
+                    .await
+            }
+        }
+    }
+
+    async fn put(
+        &self,
+        write: MemoryWrite,
+        expected: Option<&Revision>,
+        restore: bool,
+    ) -> Result<MemoryRecord, StoreError> {
+        let now = self.inner.clock.now();
+        self.inner
+            .write_memory(|t| t.prepare_put(write, expected, restore, now))
+            .await
+    }
+
+    async fn forget(
+        &self,
+        id: &MemoryId,
+        scope: &ScopeKey,
+        expected: &Revision,
+        source: MemorySource,
+    ) -> Result<MemoryRecord, StoreError> {
+        let now = self.inner.clock.now();
+        self.inner
+            .write_memory(|t| t.prepare_forget(id, scope, expected, source, now))
+            .await
+    }
+
+    async fn memory_audit(
+        &self,
+        scope: &ScopeKey,
+        id: Option<&MemoryId>,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        let now = self.inner.clock.now();
+        self.inner
+            .read(&self.inner.memory, |t| t.audit(scope, id, now))
+            .await
+    }
+}
+
+#[async_trait]
+impl VariableStore for PgStore {
+    async fn get(
+        &self,
+        scope: &ScopeKey,
+        name: &VariableName,
+    ) -> Result<Option<VariableRecord>, StoreError> {
+        self.inner
+            .read(&self.inner.variables, |t| t.get(scope, name).cloned())
+            .await
+    }
+
+    async fn patch(
+        &self,
+        scope: &ScopeKey,
+        changes: &[VariableChange],
+        expected_scope: Option<&Revision>,
+        source: MemorySource,
+    ) -> Result<PatchOutcome, StoreError> {
+        let now = self.inner.clock.now();
+        self.inner
+            .write(&self.inner.variables, |t| {
+                let op = t.prepare_patch(scope, changes, expected_scope, &source, now)?;
+                Ok(Some((VariableTable::outcome(&op), op)))
+            })
+            .await?
+            .ok_or_else(|| StoreError::Internal("a patch produced no operation".into()))
+    }
+
+    async fn list(
+        &self,
+        scope: &ScopeKey,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<VariableListing, StoreError> {
+        self.inner
+            .read(&self.inner.variables, |t| t.list(scope, prefix, limit))
+            .await
+    }
+
+    async fn clear_scope(
+        &self,
+        scope: &ScopeKey,
+        source: MemorySource,
+    ) -> Result<usize, StoreError> {
+        let now = self.inner.clock.now();
+        let cleared = self
+            .inner
+            .write(&self.inner.variables, |t| {
+                Ok(t.prepare_clear(scope, &source, now)
+                    .map(|op| (op.records.len(), op)))
+            })
+            .await?;
+        Ok(cleared.unwrap_or(0))
+    }
+
+    async fn variable_audit(&self, scope: &ScopeKey) -> Result<Vec<AuditEntry>, StoreError> {
+        self.inner
+            .read(&self.inner.variables, |t| t.audit(scope))
+            .await
+    }
+}

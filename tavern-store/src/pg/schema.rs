@@ -1,0 +1,106 @@
+//! The PostgreSQL schema and its versioned migrations, applied at open under an advisory lock
+//! so several processes opening one database at once migrate it exactly once.
+
+use deadpool_postgres::Client;
+
+use super::db;
+use crate::error::StoreError;
+
+/// Advisory lock key serializing migrations (any constant unique to this program).
+const MIGRATION_LOCK: i64 = 0x7461_7665_726e_0001;
+
+/// The migrations, in order: `MIGRATIONS[i]` brings the schema from version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[
+    // 1: the first schema.
+    "CREATE TABLE memory_ops (
+        seq bigserial PRIMARY KEY,
+        scope text NOT NULL,
+        id text,
+        op json NOT NULL
+    );
+    CREATE TABLE variable_ops (
+        seq bigserial PRIMARY KEY,
+        scope text NOT NULL,
+        id text,
+        op json NOT NULL
+    );
+    CREATE SEQUENCE chat_revisions;
+    CREATE TABLE chats (
+        character text NOT NULL,
+        chat text NOT NULL,
+        revision bigint NOT NULL,
+        rewritten bigint NOT NULL,
+        line_count integer NOT NULL,
+        PRIMARY KEY (character, chat)
+    );
+    CREATE TABLE chat_lines (
+        character text NOT NULL,
+        chat text NOT NULL,
+        n integer NOT NULL,
+        line text NOT NULL,
+        PRIMARY KEY (character, chat, n),
+        FOREIGN KEY (character, chat) REFERENCES chats ON DELETE CASCADE
+    );
+    CREATE TABLE state (
+        id integer PRIMARY KEY CHECK (id = 1),
+        doc text
+    );
+    INSERT INTO state (id, doc) VALUES (1, NULL);
+    CREATE TABLE checkpoints (
+        session text PRIMARY KEY,
+        doc text NOT NULL,
+        pending boolean NOT NULL
+    );
+    CREATE TABLE prompts (
+        session text PRIMARY KEY,
+        doc text NOT NULL
+    );",
+];
+
+/// The schema version this code writes and understands.
+pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
+
+/// Brings the database to [`SCHEMA_VERSION`]; refuses one whose schema is newer.
+pub(super) async fn migrate(client: &mut Client) -> Result<(), StoreError> {
+    let tx = client.transaction().await.map_err(db("migrate"))?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(db("migrate"))?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS schema_version (
+            id integer PRIMARY KEY CHECK (id = 1),
+            version integer NOT NULL
+        )",
+    )
+    .await
+    .map_err(db("migrate"))?;
+    let row = tx
+        .query_opt("SELECT version FROM schema_version WHERE id = 1", &[])
+        .await
+        .map_err(db("migrate"))?;
+    let current: i32 = match row {
+        Some(row) => row.try_get(0).map_err(db("migrate"))?,
+        None => 0,
+    };
+    if current > SCHEMA_VERSION {
+        return Err(StoreError::Database {
+            op: "open",
+            reason: format!(
+                "the database schema is version {current}, newer than version \
+                 {SCHEMA_VERSION} that this program knows; upgrade AgentTavern to use it"
+            ),
+        });
+    }
+    let start = usize::try_from(current.max(0)).unwrap_or(0);
+    for sql in MIGRATIONS.iter().skip(start) {
+        tx.batch_execute(sql).await.map_err(db("migrate"))?;
+    }
+    tx.execute(
+        "INSERT INTO schema_version (id, version) VALUES (1, $1)
+         ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version",
+        &[&SCHEMA_VERSION],
+    )
+    .await
+    .map_err(db("migrate"))?;
+    tx.commit().await.map_err(db("migrate"))
+}

@@ -1,0 +1,487 @@
+//! `PgStore` against a real PostgreSQL (feature `postgres`): several stores with their own
+//! pools on one database behave as several processes would — writes through one are seen by
+//! the next read through another, racing CAS writers lose nothing and win once per revision —
+//! plus what only a database adapter has: schema versions, credentials kept out of errors,
+//! chat lines byte for byte, and the same search ranking as the file store.
+
+#[path = "support/pg.rs"]
+mod pg_support;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::json;
+use tavern_core::chat::ChatLine;
+use tavern_core::{
+    AgentId, AuditAction, CharacterName, ChatId, MemoryId, MemorySource, Revision, ScopeKey,
+    SessionId, VariableName,
+};
+use tavern_store::clock::{Clock, ManualClock};
+use tavern_store::conformance::{write, T0};
+use tavern_store::fs::FsStore;
+use tavern_store::pg::{PgConfig, PgStore, SCHEMA_VERSION};
+use tavern_store::{
+    ChatChange, ChatStore, CheckpointStatus, CheckpointStore, MemoryQuery, MemoryStore,
+    ProjectorCheckpoint, PromptStore, StateStore, StoreError, VariableStore,
+};
+
+fn agent(id: &str) -> ScopeKey {
+    ScopeKey::Agent {
+        agent: AgentId::parse(id).unwrap(),
+    }
+}
+
+fn var(n: &str) -> VariableName {
+    VariableName::parse(n).unwrap()
+}
+
+/// Two stores (separate pools, separate in-process tables) on one fresh database.
+async fn two_stores() -> (PgStore, PgStore, PgConfig, Arc<ManualClock>) {
+    let cluster = pg_support::cluster();
+    let config = cluster.fresh_database().await;
+    let clock = Arc::new(ManualClock::new(T0));
+    let a = cluster.open(&config, clock.clone()).await;
+    let b = cluster.open(&config, clock.clone()).await;
+    (a, b, config, clock)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_through_one_store_is_seen_by_the_next_read_through_the_other() {
+    let (a, b, _, _) = two_stores().await;
+    let scope = agent("a1");
+    // Memory: found by search through the other store immediately, then updated through it.
+    let m = a
+        .put(
+            write("gate", scope.clone(), "the silver gate opens at dawn"),
+            None,
+            false,
+        )
+        .await
+        .unwrap();
+    let q = MemoryQuery::new("silver gate", vec![scope.clone()]);
+    let hits = b.search(&q).await.unwrap().hits;
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].record.revision, m.revision);
+    let m2 = b
+        .put(
+            write("gate", scope.clone(), "the silver gate is shut"),
+            Some(&m.revision),
+            false,
+        )
+        .await
+        .unwrap();
+    // A stale write through the first store now conflicts with the second store's revision.
+    let stale = a
+        .put(
+            write("gate", scope.clone(), "stale"),
+            Some(&m.revision),
+            false,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(stale.conflict_revision(), Some(&m2.revision));
+    assert_eq!(
+        a.read(&m.id, &scope).await.unwrap().unwrap().content,
+        "the silver gate is shut"
+    );
+    // Variables.
+    let v = b
+        .set(&scope, &var("hp"), json!(7), None, MemorySource::system())
+        .await
+        .unwrap();
+    assert_eq!(a.get(&scope, &var("hp")).await.unwrap(), Some(v));
+    // Chats, state, checkpoints, prompts.
+    let ch = CharacterName::parse("Mira").unwrap();
+    let id = ChatId::parse("Mira - 1").unwrap();
+    let header = ChatLine::parse(r#"{"user_name":"Kai","chat_metadata":{}}"#).unwrap();
+    let rev = a
+        .rewrite_chat(&ch, &id, std::slice::from_ref(&header), None)
+        .await
+        .unwrap();
+    assert_eq!(b.chat_revision(&ch, &id).await.unwrap(), Some(rev));
+    let session = SessionId::parse("s1").unwrap();
+    b.save_prompt(&session, "be brief").await.unwrap();
+    assert_eq!(
+        a.get_prompt(&session).await.unwrap().unwrap().text,
+        "be brief"
+    );
+    let cp = ProjectorCheckpoint {
+        session_id: session.clone(),
+        last_cursor: Some(3),
+        status: CheckpointStatus::Pending,
+        pending_cursor: Some(4),
+        error: Some("x".into()),
+        chat_revision: None,
+        turn: 1,
+        step: 0,
+        updated_at: T0,
+    };
+    a.save_checkpoint(&cp, None).await.unwrap();
+    assert_eq!(
+        b.pending_checkpoints().await.unwrap(),
+        std::slice::from_ref(&cp)
+    );
+    assert!(b
+        .save_checkpoint(&cp, None)
+        .await
+        .unwrap_err()
+        .is_conflict());
+}
+
+/// 8 writers, half through each store, race CAS updates of one variable: every acknowledged
+/// write is found (in the value and the audit), and each revision has exactly one successor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_writers_across_two_stores_race_cas_on_one_variable() {
+    let (a, b, _, _) = two_stores().await;
+    let scope = ScopeKey::Global;
+    let base = a
+        .set(&scope, &var("n"), json!(0), None, MemorySource::system())
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let s = if w % 2 == 0 { a.clone() } else { b.clone() };
+        let scope = scope.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut acked: Vec<(Revision, Revision)> = Vec::new();
+            let mut conflicts = 0;
+            while acked.len() < 5 {
+                let cur = s.get(&scope, &var("n")).await.unwrap().unwrap();
+                let n = cur.value.as_i64().unwrap();
+                match s
+                    .set(
+                        &scope,
+                        &var("n"),
+                        json!(n + 1),
+                        Some(&cur.revision),
+                        MemorySource::system(),
+                    )
+                    .await
+                {
+                    Ok(rec) => acked.push((cur.revision, rec.revision)),
+                    Err(StoreError::Conflict { current, .. }) => {
+                        assert!(current.is_some());
+                        conflicts += 1;
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            (acked, conflicts)
+        }));
+    }
+    let mut successor: HashMap<Revision, Revision> = HashMap::new();
+    for t in tasks {
+        let (acked, _) = t.await.unwrap();
+        for (from, to) in acked {
+            assert!(
+                successor.insert(from, to).is_none(),
+                "two writers won on one revision"
+            );
+        }
+    }
+    assert_eq!(successor.len(), 40);
+    // The acknowledged writes form one chain from the base to the current revision.
+    let mut at = base.revision.clone();
+    let mut steps = 0;
+    while let Some(next) = successor.get(&at) {
+        at = next.clone();
+        steps += 1;
+    }
+    assert_eq!(steps, 40, "every acknowledged write is on the chain");
+    for s in [&a, &b] {
+        let now = s.get(&scope, &var("n")).await.unwrap().unwrap();
+        assert_eq!(now.value, json!(40));
+        assert_eq!(now.revision, at);
+        let audit = s.variable_audit(&scope).await.unwrap();
+        assert_eq!(audit.len(), 41, "one audit entry per acknowledged write");
+    }
+}
+
+/// The same race on one memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_writers_across_two_stores_race_cas_on_one_memory() {
+    let (a, b, _, _) = two_stores().await;
+    let scope = agent("a1");
+    let id = MemoryId::parse("race").unwrap();
+    let base = a
+        .put(write("race", scope.clone(), "v0"), None, false)
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let s = if w % 2 == 0 { a.clone() } else { b.clone() };
+        let (scope, id) = (scope.clone(), id.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut acked = Vec::new();
+            for i in 0..4 {
+                let rev = match s.read(&id, &scope).await.unwrap() {
+                    Some(r) => r.revision,
+                    None => panic!("memory vanished"),
+                };
+                let text = format!("writer {w} round {i}");
+                if let Ok(rec) = s
+                    .put(write("race", scope.clone(), &text), Some(&rev), false)
+                    .await
+                {
+                    acked.push((rev, rec.revision, text));
+                }
+            }
+            acked
+        }));
+    }
+    let mut successor = HashMap::new();
+    for t in tasks {
+        for (from, to, text) in t.await.unwrap() {
+            assert!(
+                successor.insert(from, (to, text)).is_none(),
+                "two writers won on one revision"
+            );
+        }
+    }
+    assert!(!successor.is_empty());
+    let mut at = base.revision.clone();
+    let mut last_text = "v0".to_owned();
+    let mut steps = 0;
+    while let Some((next, text)) = successor.get(&at) {
+        at = next.clone();
+        last_text = text.clone();
+        steps += 1;
+    }
+    assert_eq!(steps, successor.len(), "every acknowledged write is found");
+    for s in [&a, &b] {
+        let now = s.read(&id, &scope).await.unwrap().unwrap();
+        assert_eq!(
+            (now.revision.clone(), now.content.clone()),
+            (at.clone(), last_text.clone())
+        );
+        let updates = s
+            .memory_audit(&scope, Some(&id))
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.action == AuditAction::Updated)
+            .count();
+        assert_eq!(updates, successor.len());
+    }
+}
+
+/// One ranking implementation: the same data and queries give the same hits, in the same
+/// order, with the same scores, as the file store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_ranks_exactly_as_the_file_store() {
+    let (pg, other, _, clock) = two_stores().await;
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FsStore::open(dir.path(), clock.clone()).unwrap();
+    let texts = [
+        "the silver gate opens at dawn",
+        "a river spirit guards the silver bridge",
+        "她推开了银色大门，月光洒在石阶上。",
+        "lanterns along the river, gate after gate",
+        "the gate keeper remembers every name",
+    ];
+    for (i, text) in texts.iter().enumerate() {
+        clock.advance(1000);
+        let mut w = write(&format!("m{i}"), agent("a1"), text);
+        w.importance = 0.2 + 0.15 * i as f64;
+        pg.put(w.clone(), None, false).await.unwrap();
+        fs.put(w, None, false).await.unwrap();
+    }
+    for q in ["gate", "silver river", "银色大门", "gate keeper dawn", ""] {
+        let query = MemoryQuery::new(q, vec![agent("a1")]);
+        let want = fs.search(&query).await.unwrap();
+        for s in [&pg, &other] {
+            let got = s.search(&query).await.unwrap();
+            let key = |r: &tavern_store::MemorySearchResult| {
+                r.hits
+                    .iter()
+                    .map(|h| (h.record.id.to_string(), h.score, h.relevance))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(key(&got), key(&want), "query {q:?}");
+            assert_eq!(got.source_count, want.source_count);
+        }
+    }
+}
+
+/// Chat lines come back byte for byte; appends are read incrementally; revisions change with
+/// every change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_lines_round_trip_byte_for_byte() {
+    let (a, b, _, _) = two_stores().await;
+    let ch = CharacterName::parse("Mira").unwrap();
+    let id = ChatId::parse("Mira - 2026-11-30@10h00m00s").unwrap();
+    let raw = [
+        r#"{"user_name":"Kai",  "character_name":"Mira","chat_metadata":{"k":1.50}}"#,
+        r#"{ "name" : "Kai", "is_user":true,"mes":"caf\u00e9 é 你好 \"q\""}"#,
+    ];
+    let lines: Vec<ChatLine> = raw.iter().map(|r| ChatLine::parse(r).unwrap()).collect();
+    let r0 = a.rewrite_chat(&ch, &id, &lines[..1], None).await.unwrap();
+    let r1 = b.append_lines(&ch, &id, &lines[1..], &r0).await.unwrap();
+    assert_ne!(r0, r1);
+    let file = a.read_chat(&ch, &id).await.unwrap().unwrap();
+    let back: Vec<&str> = file.lines.iter().map(ChatLine::raw).collect();
+    assert_eq!(back, raw);
+    assert_eq!(file.revision, r1);
+    match a.read_chat_since(&ch, &id, &r0).await.unwrap().unwrap() {
+        ChatChange::Appended {
+            lines: new,
+            revision,
+        } => {
+            assert_eq!(new.iter().map(ChatLine::raw).collect::<Vec<_>>(), raw[1..]);
+            assert_eq!(revision, r1);
+        }
+        other => panic!("expected an append, got {other:?}"),
+    }
+    assert_eq!(
+        a.read_chat_since(&ch, &id, &r1).await.unwrap(),
+        Some(ChatChange::Unchanged)
+    );
+    let r2 = a
+        .rewrite_chat(&ch, &id, &lines[..1], Some(&r1))
+        .await
+        .unwrap();
+    match b.read_chat_since(&ch, &id, &r1).await.unwrap().unwrap() {
+        ChatChange::Whole(f) => {
+            assert_eq!(f.lines.len(), 1);
+            assert_eq!(f.revision, r2);
+        }
+        other => panic!("a rewrite is not an append: {other:?}"),
+    }
+    // Appending after the rewrite to the rewrite's revision, then asking from before it.
+    let r3 = b.append_lines(&ch, &id, &lines[1..], &r2).await.unwrap();
+    assert!(matches!(
+        a.read_chat_since(&ch, &id, &r1).await.unwrap(),
+        Some(ChatChange::Whole(f)) if f.revision == r3 && f.lines.len() == 2
+    ));
+    assert!(matches!(
+        a.append_lines(&ch, &id, &lines[1..], &r2).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    let missing = ChatId::parse("nope").unwrap();
+    assert!(matches!(
+        a.append_lines(&ch, &missing, &lines[1..], &r2).await,
+        Err(StoreError::NotFound { .. })
+    ));
+}
+
+/// State updates through two stores compose; the state survives in the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn state_updates_through_two_stores_compose() {
+    let (a, b, _, _) = two_stores().await;
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let s = if i % 2 == 0 { a.clone() } else { b.clone() };
+        tasks.push(tokio::spawn(async move {
+            let mut m = |st: &mut tavern_core::TavernState| {
+                let target = tavern_core::BindingTarget {
+                    character: CharacterName::parse("Mira").unwrap(),
+                    chat_id: ChatId::parse(format!("chat {i}")).unwrap(),
+                    group: false,
+                };
+                let bnd = tavern_core::SessionBinding::new_for_chat(target, st);
+                st.set_binding(SessionId::parse(format!("s{i}")).unwrap(), bnd);
+                tavern_store::Verdict::Write
+            };
+            s.update_state(&mut m).await.unwrap();
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(a.load_state().await.unwrap().0.bindings.len(), 8);
+    assert_eq!(
+        b.load_state().await.unwrap().0,
+        a.load_state().await.unwrap().0
+    );
+}
+
+/// A database migrated by a newer program is refused with a clear error; the current version
+/// opens again and again (migrations run once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_schema_is_refused() {
+    let (a, _, config, clock) = two_stores().await;
+    drop(a);
+    let again = PgStore::open(config.clone(), clock.clone(), 2).await;
+    assert!(again.is_ok(), "reopening the current schema works");
+    let (client, conn) = config.connect(tavern_store::pg::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let newer = SCHEMA_VERSION + 1;
+    client
+        .execute("UPDATE schema_version SET version = $1", &[&newer])
+        .await
+        .unwrap();
+    let err = PgStore::open(config, clock as Arc<dyn Clock>, 2)
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, StoreError::Database { .. }), "{msg}");
+    assert!(
+        msg.contains(&format!("version {newer}")) && msg.contains("newer"),
+        "{msg}"
+    );
+}
+
+/// Connection failures say what failed, never the settings or the password.
+#[tokio::test(flavor = "current_thread")]
+async fn errors_never_show_the_settings_or_password() {
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
+    let settings =
+        "host=/nonexistent-tavern-socket-dir user=kai password=hunter2-secret dbname=tavern";
+    let err = PgStore::connect(settings, clock.clone()).await.unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, StoreError::Database { .. }), "{msg}");
+    assert!(!msg.contains("hunter2"), "{msg}");
+    assert!(!msg.contains("nonexistent-tavern-socket-dir"), "{msg}");
+    assert!(
+        msg.starts_with("database error during open: error connecting to server"),
+        "{msg}"
+    );
+    let bad = "postgres://kai:hunter2-secret@[::1:5432/x?bogus";
+    let err = PgStore::connect(bad, clock).await.unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, StoreError::Invalid(_)), "{msg}");
+    assert!(!msg.contains("hunter2"), "{msg}");
+    assert!(!format!("{err:?}").contains("hunter2"));
+}
+
+/// Stores opening one new database at the same time migrate it exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stores_opening_a_new_database_at_once_migrate_it_once() {
+    let cluster = pg_support::cluster();
+    let config = cluster.fresh_database().await;
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
+    let opens: Vec<_> = (0..4)
+        .map(|_| {
+            let (config, clock) = (config.clone(), clock.clone());
+            tokio::spawn(async move { PgStore::open(config, clock, 2).await })
+        })
+        .collect();
+    let mut stores = Vec::new();
+    for open in opens {
+        stores.push(open.await.unwrap().unwrap());
+    }
+    let (client, conn) = config.connect(tavern_store::pg::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let rows = client
+        .query("SELECT version FROM schema_version", &[])
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].get::<_, i32>(0), SCHEMA_VERSION);
+    // And they all work on the one schema.
+    stores[0]
+        .set(
+            &ScopeKey::Global,
+            &var("x"),
+            json!(1),
+            None,
+            MemorySource::system(),
+        )
+        .await
+        .unwrap();
+    assert!(stores[3]
+        .get(&ScopeKey::Global, &var("x"))
+        .await
+        .unwrap()
+        .is_some());
+}
