@@ -43,6 +43,8 @@ function dshHome() {
 export const settings = {
   bridge: { type: 'string', default: 'tavern-bridge', description: 'The tavern-bridge executable: an absolute path, a path relative to this plugin, or a name found on PATH.' },
   data: { type: 'string', default: () => join(dshHome(), 'agent-tavern'), description: "AgentTavern's store (memories, variables, chats). Default: agent-tavern/ under the DSH home." },
+  store: { type: 'string', default: '', description: 'A PostgreSQL store shared by several hosts (postgres:// URL or key=value settings) instead of `data`; empty: the files under `data`. May also come from TAVERN_STORE in the host environment.' },
+  storePasswordFile: { type: 'string', default: '', description: 'A file whose first line is the PostgreSQL password, to keep it out of `store`.' },
   assets: { type: 'string', default: () => join(dshHome(), 'agent-tavern-assets'), description: 'A SillyTavern-style folder with characters/ and worlds/.' },
   user: { type: 'string', default: 'User', description: "The user's display name in chats." },
   worlds: { type: 'array', default: () => [], description: 'World books active in every chat (names under assets/worlds).' },
@@ -95,10 +97,16 @@ function findBridge(configured) {
 }
 
 function startBridge(path, config, logger, onExit) {
-  const args = ['--data', config.data, '--user', config.user ?? 'User']
+  // A PostgreSQL store replaces `data`; its settings travel in the child's environment
+  // (TAVERN_STORE), never on a command line other users can read.
+  const store = config.store || process.env.TAVERN_STORE || ''
+  const args = store ? [] : ['--data', config.data]
+  args.push('--user', config.user ?? 'User')
+  if (config.storePasswordFile) args.push('--store-password-file', config.storePasswordFile)
   if (config.assets && existsSync(config.assets)) args.push('--assets', config.assets)
   for (const world of config.worlds ?? []) args.push('--world', world)
-  const child = spawn(path, args, { stdio: ['pipe', 'pipe', 'inherit'] })
+  const env = store ? { ...process.env, TAVERN_STORE: store } : process.env
+  const child = spawn(path, args, { stdio: ['pipe', 'pipe', 'inherit'], env })
   const pending = new Map()
   let next = 1
   let closed = false

@@ -13,7 +13,7 @@ use tavern_dsh_adapter::bridge::mcp::McpServer;
 use tavern_dsh_adapter::bridge::{Bridge, BridgeConfig, DEFAULT_MAX_FRAME_BYTES};
 use tavern_dsh_adapter::{Runtime, RuntimeConfig};
 use tavern_store::fs::FsStore;
-use tavern_store::SystemClock;
+use tavern_store::{AllStores, SystemClock};
 use tavern_tools::assets::provider::{AssetProvider, DirAssets, MemAssets, Persona};
 
 /// AgentTavern for agent hosts: SillyTavern-style roleplay tools, memories, variables and chat
@@ -39,6 +39,22 @@ struct Common {
     /// The store's data directory (created if missing).
     #[arg(long, value_name = "DIR", global = true)]
     data: Option<PathBuf>,
+    /// Keep memories, variables and chats in PostgreSQL instead of --data: a `postgres://` URL
+    /// or `key=value` settings, shared by every host that names the same database. Never logged.
+    #[cfg(feature = "postgres")]
+    #[arg(
+        long,
+        value_name = "SETTINGS",
+        env = "TAVERN_STORE",
+        hide_env_values = true,
+        conflicts_with = "data",
+        global = true
+    )]
+    store: Option<String>,
+    /// A file whose first line is the database password, to keep it out of --store.
+    #[cfg(feature = "postgres")]
+    #[arg(long, value_name = "FILE", requires = "store", global = true)]
+    store_password_file: Option<PathBuf>,
     /// A SillyTavern user folder (`characters/`, `worlds/`) to read cards and world books from.
     #[arg(long, value_name = "DIR", global = true)]
     assets: Option<PathBuf>,
@@ -102,21 +118,55 @@ fn assets(common: &Common) -> Result<Arc<dyn AssetProvider>, String> {
     )))
 }
 
+/// The store the command line names: PostgreSQL with `--store`, else the files under `--data`.
+async fn open_store(
+    common: &Common,
+    clock: Arc<dyn tavern_store::clock::Clock>,
+) -> Result<Arc<dyn AllStores>, String> {
+    #[cfg(feature = "postgres")]
+    if let Some(settings) = &common.store {
+        return open_postgres(settings, common.store_password_file.as_deref(), clock).await;
+    }
+    let data = common.data.as_ref().ok_or(
+        "--data DIR (or --store postgres://…) is required: where memories, variables and chats are kept",
+    )?;
+    let store = FsStore::open(data, clock).map_err(|e| e.to_string())?;
+    for d in store.diagnostics() {
+        tracing::warn!(file = %d.file, "{}", d.message);
+    }
+    Ok(Arc::new(store))
+}
+
+/// Connects to PostgreSQL; no message repeats the settings or the password.
+#[cfg(feature = "postgres")]
+async fn open_postgres(
+    settings: &str,
+    password_file: Option<&std::path::Path>,
+    clock: Arc<dyn tavern_store::clock::Clock>,
+) -> Result<Arc<dyn AllStores>, String> {
+    use tavern_store::pg::{PgConfig, PgStore, DEFAULT_POOL_SIZE};
+    let mut config: PgConfig = settings
+        .parse()
+        .map_err(|_| "--store: cannot be parsed as a postgres:// url or key=value settings")?;
+    if let Some(file) = password_file {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| format!("--store-password-file: cannot read it ({})", e.kind()))?;
+        config.password(text.lines().next().unwrap_or_default());
+    }
+    let store = PgStore::open(config, clock, DEFAULT_POOL_SIZE)
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::info!("store: postgresql");
+    Ok(Arc::new(store))
+}
+
 async fn run(cli: Cli) -> Result<(), String> {
-    let data = cli
-        .common
-        .data
-        .clone()
-        .ok_or("--data DIR is required (where memories, variables and chats are kept)")?;
     let assets = assets(&cli.common)?;
     if let Some(Mode::Mcp(m)) = &cli.mode {
         SessionId::parse(m.session.as_str()).map_err(|e| format!("--session: {e}"))?;
     }
     let clock = Arc::new(SystemClock);
-    let store = Arc::new(FsStore::open(&data, clock.clone()).map_err(|e| e.to_string())?);
-    for d in store.diagnostics() {
-        tracing::warn!(file = %d.file, "{}", d.message);
-    }
+    let store = open_store(&cli.common, clock.clone()).await?;
     let host = Arc::new(BridgeHost::default());
     let config = RuntimeConfig {
         user_name: cli.common.user.clone(),

@@ -158,6 +158,11 @@ impl Cluster {
         c
     }
 
+    /// `key=value` settings for database `dbname`, as a program's command line takes them.
+    pub fn settings(&self, dbname: &str) -> String {
+        format!("host={} user=postgres dbname={dbname}", self.root.display())
+    }
+
     /// Creates a new empty database and returns its settings.
     pub async fn fresh_database(&self) -> PgConfig {
         let name = format!("t{}", self.next_db.fetch_add(1, Ordering::SeqCst));

@@ -1,0 +1,200 @@
+//! Two `tavern-bridge` processes on one PostgreSQL database (`--store`), serving different
+//! sessions of one character, driven over MCP by the `rmcp` client: what one writes to the
+//! character's scope the other finds, a chat's memories stay in that chat, forged ids are still
+//! refused, and eight writers across the two processes racing compare-and-set on one variable
+//! lose no increment. The database is a throwaway cluster the test starts.
+
+#[path = "../../tavern-store/tests/support/pg.rs"]
+mod pg;
+
+use std::path::Path;
+
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::{Peer, RunningService};
+use rmcp::transport::TokioChildProcess;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{json, Value};
+use tokio::process::Command;
+
+const BRIDGE: &str = env!("CARGO_BIN_EXE_tavern-bridge");
+
+async fn bridge(settings: &str, assets: &Path, session: &str) -> RunningService<RoleClient, ()> {
+    let mut command = Command::new(BRIDGE);
+    command
+        .arg("mcp")
+        .arg("--store")
+        .arg(settings)
+        .arg("--assets")
+        .arg(assets)
+        .args(["--session", session, "--character", "Mira"])
+        .arg("--chat")
+        .arg(format!("Mira - {session}"))
+        .env("RUST_LOG", "warn");
+    ().serve(TokioChildProcess::new(command).unwrap())
+        .await
+        .unwrap()
+}
+
+async fn call(peer: &Peer<RoleClient>, tool: &'static str, args: Value) -> CallToolResult {
+    let Value::Object(args) = args else {
+        panic!("arguments must be an object")
+    };
+    peer.call_tool(CallToolRequestParams::new(tool).with_arguments(args))
+        .await
+        .unwrap()
+}
+
+/// Adds one to the character's `visits`, retrying on conflicts; the revision it wrote.
+async fn increment(peer: &Peer<RoleClient>) -> String {
+    loop {
+        let got = call(
+            peer,
+            "variable_get",
+            json!({"name": "visits", "scope": "character"}),
+        )
+        .await;
+        let got = got.structured_content.unwrap_or_default();
+        let (value, revision) = match got.get("value") {
+            Some(v) if got.get("error").is_none() => (v.as_i64().unwrap(), got["revision"].clone()),
+            _ => (0, Value::Null),
+        };
+        let mut args = json!({"name": "visits", "scope": "character", "value": value + 1});
+        if !revision.is_null() {
+            args["revision"] = revision;
+        }
+        let set = call(peer, "variable_set", args).await;
+        if set.is_error != Some(true) {
+            let set = set.structured_content.unwrap();
+            return set["revision"].as_str().unwrap().to_owned();
+        }
+        let text = format!("{:?}", set.content);
+        assert!(
+            text.contains("conflict"),
+            "only conflicts are retried: {text}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_bridges_share_one_postgres_store() {
+    let cluster = pg::cluster();
+    let db = cluster.fresh_database().await;
+    let settings = cluster.settings(db.get_dbname().unwrap());
+    let tmp = tempfile::tempdir().unwrap();
+    let assets = tmp.path().join("assets");
+    std::fs::create_dir_all(assets.join("characters")).unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/assets/Mira.card.json"),
+        assets.join("characters/Mira.json"),
+    )
+    .unwrap();
+    let a = bridge(&settings, &assets, "host-a").await;
+    let b = bridge(&settings, &assets, "host-b").await;
+
+    let shared = call(
+        &a,
+        "memory_write",
+        json!({"content": "城门是银色的。", "scope": "character"}),
+    )
+    .await;
+    assert_ne!(shared.is_error, Some(true), "{shared:?}");
+    let private = call(
+        &a,
+        "memory_write",
+        json!({"content": "The vault code is 4471."}),
+    )
+    .await;
+    assert_ne!(private.is_error, Some(true), "{private:?}");
+
+    let found = call(
+        &b,
+        "memory_search",
+        json!({"query": "城门", "scopes": ["character"]}),
+    )
+    .await;
+    let found = found.structured_content.unwrap().to_string();
+    assert!(
+        found.contains("城门是银色的"),
+        "the other host finds the character's memory: {found}"
+    );
+    let hidden = call(&b, "memory_search", json!({"query": "vault code"})).await;
+    let hidden = hidden.structured_content.unwrap().to_string();
+    assert!(
+        !hidden.contains("4471"),
+        "a chat's memory stays in that chat: {hidden}"
+    );
+    let forged = call(
+        &b,
+        "memory_search",
+        json!({"query": "vault", "sessionId": "host-a"}),
+    )
+    .await;
+    assert_eq!(
+        forged.is_error,
+        Some(true),
+        "a forged session is refused: {forged:?}"
+    );
+
+    // Eight writers, four through each process, five increments each.
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let peer = if i % 2 == 0 {
+            a.peer().clone()
+        } else {
+            b.peer().clone()
+        };
+        tasks.push(tokio::spawn(async move {
+            let mut revisions = Vec::new();
+            for _ in 0..5 {
+                revisions.push(increment(&peer).await);
+            }
+            revisions
+        }));
+    }
+    let mut revisions = Vec::new();
+    for t in tasks {
+        revisions.extend(t.await.unwrap());
+    }
+    let distinct: std::collections::HashSet<_> = revisions.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        40,
+        "every acknowledged write has its own revision"
+    );
+    for peer in [a.peer(), b.peer()] {
+        let got = call(
+            peer,
+            "variable_get",
+            json!({"name": "visits", "scope": "character"}),
+        )
+        .await;
+        assert_eq!(
+            got.structured_content.unwrap()["value"],
+            40,
+            "no increment is lost"
+        );
+    }
+    a.cancel().await.unwrap();
+    b.cancel().await.unwrap();
+}
+
+#[test]
+fn an_unreachable_store_is_one_clear_line_without_the_password() {
+    for settings in [
+        "postgres://tavern:s3cret-pw@127.0.0.1:1/tavern",
+        "not a url s3cret-pw=",
+    ] {
+        let out = std::process::Command::new(BRIDGE)
+            .args(["mcp", "--session", "s-1", "--store", settings])
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(stderr.to_lowercase().contains("error"), "{stderr}");
+        assert!(
+            !stderr.contains("s3cret-pw"),
+            "the password leaked: {stderr}"
+        );
+    }
+}
