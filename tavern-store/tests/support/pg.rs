@@ -56,6 +56,23 @@ fn pg_command(as_nobody: bool, program: &str) -> Command {
     }
 }
 
+/// Starts the server of the cluster in `data`, listening on a unix socket in `root` only.
+fn pg_ctl_start(as_nobody: bool, root: &Path, data: &Path) {
+    let mut start = pg_command(as_nobody, "pg_ctl");
+    start
+        .arg("-D")
+        .arg(data)
+        .arg("-l")
+        .arg(root.join("server.log"))
+        .arg("-o")
+        .arg(format!(
+            "-k {} -c listen_addresses='' -c fsync=off -c max_connections=200",
+            root.display()
+        ))
+        .args(["-w", "start"]);
+    run(start, "pg_ctl start");
+}
+
 fn run(mut c: Command, what: &str) {
     let out = c
         .stdin(Stdio::null())
@@ -129,19 +146,7 @@ impl Cluster {
             .spawn()
             .expect("cannot start the cluster watchdog");
         let stdin = child.stdin.take().expect("watchdog stdin");
-        let mut start = pg_command(as_nobody, "pg_ctl");
-        start
-            .arg("-D")
-            .arg(&data)
-            .arg("-l")
-            .arg(root.join("server.log"))
-            .arg("-o")
-            .arg(format!(
-                "-k {} -c listen_addresses='' -c fsync=off -c max_connections=200",
-                root.display()
-            ))
-            .args(["-w", "start"]);
-        run(start, "pg_ctl start");
+        pg_ctl_start(as_nobody, &root, &data);
         Self {
             root,
             data,
@@ -184,6 +189,20 @@ impl Cluster {
     /// Opens a [`PgStore`] (its own pool) on a database of this cluster.
     pub async fn open(&self, config: &PgConfig, clock: Arc<dyn Clock>) -> PgStore {
         PgStore::open(config.clone(), clock, 8).await.unwrap()
+    }
+
+    /// Stops the server (fast shutdown: sessions are cut off), keeping its data.
+    pub fn stop_server(&self) {
+        let mut stop = pg_command(self.as_nobody, "pg_ctl");
+        stop.arg("-D")
+            .arg(&self.data)
+            .args(["-m", "fast", "-w", "stop"]);
+        run(stop, "pg_ctl stop");
+    }
+
+    /// Starts the server again after [`Cluster::stop_server`].
+    pub fn start_server(&self) {
+        pg_ctl_start(self.as_nobody, &self.root, &self.data);
     }
 
     /// Stops the cluster now (normally the watchdog does it when the process ends).
