@@ -35,6 +35,8 @@ pub use schema::SCHEMA_VERSION;
 /// Connection settings (host, user, database, password…), parsed from a `postgres://` URL or a
 /// `key=value` string.
 pub use tokio_postgres::Config as PgConfig;
+/// The client's error type, for callers that talk to the server directly (the benchmark).
+pub use tokio_postgres::Error as PgError;
 /// No TLS (unix sockets, loopback, or a network the deployment trusts).
 pub use tokio_postgres::NoTls;
 
@@ -54,7 +56,7 @@ pub const DEFAULT_POOL_SIZE: usize = 8;
 const DIAGNOSTICS_MAX: usize = 1000;
 
 /// How long a write waits for another process's table lock before failing (retryable).
-const LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '10s'";
+const LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '10s';";
 
 /// A database error as a [`StoreError`], for `map_err`.
 pub(crate) fn db(op: &'static str) -> impl FnOnce(tokio_postgres::Error) -> StoreError {
@@ -315,8 +317,10 @@ impl Inner {
         let tx = client.transaction().await.map_err(db("write"))?;
         // A writer stalled in another process (a partition before its commit) must not hold
         // every reader and writer here forever: waiting for the table lock is bounded.
-        tx.batch_execute(LOCK_TIMEOUT).await.map_err(db("write"))?;
-        tx.batch_execute(T::LOCK).await.map_err(db("write"))?;
+        // One round trip for both (each one is a network wait on every write).
+        tx.batch_execute(&format!("{LOCK_TIMEOUT} {}", T::LOCK))
+            .await
+            .map_err(db("write"))?;
         self.catch_up(&tx, &mut m).await?;
         // Refused or nothing to do: the transaction rolls back when dropped.
         let Some((out, op)) = prepare(&m.table)? else {

@@ -9,6 +9,9 @@
 //! - durable CAS `put` throughput against a bare write-temp + fsync + rename + dir-fsync loop;
 //! - 8 concurrent writers: updates acknowledged vs found afterwards;
 //! - cold open of the store.
+//!
+//! `… --features bench,postgres --bin store-bench -- --backend postgres --pg SETTINGS` compares
+//! PgStore with FsStore instead (`postgres.rs`; SETTINGS name an empty database).
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -163,8 +166,42 @@ fn arg(args: &[String], name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+#[cfg(feature = "postgres")]
+mod postgres;
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
+    let value = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+    };
+    match value("--backend").map(String::as_str) {
+        None | Some("file") => {}
+        #[cfg(feature = "postgres")]
+        Some("postgres") => {
+            let settings = value("--pg")
+                .ok_or("--backend postgres needs --pg SETTINGS naming an empty database")?;
+            let rows = postgres::run(
+                settings,
+                arg(&args, "--records", 10_000),
+                arg(&args, "--queries", 500),
+                arg(&args, "--puts", 500),
+            )?;
+            println!("| measurement | PgStore | FsStore / server floor | ratio / note |");
+            println!("|---|---|---|---|");
+            for r in rows {
+                println!("| {} | {} | {} | {} |", r[0], r[1], r[2], r[3]);
+            }
+            return Ok(());
+        }
+        Some(other) => {
+            return Err(format!(
+                "unknown --backend {other} (file, or postgres with the postgres feature)"
+            )
+            .into())
+        }
+    }
     let n = arg(&args, "--records", 100_000);
     let q = arg(&args, "--queries", 1_000);
     let puts = arg(&args, "--puts", 500);
@@ -398,6 +435,7 @@ fn rt() -> &'static tokio::runtime::Runtime {
     RT.get_or_init(|| {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
+            .enable_all()
             .build()
             .unwrap_or_else(|e| panic!("cannot start a tokio runtime: {e}"))
     })

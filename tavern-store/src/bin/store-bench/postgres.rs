@@ -1,0 +1,203 @@
+//! `store-bench --backend postgres --pg SETTINGS`: PgStore beside FsStore on the same corpus
+//! and queries, put throughput beside a bare `INSERT` + commit loop on the same server (the
+//! floor), 8 CAS writers across two stores with their own pools (as two processes have), and how
+//! soon a write acknowledged through one store is found by a search through the other.
+
+use super::*;
+use tavern_store::pg::{NoTls, PgConfig, PgStore};
+
+type Rows = Vec<[String; 4]>;
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+/// Runs the comparison; `settings` name an empty database.
+pub fn run(
+    settings: &str,
+    n: usize,
+    q: usize,
+    puts: usize,
+) -> Result<Rows, Box<dyn std::error::Error>> {
+    let mut rows = Rows::new();
+    let config: PgConfig = settings.parse()?;
+    let clock: Arc<dyn tavern_store::clock::Clock> = Arc::new(SystemClock);
+    let a = rt().block_on(PgStore::open(config.clone(), clock.clone(), 8))?;
+    let b = rt().block_on(PgStore::open(config.clone(), clock.clone(), 8))?;
+    if rt().block_on(a.memory_len()) > 0 {
+        return Err("--pg must name an empty database".into());
+    }
+    let work = tempfile::tempdir()?;
+    let fs = FsStore::open(work.path(), clock)?;
+
+    eprintln!("generating {n} records and {q} queries…");
+    let corpus = corpus(n, q);
+    let writes = corpus
+        .records
+        .iter()
+        .map(|(id, text)| write_for(id, text))
+        .collect::<Result<Vec<_>, _>>()?;
+    fs.import_memories(writes.clone())?;
+    let t = Instant::now();
+    for w in writes {
+        rt().block_on(a.put(w, None, false))?;
+    }
+    rows.push([
+        format!("load ({n} records)"),
+        format!("{:.2} s (one put each)", t.elapsed().as_secs_f64()),
+        "(bulk import)".into(),
+        "-".into(),
+    ]);
+
+    // --- search: the same engine, so the same hits; the cost is the catch-up round trip ---
+    let scopes = vec![scope()];
+    let (mut pg_t, mut fs_t) = (Vec::new(), Vec::new());
+    let (mut pg_r, mut fs_r, mut same) = (0.0, 0.0, 0usize);
+    for (text, relevant) in &corpus.queries {
+        let query = MemoryQuery::new(text.clone(), scopes.clone());
+        let t = Instant::now();
+        let theirs = rt().block_on(b.search(&query))?;
+        pg_t.push(t.elapsed());
+        let t = Instant::now();
+        let ours = rt().block_on(fs.search(&query))?;
+        fs_t.push(t.elapsed());
+        let ids = |r: &tavern_store::MemorySearchResult| -> Vec<String> {
+            r.hits.iter().map(|h| h.record.id.to_string()).collect()
+        };
+        pg_r += recall(&ids(&theirs), relevant);
+        fs_r += recall(&ids(&ours), relevant);
+        same += usize::from(ids(&theirs) == ids(&ours));
+    }
+    pg_t.sort();
+    fs_t.sort();
+    for (label, p) in [("search p50", 0.5), ("search p99", 0.99)] {
+        let (x, y) = (percentile(&pg_t, p), percentile(&fs_t, p));
+        rows.push([
+            format!("{label} ({q} queries)"),
+            ms(x),
+            ms(y),
+            format!("{:.2}× (target ≤ 2×)", x.as_secs_f64() / y.as_secs_f64()),
+        ]);
+    }
+    rows.push([
+        "recall@10; same hits in the same order".into(),
+        format!("{:.3}", pg_r / q as f64),
+        format!("{:.3}", fs_r / q as f64),
+        format!("{same}/{q} identical"),
+    ]);
+
+    // --- durable put vs the server's commit floor -------------------------------------------
+    let t = Instant::now();
+    for i in 0..puts {
+        rt().block_on(a.put(
+            write_for(&format!("p{i}"), "durable put with cas")?,
+            None,
+            false,
+        ))?;
+    }
+    let ours = puts as f64 / t.elapsed().as_secs_f64();
+    let floor = rt().block_on(async {
+        let (client, conn) = config.connect(NoTls).await?;
+        let task = tokio::spawn(conn);
+        client
+            .batch_execute(
+                "CREATE TABLE IF NOT EXISTS bench_floor (id bigserial PRIMARY KEY, body text)",
+            )
+            .await?;
+        let t = Instant::now();
+        for _ in 0..puts {
+            client
+                .execute(
+                    "INSERT INTO bench_floor (body) VALUES ($1)",
+                    &[&"durable put with cas"],
+                )
+                .await?;
+        }
+        let rate = puts as f64 / t.elapsed().as_secs_f64();
+        client.batch_execute("DROP TABLE bench_floor").await?;
+        drop(client);
+        let _ = task.await;
+        Ok::<f64, tavern_store::pg::PgError>(rate)
+    })?;
+    rows.push([
+        format!("durable put ({puts} writes)"),
+        format!("{ours:.0} /s"),
+        format!("{floor:.0} /s (INSERT, autocommit)"),
+        format!("{:.2}× (target ≥ 0.5×)", ours / floor),
+    ]);
+
+    // --- 8 CAS writers across two stores --------------------------------------------------
+    let name = VariableName::parse("counter")?;
+    let stores = [Arc::new(a.clone()), Arc::new(b.clone())];
+    let handles: Vec<_> = (0..8)
+        .map(|i| {
+            let store = stores[i % 2].clone();
+            let name = name.clone();
+            rt().spawn(async move {
+                let mut acked = 0u64;
+                for _ in 0..25 {
+                    loop {
+                        let cur = store.get(&ScopeKey::Global, &name).await?;
+                        let v = cur.as_ref().and_then(|r| r.value.as_i64()).unwrap_or(0);
+                        let rev = cur.as_ref().map(|r| &r.revision);
+                        match store
+                            .set(
+                                &ScopeKey::Global,
+                                &name,
+                                json!(v + 1),
+                                rev,
+                                MemorySource::system(),
+                            )
+                            .await
+                        {
+                            Ok(_) => break,
+                            Err(StoreError::Conflict { .. }) => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    acked += 1;
+                }
+                Ok::<u64, StoreError>(acked)
+            })
+        })
+        .collect();
+    let mut acked = 0;
+    for h in handles {
+        acked += rt().block_on(h).map_err(|_| "writer task panicked")??;
+    }
+    let found = rt()
+        .block_on(b.get(&ScopeKey::Global, &name))?
+        .and_then(|r| r.value.as_i64())
+        .unwrap_or(0);
+    rows.push([
+        "8 CAS writers over 2 stores".into(),
+        format!("{acked} acknowledged"),
+        format!("{found} found"),
+        format!("{} lost", acked as i64 - found),
+    ]);
+
+    // --- visibility: acknowledged in A → found by a search in B ----------------------------
+    let mut lag = Vec::new();
+    let mut missed = 0;
+    for i in 0..50 {
+        let text = format!("visibility probe {i} 可见性");
+        rt().block_on(a.put(write_for(&format!("v{i}"), &text)?, None, false))?;
+        let t = Instant::now();
+        let found = rt().block_on(b.search(&MemoryQuery::new(text, vec![scope()])))?;
+        lag.push(t.elapsed());
+        missed += usize::from(
+            !found
+                .hits
+                .iter()
+                .any(|h| h.record.id.as_str() == format!("v{i}")),
+        );
+    }
+    lag.sort();
+    rows.push([
+        "write in A → found by search in B (50)".into(),
+        format!("p50 {}", ms(percentile(&lag, 0.5))),
+        "-".into(),
+        format!("{missed} not found by the first search"),
+    ]);
+    Ok(rows)
+}
