@@ -127,48 +127,7 @@ pub fn run(
     ]);
 
     // --- 8 CAS writers across two stores --------------------------------------------------
-    let name = VariableName::parse("counter")?;
-    let stores = [Arc::new(a.clone()), Arc::new(b.clone())];
-    let handles: Vec<_> = (0..8)
-        .map(|i| {
-            let store = stores[i % 2].clone();
-            let name = name.clone();
-            rt().spawn(async move {
-                let mut acked = 0u64;
-                for _ in 0..25 {
-                    loop {
-                        let cur = store.get(&ScopeKey::Global, &name).await?;
-                        let v = cur.as_ref().and_then(|r| r.value.as_i64()).unwrap_or(0);
-                        let rev = cur.as_ref().map(|r| &r.revision);
-                        match store
-                            .set(
-                                &ScopeKey::Global,
-                                &name,
-                                json!(v + 1),
-                                rev,
-                                MemorySource::system(),
-                            )
-                            .await
-                        {
-                            Ok(_) => break,
-                            Err(StoreError::Conflict { .. }) => {}
-                            Err(e) => return Err(e),
-                        }
-                    }
-                    acked += 1;
-                }
-                Ok::<u64, StoreError>(acked)
-            })
-        })
-        .collect();
-    let mut acked = 0;
-    for h in handles {
-        acked += rt().block_on(h).map_err(|_| "writer task panicked")??;
-    }
-    let found = rt()
-        .block_on(b.get(&ScopeKey::Global, &name))?
-        .and_then(|r| r.value.as_i64())
-        .unwrap_or(0);
+    let (acked, found) = cas_writers(&[Arc::new(a.clone()), Arc::new(b.clone())], 25)?;
     rows.push([
         "8 CAS writers over 2 stores".into(),
         format!("{acked} acknowledged"),
