@@ -17,6 +17,7 @@ pub mod checkpoint;
 pub mod clock;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod diagnostics;
 mod engine;
 pub mod error;
 pub mod fs;

@@ -41,6 +41,7 @@ use self::log::{DurableLog, NewLines};
 use crate::blocking::maybe_spawn_blocking;
 use crate::checkpoint::{CheckpointStatus, CheckpointStore, ProjectorCheckpoint};
 use crate::clock::Clock;
+use crate::diagnostics::Diagnostics;
 use crate::engine::memory_table::{MemoryOp, MemoryTable};
 use crate::engine::variable_table::{VariableOp, VariableTable};
 use crate::error::StoreError;
@@ -113,7 +114,7 @@ impl Table for VariableTable {
 }
 
 impl<T: Table> Logged<T> {
-    fn catch_up(&mut self, diags: &Mutex<Vec<StoreDiagnostic>>) -> Result<(), StoreError> {
+    fn catch_up(&mut self, diags: &Diagnostics) -> Result<(), StoreError> {
         let mut found = Vec::new();
         let payloads = match self.log.read_new(&mut found)? {
             NewLines::Lines(lines) => lines,
@@ -128,7 +129,7 @@ impl<T: Table> Logged<T> {
             }
         };
         if payloads.is_empty() {
-            push_diagnostics(diags, found);
+            diags.extend(found);
             return Ok(());
         }
         let file = self.log_name();
@@ -161,18 +162,13 @@ impl<T: Table> Logged<T> {
             }
         }
         self.table.apply_ops(ops);
-        push_diagnostics(diags, found);
+        diags.extend(found);
         Ok(())
     }
 
     /// Appends `op` durably, then applies it. The caller holds the exclusive lock and has
     /// caught up.
-    fn commit(
-        &mut self,
-        op: T::Op,
-        durable: bool,
-        diags: &Mutex<Vec<StoreDiagnostic>>,
-    ) -> Result<(), StoreError> {
+    fn commit(&mut self, op: T::Op, durable: bool, diags: &Diagnostics) -> Result<(), StoreError> {
         let payload = serde_json::to_string(&op)
             .map_err(|e| StoreError::Internal(format!("cannot encode an operation: {e}")))?;
         if self.log.append(&payload, durable)? {
@@ -225,17 +221,6 @@ fn persistent(e: &std::io::Error) -> bool {
         || e.kind() == std::io::ErrorKind::PermissionDenied
 }
 
-/// Most diagnostics kept (the newest).
-const DIAGNOSTICS_MAX: usize = 1000;
-
-/// Adds diagnostics, keeping the newest [`DIAGNOSTICS_MAX`].
-fn push_diagnostics(diags: &Mutex<Vec<StoreDiagnostic>>, found: Vec<StoreDiagnostic>) {
-    let mut all = lock(diags);
-    all.extend(found);
-    let over = all.len().saturating_sub(DIAGNOSTICS_MAX);
-    all.drain(..over);
-}
-
 /// Most checkpoints kept in the read cache; past it the cache starts over.
 const CHECKPOINT_CACHE_MAX: usize = 4096;
 
@@ -257,7 +242,7 @@ struct Inner {
     clock: Arc<dyn Clock>,
     memory: Mutex<Logged<MemoryTable>>,
     variables: Mutex<Logged<VariableTable>>,
-    diagnostics: Mutex<Vec<StoreDiagnostic>>,
+    diagnostics: Diagnostics,
     /// The normalized state and the stamp of `state.json` it came from.
     state: Mutex<Option<Cached<LoadedState>>>,
     /// Checkpoints by session, with the stamp of the file each came from.
@@ -322,7 +307,7 @@ impl FsStore {
             }),
             root,
             clock,
-            diagnostics: Mutex::new(early),
+            diagnostics: Diagnostics::new(early),
             state: Mutex::default(),
             checkpoints: Mutex::default(),
             fail_next_sync,
@@ -366,7 +351,7 @@ impl FsStore {
 
     /// Problems found in stored data so far (file names relative to the root).
     pub fn diagnostics(&self) -> Vec<StoreDiagnostic> {
-        lock(&self.inner.diagnostics).clone()
+        self.inner.diagnostics.snapshot()
     }
 
     /// The characters that have chats (a folder under `chats/`), sorted: what
@@ -505,15 +490,7 @@ impl Inner {
     }
 
     fn diag(&self, file: &str, message: String) {
-        let mut diags = lock(&self.diagnostics);
-        // The newest are kept: a failing disk must not grow memory without end.
-        if diags.len() >= DIAGNOSTICS_MAX {
-            diags.remove(0);
-        }
-        diags.push(StoreDiagnostic {
-            file: file.to_owned(),
-            message,
-        });
+        self.diagnostics.push(file.to_owned(), message);
     }
 
     /// Reads a JSON document; a corrupt one is set aside with a diagnostic and reads as `None`.

@@ -19,7 +19,7 @@
 mod docs;
 mod schema;
 
-use std::sync::{Arc, Mutex as SyncMutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Client, GenericClient, Manager, Pool, PoolError};
@@ -41,19 +41,16 @@ pub use tokio_postgres::Error as PgError;
 pub use tokio_postgres::NoTls;
 
 use crate::clock::Clock;
+use crate::diagnostics::Diagnostics;
 use crate::engine::memory_table::{MemoryOp, MemoryTable};
 use crate::engine::variable_table::{VariableOp, VariableTable};
 use crate::error::StoreError;
-use crate::mem::lock;
 use crate::memory::{MemoryQuery, MemorySearchResult, MemoryStore};
 use crate::variable::{PatchOutcome, VariableChange, VariableListing, VariableStore};
 use crate::StoreDiagnostic;
 
 /// Connections kept by default.
 pub const DEFAULT_POOL_SIZE: usize = 8;
-
-/// Most diagnostics kept (the newest).
-const DIAGNOSTICS_MAX: usize = 1000;
 
 /// How long a write waits for another process's table lock before failing (retryable).
 const LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '10s';";
@@ -164,7 +161,7 @@ struct Inner {
     clock: Arc<dyn Clock>,
     memory: Mutex<Mirror<MemoryTable>>,
     variables: Mutex<Mirror<VariableTable>>,
-    diagnostics: SyncMutex<Vec<StoreDiagnostic>>,
+    diagnostics: Diagnostics,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -216,7 +213,7 @@ impl PgStore {
                 clock,
                 memory: Mutex::default(),
                 variables: Mutex::default(),
-                diagnostics: SyncMutex::default(),
+                diagnostics: Diagnostics::default(),
             }),
         };
         let mut client = store.inner.client("open").await?;
@@ -230,7 +227,7 @@ impl PgStore {
     /// Problems found in stored data so far (unreadable operation rows, documents), newest
     /// last.
     pub fn diagnostics(&self) -> Vec<StoreDiagnostic> {
-        lock(&self.inner.diagnostics).clone()
+        self.inner.diagnostics.snapshot()
     }
 
     /// How many memory records (live, forgotten or expired) this process has loaded.
@@ -245,11 +242,7 @@ impl Inner {
     }
 
     fn diag(&self, file: String, message: String) {
-        let mut all = lock(&self.diagnostics);
-        if all.len() >= DIAGNOSTICS_MAX {
-            all.remove(0);
-        }
-        all.push(StoreDiagnostic { file, message });
+        self.diagnostics.push(file, message);
     }
 
     /// Applies the rows after the mirror's sequence number, in order. Unreadable rows are

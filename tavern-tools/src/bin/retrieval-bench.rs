@@ -25,7 +25,7 @@ use tavern_core::{
 };
 use tavern_store::clock::ManualClock;
 use tavern_store::fs::FsStore;
-use tavern_store::search::{raw_tokens, stopwords::is_stop_word};
+use tavern_store::search::{raw_tokens, stopwords::is_stop_word, MONTHS};
 use tavern_store::{ChatStore, MemoryStore};
 use tavern_tools::assets::provider::MemAssets;
 use tavern_tools::{ToolContext, ToolLimits, ToolRegistry, ToolServices};
@@ -65,21 +65,6 @@ struct Conversation {
     turns: Vec<Turn>,
     questions: Vec<Question>,
 }
-
-const MONTHS: [&str; 12] = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-];
 
 /// Days since 1970-01-01 of a proleptic Gregorian date.
 fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
