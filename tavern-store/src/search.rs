@@ -420,6 +420,10 @@ fn fields_len(fields: &[(&str, f32)]) -> f32 {
         .sum()
 }
 
+/// From this many documents on, [`Bm25Index::insert_many`] indexes them in bulk, each shard on
+/// its own thread.
+const BULK_DOCS: usize = 256;
+
 impl Bm25Index {
     /// An empty index.
     pub fn new() -> Self {
@@ -507,6 +511,14 @@ impl Bm25Index {
             .filter(|(i, (doc, _, _))| last.get(doc) == Some(i))
             .map(|(_, d)| *d)
             .collect();
+        // A few documents (a catch-up, one write): threads and exact per-list reservations
+        // cost more than they save, and each call would touch every posting list.
+        if docs.len() < BULK_DOCS {
+            for (doc, group, text) in docs {
+                self.insert_fields(doc, group, &[(text, 1.0)]);
+            }
+            return;
+        }
         let generations: Vec<u32> = docs
             .iter()
             .map(|(doc, group, text)| self.begin(*doc, *group, word_len(text) as f32))

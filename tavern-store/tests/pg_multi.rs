@@ -128,6 +128,146 @@ async fn a_write_through_one_store_is_seen_by_the_next_read_through_the_other() 
         .is_conflict());
 }
 
+/// A store far behind catches up in bounded batches (2,000 rows per round trip) and misses
+/// nothing, whether it is reading, writing or opening.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_store_far_behind_catches_up_in_batches() {
+    let (a, b, config, clock) = two_stores().await;
+    let scope = agent("a1");
+    let n = 4_100;
+    for i in 0..n {
+        a.put(
+            write(&format!("m{i}"), scope.clone(), &format!("note {i}")),
+            None,
+            false,
+        )
+        .await
+        .unwrap();
+    }
+    // Reading: every row, the last one included.
+    let q = MemoryQuery::new(format!("note {}", n - 1), vec![scope.clone()]);
+    assert_eq!(
+        b.search(&q).await.unwrap().hits[0].record.id.as_str(),
+        format!("m{}", n - 1)
+    );
+    assert_eq!(b.memory_len().await, n);
+    // Writing: a store that has read nothing yet decides on the whole table.
+    let c = pg_support::cluster().open(&config, clock.clone()).await;
+    assert_eq!(c.memory_len().await, n);
+    let d = pg_support::cluster().open(&config, clock).await;
+    let last = a
+        .put(
+            write("m0", scope.clone(), "note zero, again"),
+            Some(
+                &b.read(&MemoryId::parse("m0").unwrap(), &scope)
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .revision,
+            ),
+            false,
+        )
+        .await
+        .unwrap();
+    for i in 0..n {
+        a.put(write(&format!("x{i}"), scope.clone(), "more"), None, false)
+            .await
+            .unwrap();
+    }
+    let err = d
+        .put(write("m0", scope.clone(), "stale"), None, false)
+        .await
+        .unwrap_err();
+    assert_eq!(err.conflict_revision(), Some(&last.revision));
+    assert_eq!(d.memory_len().await, 2 * n);
+}
+
+/// A store decides a write on its own copy of the tables first and keeps that decision only
+/// when the copy was current: every verdict below is made while the deciding store has not
+/// yet seen the other store's write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_are_decided_on_the_whole_table_not_on_a_stale_copy() {
+    let (a, b, _, _) = two_stores().await;
+    let scope = agent("a1");
+    // Created through B, unseen by A: A's update with B's revision is right, not a conflict
+    // (A's copy has no such record).
+    let made = b
+        .put(write("key", scope.clone(), "a brass key"), None, false)
+        .await
+        .unwrap();
+    let updated = a
+        .put(
+            write("key", scope.clone(), "a rusty brass key"),
+            Some(&made.revision),
+            false,
+        )
+        .await
+        .unwrap();
+    // Created again through A on a copy where it did not exist: a conflict naming the
+    // current revision, written by nobody.
+    let again = b
+        .put(write("coin", scope.clone(), "a coin"), None, false)
+        .await
+        .unwrap();
+    let dup = a
+        .put(write("coin", scope.clone(), "another coin"), None, false)
+        .await
+        .unwrap_err();
+    assert_eq!(dup.conflict_revision(), Some(&again.revision));
+    // Updated through B after A's update: A's next update with its own (now stale) revision
+    // conflicts, although A's copy still holds that revision.
+    let later = b
+        .put(
+            write("key", scope.clone(), "a key turned to dust"),
+            Some(&updated.revision),
+            false,
+        )
+        .await
+        .unwrap();
+    let stale = a
+        .put(
+            write("key", scope.clone(), "lost"),
+            Some(&updated.revision),
+            false,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(stale.conflict_revision(), Some(&later.revision));
+    // Variables: a patch expecting the scope revision B just made, decided by A.
+    let first = b
+        .set(&scope, &var("hp"), json!(3), None, MemorySource::system())
+        .await
+        .unwrap();
+    let second = a
+        .set(
+            &scope,
+            &var("hp"),
+            json!(4),
+            Some(&first.revision),
+            MemorySource::system(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(b.get(&scope, &var("hp")).await.unwrap(), Some(second));
+    // A clear decided by A of a scope only B wrote to clears it.
+    let other = agent("a2");
+    b.set(&other, &var("mp"), json!(1), None, MemorySource::system())
+        .await
+        .unwrap();
+    assert_eq!(
+        a.clear_scope(&other, MemorySource::system()).await.unwrap(),
+        1
+    );
+    assert_eq!(b.get(&other, &var("mp")).await.unwrap(), None);
+    // The audit holds every acknowledged write once, in order.
+    let audit = b.memory_audit(&scope, Some(&made.id)).await.unwrap();
+    let revisions: Vec<&Revision> = audit.iter().filter_map(|e| e.revision.as_ref()).collect();
+    assert_eq!(
+        revisions,
+        [&made.revision, &updated.revision, &later.revision]
+    );
+}
+
 /// 8 writers, half through each store, race CAS updates of one variable: every acknowledged
 /// write is found (in the value and the audit), and each revision has exactly one successor.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

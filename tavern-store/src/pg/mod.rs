@@ -17,13 +17,14 @@
 //! string or credentials.
 
 mod docs;
+mod ops;
 mod schema;
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use deadpool_postgres::{Client, GenericClient, Manager, Pool, PoolError};
-use serde::de::DeserializeOwned;
+use deadpool_postgres::{Client, Manager, Pool, PoolError};
+use ops::Mirror;
 use serde::Serialize;
 use tavern_core::{
     AuditEntry, MemoryId, MemoryRecord, MemorySource, MemoryWrite, Revision, ScopeKey,
@@ -43,7 +44,7 @@ pub use tokio_postgres::NoTls;
 use crate::clock::Clock;
 use crate::diagnostics::Diagnostics;
 use crate::engine::memory_table::{MemoryOp, MemoryTable};
-use crate::engine::variable_table::{VariableOp, VariableTable};
+use crate::engine::variable_table::VariableTable;
 use crate::error::StoreError;
 use crate::memory::{MemoryQuery, MemorySearchResult, MemoryStore};
 use crate::variable::{PatchOutcome, VariableChange, VariableListing, VariableStore};
@@ -51,9 +52,6 @@ use crate::StoreDiagnostic;
 
 /// Connections kept by default.
 pub const DEFAULT_POOL_SIZE: usize = 8;
-
-/// How long a write waits for another process's table lock before failing (retryable).
-const LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '10s';";
 
 /// A database error as a [`StoreError`], for `map_err`.
 pub(crate) fn db(op: &'static str) -> impl FnOnce(tokio_postgres::Error) -> StoreError {
@@ -85,67 +83,6 @@ fn pool_err(op: &'static str) -> impl FnOnce(PoolError) -> StoreError {
 fn encode<T: Serialize>(value: &T, what: &str) -> Result<String, StoreError> {
     serde_json::to_string(value)
         .map_err(|e| StoreError::Internal(format!("cannot encode {what}: {e}")))
-}
-
-/// An operation table in the database mirrored by an engine table in this process.
-trait OpsTable: Default + Send {
-    type Op: Serialize + DeserializeOwned + Send;
-    /// The database table.
-    const NAME: &'static str;
-    /// Locks the table against other writers until the transaction ends.
-    const LOCK: &'static str;
-    /// Rows after a sequence number, in order.
-    const SELECT: &'static str;
-    /// Inserts one operation row, returning its sequence number.
-    const INSERT: &'static str;
-    /// The scope and record id an operation is about (for people reading the table).
-    fn keys(op: &Self::Op) -> (String, Option<String>);
-    fn apply_ops(&mut self, ops: Vec<Self::Op>);
-}
-
-impl OpsTable for MemoryTable {
-    type Op = MemoryOp;
-    const NAME: &'static str = "memory_ops";
-    const LOCK: &'static str = "LOCK TABLE memory_ops IN EXCLUSIVE MODE";
-    const SELECT: &'static str = "SELECT seq, op::text FROM memory_ops WHERE seq > $1 ORDER BY seq";
-    const INSERT: &'static str =
-        "INSERT INTO memory_ops (scope, id, op) VALUES ($1, $2, $3::text::json) RETURNING seq";
-    fn keys(op: &MemoryOp) -> (String, Option<String>) {
-        match op {
-            MemoryOp::Put { record, .. } | MemoryOp::Snapshot { record, .. } => {
-                (record.scope.to_string(), Some(record.id.to_string()))
-            }
-            MemoryOp::Touch { scope, id, .. } => (scope.to_string(), Some(id.to_string())),
-        }
-    }
-    fn apply_ops(&mut self, ops: Vec<MemoryOp>) {
-        self.apply_many(ops);
-    }
-}
-
-impl OpsTable for VariableTable {
-    type Op = VariableOp;
-    const NAME: &'static str = "variable_ops";
-    const LOCK: &'static str = "LOCK TABLE variable_ops IN EXCLUSIVE MODE";
-    const SELECT: &'static str =
-        "SELECT seq, op::text FROM variable_ops WHERE seq > $1 ORDER BY seq";
-    const INSERT: &'static str =
-        "INSERT INTO variable_ops (scope, id, op) VALUES ($1, $2, $3::text::json) RETURNING seq";
-    fn keys(op: &VariableOp) -> (String, Option<String>) {
-        (op.scope.to_string(), None)
-    }
-    fn apply_ops(&mut self, ops: Vec<VariableOp>) {
-        for op in ops {
-            self.apply(op);
-        }
-    }
-}
-
-/// This process's copy of an operation table: the engine table and the last row applied.
-#[derive(Default)]
-struct Mirror<T> {
-    table: T,
-    seq: i64,
 }
 
 /// Every store port on one PostgreSQL database. Cheap to clone (one shared pool and mirror);
@@ -245,100 +182,9 @@ impl Inner {
         self.diagnostics.push(file, message);
     }
 
-    /// Applies the rows after the mirror's sequence number, in order. Unreadable rows are
-    /// skipped with a diagnostic (never fatal, as a corrupt log line in the file store).
-    async fn catch_up<T: OpsTable, C: GenericClient>(
-        &self,
-        client: &C,
-        mirror: &mut Mirror<T>,
-    ) -> Result<(), StoreError> {
-        let rows = client
-            .query(T::SELECT, &[&mirror.seq])
-            .await
-            .map_err(db("catch up"))?;
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let mut ops = Vec::with_capacity(rows.len());
-        let mut last = mirror.seq;
-        for row in &rows {
-            let seq: i64 = row.try_get(0).map_err(db("catch up"))?;
-            let text: &str = row.try_get(1).map_err(db("catch up"))?;
-            match serde_json::from_str::<T::Op>(text) {
-                Ok(op) => ops.push(op),
-                Err(e) => self.diag(
-                    format!("{} seq {seq}", T::NAME),
-                    format!("unreadable operation ({e}); skipped"),
-                ),
-            }
-            last = seq;
-        }
-        mirror.table.apply_ops(ops);
-        mirror.seq = last;
-        Ok(())
-    }
-
-    /// Catches the mirror up and runs `f` on it.
-    async fn read<T: OpsTable, R>(
-        &self,
-        mirror: &Mutex<Mirror<T>>,
-        f: impl FnOnce(&T) -> R + Send,
-    ) -> Result<R, StoreError> {
-        // The mirror first, then a connection: a task waiting for the mirror holds no
-        // connection, so a full pool never waits on itself.
-        let mut m = mirror.lock().await;
-        let client = self.client("read").await?;
-        // One statement, one snapshot: every row it returns was committed, and (writers being
-        // serialized) so was every row before it.
-        self.catch_up(&client, &mut m).await?;
-        drop(client);
-        Ok(f(&m.table))
-    }
-
-    /// Runs a write: under the table lock, catch up, let `prepare` check the change against
-    /// the caught-up table and produce its operation (or nothing to write), insert it, commit,
-    /// then apply it here. Every row commits durably, access times too: a row that other
-    /// processes saw and a crash then lost would let its sequence number be reused, and a
-    /// mirror that already moved past it would never see the row that reuses it.
-    async fn write<T: OpsTable, R: Send>(
-        &self,
-        mirror: &Mutex<Mirror<T>>,
-        prepare: impl FnOnce(&T) -> Result<Option<(R, T::Op)>, StoreError> + Send,
-    ) -> Result<Option<R>, StoreError> {
-        let mut m = mirror.lock().await;
-        let mut client = self.client("write").await?;
-        let tx = client.transaction().await.map_err(db("write"))?;
-        // A writer stalled in another process (a partition before its commit) must not hold
-        // every reader and writer here forever: waiting for the table lock is bounded.
-        // One round trip for both (each one is a network wait on every write).
-        tx.batch_execute(&format!("{LOCK_TIMEOUT} {}", T::LOCK))
-            .await
-            .map_err(db("write"))?;
-        self.catch_up(&tx, &mut m).await?;
-        // Refused or nothing to do: the transaction rolls back when dropped.
-        let Some((out, op)) = prepare(&m.table)? else {
-            return Ok(None);
-        };
-        let text = encode(&op, "an operation")?;
-        let (scope, id) = T::keys(&op);
-        let row = tx
-            .query_one(T::INSERT, &[&scope, &id, &text])
-            .await
-            .map_err(db("write"))?;
-        let seq: i64 = row.try_get(0).map_err(db("write"))?;
-        // If the commit's outcome is unknown (the connection dropped), nothing is applied
-        // here: the next catch-up finds the row if it was committed.
-        tx.commit().await.map_err(db("commit"))?;
-        // Writers are serialized by the table lock and this mirror caught up under it, so
-        // every row before `seq` is applied already (gaps are rolled-back inserts).
-        m.table.apply_ops(vec![op]);
-        m.seq = seq;
-        Ok(Some(out))
-    }
-
     async fn write_memory(
         &self,
-        prepare: impl FnOnce(&MemoryTable) -> Result<(MemoryRecord, MemoryOp), StoreError> + Send,
+        prepare: impl Fn(&MemoryTable) -> Result<(MemoryRecord, MemoryOp), StoreError> + Send + Sync,
     ) -> Result<MemoryRecord, StoreError> {
         self.write(&self.memory, |t| prepare(t).map(Some))
             .await?
@@ -402,7 +248,7 @@ impl MemoryStore for PgStore {
     ) -> Result<MemoryRecord, StoreError> {
         let now = self.inner.clock.now();
         self.inner
-            .write_memory(|t| t.prepare_put(write, expected, restore, now))
+            .write_memory(|t| t.prepare_put(write.clone(), expected, restore, now))
             .await
     }
 
@@ -415,7 +261,7 @@ impl MemoryStore for PgStore {
     ) -> Result<MemoryRecord, StoreError> {
         let now = self.inner.clock.now();
         self.inner
-            .write_memory(|t| t.prepare_forget(id, scope, expected, source, now))
+            .write_memory(|t| t.prepare_forget(id, scope, expected, source.clone(), now))
             .await
     }
 
