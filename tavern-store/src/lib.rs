@@ -28,6 +28,7 @@ pub mod pg;
 pub mod prompt;
 pub mod search;
 pub mod state;
+pub mod transfer;
 pub mod variable;
 mod wrappers;
 
@@ -38,6 +39,7 @@ pub use error::{StoreError, Target};
 pub use memory::{MemoryHit, MemoryQuery, MemorySearchResult, MemoryStore, TagMatch};
 pub use prompt::{PromptStore, SessionPrompt};
 pub use state::{StateMutation, StateStore, StateStoreExt, StateView, StateViewExt, Verdict};
+pub use transfer::{copy_store, CopyReport, CopyableStore, TableDump, Transfer};
 pub use variable::{
     PatchOutcome, VariableChange, VariableEntry, VariableListing, VariableStore, VariableSummary,
 };

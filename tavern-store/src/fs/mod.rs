@@ -17,6 +17,7 @@ mod atomic;
 mod chat;
 mod log;
 mod names;
+mod transfer;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

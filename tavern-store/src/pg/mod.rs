@@ -19,6 +19,7 @@
 mod docs;
 mod ops;
 mod schema;
+mod transfer;
 
 use std::sync::Arc;
 

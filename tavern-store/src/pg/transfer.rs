@@ -1,0 +1,168 @@
+//! [`Transfer`] for PostgreSQL: the tables are dumped from this process's caught-up mirrors and
+//! loaded as snapshot rows in one transaction under both table locks; session documents are
+//! listed from their tables.
+
+use async_trait::async_trait;
+use tavern_core::{CharacterName, SessionId};
+use tokio_postgres::types::ToSql;
+
+use super::ops::OpsTable;
+use super::{db, encode, PgStore};
+use crate::engine::memory_table::MemoryTable;
+use crate::engine::variable_table::VariableTable;
+use crate::error::StoreError;
+use crate::prompt::SessionPrompt;
+use crate::transfer::{TableDump, Transfer};
+
+/// Rows per insert statement when loading a table.
+const LOAD_BATCH: usize = 1000;
+
+const INSERT_MANY_MEMORY: &str = "INSERT INTO memory_ops (scope, id, op)
+    SELECT t.scope, t.id, t.op::json FROM unnest($1::text[], $2::text[], $3::text[])
+    AS t(scope, id, op)";
+
+const INSERT_MANY_VARIABLES: &str = "INSERT INTO variable_ops (scope, id, op)
+    SELECT t.scope, t.id, t.op::json FROM unnest($1::text[], $2::text[], $3::text[])
+    AS t(scope, id, op)";
+
+/// Scope, id and serialized operation of every operation, in order.
+fn columns<T: OpsTable>(
+    ops: &[T::Op],
+) -> Result<(Vec<String>, Vec<Option<String>>, Vec<String>), StoreError> {
+    let mut scopes = Vec::with_capacity(ops.len());
+    let mut ids = Vec::with_capacity(ops.len());
+    let mut texts = Vec::with_capacity(ops.len());
+    for op in ops {
+        let (scope, id) = T::keys(op);
+        scopes.push(scope);
+        ids.push(id);
+        texts.push(encode(op, "an operation")?);
+    }
+    Ok((scopes, ids, texts))
+}
+
+impl PgStore {
+    async fn sessions_of(
+        &self,
+        sql: &str,
+        what: &'static str,
+    ) -> Result<Vec<SessionId>, StoreError> {
+        let client = self.inner.client(what).await?;
+        let rows = client.query(sql, &[]).await.map_err(db(what))?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let name: &str = row.try_get(0).map_err(db(what))?;
+            out.push(SessionId::parse(name).map_err(|e| StoreError::Corrupt {
+                file: what.to_owned(),
+                reason: e.to_string(),
+            })?);
+        }
+        out.sort();
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl Transfer for PgStore {
+    async fn dump_tables(&self) -> Result<TableDump, StoreError> {
+        let memory = self
+            .inner
+            .read(&self.inner.memory, MemoryTable::snapshot)
+            .await?;
+        let variables = self
+            .inner
+            .read(&self.inner.variables, VariableTable::snapshot)
+            .await?;
+        Ok(TableDump { memory, variables })
+    }
+
+    async fn load_tables(&self, dump: TableDump) -> Result<(), StoreError> {
+        let mut client = self.inner.client("load tables").await?;
+        let tx = client.transaction().await.map_err(db("load tables"))?;
+        tx.batch_execute(
+            "LOCK TABLE memory_ops IN EXCLUSIVE MODE; LOCK TABLE variable_ops IN EXCLUSIVE MODE",
+        )
+        .await
+        .map_err(db("load tables"))?;
+        let row = tx
+            .query_one(
+                "SELECT (SELECT count(*) FROM memory_ops), (SELECT count(*) FROM variable_ops)",
+                &[],
+            )
+            .await
+            .map_err(db("load tables"))?;
+        let (m, v): (i64, i64) = (
+            row.try_get(0).map_err(db("load tables"))?,
+            row.try_get(1).map_err(db("load tables"))?,
+        );
+        if m > 0 || v > 0 {
+            return Err(StoreError::Invalid(tavern_core::CoreError::InvalidField {
+                field: "target store",
+                reason: format!(
+                    "it holds {m} memory and {v} variable operations; copy only into an empty store"
+                ),
+            }));
+        }
+        for chunk in dump.memory.chunks(LOAD_BATCH) {
+            let (scopes, ids, texts) = columns::<MemoryTable>(chunk)?;
+            let params: [&(dyn ToSql + Sync); 3] = [&scopes, &ids, &texts];
+            tx.execute(INSERT_MANY_MEMORY, &params)
+                .await
+                .map_err(db("load tables"))?;
+        }
+        for chunk in dump.variables.chunks(LOAD_BATCH) {
+            let (scopes, ids, texts) = columns::<VariableTable>(chunk)?;
+            let params: [&(dyn ToSql + Sync); 3] = [&scopes, &ids, &texts];
+            tx.execute(INSERT_MANY_VARIABLES, &params)
+                .await
+                .map_err(db("load tables"))?;
+        }
+        tx.commit().await.map_err(db("load tables"))?;
+        drop(client);
+        // The mirrors catch up from the rows just committed.
+        self.inner.read(&self.inner.memory, |_| ()).await?;
+        self.inner.read(&self.inner.variables, |_| ()).await
+    }
+
+    async fn chat_characters(&self) -> Result<Vec<CharacterName>, StoreError> {
+        let client = self.inner.client("list chats").await?;
+        let rows = client
+            .query("SELECT DISTINCT character FROM chats", &[])
+            .await
+            .map_err(db("list chats"))?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let name: &str = row.try_get(0).map_err(db("list chats"))?;
+            out.push(CharacterName::parse(name).map_err(|e| StoreError::Corrupt {
+                file: "chats".into(),
+                reason: e.to_string(),
+            })?);
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    async fn checkpoint_sessions(&self) -> Result<Vec<SessionId>, StoreError> {
+        self.sessions_of("SELECT session FROM checkpoints", "list checkpoints")
+            .await
+    }
+
+    async fn prompt_sessions(&self) -> Result<Vec<SessionId>, StoreError> {
+        self.sessions_of("SELECT session FROM prompts", "list prompts")
+            .await
+    }
+
+    async fn load_prompt(&self, prompt: &SessionPrompt) -> Result<(), StoreError> {
+        let doc = encode(prompt, "a prompt")?;
+        let client = self.inner.client("save prompt").await?;
+        client
+            .execute(
+                "INSERT INTO prompts (session, doc) VALUES ($1, $2)
+                 ON CONFLICT (session) DO UPDATE SET doc = EXCLUDED.doc",
+                &[&prompt.session_id.as_str(), &doc],
+            )
+            .await
+            .map_err(db("save prompt"))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,259 @@
+//! Moving a whole store to another backend (the file store into PostgreSQL and back): every
+//! memory with its audit trail (forgotten and expired ones too), every variable scope with its
+//! tombstones and audit, every chat byte for byte, the state, every projector checkpoint and
+//! session prompt — copied exactly (revisions and timestamps included) into an empty store,
+//! then read back from both and compared.
+
+use async_trait::async_trait;
+use tavern_core::{CharacterName, SessionId};
+
+use crate::engine::memory_table::MemoryOp;
+use crate::engine::variable_table::VariableOp;
+use crate::error::StoreError;
+use crate::prompt::SessionPrompt;
+use crate::state::Verdict;
+use crate::wrappers::AllStores;
+
+/// The memory and variable tables of a store, exactly: one snapshot operation per memory and
+/// per variable scope, in the form both stores log them.
+#[derive(Debug, Clone, Default)]
+pub struct TableDump {
+    pub(crate) memory: Vec<MemoryOp>,
+    pub(crate) variables: Vec<VariableOp>,
+}
+
+impl TableDump {
+    /// Memory records (live, forgotten and expired).
+    pub fn memory_records(&self) -> usize {
+        self.memory.len()
+    }
+
+    /// Variable scopes.
+    pub fn variable_scopes(&self) -> usize {
+        self.variables.len()
+    }
+
+    /// Whether both tables are empty.
+    pub fn is_empty(&self) -> bool {
+        self.memory.is_empty() && self.variables.is_empty()
+    }
+
+    /// The operations as sorted JSON lines (what two dumps are compared by: stores keep
+    /// records in their own order).
+    fn canonical(&self) -> Result<Vec<String>, StoreError> {
+        let mut lines = Vec::with_capacity(self.memory.len() + self.variables.len());
+        for op in &self.memory {
+            lines.push(encode(op)?);
+        }
+        for op in &self.variables {
+            lines.push(encode(op)?);
+        }
+        lines.sort_unstable();
+        Ok(lines)
+    }
+}
+
+fn encode<T: serde::Serialize>(op: &T) -> Result<String, StoreError> {
+    serde_json::to_string(op)
+        .map_err(|e| StoreError::Internal(format!("cannot encode an operation: {e}")))
+}
+
+/// What a store offers beyond its ports so that it can be copied whole. Object safe.
+#[async_trait]
+pub trait Transfer: Send + Sync {
+    /// The memory and variable tables as they are now.
+    ///
+    /// # Errors
+    /// Store failures.
+    async fn dump_tables(&self) -> Result<TableDump, StoreError>;
+
+    /// Loads `dump` into this store, whose memory and variable tables must both be empty; all
+    /// of it durably or (on an error) none of a table.
+    ///
+    /// # Errors
+    /// [`StoreError::Invalid`] when a table is not empty; store failures.
+    async fn load_tables(&self, dump: TableDump) -> Result<(), StoreError>;
+
+    /// The characters that have chats, sorted.
+    ///
+    /// # Errors
+    /// Store failures.
+    async fn chat_characters(&self) -> Result<Vec<CharacterName>, StoreError>;
+
+    /// The sessions that have a projector checkpoint, sorted.
+    ///
+    /// # Errors
+    /// Store failures.
+    async fn checkpoint_sessions(&self) -> Result<Vec<SessionId>, StoreError>;
+
+    /// The sessions that have a prompt, sorted.
+    ///
+    /// # Errors
+    /// Store failures.
+    async fn prompt_sessions(&self) -> Result<Vec<SessionId>, StoreError>;
+
+    /// Stores `prompt` exactly as given (its time included), replacing the session's prompt.
+    ///
+    /// # Errors
+    /// Store failures.
+    async fn load_prompt(&self, prompt: &SessionPrompt) -> Result<(), StoreError>;
+}
+
+/// A store that can be copied: every port plus [`Transfer`].
+pub trait CopyableStore: AllStores + Transfer {}
+
+impl<T: AllStores + Transfer + ?Sized> CopyableStore for T {}
+
+/// What [`copy_store`] copied (and then found identical in both stores).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CopyReport {
+    /// Memory records, with their audit trails.
+    pub memories: usize,
+    /// Variable scopes, with their audit trails.
+    pub variable_scopes: usize,
+    /// Chats.
+    pub chats: usize,
+    /// Chat lines.
+    pub chat_lines: usize,
+    /// Projector checkpoints.
+    pub checkpoints: usize,
+    /// Session prompts.
+    pub prompts: usize,
+}
+
+fn not_empty(what: String) -> StoreError {
+    StoreError::Invalid(tavern_core::CoreError::InvalidField {
+        field: "target store",
+        reason: format!("{what}; copy only into an empty store"),
+    })
+}
+
+/// Copies everything in `from` into `to`, which must be empty, then reads both back and
+/// compares them. Nothing in `from` changes. Writes to `from` while the copy runs may or may
+/// not be copied (stop the hosts first); the verification then reports the difference.
+///
+/// # Errors
+/// [`StoreError::Invalid`] when `to` is not empty (nothing is written then); store failures
+/// (the target may then hold part of the copy: empty it and copy again);
+/// [`StoreError::Internal`] naming what differs when the verification fails.
+pub async fn copy_store(
+    from: &dyn CopyableStore,
+    to: &dyn CopyableStore,
+) -> Result<CopyReport, StoreError> {
+    check_empty(to).await?;
+    let tables = from.dump_tables().await?;
+    let mut report = CopyReport {
+        memories: tables.memory_records(),
+        variable_scopes: tables.variable_scopes(),
+        ..CopyReport::default()
+    };
+    let expected_tables = tables.canonical()?;
+    to.load_tables(tables).await?;
+    for character in from.chat_characters().await? {
+        for chat in from.list_chats(&character).await? {
+            let Some(file) = from.read_chat(&character, &chat).await? else {
+                continue;
+            };
+            if file.lines.is_empty() {
+                continue;
+            }
+            to.rewrite_chat(&character, &chat, &file.lines, None)
+                .await?;
+            report.chats += 1;
+            report.chat_lines += file.lines.len();
+        }
+    }
+    let (state, _) = from.load_state().await?;
+    to.update_state(&mut |s| {
+        *s = state.clone();
+        Verdict::Write
+    })
+    .await?;
+    for session in from.checkpoint_sessions().await? {
+        if let Some(cp) = from.load_checkpoint(&session).await? {
+            to.save_checkpoint(&cp, None).await?;
+            report.checkpoints += 1;
+        }
+    }
+    for session in from.prompt_sessions().await? {
+        if let Some(p) = from.get_prompt(&session).await? {
+            to.load_prompt(&p).await?;
+            report.prompts += 1;
+        }
+    }
+    verify(from, to, &expected_tables, report).await?;
+    Ok(report)
+}
+
+async fn check_empty(to: &dyn CopyableStore) -> Result<(), StoreError> {
+    let tables = to.dump_tables().await?;
+    if !tables.is_empty() {
+        return Err(not_empty(format!(
+            "it holds {} memories and {} variable scopes",
+            tables.memory_records(),
+            tables.variable_scopes()
+        )));
+    }
+    if let Some(c) = to.chat_characters().await?.first() {
+        return Err(not_empty(format!("it holds chats of {c}")));
+    }
+    if !to.checkpoint_sessions().await?.is_empty() || !to.prompt_sessions().await?.is_empty() {
+        return Err(not_empty("it holds session checkpoints or prompts".into()));
+    }
+    let (state, _) = to.load_state().await?;
+    if state.to_json() != tavern_core::TavernState::default().to_json() {
+        return Err(not_empty("its state is not the default".into()));
+    }
+    Ok(())
+}
+
+fn differs(what: String) -> StoreError {
+    StoreError::Internal(format!("the copy differs from its source: {what}"))
+}
+
+/// Reads both stores back and compares everything copied.
+async fn verify(
+    from: &dyn CopyableStore,
+    to: &dyn CopyableStore,
+    expected_tables: &[String],
+    report: CopyReport,
+) -> Result<(), StoreError> {
+    if to.dump_tables().await?.canonical()? != expected_tables {
+        return Err(differs("memories or variables".into()));
+    }
+    let mut chats = 0;
+    for character in from.chat_characters().await? {
+        for chat in from.list_chats(&character).await? {
+            let a = from.read_chat(&character, &chat).await?;
+            let b = to.read_chat(&character, &chat).await?;
+            let raw = |f: Option<crate::ChatFile>| -> Vec<String> {
+                f.map(|f| f.lines.iter().map(|l| l.raw().to_owned()).collect())
+                    .unwrap_or_default()
+            };
+            let (a, b) = (raw(a), raw(b));
+            if a != b {
+                return Err(differs(format!("chat {chat} of {character}")));
+            }
+            chats += usize::from(!a.is_empty());
+        }
+    }
+    if chats != report.chats {
+        return Err(differs("the number of chats".into()));
+    }
+    let (a, _) = from.load_state().await?;
+    let (b, _) = to.load_state().await?;
+    if a.to_json() != b.to_json() {
+        return Err(differs("the state".into()));
+    }
+    for session in from.checkpoint_sessions().await? {
+        if from.load_checkpoint(&session).await? != to.load_checkpoint(&session).await? {
+            return Err(differs(format!("the checkpoint of session {session}")));
+        }
+    }
+    for session in from.prompt_sessions().await? {
+        if from.get_prompt(&session).await? != to.get_prompt(&session).await? {
+            return Err(differs(format!("the prompt of session {session}")));
+        }
+    }
+    Ok(())
+}
