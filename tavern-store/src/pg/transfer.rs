@@ -25,10 +25,10 @@ const INSERT_MANY_VARIABLES: &str = "INSERT INTO variable_ops (scope, id, op)
     SELECT t.scope, t.id, t.op::json FROM unnest($1::text[], $2::text[], $3::text[])
     AS t(scope, id, op)";
 
-/// Scope, id and serialized operation of every operation, in order.
-fn columns<T: OpsTable>(
-    ops: &[T::Op],
-) -> Result<(Vec<String>, Vec<Option<String>>, Vec<String>), StoreError> {
+/// Scope, id and serialized operation of every operation, in order (the insert's columns).
+type Columns = (Vec<String>, Vec<Option<String>>, Vec<String>);
+
+fn columns<T: OpsTable>(ops: &[T::Op]) -> Result<Columns, StoreError> {
     let mut scopes = Vec::with_capacity(ops.len());
     let mut ids = Vec::with_capacity(ops.len());
     let mut texts = Vec::with_capacity(ops.len());
