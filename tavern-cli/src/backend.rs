@@ -1,14 +1,31 @@
-//! The store a command works on: every port as `Arc<dyn AllStores>`, plus the few operations
-//! only the embedded file store has (which characters have chats, compaction, diagnostics).
-//! Another backend plugs in by implementing [`Backend`].
+//! The store a command works on: every port as `Arc<dyn AllStores>`, the same store as a
+//! [`CopyableStore`] (listings and whole-store copies), plus compaction and diagnostics. The
+//! file store under `--data`, or PostgreSQL with `--store`.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use tavern_core::CharacterName;
 use tavern_store::fs::FsStore;
-use tavern_store::{AllStores, StoreDiagnostic, SystemClock};
+use tavern_store::pg::{PgConfig, PgStore, DEFAULT_POOL_SIZE};
+use tavern_store::{AllStores, CopyableStore, StoreDiagnostic, SystemClock};
 
 use crate::{CliError, Context};
+
+/// Where a PostgreSQL store is: `postgres://` URL or `key=value` settings, and optionally a
+/// file whose first line is the password. Never printed (its `Debug` hides the settings).
+#[derive(Clone)]
+pub struct StoreSettings {
+    /// The connection settings.
+    pub settings: String,
+    /// A file holding the password.
+    pub password_file: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for StoreSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreSettings").finish_non_exhaustive()
+    }
+}
 
 /// Lines of one log before and after a compaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,11 +41,8 @@ pub trait Backend: Send + Sync {
     /// Every store port.
     fn stores(&self) -> Arc<dyn AllStores>;
 
-    /// The characters that have chats, sorted.
-    ///
-    /// # Errors
-    /// Store failures.
-    fn chat_characters(&self) -> Result<Vec<CharacterName>, CliError>;
+    /// The same store, with its listings and whole-store copies.
+    fn copyable(&self) -> Arc<dyn CopyableStore>;
 
     /// Compacts the logs (safe while other processes use the store).
     ///
@@ -51,8 +65,8 @@ impl Backend for FsBackend {
         Arc::new(self.store.clone())
     }
 
-    fn chat_characters(&self) -> Result<Vec<CharacterName>, CliError> {
-        Ok(self.store.chat_characters()?)
+    fn copyable(&self) -> Arc<dyn CopyableStore> {
+        Arc::new(self.store.clone())
     }
 
     fn compact(&self) -> Result<Compacted, CliError> {
@@ -68,34 +82,101 @@ impl Backend for FsBackend {
     }
 }
 
-/// Whether the data directory holds a store already.
-pub fn store_exists(ctx: &Context) -> bool {
-    ["memory.log", "variables.log", "state.json", "chats"]
-        .iter()
-        .any(|f| ctx.data.join(f).exists())
+/// A PostgreSQL database.
+#[derive(Debug, Clone)]
+pub struct PgBackend {
+    store: PgStore,
 }
 
-/// Opens the store in the data directory. With `create = false` a data directory without a
-/// store is an error (reading commands never create one).
+impl Backend for PgBackend {
+    fn stores(&self) -> Arc<dyn AllStores> {
+        Arc::new(self.store.clone())
+    }
+
+    fn copyable(&self) -> Arc<dyn CopyableStore> {
+        Arc::new(self.store.clone())
+    }
+
+    fn compact(&self) -> Result<Compacted, CliError> {
+        Err(CliError::Failed(
+            "compact is for the file store; PostgreSQL keeps its operation rows (VACUUM reclaims \
+             dead rows, see docs/DEPLOYMENT.md)"
+                .into(),
+        ))
+    }
+
+    fn diagnostics(&self) -> Vec<StoreDiagnostic> {
+        self.store.diagnostics()
+    }
+}
+
+/// Whether the store the command line names holds data already (PostgreSQL: always assumed).
+pub fn store_exists(ctx: &Context) -> bool {
+    ctx.store.is_some()
+        || ["memory.log", "variables.log", "state.json", "chats"]
+            .iter()
+            .any(|f| ctx.data.join(f).exists())
+}
+
+/// Opens the store the command line names: PostgreSQL with `--store`, else the data
+/// directory. With `create = false` a data directory without a store is an error (reading
+/// commands never create one).
 ///
 /// # Errors
 /// [`CliError::NotFound`] for a missing store; store failures.
-pub fn open(ctx: &Context, create: bool) -> Result<Arc<dyn Backend>, CliError> {
+pub async fn open(ctx: &Context, create: bool) -> Result<Arc<dyn Backend>, CliError> {
+    if let Some(settings) = &ctx.store {
+        return Ok(Arc::new(open_postgres(settings, "--store").await?));
+    }
     if !create && !store_exists(ctx) {
         return Err(CliError::NotFound(format!(
             "no store in {} yet: import a SillyTavern folder with `tavern import-st DIR` or run a session first",
             ctx.data_label
         )));
     }
-    if ctx.data.exists() && !ctx.data.is_dir() {
-        return Err(CliError::Failed(format!(
-            "{} is not a directory",
-            ctx.data_label
-        )));
+    Ok(Arc::new(open_files(&ctx.data, &ctx.data_label)?))
+}
+
+/// Opens (creating) the file store in `dir`, named `label` in messages.
+///
+/// # Errors
+/// `dir` exists and is not a directory; store failures.
+pub fn open_files(dir: &std::path::Path, label: &str) -> Result<FsBackend, CliError> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(CliError::Failed(format!("{label} is not a directory")));
     }
-    let store = FsStore::open(&ctx.data, Arc::new(SystemClock))?;
+    let store = FsStore::open(dir, Arc::new(SystemClock))?;
     for d in store.diagnostics() {
         tracing::warn!(file = %d.file, "{}", d.message);
     }
-    Ok(Arc::new(FsBackend { store }))
+    Ok(FsBackend { store })
+}
+
+/// Connects to PostgreSQL (`option` names the flag in messages, which never repeat the
+/// settings or the password).
+///
+/// # Errors
+/// [`CliError::Usage`] for settings that cannot be parsed or a password file that cannot be
+/// read; store failures (an unreachable server, a newer schema).
+pub async fn open_postgres(settings: &StoreSettings, option: &str) -> Result<PgBackend, CliError> {
+    let mut config: PgConfig = settings.settings.parse().map_err(|_| {
+        CliError::Usage(format!(
+            "{option}: cannot be parsed as a postgres:// url or key=value settings"
+        ))
+    })?;
+    if let Some(file) = &settings.password_file {
+        let text = std::fs::read_to_string(file).map_err(|e| {
+            CliError::Usage(format!(
+                "{option}-password-file: cannot read {} ({})",
+                file.display(),
+                e.kind()
+            ))
+        })?;
+        config.password(text.lines().next().unwrap_or_default());
+    }
+    let store = PgStore::open(config, Arc::new(SystemClock), DEFAULT_POOL_SIZE).await?;
+    for d in store.diagnostics() {
+        tracing::warn!(file = %d.file, "{}", d.message);
+    }
+    Ok(PgBackend { store })
 }

@@ -26,6 +26,19 @@ pub struct Cli {
     /// The data directory (the store, plus `assets/`); default: the per-user data directory.
     #[arg(long, value_name = "DIR", global = true)]
     pub data: Option<PathBuf>,
+    /// Keep memories, variables and chats in PostgreSQL instead of the data directory (which
+    /// then holds only `assets/`): a `postgres://` URL or `key=value` settings. Never printed.
+    #[arg(
+        long,
+        value_name = "SETTINGS",
+        env = "TAVERN_STORE",
+        hide_env_values = true,
+        global = true
+    )]
+    pub store: Option<String>,
+    /// A file whose first line is the database password, to keep it out of --store.
+    #[arg(long, value_name = "FILE", requires = "store", global = true)]
+    pub store_password_file: Option<PathBuf>,
     /// Print one JSON document on stdout instead of text.
     #[arg(long, global = true)]
     pub json: bool,
@@ -61,6 +74,33 @@ pub enum Command {
     Check,
     /// Compact the memory and variable logs (safe while other processes use the store).
     Compact,
+    /// Copy the whole store (the data directory, or the database of --store) into an empty
+    /// file store or PostgreSQL database, exactly, then read both back and compare them.
+    #[command(after_help = COPY_HELP)]
+    Copy(CopyArgs),
+}
+
+const COPY_HELP: &str = "\
+Copies every memory with its audit trail (forgotten ones too), every variable scope with its
+history, every chat byte for byte, the state, projector checkpoints and session prompts, with
+their revisions and times. The target must be empty; the source is never changed. Stop the
+hosts using the source first: writes made while the copy runs may be missed (the verification
+then fails). Examples:
+  tavern --data ~/tavern copy --to-store 'postgres://tavern@db/tavern' --to-store-password-file pw
+  tavern --store 'postgres://tavern@db/tavern' copy --to-data ~/tavern-backup";
+
+/// `tavern copy`.
+#[derive(Debug, Args)]
+pub struct CopyArgs {
+    /// Copy into the file store in DIR (created; must hold no store yet).
+    #[arg(long, value_name = "DIR", conflicts_with = "to_store")]
+    pub to_data: Option<PathBuf>,
+    /// Copy into this PostgreSQL database (`postgres://` URL or `key=value`; must be empty).
+    #[arg(long, value_name = "SETTINGS")]
+    pub to_store: Option<String>,
+    /// A file whose first line is the target database's password.
+    #[arg(long, value_name = "FILE", requires = "to_store")]
+    pub to_store_password_file: Option<PathBuf>,
 }
 
 const IMPORT_HELP: &str = "\

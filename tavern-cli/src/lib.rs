@@ -32,6 +32,8 @@ pub struct Context {
     pub data_label: String,
     /// Whether progress bars are drawn (stderr is a terminal).
     pub progress: bool,
+    /// The PostgreSQL store named by `--store` (then the data directory holds only `assets/`).
+    pub store: Option<backend::StoreSettings>,
 }
 
 impl Context {
@@ -81,7 +83,9 @@ pub async fn run(command: cli::Command, ctx: &Context) -> Result<Report, CliErro
         Command::Chat(c) => commands::chat::run(ctx, c).await,
         Command::Export(c) => commands::export::run(ctx, c).await,
         Command::Card(cli::CardCommand::Validate { file }) => commands::card::validate(&file),
+        Command::Check if ctx.store.is_some() => commands::check::run_database(ctx).await,
         Command::Check => commands::check::run(ctx),
-        Command::Compact => commands::check::compact(ctx),
+        Command::Compact => commands::check::compact(ctx).await,
+        Command::Copy(args) => commands::copy::run(ctx, &args).await,
     }
 }

@@ -42,8 +42,18 @@ fn main() -> ExitCode {
         data,
         data_label,
         progress: stderr_tty,
+        store: cli
+            .store
+            .clone()
+            .map(|settings| tavern_cli::backend::StoreSettings {
+                settings,
+                password_file: cli.store_password_file.clone(),
+            }),
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             let err = tavern_cli::CliError::Failed(format!("cannot start the async runtime: {e}"));

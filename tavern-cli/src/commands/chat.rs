@@ -35,21 +35,21 @@ pub async fn run(ctx: &Context, command: ChatCommand) -> Result<Report, CliError
     match command {
         ChatCommand::Ls { character: c } => {
             let only = c.as_deref().map(character).transpose()?;
-            let backend = backend::open(ctx, false)?;
+            let backend = backend::open(ctx, false).await?;
             let characters = match only {
                 Some(c) => vec![c],
-                None => backend.chat_characters()?,
+                None => backend.copyable().chat_characters().await?,
             };
             ls(&*backend.stores(), &characters).await
         }
         ChatCommand::Show { character: c, chat } => {
             let (c, chat) = (character(&c)?, chat_id(&chat)?);
-            let stores = backend::open(ctx, false)?.stores();
+            let stores = backend::open(ctx, false).await?.stores();
             show(&*stores, &c, &chat).await
         }
         ChatCommand::Status { session } => {
             let session = session.as_deref().map(session_id).transpose()?;
-            let stores = backend::open(ctx, false)?.stores();
+            let stores = backend::open(ctx, false).await?.stores();
             status(&*stores, session.as_ref()).await
         }
         ChatCommand::Replay {
@@ -278,7 +278,7 @@ async fn replay(ctx: &Context, session: &SessionId, root: &Path) -> Result<Repor
             "no session log of {session} under {label} (looked for {label}/*/{session}/session.jsonl)"
         )));
     }
-    let stores = backend::open(ctx, false)?.stores();
+    let stores = backend::open(ctx, false).await?.stores();
     match stores.binding(session).await? {
         None => {
             return Err(CliError::NotFound(format!(

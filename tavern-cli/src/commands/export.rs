@@ -30,7 +30,7 @@ pub async fn run(ctx: &Context, command: ExportCommand) -> Result<Report, CliErr
         } => {
             let scope = scope.resolve()?;
             refuse_existing(&world, force)?;
-            let stores = backend::open(ctx, false)?.stores();
+            let stores = backend::open(ctx, false).await?.stores();
             let hits = super::memory::list(
                 &*stores,
                 scope.into_iter().collect(),
@@ -82,7 +82,7 @@ pub async fn run(ctx: &Context, command: ExportCommand) -> Result<Report, CliErr
             let c = CharacterName::parse(character).map_err(|e| CliError::Usage(e.to_string()))?;
             let id = ChatId::parse(chat).map_err(|e| CliError::Usage(e.to_string()))?;
             refuse_existing(&out, force)?;
-            let stores = backend::open(ctx, false)?.stores();
+            let stores = backend::open(ctx, false).await?.stores();
             let progress = Progress::spinner(ctx, "exporting");
             let file = stores
                 .read_chat(&c, &id)

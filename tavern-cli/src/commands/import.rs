@@ -211,12 +211,12 @@ pub async fn run(ctx: &Context, args: &ImportArgs) -> Result<Report, CliError> {
     }
     let found = candidates(dir);
     let stores = if args.dry_run {
-        backend::store_exists(ctx)
-            .then(|| backend::open(ctx, false))
-            .transpose()?
-            .map(|b| b.stores())
+        match backend::store_exists(ctx) {
+            true => Some(backend::open(ctx, false).await?.stores()),
+            false => None,
+        }
     } else {
-        Some(backend::open(ctx, true)?.stores())
+        Some(backend::open(ctx, true).await?.stores())
     };
     let progress = Progress::bar(ctx, found.len() as u64, "importing");
     let mut items = Vec::with_capacity(found.len());

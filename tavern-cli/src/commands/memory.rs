@@ -25,7 +25,7 @@ pub async fn run(ctx: &Context, command: MemoryCommand) -> Result<Report, CliErr
             limit,
         } => {
             let scope = scope.resolve()?;
-            let stores = backend::open(ctx, false)?.stores();
+            let stores = backend::open(ctx, false).await?.stores();
             ls(&*stores, scope, &filter, limit).await
         }
         MemoryCommand::Search {
@@ -40,18 +40,18 @@ pub async fn run(ctx: &Context, command: MemoryCommand) -> Result<Report, CliErr
                     "--limit {limit}: must be from 1 to {PAGE}"
                 )));
             }
-            let stores = backend::open(ctx, false)?.stores();
+            let stores = backend::open(ctx, false).await?.stores();
             search(&*stores, &query, scope, &filter, limit).await
         }
         MemoryCommand::Show { id, scope } => {
             let (id, scope) = (memory_id(&id)?, scope.resolve()?);
-            let stores = backend::open(ctx, false)?.stores();
+            let stores = backend::open(ctx, false).await?.stores();
             let record = find(&*stores, &id, scope.as_ref()).await?;
             Ok(show(&record, now()))
         }
         MemoryCommand::History { id, scope } => {
             let (id, scope) = (memory_id(&id)?, scope.resolve()?);
-            let stores = backend::open(ctx, false)?.stores();
+            let stores = backend::open(ctx, false).await?.stores();
             history(&stores, &id, scope.as_ref()).await
         }
         MemoryCommand::Forget {
@@ -64,7 +64,7 @@ pub async fn run(ctx: &Context, command: MemoryCommand) -> Result<Report, CliErr
                 super::revision(&revision)?,
                 scope.resolve()?,
             );
-            let stores = backend::open(ctx, false)?.stores();
+            let stores = backend::open(ctx, false).await?.stores();
             let record = find(&*stores, &id, scope.as_ref()).await?;
             if record.deleted_at.is_some() {
                 return Err(CliError::Failed(format!(
@@ -87,7 +87,7 @@ pub async fn run(ctx: &Context, command: MemoryCommand) -> Result<Report, CliErr
                 super::revision(&revision)?,
                 scope.resolve()?,
             );
-            let stores = backend::open(ctx, false)?.stores();
+            let stores = backend::open(ctx, false).await?.stores();
             let record = find(&*stores, &id, scope.as_ref()).await?;
             if record.deleted_at.is_none() {
                 return Err(CliError::Failed(format!(

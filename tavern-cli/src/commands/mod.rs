@@ -3,6 +3,7 @@
 pub mod card;
 pub mod chat;
 pub mod check;
+pub mod copy;
 pub mod export;
 pub mod import;
 pub mod memory;

@@ -33,7 +33,7 @@ pub async fn run(ctx: &Context, command: VarCommand) -> Result<Report, CliError>
     match command {
         VarCommand::Ls { scope, prefix } => {
             let scope = scope.require()?;
-            let stores = backend::open(ctx, false)?.stores();
+            let stores = backend::open(ctx, false).await?.stores();
             let listing = stores.list(&scope, &prefix, LIST_MAX).await?;
             let rows: Vec<Vec<String>> = listing
                 .items
@@ -88,7 +88,7 @@ pub async fn run(ctx: &Context, command: VarCommand) -> Result<Report, CliError>
         }
         VarCommand::Get { name: n, scope } => {
             let (n, scope) = (name(&n)?, scope.require()?);
-            let stores = backend::open(ctx, false)?.stores();
+            let stores = backend::open(ctx, false).await?.stores();
             let record = stores.get(&scope, &n).await?.ok_or_else(|| {
                 CliError::NotFound(format!("variable {n} not found in scope {scope}"))
             })?;
@@ -111,7 +111,7 @@ pub async fn run(ctx: &Context, command: VarCommand) -> Result<Report, CliError>
                 .map_err(|e| CliError::Usage(format!("the value of {n} is not json: {e}")))?;
             let expected = revision.as_deref().map(super::revision).transpose()?;
             let scope = scope.require()?;
-            let stores = backend::open(ctx, true)?.stores();
+            let stores = backend::open(ctx, true).await?.stores();
             let record = stores
                 .set(&scope, &n, value, expected.as_ref(), super::user_source())
                 .await?;
@@ -127,7 +127,7 @@ pub async fn run(ctx: &Context, command: VarCommand) -> Result<Report, CliError>
             scope,
         } => {
             let (n, rev, scope) = (name(&n)?, super::revision(&revision)?, scope.require()?);
-            let stores = backend::open(ctx, false)?.stores();
+            let stores = backend::open(ctx, false).await?.stores();
             stores
                 .delete(&scope, &n, &rev, super::user_source())
                 .await?;

@@ -1,0 +1,225 @@
+//! `tavern` on PostgreSQL (`--store`) against a throwaway cluster the test starts: a file store
+//! holding real SillyTavern chats (imported with `import-st`) and memories is copied into an
+//! empty database and back into a new data directory, byte for byte, each copy verified;
+//! commands work on the database; a database that is not empty is refused; `check` reads it;
+//! the password never appears in any output.
+
+#[path = "../../tavern-store/tests/support/pg.rs"]
+mod pg;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use assert_cmd::Command;
+use serde_json::Value;
+use tavern_core::{CharacterName, MemoryKind, MemorySource, MemoryWrite, ScopeKey, Tag};
+use tavern_store::fs::FsStore;
+use tavern_store::{MemoryStore, SystemClock};
+
+const CHAT: &str = "Seraphina - 2024-09-19@20h03m29s";
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not one json document ({e}): {}", self.stdout))
+    }
+}
+
+fn tavern(args: &[&str]) -> Run {
+    let out = Command::cargo_bin("tavern")
+        .unwrap()
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("TAVERN_STORE")
+        .output()
+        .unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+fn ok(args: &[&str]) -> Run {
+    let run = tavern(args);
+    assert_eq!(run.code, 0, "tavern {args:?} failed: {}", run.stderr);
+    run
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// A data directory with a real SillyTavern chat imported and memories written.
+fn file_store(root: &Path) -> PathBuf {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures");
+    assert!(
+        fixtures.is_dir(),
+        "../shared/fixtures is missing beside the checkout"
+    );
+    let st = root.join("st/chats/Seraphina");
+    std::fs::create_dir_all(&st).unwrap();
+    std::fs::write(
+        st.join(format!("{CHAT}.jsonl")),
+        std::fs::read(fixtures.join(format!("chats/{CHAT}.jsonl"))).unwrap(),
+    )
+    .unwrap();
+    let data = root.join("a");
+    ok(&["--data", s(&data), "import-st", s(&root.join("st"))]);
+    let store = FsStore::open(&data, Arc::new(SystemClock)).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        for (id, scope, text) in [
+            (
+                "m-amber",
+                ScopeKey::Character {
+                    character: CharacterName::parse("Seraphina").unwrap(),
+                },
+                "Seraphina has amber eyes and guards the forest of Eldoria.",
+            ),
+            ("m-tea", ScopeKey::Global, "用户喜欢乌龙茶，不加糖。"),
+        ] {
+            let w = MemoryWrite {
+                id: tavern_core::MemoryId::parse(id).unwrap(),
+                scope,
+                kind: MemoryKind::Semantic,
+                content: text.into(),
+                tags: vec![Tag::parse("fact").unwrap()],
+                importance: 0.5,
+                confidence: 0.9,
+                source: MemorySource::system(),
+                expires_at: None,
+            };
+            store.put(w, None, false).await.unwrap();
+        }
+    });
+    data
+}
+
+#[test]
+fn a_file_store_moves_into_postgres_and_back_verified() {
+    let cluster = pg::cluster();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let config = rt.block_on(cluster.fresh_database());
+    let settings = cluster.settings(config.get_dbname().unwrap());
+    let tmp = tempfile::tempdir().unwrap();
+    let a = file_store(tmp.path());
+
+    let moved = ok(&["--data", s(&a), "--json", "copy", "--to-store", &settings]).json();
+    assert_eq!(moved["verified"], true, "{moved}");
+    assert_eq!(moved["memories"], 2, "{moved}");
+    assert_eq!(moved["chats"], 1, "{moved}");
+
+    // Commands on the database (the data directory then only holds assets).
+    let assets_only = tmp.path().join("assets-only");
+    let found = ok(&[
+        "--data",
+        s(&assets_only),
+        "--store",
+        &settings,
+        "--json",
+        "memory",
+        "search",
+        "amber eyes",
+        "--scope",
+        "character",
+        "--character",
+        "Seraphina",
+    ])
+    .json();
+    assert!(found.to_string().contains("m-amber"), "{found}");
+    let chats = ok(&["--store", &settings, "--json", "chat", "ls"]).json();
+    assert!(chats.to_string().contains(CHAT), "{chats}");
+    let checked = ok(&["--store", &settings, "check"]);
+    assert!(
+        checked.stdout.contains("checked the database (2 memories"),
+        "{}",
+        checked.stdout
+    );
+    let compact = tavern(&["--store", &settings, "compact"]);
+    assert_eq!(compact.code, 1);
+    assert!(
+        compact.stderr.contains("compact is for the file store"),
+        "{}",
+        compact.stderr
+    );
+
+    // A database that is not empty is refused, and stays as it was.
+    let again = tavern(&["--data", s(&a), "copy", "--to-store", &settings]);
+    assert_eq!(again.code, 1, "{}", again.stderr);
+    assert!(again.stderr.contains("empty store"), "{}", again.stderr);
+
+    // Back into a new data directory: the chat file byte for byte, the same memories.
+    let b = tmp.path().join("b");
+    let back = ok(&["--store", &settings, "--json", "copy", "--to-data", s(&b)]).json();
+    assert_eq!(back, moved);
+    let chat = |d: &Path| std::fs::read(d.join(format!("chats/Seraphina/{CHAT}.jsonl"))).unwrap();
+    assert_eq!(chat(&a), chat(&b));
+    let ls = |d: &Path| ok(&["--data", s(d), "--json", "memory", "ls"]).json();
+    assert_eq!(ls(&a), ls(&b));
+    // And a data directory that holds a store is not a target either.
+    let refused = tavern(&["--store", &settings, "copy", "--to-data", s(&b)]);
+    assert_eq!(refused.code, 1, "{}", refused.stderr);
+}
+
+#[test]
+fn the_password_never_appears_and_bad_settings_are_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let socket = tmp.path().join("nowhere");
+    let settings = format!(
+        "host={} user=kai password=hunter2 dbname=x",
+        socket.display()
+    );
+    let run = tavern(&["--store", &settings, "memory", "ls"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+    assert!(!run.stderr.contains("hunter2") && !run.stdout.contains("hunter2"));
+    let run = tavern(&["--store", "postgres://kai:hunter2@[bad", "memory", "ls"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("--store: cannot be parsed"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("hunter2"));
+    // The password from a file, for the copy's target too.
+    let pw = tmp.path().join("pw");
+    std::fs::write(&pw, "hunter2\n").unwrap();
+    let run = tavern(&[
+        "--store",
+        &format!("host={} user=kai dbname=x", socket.display()),
+        "--store-password-file",
+        s(&pw),
+        "memory",
+        "ls",
+    ]);
+    assert_eq!(run.code, 1);
+    assert!(!run.stderr.contains("hunter2"), "{}", run.stderr);
+    let missing = tavern(&[
+        "--store",
+        "host=/tmp user=kai",
+        "--store-password-file",
+        s(&tmp.path().join("none")),
+        "memory",
+        "ls",
+    ]);
+    assert_eq!(missing.code, 2, "{}", missing.stderr);
+    assert!(
+        missing.stderr.contains("--store-password-file"),
+        "{}",
+        missing.stderr
+    );
+    let two = tavern(&["copy"]);
+    assert_eq!(two.code, 2, "{}", two.stderr);
+}
