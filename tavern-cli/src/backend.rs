@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tavern_store::fs::FsStore;
-use tavern_store::pg::{PgConfig, PgStore, DEFAULT_POOL_SIZE};
+use tavern_store::pg::{PgConfig, PgStore, PgTls, DEFAULT_POOL_SIZE};
 use tavern_store::{AllStores, CopyableStore, StoreDiagnostic, SystemClock};
 
 use crate::{CliError, Context};
@@ -19,6 +19,8 @@ pub struct StoreSettings {
     pub settings: String,
     /// A file holding the password.
     pub password_file: Option<PathBuf>,
+    /// A PEM file of CA certificates trusted for `sslmode=require`.
+    pub ca_file: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for StoreSettings {
@@ -174,7 +176,21 @@ pub async fn open_postgres(settings: &StoreSettings, option: &str) -> Result<PgB
         })?;
         config.password(text.lines().next().unwrap_or_default());
     }
-    let store = PgStore::open(config, Arc::new(SystemClock), DEFAULT_POOL_SIZE).await?;
+    let mut tls = PgTls::default();
+    if let Some(file) = &settings.ca_file {
+        let pem = std::fs::read(file).map_err(|e| {
+            CliError::Usage(format!(
+                "{option}-ca-file: cannot read {} ({})",
+                file.display(),
+                e.kind()
+            ))
+        })?;
+        tls = tls
+            .with_ca_pem(&pem)
+            .map_err(|e| CliError::Usage(format!("{option}-ca-file {}: {e}", file.display())))?;
+    }
+    let store =
+        PgStore::open_with_tls(config, &tls, Arc::new(SystemClock), DEFAULT_POOL_SIZE).await?;
     for d in store.diagnostics() {
         tracing::warn!(file = %d.file, "{}", d.message);
     }

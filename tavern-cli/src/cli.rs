@@ -39,6 +39,10 @@ pub struct Cli {
     /// A file whose first line is the database password, to keep it out of --store.
     #[arg(long, value_name = "FILE", requires = "store", global = true)]
     pub store_password_file: Option<PathBuf>,
+    /// A PEM file of CA certificates trusted (besides the Mozilla roots) when --store says
+    /// `sslmode=require`; without that setting connections are not encrypted.
+    #[arg(long, value_name = "FILE", requires = "store", global = true)]
+    pub store_ca_file: Option<PathBuf>,
     /// Print one JSON document on stdout instead of text.
     #[arg(long, global = true)]
     pub json: bool,
@@ -101,6 +105,9 @@ pub struct CopyArgs {
     /// A file whose first line is the target database's password.
     #[arg(long, value_name = "FILE", requires = "to_store")]
     pub to_store_password_file: Option<PathBuf>,
+    /// A PEM file of CA certificates trusted for the target when it says `sslmode=require`.
+    #[arg(long, value_name = "FILE", requires = "to_store")]
+    pub to_store_ca_file: Option<PathBuf>,
 }
 
 const IMPORT_HELP: &str = "\

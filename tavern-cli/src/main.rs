@@ -48,6 +48,7 @@ fn main() -> ExitCode {
             .map(|settings| tavern_cli::backend::StoreSettings {
                 settings,
                 password_file: cli.store_password_file.clone(),
+                ca_file: cli.store_ca_file.clone(),
             }),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()

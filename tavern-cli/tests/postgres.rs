@@ -223,3 +223,34 @@ fn the_password_never_appears_and_bad_settings_are_one_line() {
     let two = tavern(&["copy"]);
     assert_eq!(two.code, 2, "{}", two.stderr);
 }
+
+#[test]
+fn tls_is_used_when_the_settings_require_it_and_the_ca_is_trusted() {
+    let cluster = pg::cluster();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let config = rt.block_on(cluster.fresh_database());
+    let tls = cluster.tcp_settings(config.get_dbname().unwrap(), "require");
+    let ca = cluster.ca_file();
+    let checked = ok(&["--store", &tls, "--store-ca-file", s(&ca), "check"]);
+    assert!(
+        checked.stdout.contains("checked the database"),
+        "{}",
+        checked.stdout
+    );
+    let untrusted = tavern(&["--store", &tls, "check"]);
+    assert_eq!(untrusted.code, 1, "{}", untrusted.stderr);
+    assert!(
+        untrusted.stderr.contains("certificate"),
+        "{}",
+        untrusted.stderr
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let junk = tmp.path().join("junk.pem");
+    std::fs::write(&junk, "not a certificate").unwrap();
+    let bad = tavern(&["--store", &tls, "--store-ca-file", s(&junk), "check"]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(bad.stderr.contains("--store-ca-file"), "{}", bad.stderr);
+}

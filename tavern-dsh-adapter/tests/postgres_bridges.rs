@@ -2,7 +2,9 @@
 //! sessions of one character, driven over MCP by the `rmcp` client: what one writes to the
 //! character's scope the other finds, a chat's memories stay in that chat, forged ids are still
 //! refused, and eight writers across the two processes racing compare-and-set on one variable
-//! lose no increment. The database is a throwaway cluster the test starts.
+//! lose no increment. One bridge reaches the database over a unix socket, the other over TCP
+//! with TLS (`sslmode=require`, `--store-ca-file`). The database is a throwaway cluster the test
+//! starts.
 
 #[path = "../../tavern-store/tests/support/pg.rs"]
 mod pg;
@@ -19,11 +21,22 @@ use tokio::process::Command;
 const BRIDGE: &str = env!("CARGO_BIN_EXE_tavern-bridge");
 
 async fn bridge(settings: &str, assets: &Path, session: &str) -> RunningService<RoleClient, ()> {
+    bridge_trusting(settings, None, assets, session).await
+}
+
+/// A bridge that also trusts the CA in `ca` (for `sslmode=require` settings).
+async fn bridge_trusting(
+    settings: &str,
+    ca: Option<&Path>,
+    assets: &Path,
+    session: &str,
+) -> RunningService<RoleClient, ()> {
     let mut command = Command::new(BRIDGE);
+    command.arg("mcp").arg("--store").arg(settings);
+    if let Some(ca) = ca {
+        command.arg("--store-ca-file").arg(ca);
+    }
     command
-        .arg("mcp")
-        .arg("--store")
-        .arg(settings)
         .arg("--assets")
         .arg(assets)
         .args(["--session", session, "--character", "Mira"])
@@ -89,7 +102,9 @@ async fn two_bridges_share_one_postgres_store() {
     )
     .unwrap();
     let a = bridge(&settings, &assets, "host-a").await;
-    let b = bridge(&settings, &assets, "host-b").await;
+    // The second host reaches the database over TCP with TLS, trusting the deployment's CA.
+    let over_tls = cluster.tcp_settings(db.get_dbname().unwrap(), "require");
+    let b = bridge_trusting(&over_tls, Some(&cluster.ca_file()), &assets, "host-b").await;
 
     let shared = call(
         &a,

@@ -45,6 +45,7 @@ export const settings = {
   data: { type: 'string', default: () => join(dshHome(), 'agent-tavern'), description: "AgentTavern's store (memories, variables, chats). Default: agent-tavern/ under the DSH home." },
   store: { type: 'string', default: '', description: 'A PostgreSQL store shared by several hosts (postgres:// URL or key=value settings) instead of `data`; empty: the files under `data`. May also come from TAVERN_STORE in the host environment.' },
   storePasswordFile: { type: 'string', default: '', description: 'A file whose first line is the PostgreSQL password, to keep it out of `store`.' },
+  storeCaFile: { type: 'string', default: '', description: 'A PEM file of CA certificates trusted (besides the Mozilla roots) when `store` says sslmode=require.' },
   assets: { type: 'string', default: () => join(dshHome(), 'agent-tavern-assets'), description: 'A SillyTavern-style folder with characters/ and worlds/.' },
   user: { type: 'string', default: 'User', description: "The user's display name in chats." },
   worlds: { type: 'array', default: () => [], description: 'World books active in every chat (names under assets/worlds).' },
@@ -103,6 +104,7 @@ function startBridge(path, config, logger, onExit) {
   const args = store ? [] : ['--data', config.data]
   args.push('--user', config.user ?? 'User')
   if (config.storePasswordFile) args.push('--store-password-file', config.storePasswordFile)
+  if (config.storeCaFile) args.push('--store-ca-file', config.storeCaFile)
   if (config.assets && existsSync(config.assets)) args.push('--assets', config.assets)
   for (const world of config.worlds ?? []) args.push('--world', world)
   const env = store ? { ...process.env, TAVERN_STORE: store } : process.env

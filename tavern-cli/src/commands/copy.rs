@@ -35,6 +35,7 @@ pub async fn run(ctx: &Context, args: &CopyArgs) -> Result<Report, CliError> {
             let settings = StoreSettings {
                 settings: settings.clone(),
                 password_file: args.to_store_password_file.clone(),
+                ca_file: args.to_store_ca_file.clone(),
             };
             let target = backend::open_postgres(&settings, "--to-store").await?;
             (

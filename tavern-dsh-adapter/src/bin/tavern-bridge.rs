@@ -55,6 +55,11 @@ struct Common {
     #[cfg(feature = "postgres")]
     #[arg(long, value_name = "FILE", requires = "store", global = true)]
     store_password_file: Option<PathBuf>,
+    /// A PEM file of CA certificates trusted (besides the Mozilla roots) when --store says
+    /// `sslmode=require`; without that setting connections are not encrypted.
+    #[cfg(feature = "postgres")]
+    #[arg(long, value_name = "FILE", requires = "store", global = true)]
+    store_ca_file: Option<PathBuf>,
     /// A SillyTavern user folder (`characters/`, `worlds/`) to read cards and world books from.
     #[arg(long, value_name = "DIR", global = true)]
     assets: Option<PathBuf>,
@@ -125,7 +130,13 @@ async fn open_store(
 ) -> Result<Arc<dyn AllStores>, String> {
     #[cfg(feature = "postgres")]
     if let Some(settings) = &common.store {
-        return open_postgres(settings, common.store_password_file.as_deref(), clock).await;
+        return open_postgres(
+            settings,
+            common.store_password_file.as_deref(),
+            common.store_ca_file.as_deref(),
+            clock,
+        )
+        .await;
     }
     let data = common.data.as_ref().ok_or(
         "--data DIR (or --store postgres://…) is required: where memories, variables and chats are kept",
@@ -142,9 +153,10 @@ async fn open_store(
 async fn open_postgres(
     settings: &str,
     password_file: Option<&std::path::Path>,
+    ca_file: Option<&std::path::Path>,
     clock: Arc<dyn tavern_store::clock::Clock>,
 ) -> Result<Arc<dyn AllStores>, String> {
-    use tavern_store::pg::{PgConfig, PgStore, DEFAULT_POOL_SIZE};
+    use tavern_store::pg::{PgConfig, PgStore, PgTls, DEFAULT_POOL_SIZE};
     let mut config: PgConfig = settings
         .parse()
         .map_err(|_| "--store: cannot be parsed as a postgres:// url or key=value settings")?;
@@ -153,7 +165,15 @@ async fn open_postgres(
             .map_err(|e| format!("--store-password-file: cannot read it ({})", e.kind()))?;
         config.password(text.lines().next().unwrap_or_default());
     }
-    let store = PgStore::open(config, clock, DEFAULT_POOL_SIZE)
+    let mut tls = PgTls::default();
+    if let Some(file) = ca_file {
+        let pem = std::fs::read(file)
+            .map_err(|e| format!("--store-ca-file: cannot read it ({})", e.kind()))?;
+        tls = tls
+            .with_ca_pem(&pem)
+            .map_err(|e| format!("--store-ca-file: {e}"))?;
+    }
+    let store = PgStore::open_with_tls(config, &tls, clock, DEFAULT_POOL_SIZE)
         .await
         .map_err(|e| e.to_string())?;
     tracing::info!("store: postgresql");

@@ -19,6 +19,7 @@
 mod docs;
 mod ops;
 mod schema;
+mod tls;
 mod transfer;
 
 use std::sync::Arc;
@@ -34,6 +35,8 @@ use tavern_core::{
 use tokio::sync::Mutex;
 
 pub use schema::SCHEMA_VERSION;
+use tls::Connector;
+pub use tls::PgTls;
 /// Connection settings (host, user, database, password…), parsed from a `postgres://` URL or a
 /// `key=value` string.
 pub use tokio_postgres::Config as PgConfig;
@@ -67,7 +70,18 @@ pub(crate) fn db(op: &'static str) -> impl FnOnce(tokio_postgres::Error) -> Stor
 fn describe(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(d) => format!("{} (sqlstate {})", d.message(), d.code().code()),
-        None => e.to_string(),
+        // With its causes (a TLS handshake fails for a reason: an unknown issuer, a name
+        // mismatch), which describe the connection, never its settings.
+        None => {
+            let mut text = e.to_string();
+            let mut cause = std::error::Error::source(e);
+            while let Some(c) = cause {
+                text.push_str(": ");
+                text.push_str(&c.to_string());
+                cause = c.source();
+            }
+            text
+        }
     }
 }
 
@@ -128,7 +142,8 @@ impl PgStore {
     }
 
     /// Opens the database described by `config` with a pool of `pool_size` connections (at
-    /// least 1), migrates it and loads the memory and variable tables.
+    /// least 1), migrates it and loads the memory and variable tables. TLS when `config` says
+    /// `sslmode=require`, trusting the Mozilla roots ([`PgStore::open_with_tls`] adds more).
     ///
     /// # Errors
     /// As [`PgStore::connect`].
@@ -137,7 +152,25 @@ impl PgStore {
         clock: Arc<dyn Clock>,
         pool_size: usize,
     ) -> Result<Self, StoreError> {
-        let manager = Manager::new(config, NoTls);
+        Self::open_with_tls(config, &PgTls::default(), clock, pool_size).await
+    }
+
+    /// [`PgStore::open`], trusting the certificates of `tls` when `config` says
+    /// `sslmode=require`.
+    ///
+    /// # Errors
+    /// As [`PgStore::connect`]; a server certificate that does not verify is a
+    /// [`StoreError::Database`] naming the reason.
+    pub async fn open_with_tls(
+        config: PgConfig,
+        tls: &PgTls,
+        clock: Arc<dyn Clock>,
+        pool_size: usize,
+    ) -> Result<Self, StoreError> {
+        let manager = match tls.connector(&config)? {
+            Connector::Plain => Manager::new(config, NoTls),
+            Connector::Tls(connector) => Manager::new(config, connector),
+        };
         let pool = Pool::builder(manager)
             .max_size(pool_size.max(1))
             .build()

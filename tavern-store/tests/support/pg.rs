@@ -4,6 +4,9 @@
 //! ends — by a watchdog that waits for the end of a pipe the test process holds, so the
 //! cluster is stopped even when the process is killed.
 //!
+//! The server also listens on a free loopback TCP port with TLS on (a certificate for
+//! 127.0.0.1 from a throwaway CA made with `openssl`), for the TLS tests.
+//!
 //! Missing binaries fail the test with what to install; nothing is skipped.
 #![allow(dead_code, clippy::unwrap_used, clippy::missing_panics_doc)]
 
@@ -23,6 +26,7 @@ pub const BIN: &str = "/usr/lib/postgresql/15/bin";
 pub struct Cluster {
     root: PathBuf,
     data: PathBuf,
+    port: u16,
     as_nobody: bool,
     next_db: AtomicU32,
     /// The watchdog's stdin: closed when this process ends, which stops the cluster.
@@ -56,7 +60,8 @@ fn pg_command(as_nobody: bool, program: &str) -> Command {
     }
 }
 
-/// Starts the server of the cluster in `data`, listening on a unix socket in `root` only.
+/// Starts the server of the cluster in `data`, listening on a unix socket in `root` and on
+/// loopback (`postgresql.conf`).
 fn pg_ctl_start(as_nobody: bool, root: &Path, data: &Path) {
     let mut start = pg_command(as_nobody, "pg_ctl");
     start
@@ -66,7 +71,7 @@ fn pg_ctl_start(as_nobody: bool, root: &Path, data: &Path) {
         .arg(root.join("server.log"))
         .arg("-o")
         .arg(format!(
-            "-k {} -c listen_addresses='' -c fsync=off -c max_connections=200",
+            "-k {} -c fsync=off -c max_connections=200",
             root.display()
         ))
         .args(["-w", "start"]);
@@ -90,7 +95,12 @@ fn run(mut c: Command, what: &str) {
 impl Cluster {
     fn start() -> Self {
         let initdb = Path::new(BIN).join("initdb");
-        if !initdb.exists() {
+        let has_openssl = Command::new("openssl")
+            .arg("version")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !initdb.exists() || !has_openssl {
             // The test suite installs what it needs: Debian's PostgreSQL server programs.
             let script =
                 Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/ensure-postgres.sh");
@@ -127,6 +137,19 @@ impl Cluster {
             .args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C"])
             .arg("--no-sync");
         run(init, "initdb");
+        let port = free_port();
+        make_certificates(&root, as_nobody);
+        let mut conf = std::fs::OpenOptions::new()
+            .append(true)
+            .open(data.join("postgresql.conf"))
+            .unwrap();
+        writeln!(
+            conf,
+            "listen_addresses = '127.0.0.1'\nport = {port}\nssl = on\n\
+             ssl_cert_file = '{root}/server.crt'\nssl_key_file = '{root}/server.key'",
+            root = root.display()
+        )
+        .unwrap();
         // The watchdog first, so a failing start is cleaned up too.
         let script = format!(
             "cat >/dev/null; {stop} -D '{data}' stop -m immediate >/dev/null 2>&1; rm -rf '{root}'",
@@ -150,6 +173,7 @@ impl Cluster {
         Self {
             root,
             data,
+            port,
             as_nobody,
             next_db: AtomicU32::new(0),
             watchdog: Mutex::new(Some((child, stdin))),
@@ -159,13 +183,33 @@ impl Cluster {
     /// Settings for database `dbname` of this cluster (over the unix socket).
     pub fn config(&self, dbname: &str) -> PgConfig {
         let mut c = PgConfig::new();
-        c.host_path(&self.root).user("postgres").dbname(dbname);
+        c.host_path(&self.root)
+            .port(self.port)
+            .user("postgres")
+            .dbname(dbname);
         c
     }
 
     /// `key=value` settings for database `dbname`, as a program's command line takes them.
     pub fn settings(&self, dbname: &str) -> String {
-        format!("host={} user=postgres dbname={dbname}", self.root.display())
+        format!(
+            "host={} port={} user=postgres dbname={dbname}",
+            self.root.display(),
+            self.port
+        )
+    }
+
+    /// `key=value` settings for database `dbname` over loopback TCP with `sslmode`.
+    pub fn tcp_settings(&self, dbname: &str, sslmode: &str) -> String {
+        format!(
+            "host=127.0.0.1 port={} user=postgres dbname={dbname} sslmode={sslmode}",
+            self.port
+        )
+    }
+
+    /// The PEM file of the CA that signed the server's certificate.
+    pub fn ca_file(&self) -> PathBuf {
+        self.root.join("ca.crt")
     }
 
     /// Creates a new empty database and returns its settings.
@@ -218,6 +262,39 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// A loopback port nothing listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A throwaway CA and a server certificate for 127.0.0.1 signed by it, in `root` (the key
+/// readable by the server's user only, as PostgreSQL requires).
+fn make_certificates(root: &Path, as_nobody: bool) {
+    let script = r#"set -e
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+  -keyout ca.key -out ca.crt -subj "/CN=tavern test ca" \
+  -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+  -keyout server.key -out server.csr -subj "/CN=127.0.0.1"
+printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n' > server.ext
+openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
+  -extfile server.ext -out server.crt
+chmod 600 server.key
+"#;
+    let mut c = Command::new("sh");
+    c.args(["-c", script]).current_dir(root);
+    run(c, "openssl (test certificates)");
+    if as_nobody {
+        let mut c = Command::new("chown");
+        c.arg("nobody").arg(root.join("server.key"));
+        run(c, "chown of the server key to nobody");
     }
 }
 
