@@ -141,5 +141,18 @@ check(bool(bundle) and "AgentTavern roleplay kernel" in bundle[0]["body"]["messa
 added = tool_results(bundle[-1]) if bundle else []
 check(bool(added) and added[0].get("content") == "The gate is silver.", "and its tools work")
 
+# --- the plugin's `store`: PostgreSQL instead of the files under `data` --------------------------
+import os
+in_pg = requests(8, "e2e-pg-1")
+pg_results = tool_results(in_pg[-1]) if in_pg else []
+check(bool(pg_results) and pg_results[0].get("content") == "The bridge is made of oak.",
+      "with `store` set, the tools work on PostgreSQL")
+with open(f"{work}/pg.json", encoding="utf-8") as f:
+    pg = json.load(f)
+check(pg["memories"] == 1, "the memory is one operation row in the database")
+check(pg["chatLines"] >= 3 and pg["oakLines"] >= 1, "the turn is projected into the database's chat")
+check(not glob.glob(f"{work}/data-pg/memory.log") and not glob.glob(f"{work}/data-pg/chats/*"),
+      "and nothing is kept under `data`")
+
 print(f"e2e: {len(passed)} passed, {len(failures)} failed")
 sys.exit(1 if failures else 0)

@@ -6,7 +6,9 @@
 #          variable, and a forged session id in tool arguments reaches nothing;
 #   run 3: DSH's own MCP client drives `tavern-bridge mcp` for one fixed binding;
 #   web:   the web profile serves tavern mode's route; a custom prompt is saved through it;
-#   run 4: the resumed session's next request carries that prompt, braces intact.
+#   run 4: the resumed session's next request carries that prompt, braces intact;
+#   run 8: the plugin's `store` (a throwaway PostgreSQL cluster this script starts) keeps the
+#          memory and the projected chat in the database, nothing under `data`.
 # check.py then asserts on the host's session logs, the model requests and the projected chats.
 # Installs the host from the committed lockfile when needed. Exits non-zero on any failure.
 set -euo pipefail
@@ -33,7 +35,21 @@ bridge="$repo/target/debug/tavern-bridge"
 
 work=$(mktemp -d)
 server_pid=""
+pg_bin=/usr/lib/postgresql/15/bin
+# Its own directory: the server runs as `nobody` under root, which cannot enter $work.
+pg=$(mktemp -d)
+pg_started=""
+pg_as=()
+[ "$(id -u)" = 0 ] && pg_as=(runuser -u nobody --)
+stop_pg() {
+  if [ -n "$pg_started" ]; then
+    "${pg_as[@]}" "$pg_bin/pg_ctl" -D "$pg/data" -m immediate stop > /dev/null 2>&1 || true
+    pg_started=""
+  fi
+  rm -rf "$pg"
+}
 cleanup() {
+  stop_pg
   if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; fi
   if [ "${KEEP_E2E:-}" = "" ]; then rm -rf "$work"; else echo "e2e: kept $work"; fi
 }
@@ -193,6 +209,38 @@ cat > "$work/bundle.patch.yml" <<YAML
     bindPattern: '^e2e-'
 YAML
 run 6 "$here/script-6.json" '[{sessionId: e2e-bundle-1, messages: ["Remember that the gate is silver."]}]' "$work/bundle.patch.yml"
+
+# The plugin's `store`: a PostgreSQL database instead of the files under `data`.
+echo "e2e: PostgreSQL store"
+bash "$repo/scripts/ensure-postgres.sh"
+[ "$(id -u)" = 0 ] && chown nobody "$pg"
+"${pg_as[@]}" "$pg_bin/initdb" -D "$pg/data" -A trust -U postgres -E UTF8 --locale=C --no-sync > /dev/null
+pg_started=1
+"${pg_as[@]}" "$pg_bin/pg_ctl" -D "$pg/data" -l "$pg/server.log" \
+  -o "-k $pg -c listen_addresses='' -c fsync=off" -w start > /dev/null
+printf 'not-needed-with-trust\n' > "$work/pg-password"
+# The profile holds the row `dsh plugin add` made (run 6); a patch sets what differs.
+cat > "$work/pg.patch.yml" <<YAML
+- id: agent-tavern
+  config:
+    bridge: $bridge
+    data: $work/data-pg
+    assets: $work/assets
+    user: Kai
+    character: Mira
+    bindPattern: '^e2e-'
+    sessionsRoot: $work/home/sessions-raw
+    store: host=$pg user=postgres dbname=postgres
+    storePasswordFile: $work/pg-password
+YAML
+run 8 "$here/script-8.json" '[{sessionId: e2e-pg-1, messages: ["Remember that the bridge is oak."]}]' "$work/pg.patch.yml"
+"$pg_bin/psql" -h "$pg" -U postgres -d postgres -At -c "
+  SELECT json_build_object(
+    'memories', (SELECT count(*) FROM memory_ops WHERE op::text LIKE '%made of oak%'),
+    'chatLines', (SELECT coalesce(sum(line_count), 0) FROM chats WHERE character = 'Mira'),
+    'oakLines', (SELECT count(*) FROM chat_lines WHERE character = 'Mira' AND line LIKE '%oak%'))" \
+  > "$work/pg.json"
+stop_pg
 
 python3 "$here/check.py" "$work"
 
