@@ -5,9 +5,9 @@
 //! A read is one round trip (the rows after the mirror's last sequence number), overlapped
 //! with the work it serves: the answer is computed on the mirror while the query is in flight
 //! and kept when no rows came back. A write prepares its operation against the mirror and
-//! sends, pipelined in one round trip, the table lock, the catch-up query, an insert that only
-//! happens when the table has no rows the mirror lacks, and the commit. When another process
-//! wrote in between, the rows are applied and the write is checked again under the lock
+//! sends, pipelined in one round trip, the table lock, an insert that only happens when the
+//! table has no rows the mirror lacks, and the commit. When another process wrote in between,
+//! nothing was inserted: the rows are caught up under the lock and the write is checked again
 //! (two more round trips), so compare-and-set is always decided on the whole table.
 
 use std::future::Future;
@@ -227,53 +227,43 @@ impl Inner {
                     m.seq = seq;
                     return Ok(Some(out));
                 }
-                // Another process wrote first: its rows are applied now; check again.
+                // Another process wrote first: catch up under the lock and check again.
                 None => drop(out),
             }
         }
         self.write_locked(tx, &statements, &mut m, prepare).await
     }
 
-    /// One round trip: lock, catch up, insert `op` if nothing was caught up, commit. The
-    /// sequence number of the inserted row, or `None` (and the mirror caught up) when the
-    /// mirror was behind and nothing was inserted.
+    /// One round trip: lock, insert `op` if the table has no row after the mirror's, commit.
+    /// The sequence number of the inserted row, or `None` when the mirror was behind and
+    /// nothing was inserted (the caller catches up under the lock and decides again).
     async fn append_if_current<T: OpsTable>(
         &self,
         tx: &OpenTransaction,
         statements: &Statements,
-        m: &mut Mirror<T>,
+        m: &Mirror<T>,
         op: &T::Op,
     ) -> Result<Option<i64>, StoreError> {
         let text = encode(op, "an operation")?;
         let (scope, id) = T::keys(op);
         let c = tx.client()?;
-        let after: [&(dyn ToSql + Sync); 1] = [&m.seq];
         let values: [&(dyn ToSql + Sync); 4] = [&scope, &id, &text, &m.seq];
         // A failed statement aborts the transaction; the pipelined COMMIT then rolls it back.
         let begin = begin::<T>();
-        let (begun, rows, inserted, committed) = tokio::join!(
+        let (begun, inserted, committed) = tokio::join!(
             c.batch_execute(&begin),
-            c.query(&statements.select, &after),
             c.query(&statements.insert, &values),
             c.batch_execute("COMMIT")
         );
         begun.map_err(db("write"))?;
-        let rows = rows.map_err(db("catch up"))?;
         let inserted = inserted.map_err(db("write"))?;
         // If the commit's outcome is unknown (the connection dropped), nothing is applied
         // here: the next catch-up finds the row if it was committed.
         committed.map_err(db("commit"))?;
-        match inserted.first() {
-            Some(row) if rows.is_empty() => Ok(Some(row.try_get(0).map_err(db("write"))?)),
-            Some(_) => Err(StoreError::Internal(format!(
-                "{} accepted a write although the mirror was behind",
-                T::NAME
-            ))),
-            None => {
-                self.apply_batch(c, &statements.select, &rows, m).await?;
-                Ok(None)
-            }
-        }
+        inserted
+            .first()
+            .map(|row| row.try_get(0).map_err(db("write")))
+            .transpose()
     }
 
     /// Two round trips: (begin, lock, catch up), decide on the caught-up table, then (insert,
