@@ -218,7 +218,7 @@ impl Inner {
         // locked path below decides those.
         if let Ok(Some((out, op))) = prepare(&m.table) {
             match self
-                .append_if_current(&tx, &statements, &mut m, &op)
+                .append_if_current(&tx, &statements, &m, &op)
                 .await?
             {
                 Some(seq) => {
