@@ -612,32 +612,23 @@ impl Bm25Index {
         })
     }
 
-    fn accumulate(
-        &self,
+    /// The query's terms that have current postings, with their BM25 weights, heaviest
+    /// (rarest) first, ties in query order: the one order every scorer adds them in, so sums
+    /// are bit-identical however they are computed.
+    fn weighted_terms<'a>(
+        &'a self,
         query: &[String],
         n: f32,
-        avg: f32,
         filter: Option<&[u32]>,
-        score: &mut [f32],
-        matched: &mut [u16],
-    ) -> Vec<(u32, f32)> {
-        let mut touched: Vec<u32> = Vec::new();
+    ) -> Vec<(&'a [Posting], f32)> {
+        let mut terms = Vec::with_capacity(query.len());
         for term in query {
             let key = pack(term);
             let Some(list) = self.shards[shard_of(term, key)].lookup(term, key) else {
                 continue;
             };
-            // Postings of removed or re-indexed documents linger until compaction; count only
-            // current ones so scores do not depend on history (or on a restart). The floor
-            // keeps every real match's score positive.
-            let current = |&&(doc, _, generation): &&Posting| {
-                let idx = doc as usize;
-                self.alive[idx]
-                    && self.generation[idx] == generation
-                    && filter.is_none_or(|f| f.contains(&self.group[idx]))
-            };
             let df = if self.stale || filter.is_some() {
-                list.iter().filter(current).count() as f32
+                list.iter().filter(|p| self.current(p, filter)).count() as f32
             } else {
                 list.len() as f32
             };
@@ -648,14 +639,48 @@ impl Bm25Index {
             // The query side weighs each term by its idf too (idf² overall, as in the classic
             // vector-space model): a rare word in the query must dominate a common one even in
             // a long document.
-            let weight = idf * idf * (K1 + 1.0);
-            for &(doc, tf, _) in list.iter().filter(current) {
-                let idx = doc as usize;
-                let len = self.doc_len[idx];
+            terms.push((list, idf * idf * (K1 + 1.0)));
+        }
+        terms.sort_by(|a, b| b.1.total_cmp(&a.1));
+        terms
+    }
+
+    /// Whether a posting counts: postings of removed or re-indexed documents linger until
+    /// compaction, and only the searched groups count, so scores do not depend on history
+    /// (or on a restart).
+    fn current(&self, &(doc, _, generation): &Posting, filter: Option<&[u32]>) -> bool {
+        let idx = doc as usize;
+        self.alive[idx]
+            && self.generation[idx] == generation
+            && filter.is_none_or(|f| f.contains(&self.group[idx]))
+    }
+
+    /// One posting's BM25 contribution for a term of `weight`.
+    fn contribution(&self, weight: f32, tf: f32, doc: u32, avg: f32) -> f32 {
+        let len = self.doc_len[doc as usize];
+        weight * tf / (tf + K1 * (1.0 - B + B * len / avg))
+    }
+
+    fn accumulate(
+        &self,
+        query: &[String],
+        n: f32,
+        avg: f32,
+        filter: Option<&[u32]>,
+        score: &mut [f32],
+        matched: &mut [u16],
+    ) -> Vec<(u32, f32)> {
+        let mut touched: Vec<u32> = Vec::new();
+        // With nothing stale and no group filter every posting counts: skip the two lookups
+        // per posting that tell (they dominate on long lists).
+        let check = self.stale || filter.is_some();
+        for (list, weight) in self.weighted_terms(query, n, filter) {
+            for p in list.iter().filter(|p| !check || self.current(p, filter)) {
+                let idx = p.0 as usize;
                 if matched[idx] == 0 {
-                    touched.push(doc);
+                    touched.push(p.0);
                 }
-                score[idx] += weight * tf / (tf + K1 * (1.0 - B + B * len / avg));
+                score[idx] += self.contribution(weight, p.1, p.0, avg);
                 matched[idx] = matched[idx].saturating_add(1);
             }
         }

@@ -217,10 +217,7 @@ impl Inner {
         // A refusal or a no-op decided on a mirror that may be behind is not final: only the
         // locked path below decides those.
         if let Ok(Some((out, op))) = prepare(&m.table) {
-            match self
-                .append_if_current(&tx, &statements, &m, &op)
-                .await?
-            {
+            match self.append_if_current(&tx, &statements, &m, &op).await? {
                 Some(seq) => {
                     tx.closed();
                     m.table.apply_ops(vec![op]);
