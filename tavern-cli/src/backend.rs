@@ -163,7 +163,7 @@ pub fn open_files(dir: &std::path::Path, label: &str) -> Result<FsBackend, CliEr
 pub async fn open_postgres(settings: &StoreSettings, option: &str) -> Result<PgBackend, CliError> {
     let mut config: PgConfig = settings.settings.parse().map_err(|_| {
         CliError::Usage(format!(
-            "{option}: cannot be parsed as a postgres:// url or key=value settings"
+            "{option}: cannot be parsed as a postgres:// url or key=value settings (sslmode takes disable, prefer or require; require verifies the certificate and host name)"
         ))
     })?;
     if let Some(file) = &settings.password_file {

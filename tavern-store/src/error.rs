@@ -40,6 +40,8 @@ pub enum Target {
     Binding(SessionId),
     /// A session's projector checkpoint.
     Checkpoint(SessionId),
+    /// A session's prompt.
+    Prompt(SessionId),
 }
 
 impl fmt::Display for Target {
@@ -51,6 +53,7 @@ impl fmt::Display for Target {
             Self::Chat { character, chat } => write!(f, "chat {chat} of {character}"),
             Self::Binding(session) => write!(f, "binding of session {session}"),
             Self::Checkpoint(session) => write!(f, "projector checkpoint of session {session}"),
+            Self::Prompt(session) => write!(f, "prompt of session {session}"),
         }
     }
 }

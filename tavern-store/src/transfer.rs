@@ -92,10 +92,10 @@ pub trait Transfer: Send + Sync {
     /// Store failures.
     async fn prompt_sessions(&self) -> Result<Vec<SessionId>, StoreError>;
 
-    /// Stores `prompt` exactly as given (its time included), replacing the session's prompt.
+    /// Stores `prompt` exactly as given (its time included) for a session that has none.
     ///
     /// # Errors
-    /// Store failures.
+    /// [`StoreError::Conflict`] when the session has a prompt; store failures.
     async fn load_prompt(&self, prompt: &SessionPrompt) -> Result<(), StoreError>;
 }
 
@@ -105,7 +105,7 @@ pub trait CopyableStore: AllStores + Transfer {}
 impl<T: AllStores + Transfer + ?Sized> CopyableStore for T {}
 
 /// What [`copy_store`] copied (and then found identical in both stores).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CopyReport {
     /// Memory records, with their audit trails.
     pub memories: usize,
@@ -119,6 +119,10 @@ pub struct CopyReport {
     pub checkpoints: usize,
     /// Session prompts.
     pub prompts: usize,
+    /// What the source holds but could not be copied: chats without a single line (a store
+    /// cannot hold an empty chat), checkpoints and prompts the source could not read (its
+    /// diagnostics say why). Not silently: the caller reports them.
+    pub skipped: Vec<String>,
 }
 
 fn not_empty(what: String) -> StoreError {
@@ -155,6 +159,9 @@ pub async fn copy_store(
                 continue;
             };
             if file.lines.is_empty() {
+                report
+                    .skipped
+                    .push(format!("chat {chat} of {character} (no lines)"));
                 continue;
             }
             to.rewrite_chat(&character, &chat, &file.lines, None)
@@ -164,24 +171,44 @@ pub async fn copy_store(
         }
     }
     let (state, _) = from.load_state().await?;
+    let default = tavern_core::TavernState::default().to_json();
+    let mut replaced_other = false;
     to.update_state(&mut |s| {
+        // Only over the default state: something else wrote the target meanwhile.
+        if s.to_json() != default {
+            replaced_other = true;
+            return Verdict::Keep;
+        }
         *s = state.clone();
         Verdict::Write
     })
     .await?;
+    if replaced_other {
+        return Err(not_empty("its state was written while the copy ran".into()));
+    }
     for session in from.checkpoint_sessions().await? {
-        if let Some(cp) = from.load_checkpoint(&session).await? {
-            to.save_checkpoint(&cp, None).await?;
-            report.checkpoints += 1;
+        match from.load_checkpoint(&session).await? {
+            Some(cp) => {
+                to.save_checkpoint(&cp, None).await?;
+                report.checkpoints += 1;
+            }
+            None => report
+                .skipped
+                .push(format!("checkpoint of session {session} (unreadable)")),
         }
     }
     for session in from.prompt_sessions().await? {
-        if let Some(p) = from.get_prompt(&session).await? {
-            to.load_prompt(&p).await?;
-            report.prompts += 1;
+        match from.get_prompt(&session).await? {
+            Some(p) => {
+                to.load_prompt(&p).await?;
+                report.prompts += 1;
+            }
+            None => report
+                .skipped
+                .push(format!("prompt of session {session} (unreadable)")),
         }
     }
-    verify(from, to, &expected_tables, report).await?;
+    verify(from, to, &expected_tables, &report).await?;
     Ok(report)
 }
 
@@ -216,10 +243,16 @@ async fn verify(
     from: &dyn CopyableStore,
     to: &dyn CopyableStore,
     expected_tables: &[String],
-    report: CopyReport,
+    report: &CopyReport,
 ) -> Result<(), StoreError> {
     if to.dump_tables().await?.canonical()? != expected_tables {
         return Err(differs("memories or variables".into()));
+    }
+    // And the source still holds what was copied (a write to it meanwhile would be missing).
+    if from.dump_tables().await?.canonical()? != expected_tables {
+        return Err(differs(
+            "the source's memories or variables changed while the copy ran".into(),
+        ));
     }
     let mut chats = 0;
     for character in from.chat_characters().await? {
@@ -244,6 +277,11 @@ async fn verify(
     let (b, _) = to.load_state().await?;
     if a.to_json() != b.to_json() {
         return Err(differs("the state".into()));
+    }
+    if to.checkpoint_sessions().await?.len() != report.checkpoints
+        || to.prompt_sessions().await?.len() != report.prompts
+    {
+        return Err(differs("the number of checkpoints or prompts".into()));
     }
     for session in from.checkpoint_sessions().await? {
         if from.load_checkpoint(&session).await? != to.load_checkpoint(&session).await? {

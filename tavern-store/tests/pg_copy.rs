@@ -263,3 +263,61 @@ async fn a_target_that_is_not_empty_is_refused_untouched() {
     assert!(err.to_string().contains("chats of Kai"), "{err}");
     assert!(target.dump_tables().await.unwrap().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_cannot_be_copied_is_reported_and_a_prompt_is_never_overwritten() {
+    let cluster = pg_support::cluster();
+    let config = cluster.fresh_database().await;
+    let clock = Arc::new(ManualClock::new(T0));
+    let dir = tempfile::tempdir().unwrap();
+    let source = FsStore::open(dir.path().join("a"), clock.clone()).unwrap();
+    fill(&source).await;
+    // A chat file without a single line (a store cannot hold one) and an unreadable
+    // checkpoint: both named in the report, the rest copied and verified.
+    std::fs::write(dir.path().join("a/chats/Mira/empty.jsonl"), "").unwrap();
+    let broken = SessionId::parse("s2").unwrap();
+    source
+        .save_checkpoint(
+            &ProjectorCheckpoint {
+                session_id: broken.clone(),
+                last_cursor: None,
+                status: CheckpointStatus::Ok,
+                pending_cursor: None,
+                error: None,
+                chat_revision: None,
+                turn: 0,
+                step: 0,
+                updated_at: T0,
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    let cp_files: Vec<_> = std::fs::read_dir(dir.path().join("a/checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with("s2.json"))
+        .collect();
+    std::fs::write(&cp_files[0], "{ not json").unwrap();
+    let pg = cluster.open(&config, clock.clone()).await;
+    let report = copy_store(&source, &pg).await.unwrap();
+    assert_eq!(report.chats, 1);
+    assert_eq!(report.checkpoints, 1);
+    assert_eq!(
+        report.skipped,
+        [
+            "chat empty of Mira (no lines)".to_owned(),
+            "checkpoint of session s2 (unreadable)".to_owned()
+        ]
+    );
+    // Loading a prompt over an existing one is a conflict, never an overwrite.
+    let session = SessionId::parse("s1").unwrap();
+    let mut other = pg.get_prompt(&session).await.unwrap().unwrap();
+    other.text = "something else".into();
+    assert!(pg.load_prompt(&other).await.unwrap_err().is_conflict());
+    assert_eq!(
+        pg.get_prompt(&session).await.unwrap().unwrap().text,
+        "扮演 Mira，简洁。"
+    );
+    assert!(source.load_prompt(&other).await.unwrap_err().is_conflict());
+}

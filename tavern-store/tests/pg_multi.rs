@@ -625,3 +625,76 @@ async fn stores_opening_a_new_database_at_once_migrate_it_once() {
         .unwrap()
         .is_some());
 }
+
+/// A role that may read but not write (a reporting role, a standby): reads still answer —
+/// recording the access time fails and is reported — and a failed write does not cost a new
+/// connection (the failed transaction is ended on the connection, which stays pooled).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_role_reads_without_reconnecting() {
+    let cluster = pg_support::cluster();
+    let config = cluster.fresh_database().await;
+    let dbname = config.get_dbname().unwrap().to_owned();
+    let clock = Arc::new(ManualClock::new(T0));
+    let writer = cluster.open(&config, clock.clone()).await;
+    let scope = agent("a1");
+    let m = writer
+        .put(write("gate", scope.clone(), "the silver gate"), None, false)
+        .await
+        .unwrap();
+    let admin = |sql: String| {
+        let config = config.clone();
+        async move {
+            let (client, conn) = config.connect(tavern_store::pg::NoTls).await.unwrap();
+            let task = tokio::spawn(conn);
+            let rows = client.simple_query(&sql).await.unwrap();
+            drop(client);
+            let _ = task.await;
+            rows
+        }
+    };
+    admin(format!(
+        "CREATE ROLE reader LOGIN; GRANT CONNECT ON DATABASE {dbname} TO reader; \
+         GRANT SELECT ON ALL TABLES IN SCHEMA public TO reader"
+    ))
+    .await;
+    let mut as_reader = config.clone();
+    as_reader.user("reader");
+    let reader = PgStore::open(as_reader, clock, 2).await.unwrap();
+    let sessions = || async {
+        let rows = admin(format!(
+            "SELECT sessions FROM pg_stat_database WHERE datname = '{dbname}'"
+        ))
+        .await;
+        rows.iter()
+            .find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+                _ => None,
+            })
+            .unwrap()
+            .parse::<i64>()
+            .unwrap()
+    };
+    let before = sessions().await;
+    for _ in 0..20 {
+        let found = reader.read(&m.id, &scope).await.unwrap().unwrap();
+        assert_eq!(found.content, "the silver gate");
+    }
+    let refused = reader
+        .put(write("new", scope.clone(), "not allowed"), None, false)
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("permission denied"),
+        "{refused}"
+    );
+    // Our own admin connections count too: one per `sessions()` call.
+    let opened = sessions().await - before;
+    assert!(
+        opened <= 2 + 1,
+        "{opened} new sessions for 20 reads and a refused write"
+    );
+    assert!(reader
+        .diagnostics()
+        .iter()
+        .any(|d| d.message.contains("access time")));
+}

@@ -68,6 +68,13 @@ pub async fn run(ctx: &Context, args: &CopyArgs) -> Result<Report, CliError> {
         "chatLines": r.chat_lines,
         "checkpoints": r.checkpoints,
         "prompts": r.prompts,
+        "skipped": r.skipped,
     });
-    Ok(Report::new(text, json))
+    let mut report = Report::new(text, json);
+    report.warnings = r
+        .skipped
+        .iter()
+        .map(|s| format!("not copied: {s}"))
+        .collect();
+    Ok(report)
 }

@@ -115,7 +115,16 @@ impl Transfer for FsStore {
 
     async fn load_prompt(&self, prompt: &SessionPrompt) -> Result<(), StoreError> {
         let prompt = prompt.clone();
-        self.run(move |s| s.write_doc(&session_doc("prompts", &prompt.session_id), &prompt))
-            .await
+        self.run(move |s| {
+            let rel = session_doc("prompts", &prompt.session_id);
+            if super::atomic::under(&s.root, &rel).exists() {
+                return Err(StoreError::Conflict {
+                    target: Box::new(crate::error::Target::Prompt(prompt.session_id.clone())),
+                    current: None,
+                });
+            }
+            s.write_doc(&rel, &prompt)
+        })
+        .await
     }
 }

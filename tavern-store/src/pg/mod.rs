@@ -135,7 +135,7 @@ impl PgStore {
         let config: PgConfig = settings.parse().map_err(|_| {
             StoreError::Invalid(tavern_core::CoreError::InvalidField {
                 field: "postgres settings",
-                reason: "cannot be parsed as a postgres:// url or key=value settings".into(),
+                reason: "cannot be parsed as a postgres:// url or key=value settings (sslmode takes disable, prefer or require; require verifies the certificate and host name)".into(),
             })
         })?;
         Self::open(config, clock, DEFAULT_POOL_SIZE).await

@@ -11,6 +11,7 @@
 //! (two more round trips), so compare-and-set is always decided on the whole table.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 
 use deadpool_postgres::Client;
@@ -25,8 +26,14 @@ use crate::engine::memory_table::{MemoryOp, MemoryTable};
 use crate::engine::variable_table::{VariableOp, VariableTable};
 use crate::error::StoreError;
 
-/// Rows fetched per catch-up round trip (the `LIMIT` of [`OpsTable::SELECT`]).
-const CATCH_UP_BATCH: usize = 2000;
+/// Rows fetched per catch-up round trip: one literal for both the SQL `LIMIT` and the loop
+/// that fetches again after a full batch, so they cannot disagree.
+macro_rules! catch_up_batch {
+    () => {
+        2000
+    };
+}
+const CATCH_UP_BATCH: usize = catch_up_batch!();
 
 /// How long a write waits for another process's table lock before failing (retryable), and
 /// how its statements are planned: for their parameters. A prepared statement's cached generic
@@ -61,8 +68,10 @@ impl OpsTable for MemoryTable {
     type Op = MemoryOp;
     const NAME: &'static str = "memory_ops";
     const LOCK: &'static str = "LOCK TABLE memory_ops IN EXCLUSIVE MODE";
-    const SELECT: &'static str =
-        "SELECT seq, op::text FROM memory_ops WHERE seq > $1 ORDER BY seq LIMIT 2000";
+    const SELECT: &'static str = concat!(
+        "SELECT seq, op::text FROM memory_ops WHERE seq > $1 ORDER BY seq LIMIT ",
+        catch_up_batch!()
+    );
     const INSERT: &'static str =
         "INSERT INTO memory_ops (scope, id, op) SELECT $1, $2, $3::text::json
          WHERE coalesce((SELECT max(seq) FROM memory_ops), 0) <= $4 RETURNING seq";
@@ -83,8 +92,10 @@ impl OpsTable for VariableTable {
     type Op = VariableOp;
     const NAME: &'static str = "variable_ops";
     const LOCK: &'static str = "LOCK TABLE variable_ops IN EXCLUSIVE MODE";
-    const SELECT: &'static str =
-        "SELECT seq, op::text FROM variable_ops WHERE seq > $1 ORDER BY seq LIMIT 2000";
+    const SELECT: &'static str = concat!(
+        "SELECT seq, op::text FROM variable_ops WHERE seq > $1 ORDER BY seq LIMIT ",
+        catch_up_batch!()
+    );
     const INSERT: &'static str =
         "INSERT INTO variable_ops (scope, id, op) SELECT $1, $2, $3::text::json
          WHERE coalesce((SELECT max(seq) FROM variable_ops), 0) <= $4 RETURNING seq";
@@ -246,21 +257,29 @@ impl Inner {
         let c = tx.client()?;
         let values: [&(dyn ToSql + Sync); 4] = [&scope, &id, &text, &m.seq];
         // A failed statement aborts the transaction; the pipelined COMMIT then rolls it back.
+        // `biased`: polled in the order written, and tokio-postgres queues each request on its
+        // first poll, so the server receives BEGIN (and the lock) before the insert — never
+        // the insert outside the transaction.
         let begin = begin::<T>();
+        tx.begin();
         let (begun, inserted, committed) = tokio::join!(
+            biased;
             c.batch_execute(&begin),
             c.query(&statements.insert, &values),
             c.batch_execute("COMMIT")
         );
-        begun.map_err(db("write"))?;
-        let inserted = inserted.map_err(db("write"))?;
         // If the commit's outcome is unknown (the connection dropped), nothing is applied
         // here: the next catch-up finds the row if it was committed.
         committed.map_err(db("commit"))?;
-        inserted
-            .first()
-            .map(|row| row.try_get(0).map_err(db("write")))
-            .transpose()
+        tx.ended();
+        begun.map_err(db("write"))?;
+        let inserted = inserted.map_err(db("write"))?;
+        let Some(row) = inserted.first() else {
+            return Ok(None);
+        };
+        let seq: i64 = row.try_get(0).map_err(db("write"))?;
+        newer(seq, m.seq, T::NAME)?;
+        Ok(Some(seq))
     }
 
     /// Two round trips: (begin, lock, catch up), decide on the caught-up table, then (insert,
@@ -275,11 +294,22 @@ impl Inner {
         let c = tx.client()?;
         let after: [&(dyn ToSql + Sync); 1] = [&m.seq];
         let begin = begin::<T>();
-        let (begun, rows) =
-            tokio::join!(c.batch_execute(&begin), c.query(&statements.select, &after));
-        begun.map_err(db("write"))?;
-        let rows = rows.map_err(db("catch up"))?;
-        self.apply_batch(c, &statements.select, &rows, m).await?;
+        tx.begin();
+        let (begun, rows) = tokio::join!(
+            biased;
+            c.batch_execute(&begin),
+            c.query(&statements.select, &after)
+        );
+        let caught_up = match (begun, rows) {
+            (Ok(()), Ok(rows)) => self.apply_batch(c, &statements.select, &rows, m).await,
+            (Err(e), _) => Err(db("write")(e)),
+            (_, Err(e)) => Err(db("catch up")(e)),
+        };
+        if let Err(e) = caught_up {
+            // Nothing was written: end the transaction and keep the connection if that works.
+            tx.rollback().await;
+            return Err(e);
+        }
         let (out, op) = match prepare(&m.table) {
             Ok(Some(prepared)) => prepared,
             // Refused or nothing to do: roll back and keep the connection.
@@ -292,20 +322,40 @@ impl Inner {
         let (scope, id) = T::keys(&op);
         let values: [&(dyn ToSql + Sync); 4] = [&scope, &id, &text, &m.seq];
         let (inserted, committed) = tokio::join!(
+            biased;
             c.query(&statements.insert, &values),
             c.batch_execute("COMMIT")
         );
-        let inserted = inserted.map_err(db("write"))?;
         committed.map_err(db("commit"))?;
+        tx.ended();
         tx.closed();
+        let inserted = inserted.map_err(db("write"))?;
         let row = inserted
             .first()
             .ok_or_else(|| StoreError::Internal(format!("{} changed under its lock", T::NAME)))?;
         let seq: i64 = row.try_get(0).map_err(db("write"))?;
+        newer(seq, m.seq, T::NAME)?;
         // Every row before `seq` is applied already (gaps are rolled-back inserts).
         m.table.apply_ops(vec![op]);
         m.seq = seq;
         Ok(Some(out))
+    }
+}
+
+/// A row just inserted must come after every row the mirror has: a smaller sequence number
+/// means the database was restored or renumbered under this process (or its sequence caches
+/// values), and the mirror can no longer be trusted to have every row.
+fn newer(seq: i64, mirror: i64, table: &str) -> Result<(), StoreError> {
+    if seq > mirror {
+        Ok(())
+    } else {
+        Err(StoreError::Database {
+            op: "write",
+            reason: format!(
+                "{table} handed out sequence number {seq}, not after {mirror} which this process \
+                 has already seen: was the database restored under a running process? restart it"
+            ),
+        })
     }
 }
 
@@ -337,18 +387,22 @@ impl Statements {
     }
 }
 
-/// A connection inside a transaction begun by hand (so that `BEGIN` can share a round trip
-/// with what follows). Dropped before [`OpenTransaction::closed`], the connection leaves the
-/// pool and closes, which makes the server roll the transaction back: a pooled connection is
-/// never handed out mid-transaction.
+/// A connection for transactions begun by hand (so that `BEGIN` can share a round trip with
+/// what follows). Dropped while a transaction may be open on it — after [`OpenTransaction::begin`]
+/// and before an answered `COMMIT`/`ROLLBACK` ([`OpenTransaction::ended`]) — the connection
+/// leaves the pool and closes: a pooled connection is never handed out mid-transaction. (If the
+/// future was dropped after the `COMMIT` was queued, the server may still commit it; the row is
+/// then found by the next catch-up, as after any commit whose answer was lost.)
 pub(super) struct OpenTransaction {
     client: Option<Client>,
+    idle: AtomicBool,
 }
 
 impl OpenTransaction {
     fn new(client: Client) -> Self {
         Self {
             client: Some(client),
+            idle: AtomicBool::new(true),
         }
     }
 
@@ -359,16 +413,28 @@ impl OpenTransaction {
             .ok_or_else(|| StoreError::Internal("a closed transaction was used".into()))
     }
 
-    /// The transaction ended (committed or rolled back): the connection goes back to the pool.
-    fn closed(mut self) {
-        self.client.take();
+    /// A transaction is about to be opened: until [`OpenTransaction::ended`] the connection
+    /// is not reusable.
+    fn begin(&self) {
+        self.idle.store(false, Ordering::SeqCst);
+    }
+
+    /// The server answered the transaction's `COMMIT` or `ROLLBACK` (whatever else failed):
+    /// the connection is idle again.
+    fn ended(&self) {
+        self.idle.store(true, Ordering::SeqCst);
+    }
+
+    /// Done with it: back to the pool if idle, else closed.
+    fn closed(self) {
+        drop(self);
     }
 
     /// Rolls back; the connection goes back to the pool if that worked.
     async fn rollback(self) {
         let Ok(client) = self.client() else { return };
         if client.batch_execute("ROLLBACK").await.is_ok() {
-            self.closed();
+            self.ended();
         }
     }
 }
@@ -376,7 +442,9 @@ impl OpenTransaction {
 impl Drop for OpenTransaction {
     fn drop(&mut self) {
         if let Some(client) = self.client.take() {
-            drop(deadpool_postgres::Object::take(client));
+            if !self.idle.load(Ordering::SeqCst) {
+                drop(deadpool_postgres::Object::take(client));
+            }
         }
     }
 }

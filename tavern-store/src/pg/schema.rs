@@ -66,6 +66,26 @@ pub(super) async fn migrate(client: &mut Client) -> Result<(), StoreError> {
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .await
         .map_err(db("migrate"))?;
+    // A database at this version needs no DDL: a role that may only read and write rows (or
+    // only read) can open it.
+    let exists: Option<String> = tx
+        .query_one("SELECT to_regclass('schema_version')::text", &[])
+        .await
+        .map_err(db("migrate"))?
+        .try_get(0)
+        .map_err(db("migrate"))?;
+    if exists.is_some() {
+        let row = tx
+            .query_opt("SELECT version FROM schema_version WHERE id = 1", &[])
+            .await
+            .map_err(db("migrate"))?;
+        if let Some(row) = row {
+            let current: i32 = row.try_get(0).map_err(db("migrate"))?;
+            if current == SCHEMA_VERSION {
+                return tx.commit().await.map_err(db("migrate"));
+            }
+        }
+    }
     tx.batch_execute(
         "CREATE TABLE IF NOT EXISTS schema_version (
             id integer PRIMARY KEY CHECK (id = 1),

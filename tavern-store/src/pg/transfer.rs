@@ -80,7 +80,8 @@ impl Transfer for PgStore {
         let mut client = self.inner.client("load tables").await?;
         let tx = client.transaction().await.map_err(db("load tables"))?;
         tx.batch_execute(
-            "LOCK TABLE memory_ops IN EXCLUSIVE MODE; LOCK TABLE variable_ops IN EXCLUSIVE MODE",
+            "SET LOCAL lock_timeout = '10s';
+             LOCK TABLE memory_ops IN EXCLUSIVE MODE; LOCK TABLE variable_ops IN EXCLUSIVE MODE",
         )
         .await
         .map_err(db("load tables"))?;
@@ -155,14 +156,20 @@ impl Transfer for PgStore {
     async fn load_prompt(&self, prompt: &SessionPrompt) -> Result<(), StoreError> {
         let doc = encode(prompt, "a prompt")?;
         let client = self.inner.client("save prompt").await?;
-        client
+        let written = client
             .execute(
-                "INSERT INTO prompts (session, doc) VALUES ($1, $2)
-                 ON CONFLICT (session) DO UPDATE SET doc = EXCLUDED.doc",
+                "INSERT INTO prompts (session, doc) VALUES ($1, $2) ON CONFLICT DO NOTHING",
                 &[&prompt.session_id.as_str(), &doc],
             )
             .await
             .map_err(db("save prompt"))?;
-        Ok(())
+        if written == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::Conflict {
+                target: Box::new(crate::error::Target::Prompt(prompt.session_id.clone())),
+                current: None,
+            })
+        }
     }
 }
