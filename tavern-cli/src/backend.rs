@@ -29,16 +29,24 @@ impl std::fmt::Debug for StoreSettings {
     }
 }
 
-/// Lines of one log before and after a compaction.
+/// Lines (file store) or rows (PostgreSQL) of the memory and variable operations before and
+/// after a compaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Compacted {
-    /// Memory log `(before, after)`.
+    /// What holds the memory operations (`memory.log`, `memory_ops`).
+    pub memory_name: &'static str,
+    /// What holds the variable operations (`variables.log`, `variable_ops`).
+    pub variables_name: &'static str,
+    /// `lines` or `rows`.
+    pub unit: &'static str,
+    /// Memory operations `(before, after)`.
     pub memory: (u64, u64),
-    /// Variable log `(before, after)`.
+    /// Variable operations `(before, after)`.
     pub variables: (u64, u64),
 }
 
 /// A store backend.
+#[async_trait::async_trait]
 pub trait Backend: Send + Sync {
     /// Every store port.
     fn stores(&self) -> Arc<dyn AllStores>;
@@ -50,7 +58,7 @@ pub trait Backend: Send + Sync {
     ///
     /// # Errors
     /// Store failures; nothing changes then.
-    fn compact(&self) -> Result<Compacted, CliError>;
+    async fn compact(&self) -> Result<Compacted, CliError>;
 
     /// Problems the store noticed in its data so far.
     fn diagnostics(&self) -> Vec<StoreDiagnostic>;
@@ -62,6 +70,7 @@ pub struct FsBackend {
     store: FsStore,
 }
 
+#[async_trait::async_trait]
 impl Backend for FsBackend {
     fn stores(&self) -> Arc<dyn AllStores> {
         Arc::new(self.store.clone())
@@ -71,9 +80,12 @@ impl Backend for FsBackend {
         Arc::new(self.store.clone())
     }
 
-    fn compact(&self) -> Result<Compacted, CliError> {
+    async fn compact(&self) -> Result<Compacted, CliError> {
         let r = self.store.compact()?;
         Ok(Compacted {
+            memory_name: "memory.log",
+            variables_name: "variables.log",
+            unit: "lines",
             memory: r.memory,
             variables: r.variables,
         })
@@ -90,6 +102,7 @@ pub struct PgBackend {
     store: PgStore,
 }
 
+#[async_trait::async_trait]
 impl Backend for PgBackend {
     fn stores(&self) -> Arc<dyn AllStores> {
         Arc::new(self.store.clone())
@@ -99,12 +112,15 @@ impl Backend for PgBackend {
         Arc::new(self.store.clone())
     }
 
-    fn compact(&self) -> Result<Compacted, CliError> {
-        Err(CliError::Failed(
-            "compact is for the file store; PostgreSQL keeps its operation rows (VACUUM reclaims \
-             dead rows, see docs/DEPLOYMENT.md)"
-                .into(),
-        ))
+    async fn compact(&self) -> Result<Compacted, CliError> {
+        let r = self.store.compact().await?;
+        Ok(Compacted {
+            memory_name: "memory_ops",
+            variables_name: "variable_ops",
+            unit: "rows",
+            memory: r.memory,
+            variables: r.variables,
+        })
     }
 
     fn diagnostics(&self) -> Vec<StoreDiagnostic> {

@@ -76,7 +76,9 @@ pub enum Command {
     /// Verify every log and document of the store (checksums, parse, revisions) without
     /// changing anything; exits 4 when something is corrupt or set aside.
     Check,
-    /// Compact the memory and variable logs (safe while other processes use the store).
+    /// Compact the memory and variable operations into one snapshot per record (the logs of
+    /// the file store, the operation tables of PostgreSQL); safe while other processes use the
+    /// store.
     Compact,
     /// Copy the whole store (the data directory, or the database of --store) into an empty
     /// file store or PostgreSQL database, exactly, then read both back and compare them.

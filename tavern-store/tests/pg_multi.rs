@@ -561,6 +561,43 @@ async fn a_newer_schema_is_refused() {
     );
 }
 
+/// A database written by the first schema (before compaction existed) is brought to the
+/// current one when a store opens it, its rows kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_database_is_upgraded_with_its_rows() {
+    let (a, _, config, clock) = two_stores().await;
+    let scope = agent("a1");
+    a.put(write("gate", scope.clone(), "the old gate"), None, false)
+        .await
+        .unwrap();
+    drop(a);
+    let (client, conn) = config.connect(tavern_store::pg::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    client
+        .batch_execute(
+            "ALTER TABLE memory_ops DROP COLUMN reset; ALTER TABLE variable_ops DROP COLUMN reset;
+             UPDATE schema_version SET version = 1",
+        )
+        .await
+        .unwrap();
+    let upgraded = PgStore::open(config, clock as Arc<dyn Clock>, 2)
+        .await
+        .unwrap();
+    let hits = upgraded
+        .search(&MemoryQuery::new("gate", vec![scope]))
+        .await
+        .unwrap()
+        .hits;
+    assert_eq!(hits[0].record.content, "the old gate");
+    let version: i32 = client
+        .query_one("SELECT version FROM schema_version", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, SCHEMA_VERSION);
+    upgraded.compact().await.unwrap();
+}
+
 /// Connection failures say what failed, never the settings or the password.
 #[tokio::test(flavor = "current_thread")]
 async fn errors_never_show_the_settings_or_password() {
@@ -697,4 +734,101 @@ async fn a_read_only_role_reads_without_reconnecting() {
         .diagnostics()
         .iter()
         .any(|d| d.message.contains("access time")));
+}
+
+/// Compaction while another store is behind: the history becomes one snapshot row per
+/// memory and variable scope; the store that was behind rebuilds its copy from it (same
+/// records, same audit trails, same search), writes on, and a store opened afterwards reads
+/// the compacted tables alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn compaction_keeps_every_record_and_audit_for_every_process() {
+    let (a, b, config, clock) = two_stores().await;
+    let scope = agent("a1");
+    // B has seen the first version only.
+    let mut m = a
+        .put(write("gate", scope.clone(), "the gate v0"), None, false)
+        .await
+        .unwrap();
+    b.search(&MemoryQuery::new("gate", vec![scope.clone()]))
+        .await
+        .unwrap();
+    for i in 1..30 {
+        m = a
+            .put(
+                write("gate", scope.clone(), &format!("the gate v{i}")),
+                Some(&m.revision),
+                false,
+            )
+            .await
+            .unwrap();
+        a.read(&m.id, &scope).await.unwrap();
+    }
+    let hp = var("hp");
+    let mut v = a
+        .set(&scope, &hp, json!(0), None, MemorySource::system())
+        .await
+        .unwrap();
+    for i in 1..20 {
+        v = a
+            .set(
+                &scope,
+                &hp,
+                json!(i),
+                Some(&v.revision),
+                MemorySource::system(),
+            )
+            .await
+            .unwrap();
+    }
+    let audit_before = a.memory_audit(&scope, Some(&m.id)).await.unwrap();
+    let vars_before = a.variable_audit(&scope).await.unwrap();
+
+    let report = a.compact().await.unwrap();
+    // One snapshot row per memory and scope, after the reset row that starts them.
+    assert_eq!(report.memory, (59, 2), "{report:?}");
+    assert_eq!(report.variables, (20, 2), "{report:?}");
+
+    // B (behind since the first version) sees exactly what A sees.
+    let hits = b
+        .search(&MemoryQuery::new("gate", vec![scope.clone()]))
+        .await
+        .unwrap()
+        .hits;
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].record.content, "the gate v29");
+    assert_eq!(
+        b.memory_audit(&scope, Some(&m.id)).await.unwrap(),
+        audit_before
+    );
+    assert_eq!(b.variable_audit(&scope).await.unwrap(), vars_before);
+    assert_eq!(b.get(&scope, &hp).await.unwrap(), Some(v.clone()));
+    // Both write on, compare-and-set against the revisions from before the compaction.
+    let next = b
+        .put(
+            write("gate", scope.clone(), "the gate v30"),
+            Some(&m.revision),
+            false,
+        )
+        .await
+        .unwrap();
+    a.set(
+        &scope,
+        &hp,
+        json!(20),
+        Some(&v.revision),
+        MemorySource::system(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        a.read(&m.id, &scope).await.unwrap().unwrap().revision,
+        next.revision
+    );
+    // A store opened now replays the snapshot and what came after.
+    let c = pg_support::cluster().open(&config, clock).await;
+    assert_eq!(c.memory_audit(&scope, Some(&m.id)).await.unwrap().len(), 31);
+    assert_eq!(c.get(&scope, &hp).await.unwrap().unwrap().value, json!(20));
+    // Compacting again leaves one row per record and scope (plus the reset row).
+    let again = c.compact().await.unwrap();
+    assert_eq!((again.memory.1, again.variables.1), (2, 2));
 }

@@ -500,11 +500,17 @@ pub async fn run_database(ctx: &Context) -> Result<Report, CliError> {
 pub async fn compact(ctx: &Context) -> Result<Report, CliError> {
     let backend = backend::open(ctx, false).await?;
     let progress = Progress::spinner(ctx, "compacting");
-    let r = backend.compact()?;
+    let r = backend.compact().await?;
     drop(progress);
     let text = format!(
-        "memory.log: {} -> {} lines\nvariables.log: {} -> {} lines\n",
-        r.memory.0, r.memory.1, r.variables.0, r.variables.1
+        "{}: {} -> {} {unit}\n{}: {} -> {} {unit}\n",
+        r.memory_name,
+        r.memory.0,
+        r.memory.1,
+        r.variables_name,
+        r.variables.0,
+        r.variables.1,
+        unit = r.unit
     );
     let json = json!({
         "memory": {"before": r.memory.0, "after": r.memory.1},

@@ -16,6 +16,7 @@
 //! `deadpool-postgres` pool; nothing blocks an executor. Errors never contain the connection
 //! string or credentials.
 
+mod compact;
 mod docs;
 mod ops;
 mod schema;
@@ -34,6 +35,7 @@ use tavern_core::{
 };
 use tokio::sync::Mutex;
 
+pub use compact::PgCompactReport;
 pub use schema::SCHEMA_VERSION;
 use tls::Connector;
 pub use tls::PgTls;

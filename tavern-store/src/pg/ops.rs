@@ -61,6 +61,8 @@ pub(super) trait OpsTable: Default + Send {
     const INSERT: &'static str;
     /// The scope and record id an operation is about (for people reading the table).
     fn keys(op: &Self::Op) -> (String, Option<String>);
+    /// The table as operations that rebuild it (one per record or scope).
+    fn snapshot(table: &Self) -> Vec<Self::Op>;
     fn apply_ops(&mut self, ops: Vec<Self::Op>);
 }
 
@@ -69,7 +71,7 @@ impl OpsTable for MemoryTable {
     const NAME: &'static str = "memory_ops";
     const LOCK: &'static str = "LOCK TABLE memory_ops IN EXCLUSIVE MODE";
     const SELECT: &'static str = concat!(
-        "SELECT seq, op::text FROM memory_ops WHERE seq > $1 ORDER BY seq LIMIT ",
+        "SELECT seq, op::text, reset FROM memory_ops WHERE seq > $1 ORDER BY seq LIMIT ",
         catch_up_batch!()
     );
     const INSERT: &'static str =
@@ -86,6 +88,9 @@ impl OpsTable for MemoryTable {
     fn apply_ops(&mut self, ops: Vec<MemoryOp>) {
         self.apply_many(ops);
     }
+    fn snapshot(table: &Self) -> Vec<MemoryOp> {
+        MemoryTable::snapshot(table)
+    }
 }
 
 impl OpsTable for VariableTable {
@@ -93,7 +98,7 @@ impl OpsTable for VariableTable {
     const NAME: &'static str = "variable_ops";
     const LOCK: &'static str = "LOCK TABLE variable_ops IN EXCLUSIVE MODE";
     const SELECT: &'static str = concat!(
-        "SELECT seq, op::text FROM variable_ops WHERE seq > $1 ORDER BY seq LIMIT ",
+        "SELECT seq, op::text, reset FROM variable_ops WHERE seq > $1 ORDER BY seq LIMIT ",
         catch_up_batch!()
     );
     const INSERT: &'static str =
@@ -106,6 +111,9 @@ impl OpsTable for VariableTable {
         for op in ops {
             self.apply(op);
         }
+    }
+    fn snapshot(table: &Self) -> Vec<VariableOp> {
+        VariableTable::snapshot(table)
     }
 }
 
@@ -132,6 +140,14 @@ impl Inner {
         for row in rows {
             let seq: i64 = row.try_get(0).map_err(db("catch up"))?;
             let text: &str = row.try_get(1).map_err(db("catch up"))?;
+            let reset: bool = row.try_get(2).map_err(db("catch up"))?;
+            if reset {
+                // A compaction: what follows is the whole table (the rows before are gone).
+                ops.clear();
+                mirror.table = T::default();
+                last = seq;
+                continue;
+            }
             match serde_json::from_str::<T::Op>(text) {
                 Ok(op) => ops.push(op),
                 Err(e) => self.diag(
@@ -186,7 +202,7 @@ impl Inner {
     }
 
     /// Applies a catch-up batch and, when it was full, fetches and applies the rest.
-    async fn apply_batch<T: OpsTable>(
+    pub(super) async fn apply_batch<T: OpsTable>(
         &self,
         client: &Client,
         select: &tokio_postgres::Statement,
@@ -362,18 +378,18 @@ fn newer(seq: i64, mirror: i64, table: &str) -> Result<(), StoreError> {
 /// Opens a write transaction on `T`'s table: a writer stalled in another process (a partition
 /// before its commit) must not hold every reader and writer here forever, so waiting for the
 /// lock is bounded.
-fn begin<T: OpsTable>() -> String {
+pub(super) fn begin<T: OpsTable>() -> String {
     format!("BEGIN; {WRITE_SETTINGS} {};", T::LOCK)
 }
 
 /// The prepared statements of one table on one connection (cached by the pool per connection).
-struct Statements {
-    select: tokio_postgres::Statement,
-    insert: tokio_postgres::Statement,
+pub(super) struct Statements {
+    pub(super) select: tokio_postgres::Statement,
+    pub(super) insert: tokio_postgres::Statement,
 }
 
 impl Statements {
-    async fn prepare<T: OpsTable>(client: &Client) -> Result<Self, StoreError> {
+    pub(super) async fn prepare<T: OpsTable>(client: &Client) -> Result<Self, StoreError> {
         Ok(Self {
             select: client
                 .prepare_cached(T::SELECT)
@@ -399,14 +415,14 @@ pub(super) struct OpenTransaction {
 }
 
 impl OpenTransaction {
-    fn new(client: Client) -> Self {
+    pub(super) fn new(client: Client) -> Self {
         Self {
             client: Some(client),
             idle: AtomicBool::new(true),
         }
     }
 
-    fn client(&self) -> Result<&Client, StoreError> {
+    pub(super) fn client(&self) -> Result<&Client, StoreError> {
         // Set from `new` until `closed`/`rollback`/drop, which all consume `self`.
         self.client
             .as_ref()
@@ -415,23 +431,23 @@ impl OpenTransaction {
 
     /// A transaction is about to be opened: until [`OpenTransaction::ended`] the connection
     /// is not reusable.
-    fn begin(&self) {
+    pub(super) fn begin(&self) {
         self.idle.store(false, Ordering::SeqCst);
     }
 
     /// The server answered the transaction's `COMMIT` or `ROLLBACK` (whatever else failed):
     /// the connection is idle again.
-    fn ended(&self) {
+    pub(super) fn ended(&self) {
         self.idle.store(true, Ordering::SeqCst);
     }
 
     /// Done with it: back to the pool if idle, else closed.
-    fn closed(self) {
+    pub(super) fn closed(self) {
         drop(self);
     }
 
     /// Rolls back; the connection goes back to the pool if that worked.
-    async fn rollback(self) {
+    pub(super) async fn rollback(self) {
         let Ok(client) = self.client() else { return };
         if client.batch_execute("ROLLBACK").await.is_ok() {
             self.ended();

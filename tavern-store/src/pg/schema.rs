@@ -55,6 +55,10 @@ const MIGRATIONS: &[&str] = &[
         session text PRIMARY KEY,
         doc text NOT NULL
     );",
+    // 2: compaction. A `reset` row starts a snapshot: a process catching up clears its
+    // table there and rebuilds it from the rows that follow (the rows before are deleted).
+    "ALTER TABLE memory_ops ADD COLUMN reset boolean NOT NULL DEFAULT false;
+    ALTER TABLE variable_ops ADD COLUMN reset boolean NOT NULL DEFAULT false;",
 ];
 
 /// The schema version this code writes and understands.

@@ -1,0 +1,124 @@
+//! Compacting the operation tables: under the table lock, the whole table is written as one
+//! snapshot row per memory (or variable scope) after a `reset` row, and every row before it is
+//! deleted, in one transaction. Processes that catch up later meet the `reset` row, clear
+//! their copy and rebuild it from the snapshot (`ops::apply_rows`), so compaction is safe while
+//! other hosts use the database — they may wait for the lock, at most its timeout.
+
+use tokio::sync::Mutex;
+use tokio_postgres::types::ToSql;
+
+use super::ops::{begin, Mirror, OpenTransaction, OpsTable, Statements};
+use super::{db, encode, Inner, PgStore};
+use crate::error::StoreError;
+
+/// Rows per insert statement when writing a snapshot.
+const SNAPSHOT_BATCH: usize = 1000;
+
+/// What a compaction did: operation rows `(before, after)` per table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PgCompactReport {
+    /// `memory_ops`.
+    pub memory: (u64, u64),
+    /// `variable_ops`.
+    pub variables: (u64, u64),
+}
+
+impl PgStore {
+    /// Rewrites both operation tables as snapshots of their current state (every record with
+    /// its audit trail; access times kept), deleting the history before. Other processes keep
+    /// working: they wait for the table lock (at most 10 s, then their write fails and can be
+    /// retried) and rebuild their copy when they next catch up.
+    ///
+    /// # Errors
+    /// Store failures; nothing changes in a table whose transaction failed.
+    pub async fn compact(&self) -> Result<PgCompactReport, StoreError> {
+        Ok(PgCompactReport {
+            memory: self.inner.compact_table(&self.inner.memory).await?,
+            variables: self.inner.compact_table(&self.inner.variables).await?,
+        })
+    }
+}
+
+fn count(row: &tokio_postgres::Row) -> Result<u64, StoreError> {
+    let n: i64 = row.try_get(0).map_err(db("compact"))?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
+impl Inner {
+    async fn compact_table<T: OpsTable>(
+        &self,
+        mirror: &Mutex<Mirror<T>>,
+    ) -> Result<(u64, u64), StoreError> {
+        let mut m = mirror.lock().await;
+        let client = self.client("compact").await?;
+        let statements = Statements::prepare::<T>(&client).await?;
+        let tx = OpenTransaction::new(client);
+        let c = tx.client()?;
+        tx.begin();
+        c.batch_execute(&begin::<T>())
+            .await
+            .map_err(db("compact"))?;
+        let after: [&(dyn ToSql + Sync); 1] = [&m.seq];
+        let rows = c
+            .query(&statements.select, &after)
+            .await
+            .map_err(db("catch up"))?;
+        self.apply_batch(c, &statements.select, &rows, &mut m)
+            .await?;
+        let table = T::NAME;
+        let before = count(
+            &c.query_one(&format!("SELECT count(*) FROM {table}"), &[])
+                .await
+                .map_err(db("compact"))?,
+        )?;
+        let reset: i64 = c
+            .query_one(
+                &format!(
+                    "INSERT INTO {table} (scope, id, op, reset) VALUES ('', NULL, '{{}}', true) \
+                     RETURNING seq"
+                ),
+                &[],
+            )
+            .await
+            .map_err(db("compact"))?
+            .try_get(0)
+            .map_err(db("compact"))?;
+        // In snapshot order (sequence numbers follow the array order).
+        let insert = format!(
+            "INSERT INTO {table} (scope, id, op)
+             SELECT t.scope, t.id, t.op::json
+             FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS t(scope, id, op, n)
+             ORDER BY t.n"
+        );
+        let snapshot = T::snapshot(&m.table);
+        for chunk in snapshot.chunks(SNAPSHOT_BATCH) {
+            let mut scopes = Vec::with_capacity(chunk.len());
+            let mut ids = Vec::with_capacity(chunk.len());
+            let mut texts = Vec::with_capacity(chunk.len());
+            for op in chunk {
+                let (scope, id) = T::keys(op);
+                scopes.push(scope);
+                ids.push(id);
+                texts.push(encode(op, "a snapshot")?);
+            }
+            let params: [&(dyn ToSql + Sync); 3] = [&scopes, &ids, &texts];
+            c.execute(&insert, &params).await.map_err(db("compact"))?;
+        }
+        let last: i64 = c
+            .query_one(&format!("SELECT max(seq) FROM {table}"), &[])
+            .await
+            .map_err(db("compact"))?
+            .try_get(0)
+            .map_err(db("compact"))?;
+        let reset_param: [&(dyn ToSql + Sync); 1] = [&reset];
+        c.execute(&format!("DELETE FROM {table} WHERE seq < $1"), &reset_param)
+            .await
+            .map_err(db("compact"))?;
+        c.batch_execute("COMMIT").await.map_err(db("commit"))?;
+        tx.ended();
+        tx.closed();
+        // This process's copy is the very state just written; it moves past the snapshot.
+        m.seq = last;
+        Ok((before, u64::try_from(last - reset + 1).unwrap_or(0)))
+    }
+}
