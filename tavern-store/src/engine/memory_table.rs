@@ -82,6 +82,11 @@ impl Meta {
     fn expired(&self, now: Timestamp) -> bool {
         self.expires_at.is_some_and(|e| e <= now)
     }
+
+    /// Whether a search may have to leave it out: forgotten, or with an expiry (past or not).
+    fn maybe_hidden(&self) -> bool {
+        self.deleted || self.expires_at.is_some()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -91,6 +96,9 @@ pub(crate) struct MemoryTable {
     scope_ids: FxHashMap<ScopeKey, u32>,
     /// Per scope id: memory id → slot.
     slots: Vec<FxHashMap<MemoryId, u32>>,
+    /// Per scope id: how many of its records are forgotten or carry an expiry. A search of
+    /// scopes where none does needs no per-match visibility check.
+    maybe_hidden: Vec<u32>,
     audit: Vec<AuditItem>,
     index: Bm25Index,
 }
@@ -147,6 +155,7 @@ impl MemoryTable {
         let id = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
         self.scope_ids.insert(scope.clone(), id);
         self.slots.push(FxHashMap::default());
+        self.maybe_hidden.push(0);
         id
     }
 
@@ -256,8 +265,11 @@ impl MemoryTable {
     fn place(&mut self, mut record: MemoryRecord) -> u32 {
         let scope = self.scope_id(&record.scope);
         let meta = Meta::of(&record, scope);
+        let hidden = &mut self.maybe_hidden[scope as usize];
+        *hidden += u32::from(meta.maybe_hidden());
         match self.slots[scope as usize].get(&record.id) {
             Some(&slot) => {
+                *hidden -= u32::from(self.meta[slot as usize].maybe_hidden());
                 record.last_accessed_at = record
                     .last_accessed_at
                     .max(self.records[slot as usize].last_accessed_at);
@@ -372,12 +384,25 @@ impl MemoryTable {
             // Statistics (document count, lengths, document frequencies) come from the scopes
             // searched, so how rare a word is does not depend on other chats' memories.
             let groups = (!q.scopes.is_empty()).then_some(&scope_filter[..]);
-            let mut matches: Vec<(u32, f32)> = self
-                .index
-                .score_in(&query_tokens(&q.text), groups)
-                .into_iter()
-                .filter(|(slot, _)| visible(*slot))
-                .collect();
+            // The index already keeps to the searched scopes; the other conditions need a look
+            // at each match only when a filter is set or a searched scope holds a forgotten or
+            // expiring record (the common search has neither: on a large store the look costs
+            // more than the scoring).
+            let scoped = |id: &u32| self.maybe_hidden.get(*id as usize).copied().unwrap_or(0);
+            let hidden = if q.scopes.is_empty() {
+                self.maybe_hidden.iter().sum::<u32>()
+            } else {
+                scope_filter.iter().map(scoped).sum::<u32>()
+            };
+            let check = !q.kinds.is_empty()
+                || !q.tags.is_empty()
+                || q.updated_from.is_some()
+                || q.updated_to.is_some()
+                || (hidden > 0 && !(q.include_deleted && q.include_expired));
+            let mut matches: Vec<(u32, f32)> = self.index.score_in(&query_tokens(&q.text), groups);
+            if check {
+                matches.retain(|(slot, _)| visible(*slot));
+            }
             source_count = matches.len();
             let limit = q.limit.clamp(1, SEARCH_MAX_LIMIT).saturating_add(q.offset);
             if matches.len() > limit {
@@ -512,4 +537,72 @@ fn blend(relevance: f64, m: &Meta, now: Timestamp) -> f64 {
     let age_days = ((now.0 - m.updated_at.0).max(0) as f64) / DAY_MS;
     let recency = (-age_days / 30.0).exp2();
     relevance * (f64::from(BLEND_MIN) + 0.15 * m.importance + 0.05 * m.confidence + 0.1 * recency)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use tavern_core::{AgentId, MemoryKind, MemorySource};
+
+    fn scope(i: usize) -> ScopeKey {
+        ScopeKey::Agent {
+            agent: AgentId::parse(format!("a{i}")).unwrap(),
+        }
+    }
+
+    fn write(id: usize, scope_no: usize, expires: Option<i64>) -> MemoryWrite {
+        MemoryWrite {
+            id: MemoryId::parse(format!("m{id}")).unwrap(),
+            scope: scope(scope_no),
+            kind: MemoryKind::Semantic,
+            content: format!("the silver gate {id}"),
+            tags: Vec::new(),
+            importance: 0.5,
+            confidence: 0.5,
+            source: MemorySource::system(),
+            expires_at: expires.map(Timestamp),
+        }
+    }
+
+    proptest! {
+        /// Whatever is written, forgotten, restored, given or cleared of an expiry, a search
+        /// finds exactly the records a per-record check finds (the per-scope counters that let
+        /// common searches skip that check never drift).
+        #[test]
+        fn searches_skip_checks_only_when_nothing_is_hidden(
+            ops in prop::collection::vec((0usize..6, 0usize..2, 0u8..4, prop::option::of(0i64..20)), 1..40),
+            now in 0i64..20,
+        ) {
+            let mut t = MemoryTable::new();
+            for (id, sc, action, expires) in ops {
+                let current = t.get(&scope(sc), &MemoryId::parse(format!("m{id}")).unwrap()).cloned();
+                let prepared = match (action, current) {
+                    (0 | 1, None) => t.prepare_put(write(id, sc, expires), None, false, Timestamp(1)),
+                    (0 | 1, Some(cur)) => t.prepare_put(write(id, sc, expires), Some(&cur.revision), true, Timestamp(1)),
+                    (2, Some(cur)) if cur.deleted_at.is_none() => t.prepare_forget(
+                        &cur.id, &cur.scope, &cur.revision, MemorySource::system(), Timestamp(1)),
+                    _ => continue,
+                };
+                if let Ok((_, op)) = prepared {
+                    t.apply(op);
+                }
+            }
+            for sc in 0..2 {
+                let q = MemoryQuery::new("silver gate", vec![scope(sc)]);
+                let mut q = q;
+                q.limit = 50;
+                let got: Vec<String> = t.search(&q, Timestamp(now)).hits.iter().map(|h| h.record.id.to_string()).collect();
+                let mut want: Vec<String> = t.records.iter().filter(|r| r.scope == scope(sc) && r.deleted_at.is_none() && r.expires_at.is_none_or(|e| e.0 > now)).map(|r| r.id.to_string()).collect();
+                let mut got_sorted = got.clone();
+                got_sorted.sort();
+                want.sort();
+                prop_assert_eq!(got_sorted, want);
+                let Some(&id) = t.scope_ids.get(&scope(sc)) else { continue };
+                let counted = t.maybe_hidden[id as usize] as usize;
+                let actual = t.meta.iter().filter(|m| m.scope == id && m.maybe_hidden()).count();
+                prop_assert_eq!(counted, actual);
+            }
+        }
+    }
 }
