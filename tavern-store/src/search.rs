@@ -19,7 +19,7 @@ use tavern_core::tokens::is_cjk;
 /// BM25 term-frequency saturation.
 const K1: f32 = 1.2;
 /// BM25 length normalization.
-const B: f32 = 0.75;
+const B: f32 = 0.5;
 
 /// Memoized word → index token (`None` for a stop word) entries per thread before the memo is
 /// cleared: words repeat (Zipf), so most lookups skip the stemmer; the bound keeps memory flat.

@@ -546,7 +546,19 @@ async fn history_latency(
             "send_date": st_date(t.at), "mes": t.text}),
         )
     };
-    let mut out = Vec::new();
+    struct Chat {
+        size: usize,
+        bench: Bench,
+        _dir: tempfile::TempDir,
+        revision: tavern_store::ChatRevision,
+        build: f64,
+        warm: Vec<Duration>,
+        after_append: Vec<Duration>,
+    }
+    let character = CharacterName::parse("Mira").map_err(|e| e.to_string())?;
+    let chat = ChatId::parse("long").map_err(|e| e.to_string())?;
+    let query = |i: usize| json!({"query": questions[i % questions.len()], "limit": 10});
+    let mut chats = Vec::new();
     for &size in sizes {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let bindings = json!({"s": {"character": "Mira", "chatId": "long", "architecture": "agent-tavern", "contextMode": "dsh-native"}});
@@ -557,45 +569,60 @@ async fn history_latency(
         for i in 0..size {
             lines.push(message(i)?);
         }
-        let character = CharacterName::parse("Mira").map_err(|e| e.to_string())?;
-        let chat = ChatId::parse("long").map_err(|e| e.to_string())?;
-        let mut revision = bench
+        let revision = bench
             .store
             .rewrite_chat(&character, &chat, &lines, None)
             .await
             .map_err(|e| e.to_string())?;
-        let query = |i: usize| json!({"query": questions[i % questions.len()], "limit": 10});
         let started = Instant::now();
         bench.call("s", "tavern_history_search", query(0)).await?;
         let build = started.elapsed().as_secs_f64() * 1000.0;
         for i in 0..50 {
             bench.call("s", "tavern_history_search", query(i)).await?;
         }
-        let mut warm = Vec::new();
-        for i in 0..questions.len() {
+        chats.push(Chat {
+            size,
+            bench,
+            _dir: dir,
+            revision,
+            build,
+            warm: Vec::new(),
+            after_append: Vec::new(),
+        });
+    }
+    // The sizes take turns query by query, so a busy moment of the machine weighs on all of
+    // them alike (measured one after the other, the ratio moved by half between runs).
+    for i in 0..questions.len() {
+        for c in &mut chats {
             let started = Instant::now();
-            bench.call("s", "tavern_history_search", query(i)).await?;
-            warm.push(started.elapsed());
+            c.bench.call("s", "tavern_history_search", query(i)).await?;
+            c.warm.push(started.elapsed());
         }
-        let mut after_append = Vec::new();
-        for i in 0..100 {
-            revision = bench
+    }
+    for i in 0..100 {
+        for c in &mut chats {
+            c.revision = c
+                .bench
                 .store
-                .append_lines(&character, &chat, &[message(size + i)?], &revision)
+                .append_lines(&character, &chat, &[message(c.size + i)?], &c.revision)
                 .await
                 .map_err(|e| e.to_string())?;
             let started = Instant::now();
-            bench.call("s", "tavern_history_search", query(i)).await?;
-            after_append.push(started.elapsed());
+            c.bench.call("s", "tavern_history_search", query(i)).await?;
+            c.after_append.push(started.elapsed());
         }
-        out.push((
-            size,
-            build,
-            percentile(&mut warm, 0.5),
-            percentile(&mut after_append, 0.5),
-        ));
     }
-    Ok(out)
+    Ok(chats
+        .into_iter()
+        .map(|mut c| {
+            (
+                c.size,
+                c.build,
+                percentile(&mut c.warm, 0.5),
+                percentile(&mut c.after_append, 0.5),
+            )
+        })
+        .collect())
 }
 
 async fn run(path: &str, as_json: bool) -> Result<()> {
@@ -692,7 +719,13 @@ fn main() {
         eprintln!("usage: retrieval-bench FILE [--json]  (a LoCoMo-format JSON file)");
         std::process::exit(2);
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread().build() {
+    // Two workers, as `tavern-bridge` runs the tools (the file store then reads in place
+    // instead of handing each read to the blocking pool).
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("retrieval-bench: {e}");
