@@ -375,6 +375,22 @@ impl Shard {
     }
 }
 
+/// BM25's length normalization for one query, `K1 · (1 − B + B · len / avg)` split into a
+/// constant and a per-word factor, so scoring a posting takes one division.
+struct LengthNorm {
+    base: f32,
+    per_word: f32,
+}
+
+impl LengthNorm {
+    fn new(avg: f32) -> Self {
+        Self {
+            base: K1 * (1.0 - B),
+            per_word: K1 * B / avg,
+        }
+    }
+}
+
 /// Document count and total length of one group of documents (a memory scope).
 #[derive(Debug, Default, Clone, Copy)]
 struct GroupStats {
@@ -406,10 +422,14 @@ pub struct Bm25Index {
     stale: bool,
 }
 
+/// Per document (score, matched query tokens), and the documents touched by the query.
+type Scratch = (Vec<(f32, u32)>, Vec<u32>);
+
 thread_local! {
-    /// Per-thread score accumulators, reset after each query (only the touched entries), so a
-    /// query over a large index does not allocate and zero two dense arrays.
-    static SCRATCH: RefCell<(Vec<f32>, Vec<u16>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    /// Per-thread accumulators (score, matched query tokens) per document, reset after each
+    /// query (only the touched entries), so a query over a large index does not allocate and
+    /// zero a dense array; one array of pairs, so a posting touches one cache line.
+    static SCRATCH: RefCell<Scratch> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
 /// The length of weighted fields: each field's [`word_len`] times its weight.
@@ -578,6 +598,61 @@ impl Bm25Index {
     /// [`Bm25Index::score_in`] in no particular order (for callers that select the best few
     /// themselves and need not pay for sorting every match).
     pub fn score_unordered(&self, query: &[String], groups: Option<&[u32]>) -> Vec<(u32, f32)> {
+        let mut out = Vec::new();
+        self.score_each(query, groups, |doc, score| out.push((doc, score)));
+        out
+    }
+
+    /// The best `k` documents of [`Bm25Index::score`] over every group (highest score first,
+    /// ties: higher slot first — for a chat, the newer message), in that order, and how many
+    /// documents match in all. Keeps `k` candidates, not every match.
+    pub fn top(&self, query: &[String], k: usize) -> (Vec<(u32, f32)>, usize) {
+        /// Ordered so the heap's top is the worst of the best `k`.
+        struct Worst(u32, f32);
+        impl PartialEq for Worst {
+            fn eq(&self, other: &Self) -> bool {
+                self.cmp(other).is_eq()
+            }
+        }
+        impl Eq for Worst {}
+        impl PartialOrd for Worst {
+            fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+                Some(self.cmp(other))
+            }
+        }
+        impl Ord for Worst {
+            fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+                // Reversed: a lower score (then a lower slot) is "greater", i.e. on top.
+                other.1.total_cmp(&self.1).then(other.0.cmp(&self.0))
+            }
+        }
+        let mut best: std::collections::BinaryHeap<Worst> =
+            std::collections::BinaryHeap::with_capacity(k.saturating_add(1).min(1024));
+        let mut total = 0usize;
+        self.score_each(query, None, |doc, score| {
+            total += 1;
+            if k == 0 {
+                return;
+            }
+            let candidate = Worst(doc, score);
+            if best.len() < k {
+                best.push(candidate);
+            } else if best.peek().is_some_and(|worst| candidate < *worst) {
+                best.pop();
+                best.push(candidate);
+            }
+        });
+        // Ascending in `Worst`'s order is best first.
+        let top = best
+            .into_sorted_vec()
+            .into_iter()
+            .map(|w| (w.0, w.1))
+            .collect();
+        (top, total)
+    }
+
+    /// Calls `sink` with every matching document and its score, in no particular order.
+    fn score_each(&self, query: &[String], groups: Option<&[u32]>, mut sink: impl FnMut(u32, f32)) {
         // Statistics of the searched groups; `filter` is `None` when they hold every document.
         let mut selected: Vec<u32> = groups.map(<[u32]>::to_vec).unwrap_or_default();
         selected.sort_unstable();
@@ -594,22 +669,17 @@ impl Bm25Index {
             }
         };
         if n == 0 || query.is_empty() {
-            return Vec::new();
+            return;
         }
         let avg = ((total / f64::from(n)) as f32).max(1.0);
         // Dense accumulators beat a hash map by far on long posting lists.
-        SCRATCH.with_borrow_mut(|(score, matched)| {
-            if score.len() < self.alive.len() {
-                score.resize(self.alive.len(), 0.0);
-                matched.resize(self.alive.len(), 0);
+        SCRATCH.with_borrow_mut(|(acc, touched)| {
+            if acc.len() < self.alive.len() {
+                acc.resize(self.alive.len(), (0.0, 0));
             }
-            let out = self.accumulate(query, n as f32, avg, filter, score, matched);
-            for (doc, _) in &out {
-                score[*doc as usize] = 0.0;
-                matched[*doc as usize] = 0;
-            }
-            out
-        })
+            touched.clear();
+            self.accumulate(query, n as f32, avg, filter, acc, touched, &mut sink);
+        });
     }
 
     /// The query's terms that have current postings, with their BM25 weights, heaviest
@@ -656,45 +726,53 @@ impl Bm25Index {
     }
 
     /// One posting's BM25 contribution for a term of `weight`.
-    fn contribution(&self, weight: f32, tf: f32, doc: u32, avg: f32) -> f32 {
-        let len = self.doc_len[doc as usize];
-        weight * tf / (tf + K1 * (1.0 - B + B * len / avg))
+    fn contribution(&self, weight: f32, tf: f32, doc: u32, norm: &LengthNorm) -> f32 {
+        let len = self.doc_len.get(doc as usize).copied().unwrap_or(0.0);
+        weight * tf / (tf + norm.base + norm.per_word * len)
     }
 
+    /// Scores every match into the accumulators, then hands each to `sink` with its
+    /// coordination applied, clearing the accumulators behind it.
+    #[allow(clippy::too_many_arguments)]
     fn accumulate(
         &self,
         query: &[String],
         n: f32,
         avg: f32,
         filter: Option<&[u32]>,
-        score: &mut [f32],
-        matched: &mut [u16],
-    ) -> Vec<(u32, f32)> {
-        let mut touched: Vec<u32> = Vec::new();
+        acc: &mut [(f32, u32)],
+        touched: &mut Vec<u32>,
+        sink: &mut impl FnMut(u32, f32),
+    ) {
+        let norm = LengthNorm::new(avg);
         // With nothing stale and no group filter every posting counts: skip the two lookups
         // per posting that tell (they dominate on long lists).
         let check = self.stale || filter.is_some();
         for (list, weight) in self.weighted_terms(query, n, filter) {
             for p in list.iter().filter(|p| !check || self.current(p, filter)) {
                 let idx = p.0 as usize;
-                if matched[idx] == 0 {
+                let Some(slot) = acc.get_mut(idx) else {
+                    continue;
+                };
+                if slot.1 == 0 {
                     touched.push(p.0);
                 }
-                score[idx] += self.contribution(weight, p.1, p.0, avg);
-                matched[idx] = matched[idx].saturating_add(1);
+                slot.0 += self.contribution(weight, p.1, p.0, &norm);
+                slot.1 += 1;
             }
         }
         // Coordination: a document containing all query tokens (for CJK: every bigram of the
         // phrase) must beat a shorter one that contains only some of them.
         let terms = query.len() as f32;
-        touched
-            .into_iter()
-            .map(|doc| {
-                let idx = doc as usize;
-                let coord = f32::from(matched[idx]) / terms;
-                (doc, score[idx] * coord * coord)
-            })
-            .collect()
+        for &doc in touched.iter() {
+            let idx = doc as usize;
+            let Some(slot) = acc.get_mut(idx) else {
+                continue;
+            };
+            let coord = slot.1 as f32 / terms;
+            sink(doc, slot.0 * coord * coord);
+            *slot = (0.0, 0);
+        }
     }
 }
 
@@ -880,5 +958,38 @@ mod tests {
         assert_eq!(idx.score(&query_tokens("lantern")).len(), 1);
         idx.insert(1, "nothing");
         assert_eq!(idx.score(&query_tokens("lantern")).len(), 1);
+    }
+
+    /// `top` keeps exactly the best `k` of scoring every match (same documents, same scores,
+    /// same order, ties to the higher slot) and counts every match.
+    mod top_is_the_best_of_all {
+        use super::*;
+        use proptest::prelude::*;
+
+        const WORDS: &[&str] = &[
+            "kai", "mira", "gate", "silver", "lantern", "river", "oak", "tea",
+        ];
+
+        proptest! {
+            #[test]
+            fn same_best_and_total(
+                docs in prop::collection::vec(prop::collection::vec(0usize..8, 1..8), 1..120),
+                query in prop::collection::vec(0usize..8, 1..5),
+                k in 0usize..15,
+            ) {
+                let mut idx = Bm25Index::new();
+                for (i, words) in docs.iter().enumerate() {
+                    let text: Vec<&str> = words.iter().map(|w| WORDS[*w]).collect();
+                    idx.insert(i as u32, &text.join(" "));
+                }
+                let text: Vec<&str> = query.iter().map(|w| WORDS[*w]).collect();
+                let q = query_tokens(&text.join(" "));
+                let mut all = idx.score(&q);
+                let total = all.len();
+                all.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0)));
+                all.truncate(k);
+                prop_assert_eq!(idx.top(&q, k), (all, total));
+            }
+        }
     }
 }

@@ -176,22 +176,17 @@ impl HistoryIndex {
     /// Messages matching `query`, best first (ties: newer first), at most `limit`, and how many
     /// matched in all. An empty query lists the newest messages.
     pub fn search(&self, query: &str, limit: usize) -> (Vec<HistoryHit>, usize) {
-        let mut found: Vec<(u32, f32)> = if query.trim().is_empty() {
-            (0..self.messages.len())
-                .map(|i| (u32::try_from(i).unwrap_or(u32::MAX), 0.0))
-                .collect()
-        } else {
-            self.index.score_unordered(&query_tokens(query), None)
-        };
-        let total = found.len();
         let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0));
-        if limit == 0 {
-            return (Vec::new(), total);
-        }
-        if found.len() > limit {
-            found.select_nth_unstable_by(limit - 1, order);
-            found.truncate(limit);
-        }
+        let (mut found, total): (Vec<(u32, f32)>, usize) = if query.trim().is_empty() {
+            let newest = self.messages.len().saturating_sub(limit);
+            let found = (newest..self.messages.len())
+                .map(|i| (u32::try_from(i).unwrap_or(u32::MAX), 0.0))
+                .collect();
+            (found, self.messages.len())
+        } else {
+            // Only the best `limit` are kept while scoring, not every match.
+            self.index.top(&query_tokens(query), limit)
+        };
         found.sort_by(order);
         let hits = found
             .into_iter()
