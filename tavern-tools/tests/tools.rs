@@ -674,6 +674,15 @@ async fn memory_limits_and_errors() {
         .err("s1", "memory_read", json!({"id": "../../etc/passwd"}))
         .await;
     assert_eq!(e.code(), "invalid-arguments");
+    // The id's form is in the schema the model sees, and checked by it.
+    assert!(e.to_string().contains("[A-Za-z0-9_-]"), "{e}");
+    for tool in ["memory_read", "memory_update", "memory_forget"] {
+        let spec = h.registry.specs().iter().find(|s| s.name == tool).unwrap();
+        assert_eq!(
+            spec.parameters["properties"]["id"]["pattern"], "^[A-Za-z0-9_-]{1,64}$",
+            "{tool}"
+        );
+    }
     let e = h
         .err(
             "s1",
@@ -1355,5 +1364,46 @@ fn the_variable_name_pattern_is_the_core_rule() {
             "{name:?} ({:?})",
             name.chars().collect::<Vec<_>>()
         );
+    }
+}
+
+/// The memory id pattern in the schemas accepts exactly what `MemoryId::parse` accepts.
+#[test]
+fn the_memory_id_pattern_is_the_core_rule() {
+    let h = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(harness());
+    let spec = h
+        .registry
+        .specs()
+        .iter()
+        .find(|s| s.name == "memory_read")
+        .unwrap()
+        .parameters
+        .clone();
+    let pattern = spec["properties"]["id"]["pattern"].as_str().unwrap();
+    let re = regress::Regex::with_flags(pattern, "u").unwrap();
+    let mut ids: Vec<String> = [
+        "m-1",
+        "A_b",
+        "x".repeat(64).as_str(),
+        "x".repeat(65).as_str(),
+        "",
+        "a b",
+        "é",
+        "../x",
+        "m.1",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    for c in (0u32..0x3000).filter_map(char::from_u32) {
+        ids.push(c.to_string());
+        ids.push(format!("a{c}"));
+    }
+    for id in ids {
+        let core = tavern_core::MemoryId::parse(id.as_str()).is_ok();
+        assert_eq!(core, re.find(&id).is_some(), "{id:?}");
     }
 }

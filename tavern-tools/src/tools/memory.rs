@@ -70,7 +70,7 @@ pub(crate) struct SearchArgs {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct ReadArgs {
     /// The memory id, as returned by memory_search or memory_write.
-    #[schemars(length(min = 1, max = 64))]
+    #[schemars(regex(pattern = MEMORY_ID_PATTERN), length(min = 1, max = 64))]
     id: String,
     /// Scope kind (default chat).
     #[serde(default)]
@@ -110,7 +110,7 @@ pub(crate) struct WriteArgs {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct UpdateArgs {
     /// The memory id, as returned by memory_search or memory_write.
-    #[schemars(length(min = 1, max = 64))]
+    #[schemars(regex(pattern = MEMORY_ID_PATTERN), length(min = 1, max = 64))]
     id: String,
     /// Scope kind (default chat).
     #[serde(default)]
@@ -144,7 +144,7 @@ pub(crate) struct UpdateArgs {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct ForgetArgs {
     /// The memory id, as returned by memory_search or memory_write.
-    #[schemars(length(min = 1, max = 64))]
+    #[schemars(regex(pattern = MEMORY_ID_PATTERN), length(min = 1, max = 64))]
     id: String,
     /// Scope kind (default chat).
     #[serde(default)]
@@ -234,6 +234,9 @@ pub(crate) struct ForgetOut {
 }
 
 // --- the tools -----------------------------------------------------------------------------
+
+/// What `MemoryId::parse` accepts, stated in the schema so a model sees it before calling.
+const MEMORY_ID_PATTERN: &str = r"^[A-Za-z0-9_-]{1,64}$";
 
 fn memory_id(raw: &str) -> Result<MemoryId, ToolError> {
     MemoryId::parse(raw).map_err(|e| ToolError::invalid("id", e.to_string()))
