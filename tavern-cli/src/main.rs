@@ -42,9 +42,11 @@ fn main() -> ExitCode {
         data,
         data_label,
         progress: stderr_tty,
+        // An empty TAVERN_STORE (common in env files) means no database.
         store: cli
             .store
             .clone()
+            .filter(|s| !s.trim().is_empty())
             .map(|settings| tavern_cli::backend::StoreSettings {
                 settings,
                 password_file: cli.store_password_file.clone(),

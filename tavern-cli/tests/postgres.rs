@@ -147,6 +147,32 @@ fn a_file_store_moves_into_postgres_and_back_verified() {
         "{}",
         checked.stdout
     );
+    // `check` reads every chat line: one made unreadable in the database is reported.
+    let rt2 = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let corrupt = |sql: &'static str| {
+        rt2.block_on(async {
+            let (client, conn) = config.connect(tavern_store::pg::NoTls).await.unwrap();
+            let task = tokio::spawn(conn);
+            client.batch_execute(sql).await.unwrap();
+            drop(client);
+            let _ = task.await;
+        })
+    };
+    corrupt("UPDATE chat_lines SET line = line || ' ' WHERE n = 0");
+    corrupt("CREATE TABLE saved AS SELECT * FROM chat_lines WHERE n = 2");
+    corrupt("UPDATE chat_lines SET line = '{not json' WHERE n = 2");
+    let bad = tavern(&["--store", &settings, "check"]);
+    assert_eq!(bad.code, 4, "{}{}", bad.stdout, bad.stderr);
+    assert!(bad.stdout.contains(CHAT), "{}", bad.stdout);
+    corrupt(
+        "UPDATE chat_lines l SET line = s.line FROM saved s WHERE l.n = 2 AND s.chat = l.chat; \
+         UPDATE chat_lines SET line = rtrim(line, ' ') WHERE n = 0; DROP TABLE saved",
+    );
+    ok(&["--store", &settings, "check"]);
+
     // Compaction: the copy holds a snapshot per memory already; compacting it again writes a
     // reset row and the two snapshots, and everything reads as before.
     let compact = ok(&["--store", &settings, "--json", "compact"]).json();
@@ -221,6 +247,24 @@ fn the_password_never_appears_and_bad_settings_are_one_line() {
         "{}",
         missing.stderr
     );
+    // An empty TAVERN_STORE is no database: the data directory is used.
+    let empty = Command::cargo_bin("tavern")
+        .unwrap()
+        .args(["--data", s(&tmp.path().join("nothing")), "memory", "ls"])
+        .env("TAVERN_STORE", "")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(empty.stderr).unwrap();
+    assert!(stderr.contains("no store in"), "{stderr}");
+    // A target database that cannot be reached is named as the target.
+    let target = tavern(&[
+        "--data",
+        s(&tmp.path().join("nothing")),
+        "copy",
+        "--to-store",
+        &format!("host={} user=kai dbname=x", socket.display()),
+    ]);
+    assert_eq!(target.code, 1, "{}", target.stderr);
     let two = tavern(&["copy"]);
     assert_eq!(two.code, 2, "{}", two.stderr);
 }

@@ -832,3 +832,58 @@ async fn compaction_keeps_every_record_and_audit_for_every_process() {
     let again = c.compact().await.unwrap();
     assert_eq!((again.memory.1, again.variables.1), (2, 2));
 }
+
+/// A server that accepts connections and never answers fails the open after the settings'
+/// `connect_timeout`, with a message saying so — never a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_never_answers_fails_the_open() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let config: PgConfig =
+        format!("host=127.0.0.1 port={port} user=kai password=hunter2 dbname=x connect_timeout=1")
+            .parse()
+            .unwrap();
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
+    let opened = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        PgStore::open(config, clock, 2),
+    )
+    .await
+    .expect("the open must give up by itself");
+    let err = opened.unwrap_err().to_string();
+    assert!(err.contains("did not answer"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+    drop(silent);
+}
+
+/// Compaction never deletes what could not be read: with an unreadable operation row it
+/// refuses, naming the count, and the table stays as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_refuses_to_drop_unreadable_rows() {
+    let (a, _, config, clock) = two_stores().await;
+    let scope = agent("a1");
+    a.put(write("gate", scope.clone(), "the gate"), None, false)
+        .await
+        .unwrap();
+    let (client, conn) = config.connect(tavern_store::pg::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    client
+        .batch_execute(
+            "INSERT INTO memory_ops (scope, id, op) VALUES ('agent:a1', 'x', '{\"bogus\": 1}')",
+        )
+        .await
+        .unwrap();
+    let fresh = pg_support::cluster().open(&config, clock).await;
+    assert!(fresh
+        .diagnostics()
+        .iter()
+        .any(|d| d.message.contains("unreadable")));
+    let err = fresh.compact().await.unwrap_err().to_string();
+    assert!(err.contains("1 rows of memory_ops cannot be read"), "{err}");
+    let rows: i64 = client
+        .query_one("SELECT count(*) FROM memory_ops", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 2, "nothing was compacted");
+}

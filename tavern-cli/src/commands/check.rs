@@ -476,20 +476,37 @@ pub async fn run_database(ctx: &Context) -> Result<Report, CliError> {
     let backend = backend::open(ctx, false).await?;
     let tables = backend.copyable().dump_tables().await?;
     let mut f = Findings::default();
+    // Every chat, line by line (the operation rows were read when the store opened).
+    let stores = backend.stores();
+    for character in backend.copyable().chat_characters().await? {
+        for chat in stores.list_chats(&character).await? {
+            f.files += 1;
+            match stores.read_chat(&character, &chat).await {
+                Ok(file) => f.log_lines += file.map_or(0, |c| c.lines.len() as u64),
+                Err(tavern_store::StoreError::Corrupt { file, reason }) => f.problem(file, reason),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
     for d in backend.diagnostics() {
         f.problem(d.file, d.message);
     }
+    let (chats, lines) = (f.files, f.log_lines);
     let mut r = report(f);
     let summary = format!(
-        "checked the database ({} memories, {} variable scopes)",
+        "checked the database ({} memories, {} variable scopes, {chats} chats of {lines} lines)",
         tables.memory_records(),
         tables.variable_scopes()
     );
-    r.text = r
-        .text
-        .replacen("checked 0 files (0 log lines)", &summary, 1);
+    r.text = r.text.replacen(
+        &format!("checked {chats} files ({lines} log lines)"),
+        &summary,
+        1,
+    );
     r.json["memories"] = json!(tables.memory_records());
     r.json["variableScopes"] = json!(tables.variable_scopes());
+    r.json["chats"] = json!(chats);
+    r.json["chatLines"] = json!(lines);
     Ok(r)
 }
 

@@ -25,7 +25,8 @@ pub async fn run(ctx: &Context, args: &CopyArgs) -> Result<Report, CliError> {
     let (target, label) = match (&args.to_data, &args.to_store) {
         (Some(dir), None) => {
             let label = dir.display().to_string();
-            let target = backend::open_files(dir, &label)?;
+            let target = backend::open_files(dir, &label)
+                .map_err(|e| CliError::Failed(format!("--to-data {label}: {e}")))?;
             (
                 std::sync::Arc::new(target) as std::sync::Arc<dyn backend::Backend>,
                 label,
@@ -37,7 +38,12 @@ pub async fn run(ctx: &Context, args: &CopyArgs) -> Result<Report, CliError> {
                 password_file: args.to_store_password_file.clone(),
                 ca_file: args.to_store_ca_file.clone(),
             };
-            let target = backend::open_postgres(&settings, "--to-store").await?;
+            let target = backend::open_postgres(&settings, "--to-store")
+                .await
+                .map_err(|e| match e {
+                    e @ CliError::Usage(_) => e,
+                    e => CliError::Failed(format!("--to-store: {e}")),
+                })?;
             (
                 std::sync::Arc::new(target) as std::sync::Arc<dyn backend::Backend>,
                 "the database named by --to-store".to_owned(),

@@ -129,7 +129,8 @@ async fn open_store(
     clock: Arc<dyn tavern_store::clock::Clock>,
 ) -> Result<Arc<dyn AllStores>, String> {
     #[cfg(feature = "postgres")]
-    if let Some(settings) = &common.store {
+    // An empty TAVERN_STORE (common in env files) means no database.
+    if let Some(settings) = common.store.as_ref().filter(|s| !s.trim().is_empty()) {
         return open_postgres(
             settings,
             common.store_password_file.as_deref(),

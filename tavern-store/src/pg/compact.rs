@@ -66,6 +66,18 @@ impl Inner {
         self.apply_batch(c, &statements.select, &rows, &mut m)
             .await?;
         let table = T::NAME;
+        if m.unreadable > 0 {
+            // A snapshot holds what could be read: the unreadable rows would be gone for good.
+            let n = m.unreadable;
+            tx.rollback().await;
+            return Err(StoreError::Invalid(tavern_core::CoreError::InvalidField {
+                field: "compaction",
+                reason: format!(
+                    "{n} rows of {table} cannot be read (see `tavern check`); compacting would \
+                     delete them, so nothing was compacted: repair or remove them first"
+                ),
+            }));
+        }
         let before = count(
             &c.query_one(&format!("SELECT count(*) FROM {table}"), &[])
                 .await

@@ -92,6 +92,9 @@ fn pool_err(op: &'static str) -> impl FnOnce(PoolError) -> StoreError {
         op,
         reason: match e {
             PoolError::Backend(e) => describe(&e),
+            PoolError::Timeout(_) => {
+                "the server did not answer in time (connect_timeout, 10 s by default)".to_owned()
+            }
             other => format!("connection pool: {other}"),
         },
     }
@@ -169,12 +172,20 @@ impl PgStore {
         clock: Arc<dyn Clock>,
         pool_size: usize,
     ) -> Result<Self, StoreError> {
+        // Connecting (TCP, TLS, authentication) is bounded by the settings' `connect_timeout`,
+        // else 10 s: a server that accepts and never answers must fail the call, not hang it.
+        let connect = config
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(std::time::Duration::from_secs(10));
         let manager = match tls.connector(&config)? {
             Connector::Plain => Manager::new(config, NoTls),
             Connector::Tls(connector) => Manager::new(config, connector),
         };
         let pool = Pool::builder(manager)
             .max_size(pool_size.max(1))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .create_timeout(Some(connect))
             .build()
             .map_err(|e| StoreError::Database {
                 op: "open",

@@ -122,6 +122,8 @@ impl OpsTable for VariableTable {
 pub(super) struct Mirror<T> {
     pub(super) table: T,
     pub(super) seq: i64,
+    /// Rows since the last compaction that could not be read (skipped with a diagnostic).
+    pub(super) unreadable: u64,
 }
 
 impl Inner {
@@ -145,15 +147,19 @@ impl Inner {
                 // A compaction: what follows is the whole table (the rows before are gone).
                 ops.clear();
                 mirror.table = T::default();
+                mirror.unreadable = 0;
                 last = seq;
                 continue;
             }
             match serde_json::from_str::<T::Op>(text) {
                 Ok(op) => ops.push(op),
-                Err(e) => self.diag(
-                    format!("{} seq {seq}", T::NAME),
-                    format!("unreadable operation ({e}); skipped"),
-                ),
+                Err(e) => {
+                    mirror.unreadable += 1;
+                    self.diag(
+                        format!("{} seq {seq}", T::NAME),
+                        format!("unreadable operation ({e}); skipped"),
+                    );
+                }
             }
             last = seq;
         }
