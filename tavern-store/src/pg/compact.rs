@@ -7,12 +7,9 @@
 use tokio::sync::Mutex;
 use tokio_postgres::types::ToSql;
 
-use super::ops::{begin, Mirror, OpenTransaction, OpsTable, Statements};
-use super::{db, encode, Inner, PgStore};
+use super::ops::{begin, insert_ops, Mirror, OpenTransaction, OpsTable, Statements};
+use super::{db, Inner, PgStore};
 use crate::error::StoreError;
-
-/// Rows per insert statement when writing a snapshot.
-const SNAPSHOT_BATCH: usize = 1000;
 
 /// What a compaction did: operation rows `(before, after)` per table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,27 +92,7 @@ impl Inner {
             .map_err(db("compact"))?
             .try_get(0)
             .map_err(db("compact"))?;
-        // In snapshot order (sequence numbers follow the array order).
-        let insert = format!(
-            "INSERT INTO {table} (scope, id, op)
-             SELECT t.scope, t.id, t.op::json
-             FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS t(scope, id, op, n)
-             ORDER BY t.n"
-        );
-        let snapshot = T::snapshot(&m.table);
-        for chunk in snapshot.chunks(SNAPSHOT_BATCH) {
-            let mut scopes = Vec::with_capacity(chunk.len());
-            let mut ids = Vec::with_capacity(chunk.len());
-            let mut texts = Vec::with_capacity(chunk.len());
-            for op in chunk {
-                let (scope, id) = T::keys(op);
-                scopes.push(scope);
-                ids.push(id);
-                texts.push(encode(op, "a snapshot")?);
-            }
-            let params: [&(dyn ToSql + Sync); 3] = [&scopes, &ids, &texts];
-            c.execute(&insert, &params).await.map_err(db("compact"))?;
-        }
+        insert_ops::<T>(c, &T::snapshot(&m.table), "compact").await?;
         let last: i64 = c
             .query_one(&format!("SELECT max(seq) FROM {table}"), &[])
             .await

@@ -364,6 +364,39 @@ impl Inner {
     }
 }
 
+/// Rows per statement when many operations are inserted at once (a copy, a compaction).
+const INSERT_BATCH: usize = 1000;
+
+/// Inserts `ops` as rows of `T`'s table in their order (sequence numbers follow it), a batch
+/// per statement. The caller holds the table lock in an open transaction.
+pub(super) async fn insert_ops<T: OpsTable>(
+    client: &impl deadpool_postgres::GenericClient,
+    ops: &[T::Op],
+    op: &'static str,
+) -> Result<(), StoreError> {
+    let insert = format!(
+        "INSERT INTO {} (scope, id, op)
+         SELECT t.scope, t.id, t.op::json
+         FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS t(scope, id, op, n)
+         ORDER BY t.n",
+        T::NAME
+    );
+    for chunk in ops.chunks(INSERT_BATCH) {
+        let mut scopes = Vec::with_capacity(chunk.len());
+        let mut ids = Vec::with_capacity(chunk.len());
+        let mut texts = Vec::with_capacity(chunk.len());
+        for o in chunk {
+            let (scope, id) = T::keys(o);
+            scopes.push(scope);
+            ids.push(id);
+            texts.push(encode(o, "an operation")?);
+        }
+        let params: [&(dyn ToSql + Sync); 3] = [&scopes, &ids, &texts];
+        client.execute(&insert, &params).await.map_err(db(op))?;
+    }
+    Ok(())
+}
+
 /// A row just inserted must come after every row the mirror has: a smaller sequence number
 /// means the database was restored or renumbered under this process (or its sequence caches
 /// values), and the mirror can no longer be trusted to have every row.

@@ -4,42 +4,14 @@
 
 use async_trait::async_trait;
 use tavern_core::{CharacterName, SessionId};
-use tokio_postgres::types::ToSql;
 
-use super::ops::OpsTable;
+use super::ops::insert_ops;
 use super::{db, encode, PgStore};
 use crate::engine::memory_table::MemoryTable;
 use crate::engine::variable_table::VariableTable;
 use crate::error::StoreError;
 use crate::prompt::SessionPrompt;
 use crate::transfer::{TableDump, Transfer};
-
-/// Rows per insert statement when loading a table.
-const LOAD_BATCH: usize = 1000;
-
-const INSERT_MANY_MEMORY: &str = "INSERT INTO memory_ops (scope, id, op)
-    SELECT t.scope, t.id, t.op::json FROM unnest($1::text[], $2::text[], $3::text[])
-    AS t(scope, id, op)";
-
-const INSERT_MANY_VARIABLES: &str = "INSERT INTO variable_ops (scope, id, op)
-    SELECT t.scope, t.id, t.op::json FROM unnest($1::text[], $2::text[], $3::text[])
-    AS t(scope, id, op)";
-
-/// Scope, id and serialized operation of every operation, in order (the insert's columns).
-type Columns = (Vec<String>, Vec<Option<String>>, Vec<String>);
-
-fn columns<T: OpsTable>(ops: &[T::Op]) -> Result<Columns, StoreError> {
-    let mut scopes = Vec::with_capacity(ops.len());
-    let mut ids = Vec::with_capacity(ops.len());
-    let mut texts = Vec::with_capacity(ops.len());
-    for op in ops {
-        let (scope, id) = T::keys(op);
-        scopes.push(scope);
-        ids.push(id);
-        texts.push(encode(op, "an operation")?);
-    }
-    Ok((scopes, ids, texts))
-}
 
 impl PgStore {
     async fn sessions_of(
@@ -104,20 +76,9 @@ impl Transfer for PgStore {
                 ),
             }));
         }
-        for chunk in dump.memory.chunks(LOAD_BATCH) {
-            let (scopes, ids, texts) = columns::<MemoryTable>(chunk)?;
-            let params: [&(dyn ToSql + Sync); 3] = [&scopes, &ids, &texts];
-            tx.execute(INSERT_MANY_MEMORY, &params)
-                .await
-                .map_err(db("load tables"))?;
-        }
-        for chunk in dump.variables.chunks(LOAD_BATCH) {
-            let (scopes, ids, texts) = columns::<VariableTable>(chunk)?;
-            let params: [&(dyn ToSql + Sync); 3] = [&scopes, &ids, &texts];
-            tx.execute(INSERT_MANY_VARIABLES, &params)
-                .await
-                .map_err(db("load tables"))?;
-        }
+        // In the dump's order, so the copy replays as the source does.
+        insert_ops::<MemoryTable>(&tx, &dump.memory, "load tables").await?;
+        insert_ops::<VariableTable>(&tx, &dump.variables, "load tables").await?;
         tx.commit().await.map_err(db("load tables"))?;
         drop(client);
         // The mirrors catch up from the rows just committed.
