@@ -10,6 +10,7 @@
 pub mod binding;
 pub mod capability;
 pub mod chat;
+pub mod chat_digest;
 pub mod error;
 pub mod identity;
 pub mod ids;

@@ -1,8 +1,8 @@
 //! A deployment moving from the file store to PostgreSQL mid-conversation (`copy_store`, as
 //! `tavern copy` does): the session goes on against the database with the projector
-//! checkpoints copied from the file store — whose chat revisions the database does not issue —
-//! and the chat gets the next turn's lines exactly once, nothing lost, nothing doubled; the
-//! memory written before the move is found after it.
+//! checkpoints copied from the file store — whose chat revisions are the database's for the
+//! same bytes — and the chat gets the next turn's lines exactly once, nothing lost, nothing
+//! doubled; the memory written before the move is found after it.
 
 mod common;
 #[path = "../../tavern-store/tests/support/pg.rs"]
@@ -15,7 +15,7 @@ use serde_json::json;
 use tavern_core::{AgentId, CharacterName, ChatId};
 use tavern_dsh_adapter::fake::{FakeHost, ModelStep, ToolCallPlan};
 use tavern_dsh_adapter::{Runtime, RuntimeConfig};
-use tavern_store::{copy_store, ChatStore};
+use tavern_store::{copy_store, ChatStore, CheckpointStore};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_goes_on_after_its_store_moved_to_postgres() {
@@ -44,6 +44,22 @@ async fn a_session_goes_on_after_its_store_moved_to_postgres() {
     let config = cluster.fresh_database().await;
     let db = Arc::new(cluster.open(&config, w.clock.clone()).await);
     copy_store(w.store.as_ref(), db.as_ref()).await.unwrap();
+    // The checkpoint names the file store's revision of the chat: the database's too.
+    let (seraphina, c1) = (
+        CharacterName::parse("Seraphina").unwrap(),
+        ChatId::parse("c1").unwrap(),
+    );
+    let checkpoint = db
+        .load_checkpoint(&tavern_core::SessionId::parse("s1").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let moved = db.chat_revision(&seraphina, &c1).await.unwrap().unwrap();
+    assert_eq!(checkpoint.chat_revision.as_deref(), Some(moved.as_str()));
+    assert_eq!(
+        w.store.chat_revision(&seraphina, &c1).await.unwrap(),
+        Some(moved)
+    );
     let host = Arc::new(FakeHost::open(dir.path().join("host"), rc6()).unwrap());
     let runtime = Runtime::new(
         host.clone(),

@@ -5,20 +5,45 @@ use std::fmt;
 
 use async_trait::async_trait;
 use tavern_core::chat::ChatLine;
+use tavern_core::chat_digest::{ChatDigest, DigestLabel};
 use tavern_core::{CharacterName, ChatId};
 
 use crate::error::StoreError;
 
-/// An opaque chat revision; changes whenever the file changes, whoever wrote it. Only the
-/// adapter that issued it can interpret it; everyone else compares and stores it.
+/// A chat revision: changes whenever the chat's bytes change, whoever wrote them, and is the
+/// same for the same bytes in every adapter ([`ChatRevision::of_content`]), so a chat moved
+/// from one store to another keeps its revision. Callers compare and store it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ChatRevision(String);
 
+/// The prefix of content revisions (`c2-<segments>-<bytes>-<chain>`).
+const CONTENT_PREFIX: &str = "c2-";
+
 impl ChatRevision {
-    /// Wraps an adapter's revision text (adapters only; callers compare revisions they were
-    /// given).
+    /// Wraps revision text as persisted (e.g. read back from a checkpoint).
     pub fn new(opaque: impl Into<String>) -> Self {
         Self(opaque.into())
+    }
+
+    /// The revision of a chat whose content has `digest`: what every adapter issues.
+    pub fn of_content(digest: &ChatDigest) -> Self {
+        Self(format!("{CONTENT_PREFIX}{}", digest.label()))
+    }
+
+    /// The revision of a chat made of `lines` joined by `\n`, as SillyTavern writes it.
+    pub fn of_lines(lines: &[ChatLine]) -> Self {
+        Self::of_content(&ChatDigest::of_lines(lines.iter().map(ChatLine::raw)))
+    }
+
+    /// What a content revision says about its chat (segments, bytes, chain); `None` for any
+    /// other text (e.g. a revision persisted by an older version).
+    pub fn content(&self) -> Option<DigestLabel> {
+        DigestLabel::parse(self.0.strip_prefix(CONTENT_PREFIX)?)
+    }
+
+    /// Whether this revision was issued for content with `digest`.
+    pub fn names(&self, digest: &ChatDigest) -> bool {
+        self.0.strip_prefix(CONTENT_PREFIX) == Some(digest.label().as_str())
     }
 
     /// The revision as text (what checkpoints persist).

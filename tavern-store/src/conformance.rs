@@ -13,6 +13,7 @@ use tavern_core::{
     ScopeKey, SessionId, Tag, Timestamp, VariableName,
 };
 
+use crate::chat::{ChatChange, ChatRevision};
 use crate::checkpoint::{CheckpointStatus, ProjectorCheckpoint};
 use crate::clock::ManualClock;
 use crate::error::StoreError;
@@ -814,6 +815,66 @@ pub async fn chats(f: &Fixture) {
     assert_ne!(r2, r1);
 }
 
+/// Chat revisions are the content's: the same lines give the same revision in every adapter
+/// ([`ChatRevision::of_lines`]), whichever way they got there, and a revision issued for the
+/// first lines of a chat (by any store) reads back as an append of the rest.
+pub async fn chat_revisions_are_content(f: &Fixture) {
+    let s = &f.store;
+    let ch = CharacterName::parse("Mira").unwrap();
+    let id = ChatId::parse("content").unwrap();
+    let line = |raw: &str| ChatLine::parse(raw).unwrap();
+    let all = [
+        line(r#"{"user_name":"Kai","character_name":"Mira","chat_metadata":{}}"#),
+        line(r#"{"name":"Kai","is_user":true,"mes":"你好，Mira"}"#),
+        line(r#"{"name":"Mira","is_user":false,"mes":"hello"}"#),
+    ];
+    let r1 = s.rewrite_chat(&ch, &id, &all[..1], None).await.unwrap();
+    assert_eq!(r1, ChatRevision::of_lines(&all[..1]));
+    let r3 = s.append_lines(&ch, &id, &all[1..], &r1).await.unwrap();
+    assert_eq!(r3, ChatRevision::of_lines(&all));
+    assert_eq!(s.chat_revision(&ch, &id).await.unwrap(), Some(r3.clone()));
+    assert_eq!(s.read_chat(&ch, &id).await.unwrap().unwrap().revision, r3);
+    // Written whole under another name: the same lines, the same revision.
+    let twin = ChatId::parse("twin").unwrap();
+    assert_eq!(s.rewrite_chat(&ch, &twin, &all, None).await.unwrap(), r3);
+    // A revision of the first two lines that this store never issued (another store did).
+    let r2 = ChatRevision::of_lines(&all[..2]);
+    match s.read_chat_since(&ch, &id, &r2).await.unwrap().unwrap() {
+        ChatChange::Appended { lines, revision } => {
+            assert_eq!(lines, all[2..]);
+            assert_eq!(revision, r3);
+        }
+        other => panic!("expected an append of the last line, got {other:?}"),
+    }
+    assert_eq!(
+        s.read_chat_since(&ch, &id, &r3).await.unwrap(),
+        Some(ChatChange::Unchanged)
+    );
+    // Content the chat never began with: the whole chat.
+    let other = ChatRevision::of_lines(&all[1..2]);
+    assert!(matches!(
+        s.read_chat_since(&ch, &id, &other).await.unwrap(),
+        Some(ChatChange::Whole(file)) if file.lines == all && file.revision == r3
+    ));
+    // Text that is no revision at all (an older format): the whole chat.
+    assert!(matches!(
+        s.read_chat_since(&ch, &id, &ChatRevision::new("c1-12-34-56-ab")).await.unwrap(),
+        Some(ChatChange::Whole(file)) if file.revision == r3
+    ));
+    // Back to earlier content: its revision again, and an append on it is current.
+    assert_eq!(
+        s.rewrite_chat(&ch, &id, &all[..1], Some(&r3))
+            .await
+            .unwrap(),
+        r1
+    );
+    assert_eq!(s.append_lines(&ch, &id, &all[1..], &r1).await.unwrap(), r3);
+    assert!(matches!(
+        s.append_lines(&ch, &id, &all[1..], &r1).await,
+        Err(StoreError::Conflict { .. })
+    ));
+}
+
 /// Checkpoints round-trip and pending ones are listed.
 pub async fn checkpoints(f: &Fixture) {
     let s = &f.store;
@@ -959,7 +1020,8 @@ macro_rules! store_conformance_tests {
             memory_crud_and_cas, memory_concurrent_cas_exactly_one_wins,
             variable_concurrent_increments_lose_nothing, memory_ttl, memory_access_time,
             memory_search, variables_cas, variables_patch_atomic, variables_limits_list_clear,
-            scopes_are_isolated, state_updates_compose, chats, checkpoints, prompts,
+            scopes_are_isolated, state_updates_compose, chats, chat_revisions_are_content,
+            checkpoints, prompts,
             survives_reopen);
     };
     (@each $make:expr; $($check:ident),*) => {$(

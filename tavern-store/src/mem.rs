@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use tavern_core::chat::ChatLine;
+use tavern_core::chat_digest::ChatDigest;
 use tavern_core::{
     normalize_state, AuditEntry, CharacterName, ChatId, Diagnostic, MemoryId, MemoryRecord,
     MemorySource, MemoryWrite, Revision, ScopeKey, SessionBinding, SessionId, TavernState,
@@ -14,7 +15,7 @@ use tavern_core::{
 };
 
 use crate::blocking::yield_once;
-use crate::chat::{check_not_empty, ChatFile, ChatRevision, ChatStore};
+use crate::chat::{check_not_empty, ChatChange, ChatFile, ChatRevision, ChatStore};
 use crate::checkpoint::{CheckpointStatus, CheckpointStore, ProjectorCheckpoint};
 use crate::clock::{Clock, SystemClock};
 use crate::engine::memory_table::{MemoryOp, MemoryTable};
@@ -31,10 +32,10 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Chats and the digest of each one's content (its revision, as every adapter issues it).
 #[derive(Debug, Default)]
 struct Chats {
-    files: BTreeMap<(CharacterName, ChatId), (Vec<ChatLine>, u64)>,
-    generation: u64,
+    files: BTreeMap<(CharacterName, ChatId), (Vec<ChatLine>, ChatDigest)>,
 }
 
 /// In-memory implementation of every store port.
@@ -104,12 +105,10 @@ impl MemStore {
     /// Simulates another program (a SillyTavern client) replacing a chat file behind the
     /// store's back.
     pub fn external_rewrite(&self, character: &CharacterName, chat: &ChatId, lines: Vec<ChatLine>) {
-        let mut chats = lock(&self.chats);
-        chats.generation += 1;
-        let generation = chats.generation;
-        chats
+        let digest = digest_of(&lines);
+        lock(&self.chats)
             .files
-            .insert((character.clone(), chat.clone()), (lines, generation));
+            .insert((character.clone(), chat.clone()), (lines, digest));
     }
 
     /// Runs a memory write: the injected fault for `op`, then the checked op, applied.
@@ -138,8 +137,8 @@ impl MemStore {
     }
 }
 
-fn chat_revision(generation: u64) -> ChatRevision {
-    ChatRevision::new(format!("m-{generation}"))
+fn digest_of(lines: &[ChatLine]) -> ChatDigest {
+    ChatDigest::of_lines(lines.iter().map(ChatLine::raw))
 }
 
 fn chat_target(character: &CharacterName, chat: &ChatId) -> Box<Target> {
@@ -333,10 +332,43 @@ impl ChatStore for MemStore {
         Ok(lock(&self.chats)
             .files
             .get(&(character.clone(), chat.clone()))
-            .map(|(lines, g)| ChatFile {
+            .map(|(lines, digest)| ChatFile {
                 lines: lines.clone(),
-                revision: chat_revision(*g),
+                revision: ChatRevision::of_content(digest),
             }))
+    }
+
+    async fn read_chat_since(
+        &self,
+        character: &CharacterName,
+        chat: &ChatId,
+        since: &ChatRevision,
+    ) -> Result<Option<ChatChange>, StoreError> {
+        yield_once().await;
+        self.fault("chat.read")?;
+        let chats = lock(&self.chats);
+        let Some((lines, digest)) = chats.files.get(&(character.clone(), chat.clone())) else {
+            return Ok(None);
+        };
+        let revision = ChatRevision::of_content(digest);
+        if &revision == since {
+            return Ok(Some(ChatChange::Unchanged));
+        }
+        // An append when the first lines are the content `since` was issued for.
+        let kept = since
+            .content()
+            .and_then(|label| usize::try_from(label.segments).ok())
+            .filter(|&n| n <= lines.len() && since.names(&digest_of(&lines[..n])));
+        Ok(Some(match kept {
+            Some(n) => ChatChange::Appended {
+                lines: lines[n..].to_vec(),
+                revision,
+            },
+            None => ChatChange::Whole(ChatFile {
+                lines: lines.clone(),
+                revision,
+            }),
+        }))
     }
 
     async fn chat_revision(
@@ -348,7 +380,7 @@ impl ChatStore for MemStore {
         Ok(lock(&self.chats)
             .files
             .get(&(character.clone(), chat.clone()))
-            .map(|(_, g)| chat_revision(*g)))
+            .map(|(_, digest)| ChatRevision::of_content(digest)))
     }
 
     async fn append_lines(
@@ -361,14 +393,13 @@ impl ChatStore for MemStore {
         yield_once().await;
         self.fault("chat.append")?;
         let mut chats = lock(&self.chats);
-        chats.generation += 1;
-        let next = chats.generation;
-        let Some((current, g)) = chats.files.get_mut(&(character.clone(), chat.clone())) else {
+        let Some((current, digest)) = chats.files.get_mut(&(character.clone(), chat.clone()))
+        else {
             return Err(StoreError::NotFound {
                 target: chat_target(character, chat),
             });
         };
-        if &chat_revision(*g) != expected {
+        if !expected.names(digest) {
             return Err(StoreError::Conflict {
                 target: chat_target(character, chat),
                 current: None,
@@ -379,8 +410,10 @@ impl ChatStore for MemStore {
             return Ok(expected.clone());
         }
         current.extend(lines.iter().cloned());
-        *g = next;
-        Ok(chat_revision(next))
+        for line in lines {
+            digest.push_segment(line.raw().as_bytes());
+        }
+        Ok(ChatRevision::of_content(digest))
     }
 
     async fn rewrite_chat(
@@ -395,17 +428,19 @@ impl ChatStore for MemStore {
         check_not_empty(lines)?;
         let mut chats = lock(&self.chats);
         let key = (character.clone(), chat.clone());
-        let current = chats.files.get(&key).map(|(_, g)| chat_revision(*g));
+        let current = chats
+            .files
+            .get(&key)
+            .map(|(_, digest)| ChatRevision::of_content(digest));
         if current.as_ref() != expected {
             return Err(StoreError::Conflict {
                 target: chat_target(character, chat),
                 current: None,
             });
         }
-        chats.generation += 1;
-        let next = chats.generation;
-        chats.files.insert(key, (lines.to_vec(), next));
-        Ok(chat_revision(next))
+        let digest = digest_of(lines);
+        chats.files.insert(key, (lines.to_vec(), digest));
+        Ok(ChatRevision::of_content(&digest))
     }
 }
 

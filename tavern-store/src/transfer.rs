@@ -123,6 +123,10 @@ pub struct CopyReport {
     /// cannot hold an empty chat), checkpoints and prompts the source could not read (its
     /// diagnostics say why). Not silently: the caller reports them.
     pub skipped: Vec<String>,
+    /// Chats whose bytes the target keeps as their lines joined by `\n` (the source had
+    /// `\r\n` line ends, blank lines or a final newline): same lines, another revision, so a
+    /// session's projector reads that chat once more.
+    pub reformatted: Vec<String>,
 }
 
 fn not_empty(what: String) -> StoreError {
@@ -164,8 +168,15 @@ pub async fn copy_store(
                     .push(format!("chat {chat} of {character} (no lines)"));
                 continue;
             }
-            to.rewrite_chat(&character, &chat, &file.lines, None)
+            let revision = to
+                .rewrite_chat(&character, &chat, &file.lines, None)
                 .await?;
+            if revision != file.revision {
+                report.reformatted.push(format!(
+                    "chat {chat} of {character} (line ends, blank lines or a final newline \
+                     not kept; its revision changed)"
+                ));
+            }
             report.chats += 1;
             report.chat_lines += file.lines.len();
         }

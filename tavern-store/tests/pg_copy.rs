@@ -183,6 +183,12 @@ async fn a_file_store_copied_into_postgres_and_back_is_identical() {
         .map(|l| l.raw().to_owned())
         .collect();
     assert_eq!(raw, CHAT);
+    // The same bytes, the same revision: checkpoints naming it stay current.
+    assert!(there.reformatted.is_empty(), "{:?}", there.reformatted);
+    assert_eq!(
+        other.chat_revision(&mira, &chat).await.unwrap(),
+        source.chat_revision(&mira, &chat).await.unwrap()
+    );
 
     // And back into a new file store: identical to the original.
     let back = FsStore::open(dir.path().join("b"), clock.clone()).unwrap();
@@ -275,6 +281,12 @@ async fn what_cannot_be_copied_is_reported_and_a_prompt_is_never_overwritten() {
     // A chat file without a single line (a store cannot hold one) and an unreadable
     // checkpoint: both named in the report, the rest copied and verified.
     std::fs::write(dir.path().join("a/chats/Mira/empty.jsonl"), "").unwrap();
+    // A chat saved with Windows line ends: copied as its lines, and said so.
+    std::fs::write(
+        dir.path().join("a/chats/Mira/crlf.jsonl"),
+        "{\"user_name\":\"Kai\"}\r\n{\"name\":\"Kai\",\"mes\":\"hi\"}\r\n",
+    )
+    .unwrap();
     let broken = SessionId::parse("s2").unwrap();
     source
         .save_checkpoint(
@@ -301,8 +313,14 @@ async fn what_cannot_be_copied_is_reported_and_a_prompt_is_never_overwritten() {
     std::fs::write(&cp_files[0], "{ not json").unwrap();
     let pg = cluster.open(&config, clock.clone()).await;
     let report = copy_store(&source, &pg).await.unwrap();
-    assert_eq!(report.chats, 1);
+    assert_eq!(report.chats, 2);
     assert_eq!(report.checkpoints, 1);
+    assert_eq!(report.reformatted.len(), 1, "{:?}", report.reformatted);
+    assert!(
+        report.reformatted[0].starts_with("chat crlf of Mira (line ends"),
+        "{:?}",
+        report.reformatted
+    );
     assert_eq!(
         report.skipped,
         [

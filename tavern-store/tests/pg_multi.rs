@@ -21,8 +21,8 @@ use tavern_store::conformance::{write, T0};
 use tavern_store::fs::FsStore;
 use tavern_store::pg::{PgConfig, PgStore, SCHEMA_VERSION};
 use tavern_store::{
-    ChatChange, ChatStore, CheckpointStatus, CheckpointStore, MemoryQuery, MemoryStore,
-    ProjectorCheckpoint, PromptStore, StateStore, StoreError, VariableStore,
+    ChatChange, ChatRevision, ChatStore, CheckpointStatus, CheckpointStore, MemoryQuery,
+    MemoryStore, ProjectorCheckpoint, PromptStore, StateStore, StoreError, VariableStore,
 };
 
 fn agent(id: &str) -> ScopeKey {
@@ -487,12 +487,14 @@ async fn chat_lines_round_trip_byte_for_byte() {
         }
         other => panic!("a rewrite is not an append: {other:?}"),
     }
-    // Appending after the rewrite to the rewrite's revision, then asking from before it.
+    // Appending after the rewrite brings back r1's content, so r1's revision: revisions name
+    // content, not history.
     let r3 = b.append_lines(&ch, &id, &lines[1..], &r2).await.unwrap();
-    assert!(matches!(
+    assert_eq!(r3, r1);
+    assert_eq!(
         a.read_chat_since(&ch, &id, &r1).await.unwrap(),
-        Some(ChatChange::Whole(f)) if f.revision == r3 && f.lines.len() == 2
-    ));
+        Some(ChatChange::Unchanged)
+    );
     assert!(matches!(
         a.append_lines(&ch, &id, &lines[1..], &r2).await,
         Err(StoreError::Conflict { .. })
@@ -561,8 +563,8 @@ async fn a_newer_schema_is_refused() {
     );
 }
 
-/// A database written by the first schema (before compaction existed) is brought to the
-/// current one when a store opens it, its rows kept.
+/// A database written by the first schema (before compaction and content revisions) is
+/// brought to the current one when a store opens it, its rows kept and its chats digested.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_1_database_is_upgraded_with_its_rows() {
     let (a, _, config, clock) = two_stores().await;
@@ -573,9 +575,20 @@ async fn a_version_1_database_is_upgraded_with_its_rows() {
     drop(a);
     let (client, conn) = config.connect(tavern_store::pg::NoTls).await.unwrap();
     tokio::spawn(conn);
+    // Back to version 1's tables, holding a chat as version 1 wrote it.
     client
         .batch_execute(
             "ALTER TABLE memory_ops DROP COLUMN reset; ALTER TABLE variable_ops DROP COLUMN reset;
+             ALTER TABLE chats DROP COLUMN bytes, DROP COLUMN digest,
+                 ADD COLUMN revision bigint NOT NULL DEFAULT 0,
+                 ADD COLUMN rewritten bigint NOT NULL DEFAULT 0;
+             ALTER TABLE chat_lines DROP COLUMN digest;
+             CREATE SEQUENCE chat_revisions;
+             INSERT INTO chats (character, chat, revision, rewritten, line_count)
+                 VALUES ('Mira', 'old', 7, 7, 2);
+             INSERT INTO chat_lines (character, chat, n, line) VALUES
+                 ('Mira', 'old', 0, '{\"user_name\":\"Kai\"}'),
+                 ('Mira', 'old', 1, '{\"name\":\"Kai\",\"mes\":\"旧的门\"}');
              UPDATE schema_version SET version = 1",
         )
         .await
@@ -595,6 +608,29 @@ async fn a_version_1_database_is_upgraded_with_its_rows() {
         .unwrap()
         .get(0);
     assert_eq!(version, SCHEMA_VERSION);
+    let (ch, old) = (
+        CharacterName::parse("Mira").unwrap(),
+        ChatId::parse("old").unwrap(),
+    );
+    let file = upgraded.read_chat(&ch, &old).await.unwrap().unwrap();
+    assert_eq!(file.revision, ChatRevision::of_lines(&file.lines));
+    assert_eq!(file.lines[1].raw(), r#"{"name":"Kai","mes":"旧的门"}"#);
+    // The backfilled line digests tell an append from a rewrite.
+    let more = ChatLine::parse(r#"{"name":"Mira","mes":"new"}"#).unwrap();
+    upgraded
+        .append_lines(&ch, &old, std::slice::from_ref(&more), &file.revision)
+        .await
+        .unwrap();
+    assert_eq!(
+        upgraded
+            .read_chat_since(&ch, &old, &file.revision)
+            .await
+            .unwrap(),
+        Some(ChatChange::Appended {
+            lines: vec![more.clone()],
+            revision: ChatRevision::of_lines(&[file.lines[0].clone(), file.lines[1].clone(), more]),
+        })
+    );
     upgraded.compact().await.unwrap();
 }
 

@@ -75,12 +75,18 @@ pub async fn run(ctx: &Context, args: &CopyArgs) -> Result<Report, CliError> {
         "checkpoints": r.checkpoints,
         "prompts": r.prompts,
         "skipped": r.skipped,
+        "reformatted": r.reformatted,
     });
     let mut report = Report::new(text, json);
     report.warnings = r
         .skipped
         .iter()
         .map(|s| format!("not copied: {s}"))
+        .chain(
+            r.reformatted
+                .iter()
+                .map(|s| format!("copied as lines: {s}")),
+        )
         .collect();
     Ok(report)
 }

@@ -138,8 +138,26 @@ pub(crate) fn remove(root: &Path, rel: &str) -> Result<bool, StoreError> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FileStamp([i128; 5]);
 
+impl FileStamp {
+    /// The file's length when stamped.
+    pub(crate) fn len(&self) -> u64 {
+        u64::try_from(self.0[2]).unwrap_or(0)
+    }
+
+    /// Whether both stamps are of one file (device and inode; where the platform has no
+    /// inodes, never: every change then counts as a rewrite).
+    pub(crate) fn same_file(&self, other: &Self) -> bool {
+        self.0[1] != 0 && self.same_node(other)
+    }
+
+    /// Whether device and inode match (always, where the platform has no inodes).
+    pub(crate) fn same_node(&self, other: &Self) -> bool {
+        self.0[..2] == other.0[..2]
+    }
+}
+
 #[cfg(unix)]
-fn stamp_of(meta: &std::fs::Metadata) -> FileStamp {
+pub(crate) fn stamp_of(meta: &std::fs::Metadata) -> FileStamp {
     use std::os::unix::fs::MetadataExt;
     FileStamp([
         i128::from(meta.dev()),
@@ -151,7 +169,7 @@ fn stamp_of(meta: &std::fs::Metadata) -> FileStamp {
 }
 
 #[cfg(not(unix))]
-fn stamp_of(meta: &std::fs::Metadata) -> FileStamp {
+pub(crate) fn stamp_of(meta: &std::fs::Metadata) -> FileStamp {
     let mtime = meta
         .modified()
         .ok()

@@ -4,30 +4,30 @@
 //! system refuses escaped ([`encode_readable`]); chats written by the earlier all-escaped layout
 //! are moved to these names when the store opens.
 //!
-//! A chat's revision is derived from the file's length, inode, modification time and a digest
-//! of its last 4 KiB, so a whole-file rewrite by another program (which SillyTavern does with
-//! write-temp + rename) is detected without reading the whole file. Appends check the revision
-//! under our lock and, after writing, that the path still names the file written to; a rename
-//! that raced the append is reported as a conflict so the caller re-reads and retries.
-//! `read_chat_since` reads only the bytes appended after an earlier revision when the file is the
-//! same (inode) and its old last 4 KiB are unchanged, so keeping up with a long chat costs what
-//! was appended.
+//! A chat's revision is a digest of its bytes ([`ChatRevision::of_content`]), the same any
+//! other store gives the same chat. This process remembers the digests of the versions it saw
+//! ([`super::chat_digests`]), so a revision costs what was appended since, and a whole-file
+//! rewrite by another program (SillyTavern writes a temp file and renames it) is told from an
+//! append by the file's inode and old last 4 KiB without reading the whole file. Appends check
+//! the revision under our lock and, after writing, that the path still names the file written
+//! to; a rename that raced the append is reported as a conflict so the caller re-reads and
+//! retries. `read_chat_since` reads only the bytes appended after an earlier revision where it
+//! can tell, so keeping up with a long chat costs what was appended.
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use async_trait::async_trait;
 use tavern_core::chat::ChatLine;
-use tavern_core::revision::short_digest;
+use tavern_core::chat_digest::{ChatDigest, DigestLabel};
 use tavern_core::{CharacterName, ChatId};
 
-use super::atomic::{ensure_dir, io_err, sync_dir, under, write_atomic, FileLock};
+use super::atomic::{ensure_dir, io_err, stamp_of, sync_dir, under, write_atomic, FileLock};
+use super::chat_digests::{read_prefix, Known, TAIL_BYTES};
 use super::names::{decode, decode_readable, encode_readable};
 use super::{FsStore, Inner};
 use crate::chat::{check_not_empty, parse_lines, ChatChange, ChatFile, ChatRevision, ChatStore};
 use crate::error::{StoreError, Target};
-
-const TAIL_BYTES: u64 = 4096;
 
 fn chat_rel(character: &CharacterName, chat: &ChatId) -> String {
     format!(
@@ -43,92 +43,6 @@ fn lock_rel(character: &CharacterName, chat: &ChatId) -> String {
         encode_readable(character.as_str()),
         encode_readable(chat.as_str())
     )
-}
-
-/// The revision of an open file, from its metadata and tail.
-fn revision_of(file: &mut std::fs::File, rel: &str) -> Result<ChatRevision, StoreError> {
-    let meta = file.metadata().map_err(io_err("stat", rel))?;
-    let len = meta.len();
-    let start = len.saturating_sub(TAIL_BYTES);
-    file.seek(SeekFrom::Start(start))
-        .map_err(io_err("seek", rel))?;
-    let mut tail = Vec::with_capacity(usize::try_from(len - start).unwrap_or(0));
-    file.read_to_end(&mut tail).map_err(io_err("read", rel))?;
-    Ok(revision_from(&meta, len, &tail))
-}
-
-/// The revision of a file of `len` bytes (as `meta` saw it) whose last bytes are `tail` (at
-/// least the last [`TAIL_BYTES`], or the whole file).
-fn revision_from(meta: &std::fs::Metadata, len: u64, tail: &[u8]) -> ChatRevision {
-    let keep = usize::try_from(TAIL_BYTES.min(len)).unwrap_or(tail.len());
-    let tail = &tail[tail.len().saturating_sub(keep)..];
-    let (ino, mtime) = identity(meta);
-    ChatRevision::new(format!("c1-{len}-{ino}-{mtime}-{}", short_digest(&[tail])))
-}
-
-/// What a revision issued by [`revision_from`] says: length, inode and digest of the tail.
-struct RevisionParts<'a> {
-    len: u64,
-    ino: u64,
-    digest: &'a str,
-}
-
-fn parse_revision(revision: &ChatRevision) -> Option<RevisionParts<'_>> {
-    let rest = revision.as_str().strip_prefix("c1-")?;
-    let mut parts = rest.splitn(3, '-');
-    let len = parts.next()?.parse().ok()?;
-    let ino = parts.next()?.parse().ok()?;
-    // The modification time may be negative, so the digest is found from the right.
-    let (_mtime, digest) = parts.next()?.rsplit_once('-')?;
-    Some(RevisionParts { len, ino, digest })
-}
-
-/// Reads an open file as it was when `meta` was taken (a concurrent append after that is not
-/// read, so the lines and the revision always agree).
-fn read_whole(
-    file: &mut std::fs::File,
-    meta: &std::fs::Metadata,
-    rel: &str,
-) -> Result<ChatFile, StoreError> {
-    let len = meta.len();
-    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-    file.seek(SeekFrom::Start(0)).map_err(io_err("seek", rel))?;
-    file.take(len)
-        .read_to_end(&mut bytes)
-        .map_err(io_err("read", rel))?;
-    if bytes.len() as u64 != len {
-        // Shrunk while we read: a rewrite in place; read what is there now.
-        let meta = file.metadata().map_err(io_err("stat", rel))?;
-        if meta.len() < len {
-            return read_whole(file, &meta, rel);
-        }
-    }
-    let revision = revision_from(meta, len, &bytes);
-    let text = String::from_utf8(bytes).map_err(|e| StoreError::Corrupt {
-        file: rel.to_owned(),
-        reason: format!("not UTF-8: {e}"),
-    })?;
-    let lines = parse_lines(rel, &text)?;
-    Ok(ChatFile { lines, revision })
-}
-
-#[cfg(unix)]
-fn identity(meta: &std::fs::Metadata) -> (u64, i128) {
-    use std::os::unix::fs::MetadataExt;
-    (
-        meta.ino(),
-        i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
-    )
-}
-
-#[cfg(not(unix))]
-fn identity(meta: &std::fs::Metadata) -> (u64, i128) {
-    let mtime = meta
-        .modified()
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_nanos() as i128);
-    (0, mtime)
 }
 
 fn open_existing(path: &Path, rel: &str) -> Result<Option<std::fs::File>, StoreError> {
@@ -156,6 +70,33 @@ fn joined<'a>(lines: impl IntoIterator<Item = &'a ChatLine>, leading_break: bool
         text.push_str(line.raw());
     }
     text
+}
+
+/// The chat read whole: its lines and the revision of `digest`.
+fn chat_file(rel: &str, bytes: Vec<u8>, digest: ChatDigest) -> Result<ChatFile, StoreError> {
+    let text = String::from_utf8(bytes).map_err(|e| StoreError::Corrupt {
+        file: rel.to_owned(),
+        reason: format!("not UTF-8: {e}"),
+    })?;
+    Ok(ChatFile {
+        lines: parse_lines(rel, &text)?,
+        revision: ChatRevision::of_content(&digest),
+    })
+}
+
+/// The change made by appending `appended` (bytes starting a new line, or none), bringing the
+/// chat to `digest`. `None` when they do not parse (a line another process is still writing):
+/// a whole read reports that with its line number.
+fn appended_change(rel: &str, appended: &[u8], digest: &ChatDigest) -> Option<ChatChange> {
+    if appended.is_empty() {
+        return Some(ChatChange::Unchanged);
+    }
+    let text = std::str::from_utf8(appended).ok()?;
+    let lines = parse_lines(rel, text).ok()?;
+    Some(ChatChange::Appended {
+        lines,
+        revision: ChatRevision::of_content(digest),
+    })
 }
 
 /// The legacy (all-escaped, `_`-prefixed) name's text, if `name` is one. Readable names never
@@ -262,11 +203,73 @@ impl Inner {
     ) -> Result<Option<ChatRevision>, StoreError> {
         let rel = chat_rel(character, chat);
         match open_existing(&under(&self.root, &rel), &rel)? {
-            Some(mut f) => revision_of(&mut f, &rel).map(Some),
+            Some(mut f) => self.revision_of(&mut f, &rel).map(Some),
             None => Ok(None),
         }
     }
 
+    /// The revision of an open chat file.
+    fn revision_of(&self, file: &mut std::fs::File, rel: &str) -> Result<ChatRevision, StoreError> {
+        let meta = file.metadata().map_err(io_err("stat", rel))?;
+        let digest = self.chat_digests.digest(file, &meta, rel)?;
+        Ok(ChatRevision::of_content(&digest))
+    }
+
+    /// The file's bytes as it was when `meta` was taken (a concurrent append after that is not
+    /// read, so the lines and the revision always agree), with the metadata they match.
+    fn read_bytes(
+        file: &mut std::fs::File,
+        meta: std::fs::Metadata,
+        rel: &str,
+    ) -> Result<(std::fs::Metadata, Vec<u8>), StoreError> {
+        let mut meta = meta;
+        loop {
+            let bytes = read_prefix(file, meta.len(), rel)?;
+            if bytes.len() as u64 == meta.len() {
+                return Ok((meta, bytes));
+            }
+            // Shrunk while we read: a rewrite in place; read what is there now.
+            let now = file.metadata().map_err(io_err("stat", rel))?;
+            if now.len() >= meta.len() {
+                return Ok((now, bytes));
+            }
+            meta = now;
+        }
+    }
+
+    /// The digest of `bytes`, read as `meta` describes the file (remembered, or computed and
+    /// remembered), and, when `since` names the bytes up to its length followed by a new line,
+    /// where those bytes end.
+    fn digest_read(
+        &self,
+        rel: &str,
+        meta: &std::fs::Metadata,
+        bytes: &[u8],
+        since: Option<&DigestLabel>,
+    ) -> (ChatDigest, Option<usize>) {
+        let prefix = since.and_then(|label| {
+            let end = usize::try_from(label.bytes).ok()?;
+            let starts_line = end == 0 || end == bytes.len() || bytes.get(end) == Some(&b'\n');
+            let digest = ChatDigest::of_bytes(bytes.get(..end)?);
+            (starts_line && label.names(&digest)).then_some((end, digest))
+        });
+        let remembered = self
+            .chat_digests
+            .at(rel, meta, bytes)
+            .filter(|known| known.bytes() == bytes.len() as u64);
+        let extended = || {
+            let (end, mut digest) = prefix?;
+            digest.append(&bytes[end..]).then_some(digest)
+        };
+        let digest = remembered
+            .or_else(extended)
+            .unwrap_or_else(|| ChatDigest::of_bytes(bytes));
+        if meta.len() == bytes.len() as u64 {
+            self.chat_digests
+                .remember(rel, Known::new(meta, digest, bytes));
+        }
+        (digest, prefix.map(|(end, _)| end))
+    }
     /// Characters with a chat folder, by name (folders this layout would not write are
     /// skipped).
     pub(super) fn chat_characters(&self) -> Result<Vec<CharacterName>, StoreError> {
@@ -313,13 +316,15 @@ impl Inner {
             return Ok(None);
         };
         let meta = file.metadata().map_err(io_err("stat", &rel))?;
-        read_whole(&mut file, &meta, &rel).map(Some)
+        let (meta, bytes) = Self::read_bytes(&mut file, meta, &rel)?;
+        let (digest, _) = self.digest_read(&rel, &meta, &bytes, None);
+        chat_file(&rel, bytes, digest).map(Some)
     }
 
-    /// Reads only what was appended since `since` when the file is the same file (inode), no
-    /// shorter, and its bytes up to the old length end as they did then (the digest of the
-    /// last [`TAIL_BYTES`] in `since`); otherwise the whole chat. A rewrite by SillyTavern
-    /// (temp + rename) changes the inode; an in-place rewrite changes the old tail.
+    /// Nothing when the file is the version `since` names; only what was appended when this
+    /// process knows that version and the file only grew from it (same inode, old end
+    /// unchanged); otherwise the whole file, still answered as an append when its bytes up to
+    /// `since`'s length are the content `since` names.
     fn read_chat_since(
         &self,
         character: &CharacterName,
@@ -331,59 +336,30 @@ impl Inner {
             return Ok(None);
         };
         let meta = file.metadata().map_err(io_err("stat", &rel))?;
-        let len = meta.len();
-        let appended = match parse_revision(since) {
-            Some(old) if old.ino == identity(&meta).0 && old.len <= len => {
-                self.appended_since(&mut file, &meta, &old, &rel)?
+        let label = since.content();
+        if let Some(label) = &label {
+            if self
+                .chat_digests
+                .at_now(&mut file, &meta, &rel)?
+                .is_some_and(|d| label.names(&d))
+            {
+                return Ok(Some(ChatChange::Unchanged));
             }
-            _ => None,
-        };
-        match appended {
-            Some((_, revision)) if &revision == since => Ok(Some(ChatChange::Unchanged)),
-            Some((lines, revision)) => Ok(Some(ChatChange::Appended { lines, revision })),
-            None => read_whole(&mut file, &meta, &rel).map(|f| Some(ChatChange::Whole(f))),
+            if let Some(ext) = self
+                .chat_digests
+                .extend(&mut file, &meta, &rel, Some(label))?
+            {
+                if let Some(change) = appended_change(&rel, &ext.appended, &ext.digest) {
+                    return Ok(Some(change));
+                }
+            }
         }
-    }
-
-    /// The lines after `old.len` and the revision at `meta`, if the file up to `old.len` still
-    /// ends as it did and the new bytes start a new line.
-    fn appended_since(
-        &self,
-        file: &mut std::fs::File,
-        meta: &std::fs::Metadata,
-        old: &RevisionParts<'_>,
-        rel: &str,
-    ) -> Result<Option<(Vec<ChatLine>, ChatRevision)>, StoreError> {
-        let len = meta.len();
-        let from = old.len.saturating_sub(TAIL_BYTES);
-        file.seek(SeekFrom::Start(from))
-            .map_err(io_err("seek", rel))?;
-        let mut buf = Vec::new();
-        file.take(len - from)
-            .read_to_end(&mut buf)
-            .map_err(io_err("read", rel))?;
-        let Ok(split) = usize::try_from(old.len - from) else {
-            return Ok(None);
-        };
-        if buf.len() as u64 != len - from || short_digest(&[&buf[..split]]) != old.digest {
-            return Ok(None);
+        let (meta, bytes) = Self::read_bytes(&mut file, meta, &rel)?;
+        let (digest, prefix) = self.digest_read(&rel, &meta, &bytes, label.as_ref());
+        if let Some(change) = prefix.and_then(|end| appended_change(&rel, &bytes[end..], &digest)) {
+            return Ok(Some(change));
         }
-        let revision = revision_from(meta, len, &buf);
-        let new = &buf[split..];
-        let starts_line = split == 0
-            || buf[split - 1] == b'\n'
-            || new.is_empty()
-            || new.starts_with(b"\n")
-            || new.starts_with(b"\r\n");
-        let Ok(text) = std::str::from_utf8(new) else {
-            return Ok(None);
-        };
-        if !starts_line {
-            return Ok(None);
-        }
-        // A line that does not parse (one being written by another process) is left to a
-        // whole read, which reports it with its line number.
-        Ok(parse_lines(rel, text).ok().map(|lines| (lines, revision)))
+        chat_file(&rel, bytes, digest).map(|f| Some(ChatChange::Whole(f)))
     }
 
     fn append_lines(
@@ -395,17 +371,20 @@ impl Inner {
     ) -> Result<ChatRevision, StoreError> {
         let rel = chat_rel(character, chat);
         let path = under(&self.root, &rel);
+        let conflict = || StoreError::Conflict {
+            target: chat_target(character, chat),
+            current: None,
+        };
         let _lock = FileLock::acquire(&self.root, &lock_rel(character, chat), true)?;
         let Some(mut file) = open_existing(&path, &rel)? else {
             return Err(StoreError::NotFound {
                 target: chat_target(character, chat),
             });
         };
-        if &revision_of(&mut file, &rel)? != expected {
-            return Err(StoreError::Conflict {
-                target: chat_target(character, chat),
-                current: None,
-            });
+        let checked = file.metadata().map_err(io_err("stat", &rel))?;
+        let digest = self.chat_digests.digest(&mut file, &checked, &rel)?;
+        if !expected.names(&digest) {
+            return Err(conflict());
         }
         if lines.is_empty() {
             return Ok(expected.clone());
@@ -415,7 +394,13 @@ impl Inner {
             .read(true)
             .open(&path)
             .map_err(io_err("open", &rel))?;
-        let len = out.metadata().map_err(io_err("stat", &rel))?.len();
+        let before = out.metadata().map_err(io_err("stat", &rel))?;
+        // Changed between the check and now by a program that does not take our lock:
+        // nothing written, the caller re-reads.
+        if before.len() != digest.bytes() || !stamp_of(&before).same_node(&stamp_of(&checked)) {
+            return Err(conflict());
+        }
+        let len = before.len();
         let text = joined(lines, len > 0);
         let synced = out
             .write_all(text.as_bytes())
@@ -428,15 +413,27 @@ impl Inner {
         }
         // Another program may have renamed a new file over the path while we wrote: then our
         // lines went to the replaced file and the caller must re-read and retry.
-        let written = identity(&out.metadata().map_err(io_err("stat", &rel))?).0;
-        let current = std::fs::metadata(&path).map(|m| identity(&m).0);
-        if current.ok() != Some(written) {
-            return Err(StoreError::Conflict {
-                target: chat_target(character, chat),
-                current: None,
-            });
+        let after = out.metadata().map_err(io_err("stat", &rel))?;
+        let current = std::fs::metadata(&path).map(|m| stamp_of(&m));
+        if !current.is_ok_and(|c| c.same_node(&stamp_of(&after))) {
+            return Err(conflict());
         }
-        revision_of(&mut out, &rel)
+        let mut next = digest;
+        if after.len() == len + text.len() as u64 && next.append(text.as_bytes()) {
+            let from = after.len().saturating_sub(TAIL_BYTES);
+            out.seek(SeekFrom::Start(from))
+                .map_err(io_err("seek", &rel))?;
+            let mut end = Vec::new();
+            (&mut out)
+                .take(after.len() - from)
+                .read_to_end(&mut end)
+                .map_err(io_err("read", &rel))?;
+            self.chat_digests
+                .remember(&rel, Known::new(&after, next, &end));
+            return Ok(ChatRevision::of_content(&next));
+        }
+        // Someone else appended too: digest what is there.
+        self.revision_of(&mut out, &rel)
     }
 
     fn rewrite_chat(

@@ -15,6 +15,7 @@
 
 mod atomic;
 mod chat;
+mod chat_digests;
 mod log;
 mod names;
 mod transfer;
@@ -248,6 +249,8 @@ struct Inner {
     state: Mutex<Option<Cached<LoadedState>>>,
     /// Checkpoints by session, with the stamp of the file each came from.
     checkpoints: Mutex<HashMap<SessionId, Cached<Option<ProjectorCheckpoint>>>>,
+    /// Digests of the chat versions this process saw (chat revisions without whole reads).
+    chat_digests: chat_digests::ChatDigests,
     /// Shared with both logs: make the next fsync fail (tests of failure paths).
     #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
     fail_next_sync: Arc<AtomicBool>,
@@ -311,6 +314,7 @@ impl FsStore {
             diagnostics: Diagnostics::new(early),
             state: Mutex::default(),
             checkpoints: Mutex::default(),
+            chat_digests: chat_digests::ChatDigests::default(),
             fail_next_sync,
             fail_next_write,
         };

@@ -4,6 +4,7 @@
 use async_trait::async_trait;
 use serde_json::Value;
 use tavern_core::chat::ChatLine;
+use tavern_core::chat_digest::ChatDigest;
 use tavern_core::{normalize_state, CharacterName, ChatId, Diagnostic, SessionId, TavernState};
 use tokio_postgres::Row;
 
@@ -14,42 +15,21 @@ use crate::error::{StoreError, Target};
 use crate::prompt::{PromptStore, SessionPrompt};
 use crate::state::{StateMutation, StateStore, Verdict};
 
-/// Where a chat's revision stands: its change number, the change number of its last rewrite,
-/// and how many lines it has. Only lines were appended between two revisions with the same
-/// rewrite number.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct ChatPos {
-    revision: i64,
-    rewritten: i64,
-    lines: i32,
-}
-
-impl ChatPos {
-    fn of(row: &Row) -> Result<Self, StoreError> {
-        Ok(Self {
-            revision: row.try_get(0).map_err(db("read chat"))?,
-            rewritten: row.try_get(1).map_err(db("read chat"))?,
-            lines: row.try_get(2).map_err(db("read chat"))?,
-        })
-    }
-
-    fn to_revision(self) -> ChatRevision {
-        ChatRevision::new(format!(
-            "p1-{}-{}-{}",
-            self.revision, self.rewritten, self.lines
-        ))
-    }
-
-    /// A revision this adapter issued; anything else is `None`.
-    fn parse(revision: &ChatRevision) -> Option<Self> {
-        let mut parts = revision.as_str().strip_prefix("p1-")?.split('-');
-        let pos = Self {
-            revision: parts.next()?.parse().ok()?,
-            rewritten: parts.next()?.parse().ok()?,
-            lines: parts.next()?.parse().ok()?,
-        };
-        parts.next().is_none().then_some(pos)
-    }
+/// A chat's row: its line count, byte length and content digest (the chain continues from
+/// the digest, so an append digests only the new lines).
+fn chat_digest(row: &Row) -> Result<ChatDigest, StoreError> {
+    let lines: i32 = row.try_get(0).map_err(db("read chat"))?;
+    let bytes: i64 = row.try_get(1).map_err(db("read chat"))?;
+    let chain: &[u8] = row.try_get(2).map_err(db("read chat"))?;
+    let chain: [u8; 32] = chain.try_into().map_err(|_| StoreError::Corrupt {
+        file: "chats".into(),
+        reason: format!("a chat digest of {} bytes, not 32", chain.len()),
+    })?;
+    Ok(ChatDigest::from_parts(
+        chain,
+        u64::try_from(lines).unwrap_or(0),
+        u64::try_from(bytes).unwrap_or(0),
+    ))
 }
 
 fn chat_target(character: &CharacterName, chat: &ChatId) -> Box<Target> {
@@ -90,33 +70,55 @@ fn parse_rows(
     Ok(lines)
 }
 
-const SELECT_CHAT: &str = "SELECT revision, rewritten, line_count FROM chats
+const SELECT_CHAT: &str = "SELECT line_count, bytes, digest FROM chats
     WHERE character = $1 AND chat = $2";
 
-const INSERT_LINES: &str = "INSERT INTO chat_lines (character, chat, n, line)
-    SELECT $1, $2, t.n, t.line FROM unnest($3::integer[], $4::text[]) AS t(n, line)";
+const LOCK_CHAT: &str = "SELECT line_count, bytes, digest FROM chats
+    WHERE character = $1 AND chat = $2 FOR UPDATE";
+
+const INSERT_LINES: &str = "INSERT INTO chat_lines (character, chat, n, line, digest)
+    SELECT $1, $2, t.n, t.line, t.digest
+    FROM unnest($3::integer[], $4::text[], $5::bytea[]) AS t(n, line, digest)";
+
+const UPDATE_CHAT: &str = "UPDATE chats SET line_count = $3, bytes = $4, digest = $5
+    WHERE character = $1 AND chat = $2";
 
 impl PgStore {
+    /// Inserts `lines` after the chat's first `digest.segments()` lines, each with the digest
+    /// of the chat up to it, and records the chat's new length and digest (which it returns).
     async fn insert_lines(
         tx: &deadpool_postgres::Transaction<'_>,
         character: &CharacterName,
         chat: &ChatId,
-        first: i32,
+        mut digest: ChatDigest,
         lines: &[ChatLine],
-    ) -> Result<i32, StoreError> {
+    ) -> Result<ChatDigest, StoreError> {
+        let first = i32::try_from(digest.segments()).map_err(|_| too_long(lines.len()))?;
         let count = i32::try_from(lines.len()).map_err(|_| too_long(lines.len()))?;
         let end = first
             .checked_add(count)
             .ok_or_else(|| too_long(lines.len()))?;
         let ns: Vec<i32> = (first..end).collect();
         let texts: Vec<&str> = lines.iter().map(ChatLine::raw).collect();
+        let chains: Vec<Vec<u8>> = lines
+            .iter()
+            .map(|line| {
+                digest.push_segment(line.raw().as_bytes());
+                digest.chain().to_vec()
+            })
+            .collect();
+        let (character, chat) = (character.as_str(), chat.as_str());
+        tx.execute(INSERT_LINES, &[&character, &chat, &ns, &texts, &chains])
+            .await
+            .map_err(db("write chat"))?;
+        let bytes = i64::try_from(digest.bytes()).map_err(|_| too_long(lines.len()))?;
         tx.execute(
-            INSERT_LINES,
-            &[&character.as_str(), &chat.as_str(), &ns, &texts],
+            UPDATE_CHAT,
+            &[&character, &chat, &end, &bytes, &digest.chain().as_slice()],
         )
         .await
         .map_err(db("write chat"))?;
-        Ok(end)
+        Ok(digest)
     }
 }
 
@@ -153,7 +155,7 @@ impl ChatStore for PgStore {
         // One statement: one snapshot of the header row and its lines.
         let rows = client
             .query(
-                "SELECT c.revision, c.rewritten, c.line_count, l.line FROM chats c
+                "SELECT c.line_count, c.bytes, c.digest, l.line FROM chats c
                  LEFT JOIN chat_lines l ON l.character = c.character AND l.chat = c.chat
                  WHERE c.character = $1 AND c.chat = $2 ORDER BY l.n",
                 &[&character.as_str(), &chat.as_str()],
@@ -163,11 +165,11 @@ impl ChatStore for PgStore {
         let Some(first) = rows.first() else {
             return Ok(None);
         };
-        let pos = ChatPos::of(first)?;
+        let digest = chat_digest(first)?;
         let lines = parse_rows(&rows, 3, 0, &chat_name(character, chat))?;
         Ok(Some(ChatFile {
             lines,
-            revision: pos.to_revision(),
+            revision: ChatRevision::of_content(&digest),
         }))
     }
 
@@ -181,7 +183,7 @@ impl ChatStore for PgStore {
             .query_opt(SELECT_CHAT, &[&character.as_str(), &chat.as_str()])
             .await
             .map_err(db("read chat"))?;
-        row.map(|r| ChatPos::of(&r).map(ChatPos::to_revision))
+        row.map(|r| chat_digest(&r).map(|d| ChatRevision::of_content(&d)))
             .transpose()
     }
 
@@ -191,14 +193,15 @@ impl ChatStore for PgStore {
         chat: &ChatId,
         since: &ChatRevision,
     ) -> Result<Option<ChatChange>, StoreError> {
-        let Some(before) = ChatPos::parse(since) else {
+        let Some(before) = since.content() else {
             return Ok(self
                 .read_chat(character, chat)
                 .await?
                 .map(ChatChange::Whole));
         };
         let mut client = self.inner.client("read chat").await?;
-        // Repeatable read: the position and the lines after it from one snapshot.
+        // Repeatable read: the chat's row, the digest at `since`'s length and the lines after
+        // it from one snapshot.
         let tx = client
             .build_transaction()
             .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
@@ -213,13 +216,41 @@ impl ChatStore for PgStore {
         else {
             return Ok(None);
         };
-        let now = ChatPos::of(&row)?;
-        let name = chat_name(character, chat);
-        if now == before {
+        let now = chat_digest(&row)?;
+        if before.names(&now) {
             return Ok(Some(ChatChange::Unchanged));
         }
-        let appended_only = now.rewritten == before.rewritten && now.lines >= before.lines;
-        let first = if appended_only { before.lines } else { 0 };
+        // Lines were only appended when the chat's first lines are `since`'s content: the
+        // digest stored with its last line is the one `since` names.
+        let old_lines = i32::try_from(before.segments)
+            .ok()
+            .filter(|n| u64::try_from(*n).is_ok_and(|n| n <= now.segments()));
+        let appended_only = match old_lines {
+            Some(0) => before.names(&ChatDigest::empty()),
+            Some(n) => {
+                let row = tx
+                    .query_opt(
+                        "SELECT digest FROM chat_lines WHERE character = $1 AND chat = $2
+                         AND n = $3",
+                        &[&character.as_str(), &chat.as_str(), &(n - 1)],
+                    )
+                    .await
+                    .map_err(db("read chat"))?;
+                let chain: Option<&[u8]> = match &row {
+                    Some(row) => row.try_get(0).map_err(db("read chat"))?,
+                    None => None,
+                };
+                chain
+                    .and_then(|c| <[u8; 32]>::try_from(c).ok())
+                    .is_some_and(|c| before.matches_chain(&c))
+            }
+            None => false,
+        };
+        let first = if appended_only {
+            old_lines.unwrap_or(0)
+        } else {
+            0
+        };
         let rows = tx
             .query(
                 "SELECT line FROM chat_lines WHERE character = $1 AND chat = $2 AND n >= $3
@@ -229,8 +260,8 @@ impl ChatStore for PgStore {
             .await
             .map_err(db("read chat"))?;
         tx.commit().await.map_err(db("read chat"))?;
-        let lines = parse_rows(&rows, 0, first, &name)?;
-        let revision = now.to_revision();
+        let lines = parse_rows(&rows, 0, first, &chat_name(character, chat))?;
+        let revision = ChatRevision::of_content(&now);
         Ok(Some(if appended_only {
             ChatChange::Appended { lines, revision }
         } else {
@@ -248,11 +279,7 @@ impl ChatStore for PgStore {
         let mut client = self.inner.client("write chat").await?;
         let tx = client.transaction().await.map_err(db("write chat"))?;
         let Some(row) = tx
-            .query_opt(
-                "SELECT revision, rewritten, line_count FROM chats
-                 WHERE character = $1 AND chat = $2 FOR UPDATE",
-                &[&character.as_str(), &chat.as_str()],
-            )
+            .query_opt(LOCK_CHAT, &[&character.as_str(), &chat.as_str()])
             .await
             .map_err(db("write chat"))?
         else {
@@ -260,8 +287,8 @@ impl ChatStore for PgStore {
                 target: chat_target(character, chat),
             });
         };
-        let pos = ChatPos::of(&row)?;
-        if &pos.to_revision() != expected {
+        let digest = chat_digest(&row)?;
+        if !expected.names(&digest) {
             return Err(StoreError::Conflict {
                 target: chat_target(character, chat),
                 current: None,
@@ -271,18 +298,9 @@ impl ChatStore for PgStore {
         if lines.is_empty() {
             return Ok(expected.clone());
         }
-        let end = Self::insert_lines(&tx, character, chat, pos.lines, lines).await?;
-        let row = tx
-            .query_one(
-                "UPDATE chats SET revision = nextval('chat_revisions'), line_count = $3
-                 WHERE character = $1 AND chat = $2 RETURNING revision, rewritten, line_count",
-                &[&character.as_str(), &chat.as_str(), &end],
-            )
-            .await
-            .map_err(db("write chat"))?;
-        let next = ChatPos::of(&row)?;
+        let next = Self::insert_lines(&tx, character, chat, digest, lines).await?;
         tx.commit().await.map_err(db("write chat"))?;
-        Ok(next.to_revision())
+        Ok(ChatRevision::of_content(&next))
     }
 
     async fn rewrite_chat(
@@ -300,23 +318,23 @@ impl ChatStore for PgStore {
         let mut client = self.inner.client("write chat").await?;
         let tx = client.transaction().await.map_err(db("write chat"))?;
         let current = tx
-            .query_opt(
-                "SELECT revision, rewritten, line_count FROM chats
-                 WHERE character = $1 AND chat = $2 FOR UPDATE",
-                &[&character.as_str(), &chat.as_str()],
-            )
+            .query_opt(LOCK_CHAT, &[&character.as_str(), &chat.as_str()])
             .await
             .map_err(db("write chat"))?
-            .map(|row| ChatPos::of(&row))
+            .map(|row| chat_digest(&row))
             .transpose()?;
         match (current, expected) {
             (None, None) => {
                 // Two creators racing: the second insert finds the first one's row.
                 let created = tx
                     .execute(
-                        "INSERT INTO chats (character, chat, revision, rewritten, line_count)
-                         VALUES ($1, $2, 0, 0, 0) ON CONFLICT DO NOTHING",
-                        &[&character.as_str(), &chat.as_str()],
+                        "INSERT INTO chats (character, chat, line_count, bytes, digest)
+                         VALUES ($1, $2, 0, 0, $3) ON CONFLICT DO NOTHING",
+                        &[
+                            &character.as_str(),
+                            &chat.as_str(),
+                            &ChatDigest::empty().chain().as_slice(),
+                        ],
                     )
                     .await
                     .map_err(db("write chat"))?;
@@ -324,7 +342,7 @@ impl ChatStore for PgStore {
                     return Err(conflict());
                 }
             }
-            (Some(pos), Some(expected)) if &pos.to_revision() == expected => {
+            (Some(digest), Some(expected)) if expected.names(&digest) => {
                 tx.execute(
                     "DELETE FROM chat_lines WHERE character = $1 AND chat = $2",
                     &[&character.as_str(), &chat.as_str()],
@@ -334,24 +352,9 @@ impl ChatStore for PgStore {
             }
             _ => return Err(conflict()),
         }
-        let end = Self::insert_lines(&tx, character, chat, 0, lines).await?;
-        let row = tx
-            .query_one(
-                "UPDATE chats SET revision = nextval('chat_revisions'), line_count = $3
-                 WHERE character = $1 AND chat = $2 RETURNING revision, revision, line_count",
-                &[&character.as_str(), &chat.as_str(), &end],
-            )
-            .await
-            .map_err(db("write chat"))?;
-        let next = ChatPos::of(&row)?;
-        tx.execute(
-            "UPDATE chats SET rewritten = revision WHERE character = $1 AND chat = $2",
-            &[&character.as_str(), &chat.as_str()],
-        )
-        .await
-        .map_err(db("write chat"))?;
+        let next = Self::insert_lines(&tx, character, chat, ChatDigest::empty(), lines).await?;
         tx.commit().await.map_err(db("write chat"))?;
-        Ok(next.to_revision())
+        Ok(ChatRevision::of_content(&next))
     }
 }
 

@@ -2,6 +2,7 @@
 //! so several processes opening one database at once migrate it exactly once.
 
 use deadpool_postgres::Client;
+use tavern_core::chat_digest::ChatDigest;
 
 use super::db;
 use crate::error::StoreError;
@@ -59,7 +60,77 @@ const MIGRATIONS: &[&str] = &[
     // table there and rebuilds it from the rows that follow (the rows before are deleted).
     "ALTER TABLE memory_ops ADD COLUMN reset boolean NOT NULL DEFAULT false;
     ALTER TABLE variable_ops ADD COLUMN reset boolean NOT NULL DEFAULT false;",
+    // 3: content revisions. A chat's revision is the digest of its bytes (the same as the file
+    // store's for the same chat); each line keeps the digest of the chat up to it, so an
+    // append is told from a rewrite exactly. [`backfill_chat_digests`] fills the new columns.
+    "ALTER TABLE chats ADD COLUMN bytes bigint NOT NULL DEFAULT 0,
+        ADD COLUMN digest bytea;
+    ALTER TABLE chat_lines ADD COLUMN digest bytea;
+    ALTER TABLE chats DROP COLUMN revision, DROP COLUMN rewritten;
+    DROP SEQUENCE chat_revisions;",
 ];
+
+/// Runs after the SQL of migration `version` (the version it brings the schema to).
+async fn after_migration(
+    tx: &deadpool_postgres::Transaction<'_>,
+    version: usize,
+) -> Result<(), StoreError> {
+    if version == 3 {
+        backfill_chat_digests(tx).await?;
+        tx.batch_execute(
+            "ALTER TABLE chats ALTER COLUMN digest SET NOT NULL;
+            ALTER TABLE chat_lines ALTER COLUMN digest SET NOT NULL;",
+        )
+        .await
+        .map_err(db("migrate"))?;
+    }
+    Ok(())
+}
+
+/// Digests every chat stored before content revisions, one chat at a time.
+async fn backfill_chat_digests(tx: &deadpool_postgres::Transaction<'_>) -> Result<(), StoreError> {
+    let chats = tx
+        .query("SELECT character, chat FROM chats", &[])
+        .await
+        .map_err(db("migrate"))?;
+    for chat in &chats {
+        let character: &str = chat.try_get(0).map_err(db("migrate"))?;
+        let name: &str = chat.try_get(1).map_err(db("migrate"))?;
+        let lines = tx
+            .query(
+                "SELECT n, line FROM chat_lines WHERE character = $1 AND chat = $2 ORDER BY n",
+                &[&character, &name],
+            )
+            .await
+            .map_err(db("migrate"))?;
+        let mut digest = ChatDigest::empty();
+        let mut ns = Vec::with_capacity(lines.len());
+        let mut chains = Vec::with_capacity(lines.len());
+        for line in &lines {
+            let n: i32 = line.try_get(0).map_err(db("migrate"))?;
+            let text: &str = line.try_get(1).map_err(db("migrate"))?;
+            digest.push_segment(text.as_bytes());
+            ns.push(n);
+            chains.push(digest.chain().to_vec());
+        }
+        tx.execute(
+            "UPDATE chat_lines l SET digest = t.digest
+             FROM unnest($3::integer[], $4::bytea[]) AS t(n, digest)
+             WHERE l.character = $1 AND l.chat = $2 AND l.n = t.n",
+            &[&character, &name, &ns, &chains],
+        )
+        .await
+        .map_err(db("migrate"))?;
+        let bytes = i64::try_from(digest.bytes()).unwrap_or(i64::MAX);
+        tx.execute(
+            "UPDATE chats SET bytes = $3, digest = $4 WHERE character = $1 AND chat = $2",
+            &[&character, &name, &bytes, &digest.chain().as_slice()],
+        )
+        .await
+        .map_err(db("migrate"))?;
+    }
+    Ok(())
+}
 
 /// The schema version this code writes and understands.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
@@ -116,8 +187,9 @@ pub(super) async fn migrate(client: &mut Client) -> Result<(), StoreError> {
         });
     }
     let start = usize::try_from(current.max(0)).unwrap_or(0);
-    for sql in MIGRATIONS.iter().skip(start) {
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(start) {
         tx.batch_execute(sql).await.map_err(db("migrate"))?;
+        after_migration(&tx, i + 1).await?;
     }
     tx.execute(
         "INSERT INTO schema_version (id, version) VALUES (1, $1)

@@ -1,0 +1,241 @@
+//! File-store chat revisions are digests of the file's bytes, whoever wrote them: checked
+//! against the bytes on disk after every step of random histories that mix two stores on one
+//! folder (each with its own cache) with other programs appending, renaming a new file over
+//! the chat (SillyTavern's save) and rewriting it in place.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use tavern_core::chat::ChatLine;
+use tavern_core::chat_digest::ChatDigest;
+use tavern_core::{CharacterName, ChatId};
+use tavern_store::clock::ManualClock;
+use tavern_store::conformance::T0;
+use tavern_store::fs::FsStore;
+use tavern_store::{ChatChange, ChatRevision, ChatStore, StoreError};
+
+fn open(root: &Path) -> FsStore {
+    FsStore::open(root, Arc::new(ManualClock::new(T0))).unwrap()
+}
+
+fn names() -> (CharacterName, ChatId) {
+    (
+        CharacterName::parse("Mira").unwrap(),
+        ChatId::parse("Mira - 2026-12-01@10h00m00s").unwrap(),
+    )
+}
+
+fn path(root: &Path) -> PathBuf {
+    root.join("chats/Mira/Mira - 2026-12-01@10h00m00s.jsonl")
+}
+
+fn line(i: usize, text: &str) -> ChatLine {
+    ChatLine::parse(&serde_json::json!({ "name": "Kai", "mes": format!("{text} {i}") }).to_string())
+        .unwrap()
+}
+
+fn on_disk(root: &Path) -> ChatRevision {
+    ChatRevision::of_content(&ChatDigest::of_bytes(&std::fs::read(path(root)).unwrap()))
+}
+
+fn parsed(root: &Path) -> Vec<String> {
+    std::fs::read_to_string(path(root))
+        .unwrap()
+        .split('\n')
+        .map(|l| l.strip_suffix('\r').unwrap_or(l))
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// One step of a history.
+#[derive(Debug, Clone)]
+enum Step {
+    /// A store (0 or 1) appends lines at the revision it reads first.
+    StoreAppend(usize, usize),
+    /// A store appends at a revision from before the last change (must conflict if stale).
+    StaleAppend(usize),
+    /// A store rewrites the chat to its first `n` lines.
+    StoreRewrite(usize, usize),
+    /// Another program appends lines (`\r\n` line ends when the flag is set).
+    ExternalAppend(usize, bool),
+    /// SillyTavern saves: a new file renamed over the chat, with its lines plus `n` more.
+    RenameOver(usize),
+    /// Another program rewrites the file in place, changing its last line.
+    InPlace,
+    /// Another program touches the file (new times, same bytes).
+    Touch,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        (0..2usize, 1..4usize).prop_map(|(s, n)| Step::StoreAppend(s, n)),
+        (0..2usize).prop_map(Step::StaleAppend),
+        (0..2usize, 1..3usize).prop_map(|(s, n)| Step::StoreRewrite(s, n)),
+        (1..3usize, any::<bool>()).prop_map(|(n, crlf)| Step::ExternalAppend(n, crlf)),
+        (0..3usize).prop_map(Step::RenameOver),
+        Just(Step::InPlace),
+        Just(Step::Touch),
+    ]
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// After every step, both stores give the digest of the bytes on disk as the revision, and
+    /// what each reads since the revision it last saw brings it to the lines on disk.
+    #[test]
+    fn revisions_follow_the_bytes_on_disk(steps in proptest::collection::vec(step(), 1..14)) {
+        let rt = runtime();
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let stores = [open(root), open(root)];
+        let (ch, id) = names();
+        let mut counter = 0usize;
+        let first = [line(0, "hello")];
+        let r0 = rt.block_on(stores[0].rewrite_chat(&ch, &id, &first, None)).unwrap();
+        prop_assert_eq!(&r0, &on_disk(root));
+        // What each store last read: revision and lines.
+        let mut seen: Vec<(ChatRevision, Vec<String>)> = vec![(r0.clone(), parsed(root)); 2];
+        let mut previous = r0;
+        for step in steps {
+            counter += 1;
+            let before = on_disk(root);
+            match step {
+                Step::StoreAppend(s, n) => {
+                    let at = rt.block_on(stores[s].chat_revision(&ch, &id)).unwrap().unwrap();
+                    let lines: Vec<ChatLine> = (0..n).map(|i| line(counter * 10 + i, "append")).collect();
+                    let next = rt.block_on(stores[s].append_lines(&ch, &id, &lines, &at)).unwrap();
+                    prop_assert_eq!(&next, &on_disk(root));
+                }
+                Step::StaleAppend(s) => {
+                    let result = rt.block_on(stores[s].append_lines(&ch, &id, &[line(counter, "stale")], &previous));
+                    if previous == before {
+                        prop_assert_eq!(result.unwrap(), on_disk(root));
+                    } else {
+                        prop_assert!(matches!(result, Err(StoreError::Conflict { .. })), "{result:?}");
+                        prop_assert_eq!(&before, &on_disk(root));
+                    }
+                }
+                Step::StoreRewrite(s, n) => {
+                    let at = rt.block_on(stores[s].chat_revision(&ch, &id)).unwrap().unwrap();
+                    let lines: Vec<ChatLine> = parsed(root).iter().take(n).map(|l| ChatLine::parse(l).unwrap()).collect();
+                    let next = rt.block_on(stores[s].rewrite_chat(&ch, &id, &lines, Some(&at))).unwrap();
+                    prop_assert_eq!(&next, &on_disk(root));
+                    prop_assert_eq!(next, ChatRevision::of_lines(&lines));
+                }
+                Step::ExternalAppend(n, crlf) => {
+                    let end = if crlf { "\r\n" } else { "\n" };
+                    let mut f = std::fs::OpenOptions::new().append(true).open(path(root)).unwrap();
+                    for i in 0..n {
+                        write!(f, "{end}{}", line(counter * 10 + i, "external").raw()).unwrap();
+                    }
+                }
+                Step::RenameOver(n) => {
+                    let mut text = std::fs::read_to_string(path(root)).unwrap();
+                    for i in 0..n {
+                        text.push('\n');
+                        text.push_str(line(counter * 10 + i, "saved").raw());
+                    }
+                    let tmp = root.join("chats/Mira/.st-save.tmp");
+                    std::fs::write(&tmp, text).unwrap();
+                    std::fs::rename(&tmp, path(root)).unwrap();
+                }
+                Step::InPlace => {
+                    let mut lines = parsed(root);
+                    let last = lines.len() - 1;
+                    lines[last] = line(counter, "edited").raw().to_owned();
+                    let mut f = std::fs::OpenOptions::new().write(true).truncate(true).open(path(root)).unwrap();
+                    f.write_all(lines.join("\n").as_bytes()).unwrap();
+                }
+                Step::Touch => {
+                    let f = std::fs::OpenOptions::new().append(true).open(path(root)).unwrap();
+                    f.set_modified(std::time::SystemTime::now()).unwrap();
+                }
+            }
+            let now = on_disk(root);
+            if now != before {
+                previous = before;
+            }
+            for (s, store) in stores.iter().enumerate() {
+                prop_assert_eq!(rt.block_on(store.chat_revision(&ch, &id)).unwrap(), Some(now.clone()));
+                let (since, lines) = &seen[s];
+                let change = rt.block_on(store.read_chat_since(&ch, &id, since)).unwrap().unwrap();
+                let caught_up: Vec<String> = match change {
+                    ChatChange::Unchanged => {
+                        prop_assert_eq!(since, &now);
+                        lines.clone()
+                    }
+                    ChatChange::Appended { lines: new, revision } => {
+                        prop_assert_eq!(&revision, &now);
+                        lines.iter().cloned().chain(new.iter().map(|l| l.raw().to_owned())).collect()
+                    }
+                    ChatChange::Whole(file) => {
+                        prop_assert_eq!(&file.revision, &now);
+                        file.lines.iter().map(|l| l.raw().to_owned()).collect()
+                    }
+                };
+                prop_assert_eq!(&caught_up, &parsed(root));
+                seen[s] = (now.clone(), caught_up);
+            }
+        }
+    }
+}
+
+/// A store opened later (nothing remembered) reads a long chat that SillyTavern saved with one
+/// more line since a persisted revision as an append, and then another process's append too.
+#[test]
+fn a_new_process_reads_growth_since_a_persisted_revision_as_an_append() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let (ch, id) = names();
+    let first: Vec<ChatLine> = (0..400).map(|i| line(i, "a long chat line")).collect();
+    let r1 = {
+        let store = open(dir.path());
+        rt.block_on(store.rewrite_chat(&ch, &id, &first, None))
+            .unwrap()
+    };
+    assert!(std::fs::metadata(path(dir.path())).unwrap().len() > 8192);
+    // SillyTavern saves the chat with one more line (a new file renamed over it).
+    let added = line(400, "saved by SillyTavern");
+    let mut text = std::fs::read_to_string(path(dir.path())).unwrap();
+    text.push('\n');
+    text.push_str(added.raw());
+    let tmp = dir.path().join("chats/Mira/tmp");
+    std::fs::write(&tmp, &text).unwrap();
+    std::fs::rename(&tmp, path(dir.path())).unwrap();
+    let later = open(dir.path());
+    let r2 = match rt
+        .block_on(later.read_chat_since(&ch, &id, &r1))
+        .unwrap()
+        .unwrap()
+    {
+        ChatChange::Appended { lines, revision } => {
+            assert_eq!(lines, std::slice::from_ref(&added));
+            revision
+        }
+        other => panic!("expected an append, got {other:?}"),
+    };
+    assert_eq!(r2, on_disk(dir.path()));
+    // Another process appends; this one extends its digest over the new line.
+    let other = open(dir.path());
+    let more = line(401, "from another process");
+    rt.block_on(other.append_lines(&ch, &id, std::slice::from_ref(&more), &r2))
+        .unwrap();
+    assert_eq!(
+        rt.block_on(later.read_chat_since(&ch, &id, &r2)).unwrap(),
+        Some(ChatChange::Appended {
+            lines: vec![more],
+            revision: on_disk(dir.path()),
+        })
+    );
+}
