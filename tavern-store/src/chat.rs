@@ -127,9 +127,10 @@ pub trait ChatStore: Send + Sync {
         chat: &ChatId,
     ) -> Result<Option<ChatRevision>, StoreError>;
 
-    /// What changed since the chat was read at `since` (a revision this store issued): nothing,
-    /// only appended lines (an adapter that can tell reads just those, so the cost does not grow
-    /// with the chat), or the whole chat. `None` if the chat does not exist.
+    /// What changed since the chat was read at `since` (a revision from any store, since
+    /// revisions name content): nothing, only appended lines (never when the lines `since`
+    /// names were changed; an adapter that can tell cheaply reads just the new ones, so the
+    /// cost does not grow with the chat), or the whole chat. `None` if the chat does not exist.
     ///
     /// The default reads the whole chat and answers [`ChatChange::Unchanged`] or
     /// [`ChatChange::Whole`]; callers compare lines themselves when they need to know more.

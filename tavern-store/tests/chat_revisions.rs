@@ -239,3 +239,148 @@ fn a_new_process_reads_growth_since_a_persisted_revision_as_an_append() {
         })
     );
 }
+
+/// A chat well over 4 KiB whose first line holds the typo "teh".
+fn long_chat() -> Vec<ChatLine> {
+    let mut lines = vec![line(0, "typo teh")];
+    lines.extend((1..200).map(|i| line(i, "a long chat line")));
+    lines
+}
+
+/// Fixes the typo in place (same length, same inode), as an editor writing in place does, and
+/// sets the modification time far from now (a later clock tick, without waiting for one).
+fn fix_typo_in_place(root: &Path) {
+    use std::io::{Seek, SeekFrom};
+    let bytes = std::fs::read(path(root)).unwrap();
+    let at = bytes.windows(3).position(|w| w == b"teh").unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path(root))
+        .unwrap();
+    f.seek(SeekFrom::Start(at as u64)).unwrap();
+    f.write_all(b"the").unwrap();
+    f.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000))
+        .unwrap();
+}
+
+/// An edit in place before the last 4 KiB (same length, same inode) changes the revision and
+/// is never read as "unchanged" (found in review: a remembered version was extended by
+/// nothing).
+#[test]
+fn an_edit_in_place_before_the_last_4k_changes_the_revision() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let (ch, id) = names();
+    let store = open(dir.path());
+    let r1 = rt
+        .block_on(store.rewrite_chat(&ch, &id, &long_chat(), None))
+        .unwrap();
+    assert!(std::fs::metadata(path(dir.path())).unwrap().len() > 8192);
+    fix_typo_in_place(dir.path());
+    assert_ne!(on_disk(dir.path()), r1, "the bytes changed");
+    assert_eq!(
+        rt.block_on(store.chat_revision(&ch, &id)).unwrap(),
+        Some(on_disk(dir.path()))
+    );
+    let change = rt
+        .block_on(store.read_chat_since(&ch, &id, &r1))
+        .unwrap()
+        .unwrap();
+    assert!(matches!(change, ChatChange::Whole(_)), "{change:?}");
+}
+
+/// An edit in place before the last 4 KiB plus an appended line is not an append (found in
+/// review: the old last 4 KiB were unchanged, so the growth was taken for an append).
+#[test]
+fn an_edit_in_place_plus_an_append_is_not_an_append() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let (ch, id) = names();
+    let store = open(dir.path());
+    let r1 = rt
+        .block_on(store.rewrite_chat(&ch, &id, &long_chat(), None))
+        .unwrap();
+    fix_typo_in_place(dir.path());
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(path(dir.path()))
+        .unwrap();
+    write!(f, "\n{}", line(500, "new").raw()).unwrap();
+    drop(f);
+    match rt
+        .block_on(store.read_chat_since(&ch, &id, &r1))
+        .unwrap()
+        .unwrap()
+    {
+        ChatChange::Whole(file) => assert_eq!(file.revision, on_disk(dir.path())),
+        other => panic!("earlier content changed, yet: {other:?}"),
+    }
+}
+
+/// SillyTavern's saves (temp + rename) that edit an early message and add one are not appends,
+/// also where the file system gives the new file the inode of a version two saves back (ext4
+/// does; found in review).
+#[test]
+fn sillytavern_saves_that_edit_an_early_message_are_not_appends() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let (ch, id) = names();
+    let store = open(dir.path());
+    let r1 = rt
+        .block_on(store.rewrite_chat(&ch, &id, &long_chat(), None))
+        .unwrap();
+    let save = |text: &str| {
+        let tmp = dir.path().join("chats/Mira/save.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, path(dir.path())).unwrap();
+    };
+    let v1 = std::fs::read_to_string(path(dir.path())).unwrap();
+    let v2 = format!("{v1}\n{}", line(300, "reply").raw());
+    save(&v2);
+    assert_eq!(
+        rt.block_on(store.chat_revision(&ch, &id)).unwrap(),
+        Some(on_disk(dir.path()))
+    );
+    let v3 = format!(
+        "{}\n{}",
+        v2.replacen("teh", "the", 1),
+        line(301, "more").raw()
+    );
+    save(&v3);
+    assert_eq!(
+        rt.block_on(store.chat_revision(&ch, &id)).unwrap(),
+        Some(on_disk(dir.path()))
+    );
+    let change = rt
+        .block_on(store.read_chat_since(&ch, &id, &r1))
+        .unwrap()
+        .unwrap();
+    assert!(matches!(change, ChatChange::Whole(_)), "{change:?}");
+}
+
+/// This process's own appends are followed back: what it appended since an earlier revision is
+/// read as an append of exactly those lines.
+#[test]
+fn own_appends_read_back_as_appends() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let (ch, id) = names();
+    let store = open(dir.path());
+    let mut at = rt
+        .block_on(store.rewrite_chat(&ch, &id, &long_chat(), None))
+        .unwrap();
+    let r1 = at.clone();
+    let added: Vec<ChatLine> = (0..5).map(|i| line(600 + i, "turn")).collect();
+    for l in &added {
+        at = rt
+            .block_on(store.append_lines(&ch, &id, std::slice::from_ref(l), &at))
+            .unwrap();
+    }
+    assert_eq!(
+        rt.block_on(store.read_chat_since(&ch, &id, &r1)).unwrap(),
+        Some(ChatChange::Appended {
+            lines: added,
+            revision: on_disk(dir.path()),
+        })
+    );
+}

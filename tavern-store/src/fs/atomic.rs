@@ -131,29 +131,29 @@ pub(crate) fn remove(root: &Path, rel: &str) -> Result<bool, StoreError> {
     }
 }
 
-/// What identifies one version of a file without reading it: device, inode, length,
-/// modification and change times. Files here are replaced atomically (a new inode each time)
-/// or appended to (a new length), so a cache keyed by the stamp sees every change, also one
-/// made by another process; matching times to the nanosecond rule out a reused inode.
+/// What identifies one version of a file without reading it: device, inode, birth time (where
+/// the file system keeps one), length, modification and change times. Files here are replaced
+/// atomically (a new inode each time) or appended to (a new length), so a cache keyed by the
+/// stamp sees every change, also one made by another process; the birth time tells a reused
+/// inode from the file that had it. Times are only as fine as the file system's clock, so a
+/// same-length rewrite in place within one tick keeps the stamp (chat digests also compare
+/// the file's end for that reason).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct FileStamp([i128; 5]);
+pub(crate) struct FileStamp([i128; 6]);
 
 impl FileStamp {
-    /// The file's length when stamped.
-    pub(crate) fn len(&self) -> u64 {
-        u64::try_from(self.0[2]).unwrap_or(0)
-    }
-
-    /// Whether both stamps are of one file (device and inode; where the platform has no
-    /// inodes, never: every change then counts as a rewrite).
-    pub(crate) fn same_file(&self, other: &Self) -> bool {
-        self.0[1] != 0 && self.same_node(other)
-    }
-
-    /// Whether device and inode match (always, where the platform has no inodes).
+    /// Whether device and inode match (always, where the platform has no inodes) and the
+    /// birth times, where known.
     pub(crate) fn same_node(&self, other: &Self) -> bool {
-        self.0[..2] == other.0[..2]
+        self.0[..2] == other.0[..2] && self.0[5] == other.0[5]
     }
+}
+
+/// Nanoseconds since the epoch of a file time, 0 where there is none.
+fn nanos(time: std::io::Result<std::time::SystemTime>) -> i128 {
+    time.ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| i128::try_from(d.as_nanos()).unwrap_or(i128::MAX))
 }
 
 #[cfg(unix)]
@@ -165,17 +165,20 @@ pub(crate) fn stamp_of(meta: &std::fs::Metadata) -> FileStamp {
         i128::from(meta.len()),
         i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
         i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+        nanos(meta.created()),
     ])
 }
 
 #[cfg(not(unix))]
 pub(crate) fn stamp_of(meta: &std::fs::Metadata) -> FileStamp {
-    let mtime = meta
-        .modified()
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_nanos() as i128);
-    FileStamp([0, 0, i128::from(meta.len()), mtime, 0])
+    FileStamp([
+        0,
+        0,
+        i128::from(meta.len()),
+        nanos(meta.modified()),
+        0,
+        nanos(meta.created()),
+    ])
 }
 
 /// The stamp of `rel`, `None` if it does not exist.

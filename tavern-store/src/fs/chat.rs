@@ -6,13 +6,14 @@
 //!
 //! A chat's revision is a digest of its bytes ([`ChatRevision::of_content`]), the same any
 //! other store gives the same chat. This process remembers the digests of the versions it saw
-//! ([`super::chat_digests`]), so a revision costs what was appended since, and a whole-file
-//! rewrite by another program (SillyTavern writes a temp file and renames it) is told from an
-//! append by the file's inode and old last 4 KiB without reading the whole file. Appends check
-//! the revision under our lock and, after writing, that the path still names the file written
-//! to; a rename that raced the append is reported as a conflict so the caller re-reads and
-//! retries. `read_chat_since` reads only the bytes appended after an earlier revision where it
-//! can tell, so keeping up with a long chat costs what was appended.
+//! and made ([`super::chat_digests`]): asking for the revision of a chat nobody else changed
+//! costs a `stat` and a 4 KiB read; a chat another program or process changed (SillyTavern
+//! writes a temp file and renames it) is digested whole once. Appends check the revision under
+//! our lock and, after writing, that the path still names the file written to; a rename that
+//! raced the append is reported as a conflict so the caller re-reads and retries.
+//! `read_chat_since` reads only the lines this process appended since an earlier revision, so
+//! keeping up with a long chat costs what was appended; after someone else's change it reads the
+//! file and still answers with only the new lines when the file begins with the earlier content.
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
@@ -23,7 +24,7 @@ use tavern_core::chat_digest::{ChatDigest, DigestLabel};
 use tavern_core::{CharacterName, ChatId};
 
 use super::atomic::{ensure_dir, io_err, stamp_of, sync_dir, under, write_atomic, FileLock};
-use super::chat_digests::{read_prefix, Known, TAIL_BYTES};
+use super::chat_digests::{read_prefix, read_range, Known, TAIL_BYTES};
 use super::names::{decode, decode_readable, encode_readable};
 use super::{FsStore, Inner};
 use crate::chat::{check_not_empty, parse_lines, ChatChange, ChatFile, ChatRevision, ChatStore};
@@ -237,39 +238,34 @@ impl Inner {
         }
     }
 
-    /// The digest of `bytes`, read as `meta` describes the file (remembered, or computed and
-    /// remembered), and, when `since` names the bytes up to its length followed by a new line,
-    /// where those bytes end.
+    /// The digest of `bytes`, read from `file` as `meta` describes it (remembered when the
+    /// file did not change while it was read), and, when `since` names the bytes up to its
+    /// length followed by a new line, where those bytes end.
     fn digest_read(
         &self,
+        file: &std::fs::File,
         rel: &str,
         meta: &std::fs::Metadata,
         bytes: &[u8],
         since: Option<&DigestLabel>,
-    ) -> (ChatDigest, Option<usize>) {
+    ) -> Result<(ChatDigest, Option<usize>), StoreError> {
         let prefix = since.and_then(|label| {
             let end = usize::try_from(label.bytes).ok()?;
             let starts_line = end == 0 || end == bytes.len() || bytes.get(end) == Some(&b'\n');
             let digest = ChatDigest::of_bytes(bytes.get(..end)?);
             (starts_line && label.names(&digest)).then_some((end, digest))
         });
-        let remembered = self
-            .chat_digests
-            .at(rel, meta, bytes)
-            .filter(|known| known.bytes() == bytes.len() as u64);
-        let extended = || {
-            let (end, mut digest) = prefix?;
-            digest.append(&bytes[end..]).then_some(digest)
-        };
-        let digest = remembered
-            .or_else(extended)
-            .unwrap_or_else(|| ChatDigest::of_bytes(bytes));
-        if meta.len() == bytes.len() as u64 {
+        let extended =
+            prefix.and_then(|(end, mut digest)| digest.append(&bytes[end..]).then_some(digest));
+        let digest = extended.unwrap_or_else(|| ChatDigest::of_bytes(bytes));
+        let after = file.metadata().map_err(io_err("stat", rel))?;
+        if meta.len() == bytes.len() as u64 && stamp_of(&after) == stamp_of(meta) {
             self.chat_digests
-                .remember(rel, Known::new(meta, digest, bytes));
+                .remember(rel, Known::new(meta, digest, bytes, None));
         }
-        (digest, prefix.map(|(end, _)| end))
+        Ok((digest, prefix.map(|(end, _)| end)))
     }
+
     /// Characters with a chat folder, by name (folders this layout would not write are
     /// skipped).
     pub(super) fn chat_characters(&self) -> Result<Vec<CharacterName>, StoreError> {
@@ -317,14 +313,14 @@ impl Inner {
         };
         let meta = file.metadata().map_err(io_err("stat", &rel))?;
         let (meta, bytes) = Self::read_bytes(&mut file, meta, &rel)?;
-        let (digest, _) = self.digest_read(&rel, &meta, &bytes, None);
+        let (digest, _) = self.digest_read(&file, &rel, &meta, &bytes, None)?;
         chat_file(&rel, bytes, digest).map(Some)
     }
 
-    /// Nothing when the file is the version `since` names; only what was appended when this
-    /// process knows that version and the file only grew from it (same inode, old end
-    /// unchanged); otherwise the whole file, still answered as an append when its bytes up to
-    /// `since`'s length are the content `since` names.
+    /// Nothing when the file is the version `since` names; only the lines after it when this
+    /// process appended them to that version (it reads just those); otherwise the whole file,
+    /// still answered as an append when its bytes up to `since`'s length are the content
+    /// `since` names.
     fn read_chat_since(
         &self,
         character: &CharacterName,
@@ -337,25 +333,23 @@ impl Inner {
         };
         let meta = file.metadata().map_err(io_err("stat", &rel))?;
         let label = since.content();
-        if let Some(label) = &label {
-            if self
-                .chat_digests
-                .at_now(&mut file, &meta, &rel)?
-                .is_some_and(|d| label.names(&d))
-            {
+        if let (Some(label), Some(current)) =
+            (&label, self.chat_digests.at_now(&mut file, &meta, &rel)?)
+        {
+            if label.names(&current) {
                 return Ok(Some(ChatChange::Unchanged));
             }
-            if let Some(ext) = self
-                .chat_digests
-                .extend(&mut file, &meta, &rel, Some(label))?
-            {
-                if let Some(change) = appended_change(&rel, &ext.appended, &ext.digest) {
-                    return Ok(Some(change));
+            if let Some(from) = self.chat_digests.appended_from(&rel, &current, label) {
+                let appended = read_range(&mut file, from, meta.len(), &rel)?;
+                if from + appended.len() as u64 == meta.len() {
+                    if let Some(change) = appended_change(&rel, &appended, &current) {
+                        return Ok(Some(change));
+                    }
                 }
             }
         }
         let (meta, bytes) = Self::read_bytes(&mut file, meta, &rel)?;
-        let (digest, prefix) = self.digest_read(&rel, &meta, &bytes, label.as_ref());
+        let (digest, prefix) = self.digest_read(&file, &rel, &meta, &bytes, label.as_ref())?;
         if let Some(change) = prefix.and_then(|end| appended_change(&rel, &bytes[end..], &digest)) {
             return Ok(Some(change));
         }
@@ -397,7 +391,7 @@ impl Inner {
         let before = out.metadata().map_err(io_err("stat", &rel))?;
         // Changed between the check and now by a program that does not take our lock:
         // nothing written, the caller re-reads.
-        if before.len() != digest.bytes() || !stamp_of(&before).same_node(&stamp_of(&checked)) {
+        if before.len() != digest.bytes() || stamp_of(&before) != stamp_of(&checked) {
             return Err(conflict());
         }
         let len = before.len();
@@ -429,7 +423,7 @@ impl Inner {
                 .read_to_end(&mut end)
                 .map_err(io_err("read", &rel))?;
             self.chat_digests
-                .remember(&rel, Known::new(&after, next, &end));
+                .remember(&rel, Known::new(&after, next, &end, Some(digest)));
             return Ok(ChatRevision::of_content(&next));
         }
         // Someone else appended too: digest what is there.

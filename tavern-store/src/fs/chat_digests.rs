@@ -1,13 +1,18 @@
 //! The content digests of chat files, kept per process so a chat's revision (a digest of its
-//! bytes, [`ChatRevision::of_content`]) costs what changed since this process last looked, not
-//! the whole file.
+//! bytes, [`ChatRevision::of_content`]) does not cost a whole read each time it is asked for.
 //!
 //! For each chat the cache keeps the last few versions it digested: the file's stamp (device,
-//! inode, length, times), the digest, and a digest of the version's last [`TAIL_BYTES`]. A file
-//! with the same stamp is that version. A file with the same inode, no shorter, whose bytes up
-//! to the old length still end as they did and continue with a new line, only had lines
-//! appended: the digest is extended over the appended bytes alone. Anything else (SillyTavern's
-//! temp + rename, an in-place edit, a first look) is digested whole.
+//! inode, birth, length and times), the digest, a digest of the version's last [`TAIL_BYTES`],
+//! and — for a version this process made by appending under the chat's lock — the digest of the
+//! version it appended to. A file with the same stamp and the same last bytes is that version.
+//! Nothing else is trusted: a file another program or process changed (SillyTavern's temp +
+//! rename, an edit in place, an append) is digested whole, once; a stamp alone cannot tell an
+//! append from an edit before it. The links between this process's own appends tell
+//! `read_chat_since` where the lines after an earlier version start without reading the rest.
+//!
+//! One case stays open: a program that rewrites a chat in place, to the same length, keeping its
+//! last 4 KiB, within one tick of the file system's clock after this process looked at it, keeps
+//! the stamp and so the remembered digest until the file changes again.
 //!
 //! [`ChatRevision::of_content`]: crate::chat::ChatRevision::of_content
 
@@ -22,11 +27,12 @@ use super::atomic::{io_err, stamp_of, FileStamp};
 use crate::error::StoreError;
 use crate::mem::lock;
 
-/// How much of a version's end is compared to tell an append from a rewrite.
+/// How much of a version's end is compared with the remembered one.
 pub(super) const TAIL_BYTES: u64 = 4096;
 
-/// Versions remembered per chat (the newest ones).
-const VERSIONS_PER_CHAT: usize = 4;
+/// Versions remembered per chat (the newest ones): as many appends between two reads of the
+/// chat as `read_chat_since` can follow without a whole read.
+const VERSIONS_PER_CHAT: usize = 16;
 
 /// Chats remembered; past this the cache starts over (it only ever saves reads).
 const MAX_CHATS: usize = 4096;
@@ -36,19 +42,28 @@ const MAX_CHATS: usize = 4096;
 pub(super) struct Known {
     stamp: FileStamp,
     /// The digest of the file's bytes at this version.
-    pub(super) digest: ChatDigest,
+    digest: ChatDigest,
     /// [`short_digest`] of the version's last [`TAIL_BYTES`] (or of all of it).
     tail: String,
+    /// The version this one is, plus lines this process appended under the chat's lock.
+    parent: Option<ChatDigest>,
 }
 
 impl Known {
-    /// A version of `len` bytes whose end is `end` (at least its last [`TAIL_BYTES`], or all
-    /// of it).
-    pub(super) fn new(meta: &std::fs::Metadata, digest: ChatDigest, end: &[u8]) -> Self {
+    /// A version as `meta` describes it, whose bytes have `digest` and end with `end` (at
+    /// least the last [`TAIL_BYTES`], or all of them); `parent` when this process made it by
+    /// appending to that version.
+    pub(super) fn new(
+        meta: &std::fs::Metadata,
+        digest: ChatDigest,
+        end: &[u8],
+        parent: Option<ChatDigest>,
+    ) -> Self {
         Self {
             stamp: stamp_of(meta),
             digest,
             tail: tail_digest(meta.len(), end),
+            parent,
         }
     }
 }
@@ -56,15 +71,6 @@ impl Known {
 fn tail_digest(len: u64, end: &[u8]) -> String {
     let keep = usize::try_from(TAIL_BYTES.min(len)).unwrap_or(end.len());
     short_digest(&[&end[end.len().saturating_sub(keep)..]])
-}
-
-/// What an incremental read found: the bytes appended since a known version (starting a new
-/// line, or empty) and the digest with them.
-pub(super) struct Extended {
-    /// The bytes after the known version.
-    pub(super) appended: Vec<u8>,
-    /// The digest of the whole file now.
-    pub(super) digest: ChatDigest,
 }
 
 /// The per-process digest cache of one store.
@@ -108,27 +114,27 @@ impl ChatDigests {
         Ok(self.at(rel, meta, &end))
     }
 
-    /// Known versions of `rel` that `meta`'s file may have grown from (same inode, no
-    /// longer), newest first, optionally only the one `since` names.
-    fn ancestors(
+    /// Where the content `since` names ends in the version of `rel` with digest `current`,
+    /// when this process made `current` from it by appending (its bytes are then the first
+    /// bytes of `current`'s).
+    pub(super) fn appended_from(
         &self,
         rel: &str,
-        meta: &std::fs::Metadata,
-        since: Option<&DigestLabel>,
-    ) -> Vec<Known> {
-        let now = stamp_of(meta);
-        lock(&self.chats)
-            .get(rel)
-            .map_or_else(Vec::new, |versions| {
-                versions
-                    .iter()
-                    .rev()
-                    .filter(|k| k.stamp.same_file(&now) && k.stamp.len() <= meta.len())
-                    .filter(|k| since.is_none_or(|label| label.names(&k.digest)))
-                    .take(1)
-                    .cloned()
-                    .collect()
-            })
+        current: &ChatDigest,
+        since: &DigestLabel,
+    ) -> Option<u64> {
+        let chats = lock(&self.chats);
+        let versions = chats.get(rel)?;
+        let mut at = *current;
+        // Each step follows one remembered append, so the walk ends within the versions kept.
+        for _ in 0..versions.len() {
+            let parent = versions.iter().find(|k| k.digest == at)?.parent?;
+            if since.names(&parent) {
+                return Some(parent.bytes());
+            }
+            at = parent;
+        }
+        None
     }
 
     /// Remembers a version of `rel`.
@@ -145,46 +151,8 @@ impl ChatDigests {
         }
     }
 
-    /// The file as `meta` describes it, extended from the newest known version it only
-    /// appended to (that with `since`, when given): the appended bytes and the digest now.
-    /// `None` when no known version fits and a whole read is needed.
-    pub(super) fn extend(
-        &self,
-        file: &mut std::fs::File,
-        meta: &std::fs::Metadata,
-        rel: &str,
-        since: Option<&DigestLabel>,
-    ) -> Result<Option<Extended>, StoreError> {
-        let Some(known) = self.ancestors(rel, meta, since).pop() else {
-            return Ok(None);
-        };
-        let len = meta.len();
-        let old = known.stamp.len();
-        let from = old.saturating_sub(TAIL_BYTES);
-        file.seek(SeekFrom::Start(from))
-            .map_err(io_err("seek", rel))?;
-        let mut buf = Vec::new();
-        file.take(len - from)
-            .read_to_end(&mut buf)
-            .map_err(io_err("read", rel))?;
-        let Ok(split) = usize::try_from(old - from) else {
-            return Ok(None);
-        };
-        if buf.len() as u64 != len - from || short_digest(&[&buf[..split]]) != known.tail {
-            return Ok(None);
-        }
-        let mut digest = known.digest;
-        if !digest.append(&buf[split..]) {
-            return Ok(None);
-        }
-        self.remember(rel, Known::new(meta, digest, &buf));
-        Ok(Some(Extended {
-            appended: buf.split_off(split),
-            digest,
-        }))
-    }
-
-    /// The digest of the file as `meta` describes it: remembered, extended, or read whole.
+    /// The digest of the file as `meta` describes it: remembered, or read whole (and
+    /// remembered when the file did not change while it was read).
     pub(super) fn digest(
         &self,
         file: &mut std::fs::File,
@@ -194,14 +162,11 @@ impl ChatDigests {
         if let Some(digest) = self.at_now(file, meta, rel)? {
             return Ok(digest);
         }
-        if let Some(extended) = self.extend(file, meta, rel, None)? {
-            return Ok(extended.digest);
-        }
         let bytes = read_prefix(file, meta.len(), rel)?;
         let digest = ChatDigest::of_bytes(&bytes);
-        // A file that shrank while it was read is not the version `meta` describes.
-        if bytes.len() as u64 == meta.len() {
-            self.remember(rel, Known::new(meta, digest, &bytes));
+        let after = file.metadata().map_err(io_err("stat", rel))?;
+        if bytes.len() as u64 == meta.len() && stamp_of(&after) == stamp_of(meta) {
+            self.remember(rel, Known::new(meta, digest, &bytes, None));
         }
         Ok(digest)
     }
@@ -216,6 +181,22 @@ pub(super) fn read_prefix(
     let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
     file.seek(SeekFrom::Start(0)).map_err(io_err("seek", rel))?;
     file.take(len)
+        .read_to_end(&mut bytes)
+        .map_err(io_err("read", rel))?;
+    Ok(bytes)
+}
+
+/// The bytes of `file` from `from` up to `len` (fewer if it shrank meanwhile).
+pub(super) fn read_range(
+    file: &mut std::fs::File,
+    from: u64,
+    len: u64,
+    rel: &str,
+) -> Result<Vec<u8>, StoreError> {
+    let mut bytes = Vec::with_capacity(usize::try_from(len.saturating_sub(from)).unwrap_or(0));
+    file.seek(SeekFrom::Start(from))
+        .map_err(io_err("seek", rel))?;
+    file.take(len.saturating_sub(from))
         .read_to_end(&mut bytes)
         .map_err(io_err("read", rel))?;
     Ok(bytes)
