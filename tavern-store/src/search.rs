@@ -628,10 +628,15 @@ impl Bm25Index {
         }
         let mut best: std::collections::BinaryHeap<Worst> =
             std::collections::BinaryHeap::with_capacity(k.saturating_add(1).min(1024));
-        let mut total = 0usize;
-        self.score_each(query, None, |doc, score| {
-            total += 1;
-            if k == 0 {
+        // Once `k` are kept, the worst kept score: most matches score below it, and one float
+        // comparison turns them away.
+        let mut floor = if k == 0 {
+            f32::INFINITY
+        } else {
+            f32::NEG_INFINITY
+        };
+        let total = self.score_each(query, None, |doc, score| {
+            if score < floor || k == 0 {
                 return;
             }
             let candidate = Worst(doc, score);
@@ -640,6 +645,11 @@ impl Bm25Index {
             } else if best.peek().is_some_and(|worst| candidate < *worst) {
                 best.pop();
                 best.push(candidate);
+            } else {
+                return;
+            }
+            if best.len() == k {
+                floor = best.peek().map_or(f32::NEG_INFINITY, |worst| worst.1);
             }
         });
         // Ascending in `Worst`'s order is best first.
@@ -651,8 +661,14 @@ impl Bm25Index {
         (top, total)
     }
 
-    /// Calls `sink` with every matching document and its score, in no particular order.
-    fn score_each(&self, query: &[String], groups: Option<&[u32]>, mut sink: impl FnMut(u32, f32)) {
+    /// Calls `sink` with every matching document and its score, in no particular order;
+    /// returns how many there were.
+    fn score_each(
+        &self,
+        query: &[String],
+        groups: Option<&[u32]>,
+        mut sink: impl FnMut(u32, f32),
+    ) -> usize {
         // Statistics of the searched groups; `filter` is `None` when they hold every document.
         let mut selected: Vec<u32> = groups.map(<[u32]>::to_vec).unwrap_or_default();
         selected.sort_unstable();
@@ -669,7 +685,7 @@ impl Bm25Index {
             }
         };
         if n == 0 || query.is_empty() {
-            return;
+            return 0;
         }
         let avg = ((total / f64::from(n)) as f32).max(1.0);
         // Dense accumulators beat a hash map by far on long posting lists.
@@ -679,7 +695,8 @@ impl Bm25Index {
             }
             touched.clear();
             self.accumulate(query, n as f32, avg, filter, acc, touched, &mut sink);
-        });
+            touched.len()
+        })
     }
 
     /// The query's terms that have current postings, with their BM25 weights, heaviest
@@ -764,12 +781,17 @@ impl Bm25Index {
         // Coordination: a document containing all query tokens (for CJK: every bigram of the
         // phrase) must beat a shorter one that contains only some of them.
         let terms = query.len() as f32;
+        // The factor for each count of matched terms, computed once instead of per match.
+        let coords: Vec<f32> = (0..=query.len()).map(|c| c as f32 / terms).collect();
         for &doc in touched.iter() {
             let idx = doc as usize;
             let Some(slot) = acc.get_mut(idx) else {
                 continue;
             };
-            let coord = slot.1 as f32 / terms;
+            let coord = coords
+                .get(slot.1 as usize)
+                .copied()
+                .unwrap_or_else(|| slot.1 as f32 / terms);
             sink(doc, slot.0 * coord * coord);
             *slot = (0.0, 0);
         }

@@ -15,7 +15,7 @@
 //! keeping up with a long chat costs what was appended; after someone else's change it reads the
 //! file and still answers with only the new lines when the file begins with the earlier content.
 
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::Write;
 use std::path::Path;
 
 use async_trait::async_trait;
@@ -24,7 +24,7 @@ use tavern_core::chat_digest::{ChatDigest, DigestLabel};
 use tavern_core::{CharacterName, ChatId};
 
 use super::atomic::{ensure_dir, io_err, stamp_of, sync_dir, under, write_atomic, FileLock};
-use super::chat_digests::{read_prefix, read_range, Known, TAIL_BYTES};
+use super::chat_digests::{read_exactly, read_prefix, Known, TAIL_BYTES};
 use super::names::{decode, decode_readable, encode_readable};
 use super::{FsStore, Inner};
 use crate::chat::{check_not_empty, parse_lines, ChatChange, ChatFile, ChatRevision, ChatStore};
@@ -340,8 +340,7 @@ impl Inner {
                 return Ok(Some(ChatChange::Unchanged));
             }
             if let Some(from) = self.chat_digests.appended_from(&rel, &current, label) {
-                let appended = read_range(&mut file, from, meta.len(), &rel)?;
-                if from + appended.len() as u64 == meta.len() {
+                if let Some(appended) = read_exactly(&mut file, from, meta.len(), &rel)? {
                     if let Some(change) = appended_change(&rel, &appended, &current) {
                         return Ok(Some(change));
                     }
@@ -415,16 +414,11 @@ impl Inner {
         let mut next = digest;
         if after.len() == len + text.len() as u64 && next.append(text.as_bytes()) {
             let from = after.len().saturating_sub(TAIL_BYTES);
-            out.seek(SeekFrom::Start(from))
-                .map_err(io_err("seek", &rel))?;
-            let mut end = Vec::new();
-            (&mut out)
-                .take(after.len() - from)
-                .read_to_end(&mut end)
-                .map_err(io_err("read", &rel))?;
-            self.chat_digests
-                .remember(&rel, Known::new(&after, next, &end, Some(digest)));
-            return Ok(ChatRevision::of_content(&next));
+            if let Some(end) = read_exactly(&mut out, from, after.len(), &rel)? {
+                self.chat_digests
+                    .remember(&rel, Known::new(&after, next, &end, Some(digest)));
+                return Ok(ChatRevision::of_content(&next));
+            }
         }
         // Someone else appended too: digest what is there.
         self.revision_of(&mut out, &rel)

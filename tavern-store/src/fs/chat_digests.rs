@@ -105,13 +105,7 @@ impl ChatDigests {
             return Ok(None);
         }
         let from = meta.len().saturating_sub(TAIL_BYTES);
-        file.seek(SeekFrom::Start(from))
-            .map_err(io_err("seek", rel))?;
-        let mut end = Vec::new();
-        file.take(meta.len() - from)
-            .read_to_end(&mut end)
-            .map_err(io_err("read", rel))?;
-        Ok(self.at(rel, meta, &end))
+        Ok(read_exactly(file, from, meta.len(), rel)?.and_then(|end| self.at(rel, meta, &end)))
     }
 
     /// Where the content `since` names ends in the version of `rel` with digest `current`,
@@ -186,20 +180,30 @@ pub(super) fn read_prefix(
     Ok(bytes)
 }
 
-/// The bytes of `file` from `from` up to `len` (fewer if it shrank meanwhile).
-pub(super) fn read_range(
+/// The bytes of `file` from `from` up to `len`, in one read where the platform allows; `None`
+/// if the file is shorter now.
+pub(super) fn read_exactly(
     file: &mut std::fs::File,
     from: u64,
     len: u64,
     rel: &str,
-) -> Result<Vec<u8>, StoreError> {
-    let mut bytes = Vec::with_capacity(usize::try_from(len.saturating_sub(from)).unwrap_or(0));
-    file.seek(SeekFrom::Start(from))
-        .map_err(io_err("seek", rel))?;
-    file.take(len.saturating_sub(from))
-        .read_to_end(&mut bytes)
-        .map_err(io_err("read", rel))?;
-    Ok(bytes)
+) -> Result<Option<Vec<u8>>, StoreError> {
+    let size = usize::try_from(len.saturating_sub(from)).map_err(|_| StoreError::Corrupt {
+        file: rel.to_owned(),
+        reason: format!("{len} bytes do not fit in memory"),
+    })?;
+    let mut bytes = vec![0; size];
+    #[cfg(unix)]
+    let read = std::os::unix::fs::FileExt::read_exact_at(file, &mut bytes, from);
+    #[cfg(not(unix))]
+    let read = file
+        .seek(SeekFrom::Start(from))
+        .and_then(|_| file.read_exact(&mut bytes));
+    match read {
+        Ok(()) => Ok(Some(bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
+        Err(e) => Err(io_err("read", rel)(e)),
+    }
 }
 
 #[cfg(test)]
