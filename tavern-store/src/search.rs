@@ -420,6 +420,8 @@ pub struct Bm25Index {
     /// Whether any posting may be stale (a document removed or re-indexed since the last
     /// compaction); while none is, document frequencies are just list lengths.
     stale: bool,
+    /// The document indexed last, while it is live: its postings end every list it is in.
+    last: Option<u32>,
 }
 
 /// Per document (score, matched query tokens), and the documents touched by the query.
@@ -487,6 +489,7 @@ impl Bm25Index {
             self.groups.resize(g + 1, GroupStats::default());
         }
         self.generation[idx] = self.generation[idx].wrapping_add(1);
+        self.last = Some(doc);
         self.doc_len[idx] = len;
         self.group[idx] = group;
         self.alive[idx] = true;
@@ -514,6 +517,39 @@ impl Bm25Index {
         for (me, shard) in self.shards.iter_mut().enumerate() {
             shard.index(me, doc, generation, fields, &mut ids);
         }
+    }
+
+    /// Adds weighted fields to document `doc` as [`Bm25Index::insert_fields`] would have
+    /// indexed them with its other fields, when `doc` is the document indexed last (its
+    /// postings then end every list they are in, so each is updated where it stands and none
+    /// goes stale). Returns `false`, changing nothing, for any other document: the caller
+    /// indexes it again with all its fields.
+    pub fn add_fields_to_last(&mut self, doc: u32, fields: &[(&str, f32)]) -> bool {
+        let idx = doc as usize;
+        if self.last != Some(doc) || !self.alive.get(idx).copied().unwrap_or(false) {
+            return false;
+        }
+        let added = fields_len(fields);
+        self.doc_len[idx] += added;
+        self.total_len += f64::from(added);
+        let group = self.group[idx] as usize;
+        if let Some(g) = self.groups.get_mut(group) {
+            g.len += f64::from(added);
+        }
+        let generation = self.generation[idx];
+        let (mut ids, mut terms) = (Vec::with_capacity(64), Vec::new());
+        for (me, shard) in self.shards.iter_mut().enumerate() {
+            terms.clear();
+            shard.terms_of(me, fields, &mut ids, &mut terms);
+            for &(term, tf) in &terms {
+                let list = &mut shard.postings[term as usize];
+                match list.last_mut() {
+                    Some(p) if p.0 == doc && p.2 == generation => p.1 += tf,
+                    _ => list.push((doc, tf, generation)),
+                }
+            }
+        }
+        true
     }
 
     /// Indexes many `(doc, group, text)` documents at once, each shard on its own thread
@@ -556,6 +592,9 @@ impl Bm25Index {
     pub fn remove(&mut self, doc: u32) {
         let idx = doc as usize;
         if self.alive.get(idx).copied().unwrap_or(false) {
+            if self.last == Some(doc) {
+                self.last = None;
+            }
             self.alive[idx] = false;
             self.stale = true;
             self.live_docs -= 1;

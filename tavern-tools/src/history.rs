@@ -168,7 +168,19 @@ impl HistoryIndex {
             return;
         }
         self.index.reserve(self.messages.len() - start);
-        for i in start.saturating_sub(1)..self.messages.len() {
+        // The message before gains its next neighbour: added where its postings stand (it was
+        // indexed last), so no posting goes stale and queries keep the fast path.
+        if let Some(before) = start.checked_sub(1) {
+            let doc = u32::try_from(before).unwrap_or(u32::MAX);
+            let next = &self.messages[start].text;
+            if !self
+                .index
+                .add_fields_to_last(doc, &[(next, NEIGHBOUR_WEIGHT)])
+            {
+                self.index_message(before);
+            }
+        }
+        for i in start..self.messages.len() {
             self.index_message(i);
         }
     }
@@ -616,6 +628,50 @@ mod tests {
         assert_eq!(idx.search("the", 5).1, 0, "stop words alone match nothing");
         let (all, total) = idx.search("", 2);
         assert_eq!((all[0].index, all[1].index, total), (2, 1, 3));
+    }
+
+    /// A chat indexed as it grows, in appends of any sizes, ranks exactly as the same chat
+    /// indexed at once (the message before each append gains its neighbour in place).
+    mod growing_equals_whole {
+        use super::*;
+        use proptest::prelude::*;
+
+        const WORDS: &[&str] = &["water", "deep", "tea", "gate", "Kai", "lantern", "blue"];
+
+        proptest! {
+            #[test]
+            fn same_hits_and_scores(
+                messages in prop::collection::vec(prop::collection::vec(0usize..7, 1..6), 1..40),
+                cuts in prop::collection::vec(1usize..6, 0..20),
+            ) {
+                let lines: Vec<ChatLine> = messages
+                    .iter()
+                    .enumerate()
+                    .map(|(i, words)| {
+                        let text: Vec<&str> = words.iter().map(|w| WORDS[*w]).collect();
+                        line(if i % 2 == 0 { "Kai" } else { "Mira" }, &text.join(" "), "x")
+                    })
+                    .collect();
+                let mut whole = HistoryIndex::new();
+                whole.extend(&lines);
+                let mut growing = HistoryIndex::new();
+                let mut at = 0;
+                for cut in cuts.iter().chain(std::iter::repeat(&1)) {
+                    if at >= lines.len() {
+                        break;
+                    }
+                    let end = (at + cut).min(lines.len());
+                    growing.extend(&lines[at..end]);
+                    at = end;
+                }
+                for query in WORDS.iter().chain(&["deep water", "Mira tea", "blue gate Kai"]) {
+                    let key = |(hits, total): (Vec<HistoryHit>, usize)| {
+                        (hits.iter().map(|h| (h.index, h.score.to_bits())).collect::<Vec<_>>(), total)
+                    };
+                    prop_assert_eq!(key(growing.search(query, 50)), key(whole.search(query, 50)));
+                }
+            }
+        }
     }
 
     #[test]
