@@ -224,18 +224,17 @@ impl Inner {
         rel: &str,
     ) -> Result<(std::fs::Metadata, Vec<u8>), StoreError> {
         let mut meta = meta;
-        loop {
+        // Shrunk while read (a rewrite in place): read what is there now, a few times at most.
+        for _ in 0..8 {
             let bytes = read_prefix(file, meta.len(), rel)?;
             if bytes.len() as u64 == meta.len() {
                 return Ok((meta, bytes));
             }
-            // Shrunk while we read: a rewrite in place; read what is there now.
-            let now = file.metadata().map_err(io_err("stat", rel))?;
-            if now.len() >= meta.len() {
-                return Ok((now, bytes));
-            }
-            meta = now;
+            meta = file.metadata().map_err(io_err("stat", rel))?;
         }
+        Err(io_err("read", rel)(std::io::Error::other(
+            "the file kept changing while it was read",
+        )))
     }
 
     /// The digest of `bytes`, read from `file` as `meta` describes it (remembered when the
@@ -248,6 +247,7 @@ impl Inner {
         meta: &std::fs::Metadata,
         bytes: &[u8],
         since: Option<&DigestLabel>,
+        started: std::time::SystemTime,
     ) -> Result<(ChatDigest, Option<usize>), StoreError> {
         let prefix = since.and_then(|label| {
             let end = usize::try_from(label.bytes).ok()?;
@@ -259,7 +259,10 @@ impl Inner {
             prefix.and_then(|(end, mut digest)| digest.append(&bytes[end..]).then_some(digest));
         let digest = extended.unwrap_or_else(|| ChatDigest::of_bytes(bytes));
         let after = file.metadata().map_err(io_err("stat", rel))?;
-        if meta.len() == bytes.len() as u64 && stamp_of(&after) == stamp_of(meta) {
+        if meta.len() == bytes.len() as u64
+            && stamp_of(&after) == stamp_of(meta)
+            && self.chat_digests.settled(meta, started)
+        {
             self.chat_digests
                 .remember(rel, Known::new(meta, digest, bytes, None));
         }
@@ -312,8 +315,9 @@ impl Inner {
             return Ok(None);
         };
         let meta = file.metadata().map_err(io_err("stat", &rel))?;
+        let started = std::time::SystemTime::now();
         let (meta, bytes) = Self::read_bytes(&mut file, meta, &rel)?;
-        let (digest, _) = self.digest_read(&file, &rel, &meta, &bytes, None)?;
+        let (digest, _) = self.digest_read(&file, &rel, &meta, &bytes, None, started)?;
         chat_file(&rel, bytes, digest).map(Some)
     }
 
@@ -347,8 +351,10 @@ impl Inner {
                 }
             }
         }
+        let started = std::time::SystemTime::now();
         let (meta, bytes) = Self::read_bytes(&mut file, meta, &rel)?;
-        let (digest, prefix) = self.digest_read(&file, &rel, &meta, &bytes, label.as_ref())?;
+        let (digest, prefix) =
+            self.digest_read(&file, &rel, &meta, &bytes, label.as_ref(), started)?;
         if let Some(change) = prefix.and_then(|end| appended_change(&rel, &bytes[end..], &digest)) {
             return Ok(Some(change));
         }
@@ -400,8 +406,10 @@ impl Inner {
             .map_err(io_err("append", &rel))
             .and_then(|()| out.sync_data().map_err(io_err("fsync", &rel)));
         if let Err(e) = synced {
-            // Not acknowledged: take the lines back so a later read never shows them.
+            // Not acknowledged: take the lines back so a later read never shows them, and
+            // forget what this process saw meanwhile (it may include them).
             let _ = out.set_len(len).and_then(|()| out.sync_data());
+            self.chat_digests.forget(&rel);
             return Err(e);
         }
         // Another program may have renamed a new file over the path while we wrote: then our

@@ -10,9 +10,11 @@
 //! append from an edit before it. The links between this process's own appends tell
 //! `read_chat_since` where the lines after an earlier version start without reading the rest.
 //!
-//! One case stays open: a program that rewrites a chat in place, to the same length, keeping its
-//! last 4 KiB, within one tick of the file system's clock after this process looked at it, keeps
-//! the stamp and so the remembered digest until the file changes again.
+//! A file read within [`SETTLE`] of its last change is not remembered ("racy clean", as git
+//! calls it): its times are set when a write starts and are only as fine as the file system's
+//! clock, so the bytes read may not be the ones the stamp ends up naming. One case stays open:
+//! a program that rewrites a chat in place, to the same length, keeping its last 4 KiB, within
+//! one clock tick of this process's own append keeps the stamp of that append.
 //!
 //! [`ChatRevision::of_content`]: crate::chat::ChatRevision::of_content
 
@@ -74,12 +76,34 @@ fn tail_digest(len: u64, end: &[u8]) -> String {
 }
 
 /// The per-process digest cache of one store.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct ChatDigests {
     chats: Mutex<HashMap<String, VecDeque<Known>>>,
+    /// [`SETTLE`] (shorter in unit tests).
+    settle: std::time::Duration,
+}
+
+impl Default for ChatDigests {
+    fn default() -> Self {
+        Self {
+            chats: Mutex::default(),
+            settle: SETTLE,
+        }
+    }
 }
 
 impl ChatDigests {
+    /// Whether the file as `meta` describes it last changed at least the settling time before
+    /// `started` (when its bytes began to be read), so the digest of what was read may be
+    /// remembered.
+    pub(super) fn settled(&self, meta: &std::fs::Metadata, started: std::time::SystemTime) -> bool {
+        if self.settle.is_zero() {
+            return true;
+        }
+        let changed = meta.modified().ok().max(changed_status(meta));
+        changed.is_some_and(|t| t + self.settle < started)
+    }
+
     /// The version of `rel` with exactly this stamp, if digested before, whose end is still
     /// `end` (at least the file's last [`TAIL_BYTES`], or all of it). The end is compared
     /// because a stamp's times are only as fine as the file system's clock: a rewrite in
@@ -131,6 +155,11 @@ impl ChatDigests {
         None
     }
 
+    /// Forgets every version of `rel` (bytes this process saw may be gone).
+    pub(super) fn forget(&self, rel: &str) {
+        lock(&self.chats).remove(rel);
+    }
+
     /// Remembers a version of `rel`.
     pub(super) fn remember(&self, rel: &str, known: Known) {
         let mut chats = lock(&self.chats);
@@ -156,14 +185,37 @@ impl ChatDigests {
         if let Some(digest) = self.at_now(file, meta, rel)? {
             return Ok(digest);
         }
+        let started = std::time::SystemTime::now();
         let bytes = read_prefix(file, meta.len(), rel)?;
         let digest = ChatDigest::of_bytes(&bytes);
         let after = file.metadata().map_err(io_err("stat", rel))?;
-        if bytes.len() as u64 == meta.len() && stamp_of(&after) == stamp_of(meta) {
+        if bytes.len() as u64 == meta.len()
+            && stamp_of(&after) == stamp_of(meta)
+            && self.settled(meta, started)
+        {
             self.remember(rel, Known::new(meta, digest, &bytes, None));
         }
         Ok(digest)
     }
+}
+
+/// How long after a file's last change its stamp is trusted to name its bytes: file times are
+/// set when a write starts and are only as fine as the file system's clock, so bytes read
+/// within this window of the change may not be the bytes the stamp ends up naming (git's "racy
+/// clean" entries). Generous against coarse clocks (a jiffy is 1–10 ms).
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(20);
+
+#[cfg(unix)]
+fn changed_status(meta: &std::fs::Metadata) -> Option<std::time::SystemTime> {
+    use std::os::unix::fs::MetadataExt;
+    let secs = u64::try_from(meta.ctime()).ok()?;
+    let nanos = u32::try_from(meta.ctime_nsec()).ok()?;
+    std::time::UNIX_EPOCH.checked_add(std::time::Duration::new(secs, nanos))
+}
+
+#[cfg(not(unix))]
+fn changed_status(_: &std::fs::Metadata) -> Option<std::time::SystemTime> {
+    None
 }
 
 /// The first `len` bytes of `file` (fewer if it shrank meanwhile).
@@ -218,7 +270,11 @@ mod tests {
         let path = dir.path().join("c.jsonl");
         std::fs::write(&path, b"{\"mes\":\"a\"}\n{\"mes\":\"b\"}").unwrap();
         let meta = std::fs::metadata(&path).unwrap();
-        let cache = ChatDigests::default();
+        // Remembered at once (the file was just written; the store waits for it to settle).
+        let cache = ChatDigests {
+            settle: std::time::Duration::ZERO,
+            ..ChatDigests::default()
+        };
         let mut file = std::fs::File::open(&path).unwrap();
         let digest = cache.digest(&mut file, &meta, "c.jsonl").unwrap();
         assert_eq!(digest, ChatDigest::of_bytes(&std::fs::read(&path).unwrap()));
@@ -234,5 +290,33 @@ mod tests {
         std::fs::write(&path, b"{\"mes\":\"a\"}\n{\"mes\":\"c\"}").unwrap();
         let mut file = std::fs::File::open(&path).unwrap();
         assert_eq!(cache.at_now(&mut file, &meta, "c.jsonl").unwrap(), None);
+    }
+
+    /// A file whose last change is not well before the read is not remembered; one that
+    /// changed well before is. (The change time is set in the future, so no pause of the
+    /// machine can make the first case settle.)
+    #[test]
+    fn only_settled_files_are_remembered() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.jsonl");
+        std::fs::write(&path, b"{}").unwrap();
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
+        std::fs::File::options()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        let cache = ChatDigests::default();
+        assert!(!cache.settled(&meta, std::time::SystemTime::now()));
+        assert!(cache.settled(&meta, later + std::time::Duration::from_secs(1)));
+        let mut file = std::fs::File::open(&path).unwrap();
+        cache.digest(&mut file, &meta, "c.jsonl").unwrap();
+        assert_eq!(
+            cache.at("c.jsonl", &meta, b"{}"),
+            None,
+            "read within the window"
+        );
     }
 }
