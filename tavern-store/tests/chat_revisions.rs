@@ -247,6 +247,23 @@ fn long_chat() -> Vec<ChatLine> {
     lines
 }
 
+/// A store in a new folder holding [`long_chat`], with a runtime, and the chat's revision.
+fn long_chat_store() -> (
+    tokio::runtime::Runtime,
+    tempfile::TempDir,
+    FsStore,
+    ChatRevision,
+) {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let (ch, id) = names();
+    let store = open(dir.path());
+    let r1 = rt
+        .block_on(store.rewrite_chat(&ch, &id, &long_chat(), None))
+        .unwrap();
+    (rt, dir, store, r1)
+}
+
 /// Fixes the typo in place (same length, same inode), as an editor writing in place does, and
 /// sets the modification time far from now (a later clock tick, without waiting for one).
 fn fix_typo_in_place(root: &Path) {
@@ -268,13 +285,8 @@ fn fix_typo_in_place(root: &Path) {
 /// nothing).
 #[test]
 fn an_edit_in_place_before_the_last_4k_changes_the_revision() {
-    let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
+    let (rt, dir, store, r1) = long_chat_store();
     let (ch, id) = names();
-    let store = open(dir.path());
-    let r1 = rt
-        .block_on(store.rewrite_chat(&ch, &id, &long_chat(), None))
-        .unwrap();
     assert!(std::fs::metadata(path(dir.path())).unwrap().len() > 8192);
     fix_typo_in_place(dir.path());
     assert_ne!(on_disk(dir.path()), r1, "the bytes changed");
@@ -293,13 +305,8 @@ fn an_edit_in_place_before_the_last_4k_changes_the_revision() {
 /// review: the old last 4 KiB were unchanged, so the growth was taken for an append).
 #[test]
 fn an_edit_in_place_plus_an_append_is_not_an_append() {
-    let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
+    let (rt, dir, store, r1) = long_chat_store();
     let (ch, id) = names();
-    let store = open(dir.path());
-    let r1 = rt
-        .block_on(store.rewrite_chat(&ch, &id, &long_chat(), None))
-        .unwrap();
     fix_typo_in_place(dir.path());
     let mut f = std::fs::OpenOptions::new()
         .append(true)
@@ -322,13 +329,8 @@ fn an_edit_in_place_plus_an_append_is_not_an_append() {
 /// does; found in review).
 #[test]
 fn sillytavern_saves_that_edit_an_early_message_are_not_appends() {
-    let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
+    let (rt, dir, store, r1) = long_chat_store();
     let (ch, id) = names();
-    let store = open(dir.path());
-    let r1 = rt
-        .block_on(store.rewrite_chat(&ch, &id, &long_chat(), None))
-        .unwrap();
     let save = |text: &str| {
         let tmp = dir.path().join("chats/Mira/save.tmp");
         std::fs::write(&tmp, text).unwrap();
@@ -362,14 +364,9 @@ fn sillytavern_saves_that_edit_an_early_message_are_not_appends() {
 /// read as an append of exactly those lines.
 #[test]
 fn own_appends_read_back_as_appends() {
-    let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
+    let (rt, dir, store, r1) = long_chat_store();
     let (ch, id) = names();
-    let store = open(dir.path());
-    let mut at = rt
-        .block_on(store.rewrite_chat(&ch, &id, &long_chat(), None))
-        .unwrap();
-    let r1 = at.clone();
+    let mut at = r1.clone();
     let added: Vec<ChatLine> = (0..5).map(|i| line(600 + i, "turn")).collect();
     for l in &added {
         at = rt
