@@ -381,3 +381,65 @@ fn own_appends_read_back_as_appends() {
         })
     );
 }
+
+/// Appends made by another process are taken from the record it leaves next to the chat: this
+/// process reads only the appended lines, never the whole chat again.
+#[test]
+fn another_process_appends_are_read_without_reading_the_chat_again() {
+    let (rt, dir, writer, r1) = long_chat_store();
+    let (ch, id) = names();
+    let reader = open(dir.path());
+    let whole = |s: &FsStore| s.chat_whole_reads();
+    assert_eq!(
+        rt.block_on(reader.chat_revision(&ch, &id)).unwrap(),
+        Some(r1.clone())
+    );
+    let read_once = whole(&reader);
+    let added: Vec<ChatLine> = (0..3)
+        .map(|i| line(700 + i, "from the other one"))
+        .collect();
+    let mut at = r1.clone();
+    for l in &added {
+        at = rt
+            .block_on(writer.append_lines(&ch, &id, std::slice::from_ref(l), &at))
+            .unwrap();
+    }
+    assert_eq!(
+        rt.block_on(reader.chat_revision(&ch, &id)).unwrap(),
+        Some(on_disk(dir.path()))
+    );
+    assert_eq!(
+        rt.block_on(reader.read_chat_since(&ch, &id, &r1)).unwrap(),
+        Some(ChatChange::Appended {
+            lines: added.clone(),
+            revision: on_disk(dir.path()),
+        })
+    );
+    // And it appends on top, at the revision it learned, for the first one to follow.
+    let more = line(800, "reply");
+    let r5 = rt
+        .block_on(reader.append_lines(&ch, &id, std::slice::from_ref(&more), &at))
+        .unwrap();
+    assert_eq!(whole(&reader), read_once, "no whole read to keep up");
+    let writer_reads = whole(&writer);
+    assert_eq!(
+        rt.block_on(writer.read_chat_since(&ch, &id, &at)).unwrap(),
+        Some(ChatChange::Appended {
+            lines: vec![more],
+            revision: r5,
+        })
+    );
+    assert_eq!(whole(&writer), writer_reads);
+    // A torn or edited record is not believed: the file is read whole, the answer still right.
+    let lock = dir
+        .path()
+        .join("chats/Mira/Mira - 2026-12-01@10h00m00s.lock");
+    let record = std::fs::read_to_string(&lock).unwrap();
+    std::fs::write(&lock, record.replacen(' ', "  ", 1)).unwrap();
+    let fresh = open(dir.path());
+    assert_eq!(
+        rt.block_on(fresh.chat_revision(&ch, &id)).unwrap(),
+        Some(on_disk(dir.path()))
+    );
+    assert_eq!(whole(&fresh), 1);
+}

@@ -147,6 +147,16 @@ impl FileStamp {
     pub(crate) fn same_node(&self, other: &Self) -> bool {
         self.0[..2] == other.0[..2] && self.0[5] == other.0[5]
     }
+
+    /// The stamp as numbers, to write down ([`FileStamp::from_parts`] reads them back).
+    pub(crate) fn parts(&self) -> [i128; 6] {
+        self.0
+    }
+
+    /// A stamp written down by [`FileStamp::parts`].
+    pub(crate) fn from_parts(parts: [i128; 6]) -> Self {
+        Self(parts)
+    }
 }
 
 /// Nanoseconds since the epoch of a file time, 0 where there is none.
@@ -193,9 +203,14 @@ pub(crate) fn stamp(root: &Path, rel: &str) -> Result<Option<FileStamp>, StoreEr
 /// An advisory lock held until dropped: exclusive for writers, shared for readers. Serializes
 /// writers across threads *and* processes sharing the root.
 #[must_use = "the lock is released when the guard is dropped"]
-pub(crate) struct FileLock(#[allow(dead_code)] std::fs::File);
+pub(crate) struct FileLock(std::fs::File);
 
 impl FileLock {
+    /// The locked file (open for reading and writing).
+    pub(crate) fn file(&self) -> &std::fs::File {
+        &self.0
+    }
+
     pub(crate) fn acquire(root: &Path, rel: &str, exclusive: bool) -> Result<Self, StoreError> {
         let file = std::fs::OpenOptions::new()
             .create(true)

@@ -11,11 +11,12 @@
 //! writes a temp file and renames it) is digested whole once. Appends check the revision under
 //! our lock and, after writing, that the path still names the file written to; a rename that
 //! raced the append is reported as a conflict so the caller re-reads and retries.
-//! `read_chat_since` reads only the lines this process appended since an earlier revision, so
-//! keeping up with a long chat costs what was appended; after someone else's change it reads the
-//! file and still answers with only the new lines when the file begins with the earlier content.
+//! `read_chat_since` reads only the lines appended since an earlier revision — by this process
+//! or by another that recorded its appends next to the chat — so keeping up with a long chat
+//! costs what was appended; after any other change it reads the file and still answers with
+//! only the new lines when the file begins with the earlier content.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::Path;
 
 use async_trait::async_trait;
@@ -24,7 +25,7 @@ use tavern_core::chat_digest::{ChatDigest, DigestLabel};
 use tavern_core::{CharacterName, ChatId};
 
 use super::atomic::{ensure_dir, io_err, stamp_of, sync_dir, under, write_atomic, FileLock};
-use super::chat_digests::{read_exactly, read_prefix, Known, TAIL_BYTES};
+use super::chat_digests::{read_exactly, read_prefix, Known, RECORD_MAX_BYTES, TAIL_BYTES};
 use super::names::{decode, decode_readable, encode_readable};
 use super::{FsStore, Inner};
 use crate::chat::{check_not_empty, parse_lines, ChatChange, ChatFile, ChatRevision, ChatStore};
@@ -71,6 +72,27 @@ fn joined<'a>(lines: impl IntoIterator<Item = &'a ChatLine>, leading_break: bool
         text.push_str(line.raw());
     }
     text
+}
+
+/// The lock file of chat `rel`, which also holds its append record.
+fn record_rel(rel: &str) -> Option<String> {
+    Some(format!("{}.lock", rel.strip_suffix(".jsonl")?))
+}
+
+/// Replaces the content of the (locked) lock file with `record`.
+fn write_record(file: &std::fs::File, record: &str) {
+    #[cfg(unix)]
+    let written = std::os::unix::fs::FileExt::write_all_at(file, record.as_bytes(), 0);
+    #[cfg(not(unix))]
+    let written = {
+        use std::io::{Seek, SeekFrom};
+        let mut f = file;
+        f.seek(SeekFrom::Start(0))
+            .and_then(|_| f.write_all(record.as_bytes()))
+    };
+    if written.is_ok() {
+        let _ = file.set_len(record.len() as u64);
+    }
 }
 
 /// The chat read whole: its lines and the revision of `digest`.
@@ -212,8 +234,48 @@ impl Inner {
     /// The revision of an open chat file.
     fn revision_of(&self, file: &mut std::fs::File, rel: &str) -> Result<ChatRevision, StoreError> {
         let meta = file.metadata().map_err(io_err("stat", rel))?;
-        let digest = self.chat_digests.digest(file, &meta, rel)?;
+        let digest = self.digest_now(file, &meta, rel)?;
         Ok(ChatRevision::of_content(&digest))
+    }
+
+    /// The digest of the chat file as `meta` describes it: a version this process knows,
+    /// one another process appended and recorded, or read whole.
+    fn digest_now(
+        &self,
+        file: &mut std::fs::File,
+        meta: &std::fs::Metadata,
+        rel: &str,
+    ) -> Result<ChatDigest, StoreError> {
+        match self.known_now(file, meta, rel)? {
+            Some(digest) => Ok(digest),
+            None => self.chat_digests.digest(file, meta, rel),
+        }
+    }
+
+    /// The digest of a version of the chat file this process knows, or that another process
+    /// made by appending and recorded next to it ([`ChatDigests::record`]).
+    fn known_now(
+        &self,
+        file: &mut std::fs::File,
+        meta: &std::fs::Metadata,
+        rel: &str,
+    ) -> Result<Option<ChatDigest>, StoreError> {
+        if let Some(digest) = self.chat_digests.at_now(file, meta, rel)? {
+            return Ok(Some(digest));
+        }
+        let Some(record) = self.read_record(rel) else {
+            return Ok(None);
+        };
+        self.chat_digests.import(rel, &record);
+        self.chat_digests.at_now(file, meta, rel)
+    }
+
+    /// The append record next to chat `rel` (in its lock file), if there is a readable one.
+    fn read_record(&self, rel: &str) -> Option<String> {
+        let file = std::fs::File::open(under(&self.root, &record_rel(rel)?)).ok()?;
+        let mut text = String::new();
+        file.take(RECORD_MAX_BYTES).read_to_string(&mut text).ok()?;
+        (!text.is_empty()).then_some(text)
     }
 
     /// The file's bytes as it was when `meta` was taken (a concurrent append after that is not
@@ -337,9 +399,7 @@ impl Inner {
         };
         let meta = file.metadata().map_err(io_err("stat", &rel))?;
         let label = since.content();
-        if let (Some(label), Some(current)) =
-            (&label, self.chat_digests.at_now(&mut file, &meta, &rel)?)
-        {
+        if let (Some(label), Some(current)) = (&label, self.known_now(&mut file, &meta, &rel)?) {
             if label.names(&current) {
                 return Ok(Some(ChatChange::Unchanged));
             }
@@ -353,6 +413,7 @@ impl Inner {
         }
         let started = std::time::SystemTime::now();
         let (meta, bytes) = Self::read_bytes(&mut file, meta, &rel)?;
+        self.chat_digests.count_whole_read();
         let (digest, prefix) =
             self.digest_read(&file, &rel, &meta, &bytes, label.as_ref(), started)?;
         if let Some(change) = prefix.and_then(|end| appended_change(&rel, &bytes[end..], &digest)) {
@@ -374,14 +435,14 @@ impl Inner {
             target: chat_target(character, chat),
             current: None,
         };
-        let _lock = FileLock::acquire(&self.root, &lock_rel(character, chat), true)?;
+        let lock = FileLock::acquire(&self.root, &lock_rel(character, chat), true)?;
         let Some(mut file) = open_existing(&path, &rel)? else {
             return Err(StoreError::NotFound {
                 target: chat_target(character, chat),
             });
         };
         let checked = file.metadata().map_err(io_err("stat", &rel))?;
-        let digest = self.chat_digests.digest(&mut file, &checked, &rel)?;
+        let digest = self.digest_now(&mut file, &checked, &rel)?;
         if !expected.names(&digest) {
             return Err(conflict());
         }
@@ -425,6 +486,9 @@ impl Inner {
             if let Some(end) = read_exactly(&mut out, from, after.len(), &rel)? {
                 self.chat_digests
                     .remember(&rel, Known::new(&after, next, &end, Some(digest)));
+                // For other processes sharing the folder; only ever saves them reads, so a
+                // failure to write it changes nothing else.
+                write_record(lock.file(), &self.chat_digests.record(&rel));
                 return Ok(ChatRevision::of_content(&next));
             }
         }

@@ -5,10 +5,12 @@
 //! inode, birth, length and times), the digest, a digest of the version's last [`TAIL_BYTES`],
 //! and — for a version this process made by appending under the chat's lock — the digest of the
 //! version it appended to. A file with the same stamp and the same last bytes is that version.
-//! Nothing else is trusted: a file another program or process changed (SillyTavern's temp +
-//! rename, an edit in place, an append) is digested whole, once; a stamp alone cannot tell an
-//! append from an edit before it. The links between this process's own appends tell
-//! `read_chat_since` where the lines after an earlier version start without reading the rest.
+//! Appends are also written down next to the chat ([`ChatDigests::record`], in its lock file),
+//! so another process sharing the folder takes the appended versions from there. Nothing else
+//! is trusted: a file another program changed (SillyTavern's temp + rename, an edit in place,
+//! an append without the lock) is digested whole, once; a stamp alone cannot tell an append
+//! from an edit before it. The links between appends tell `read_chat_since` where the lines
+//! after an earlier version start without reading the rest.
 //!
 //! A file read within [`SETTLE`] of its last change is not remembered ("racy clean", as git
 //! calls it): its times are set when a write starts and are only as fine as the file system's
@@ -38,6 +40,15 @@ const VERSIONS_PER_CHAT: usize = 16;
 
 /// Chats remembered; past this the cache starts over (it only ever saves reads).
 const MAX_CHATS: usize = 4096;
+
+/// Appends written down for other processes ([`ChatDigests::record`]): the newest ones.
+const RECORDED_APPENDS: usize = 8;
+
+/// The first line of an append record.
+const RECORD_HEADER: &str = "agent-tavern chat appends v1";
+
+/// The most of an append record that is read.
+pub(super) const RECORD_MAX_BYTES: u64 = 8192;
 
 /// One version of a chat file this process digested.
 #[derive(Debug, Clone)]
@@ -81,6 +92,8 @@ pub(super) struct ChatDigests {
     chats: Mutex<HashMap<String, VecDeque<Known>>>,
     /// [`SETTLE`] (shorter in unit tests).
     settle: std::time::Duration,
+    /// Chats read and digested whole (tests count them).
+    whole_reads: std::sync::atomic::AtomicU64,
 }
 
 impl Default for ChatDigests {
@@ -88,6 +101,7 @@ impl Default for ChatDigests {
         Self {
             chats: Mutex::default(),
             settle: SETTLE,
+            whole_reads: std::sync::atomic::AtomicU64::new(0),
         }
     }
 }
@@ -155,6 +169,75 @@ impl ChatDigests {
         None
     }
 
+    /// Counts a whole read of a chat.
+    pub(super) fn count_whole_read(&self) {
+        self.whole_reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Chats read and digested whole so far.
+    pub(super) fn whole_reads(&self) -> u64 {
+        self.whole_reads.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The newest appends this process knows of `rel` (made here or read from a record), as
+    /// text for other processes sharing the folder: each version's stamp, end, digest and the
+    /// digest it extends, then a checksum. Written under the chat's lock right after an append,
+    /// so another process can take the appended version (and read only the appended lines)
+    /// instead of reading the whole file; a file changed any other way has another stamp, and
+    /// the record no longer applies.
+    pub(super) fn record(&self, rel: &str) -> String {
+        let chats = lock(&self.chats);
+        let mut text = format!("{RECORD_HEADER}\n");
+        let appends = chats
+            .get(rel)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| k.parent.map(|parent| (k, parent)));
+        let appends: Vec<_> = appends.collect();
+        for (k, parent) in appends
+            .iter()
+            .skip(appends.len().saturating_sub(RECORDED_APPENDS))
+        {
+            let stamp = k.stamp.parts().map(|p| p.to_string()).join(" ");
+            text.push_str(&format!(
+                "{stamp} {} {} {} .\n",
+                k.tail,
+                digest_text(&k.digest),
+                digest_text(parent),
+            ));
+        }
+        let sum = short_digest(&[text.as_bytes()]);
+        text.push_str(&format!("sum {sum}\n"));
+        text
+    }
+
+    /// Takes the appends of a [`ChatDigests::record`] of `rel` into this cache; a record that
+    /// is torn, tampered with or of another format is ignored.
+    pub(super) fn import(&self, rel: &str, record: &str) {
+        let Some((body, sum)) = record.trim_end_matches('\n').rsplit_once('\n') else {
+            return;
+        };
+        let body = format!("{body}\n");
+        if sum.strip_prefix("sum ") != Some(short_digest(&[body.as_bytes()]).as_str()) {
+            return;
+        }
+        let mut lines = body.lines();
+        if lines.next() != Some(RECORD_HEADER) {
+            return;
+        }
+        for line in lines {
+            if let Some(known) = parse_known(line) {
+                let present = lock(&self.chats)
+                    .get(rel)
+                    .is_some_and(|v| v.iter().any(|k| k.stamp == known.stamp));
+                if !present {
+                    self.remember(rel, known);
+                }
+            }
+        }
+    }
+
     /// Forgets every version of `rel` (bytes this process saw may be gone).
     pub(super) fn forget(&self, rel: &str) {
         lock(&self.chats).remove(rel);
@@ -187,6 +270,7 @@ impl ChatDigests {
         }
         let started = std::time::SystemTime::now();
         let bytes = read_prefix(file, meta.len(), rel)?;
+        self.count_whole_read();
         let digest = ChatDigest::of_bytes(&bytes);
         let after = file.metadata().map_err(io_err("stat", rel))?;
         if bytes.len() as u64 == meta.len()
@@ -197,6 +281,53 @@ impl ChatDigests {
         }
         Ok(digest)
     }
+}
+
+/// `segments bytes chain` of a digest.
+fn digest_text(d: &ChatDigest) -> String {
+    format!(
+        "{} {} {}",
+        d.segments(),
+        d.bytes(),
+        tavern_core::revision::hex(&d.chain())
+    )
+}
+
+/// One line of a record: six stamp numbers, the tail digest, two digests, a dot.
+fn parse_known(line: &str) -> Option<Known> {
+    let f: Vec<&str> = line.split(' ').collect();
+    if f.len() != 14 || f[13] != "." {
+        return None;
+    }
+    let mut stamp = [0i128; 6];
+    for (slot, text) in stamp.iter_mut().zip(&f[..6]) {
+        *slot = text.parse().ok()?;
+    }
+    let digest = |i: usize| -> Option<ChatDigest> {
+        let hex = f[i + 2];
+        if hex.len() != 64 {
+            return None;
+        }
+        let mut chain = [0u8; 32];
+        for (j, byte) in chain.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(hex.get(j * 2..j * 2 + 2)?, 16).ok()?;
+        }
+        Some(ChatDigest::from_parts(
+            chain,
+            f[i].parse().ok()?,
+            f[i + 1].parse().ok()?,
+        ))
+    };
+    let tail = f[6];
+    if tail.len() != 16 || !tail.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    Some(Known {
+        stamp: FileStamp::from_parts(stamp),
+        digest: digest(7)?,
+        tail: tail.to_owned(),
+        parent: Some(digest(10)?),
+    })
 }
 
 /// How long after a file's last change its stamp is trusted to name its bytes: file times are

@@ -373,6 +373,13 @@ impl FsStore {
         lock(&self.inner.memory).table.len()
     }
 
+    /// How many times this store read and digested a whole chat file to learn its revision or
+    /// what changed (tests check that keeping up with appends does not).
+    #[cfg(feature = "testkit")]
+    pub fn chat_whole_reads(&self) -> u64 {
+        self.inner.chat_digests.whole_reads()
+    }
+
     /// Makes the next durable log append fail at its fsync, as a failing disk would (tests of
     /// "a failed write changes nothing").
     #[cfg(feature = "testkit")]
