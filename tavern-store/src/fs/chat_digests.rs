@@ -176,6 +176,7 @@ impl ChatDigests {
     }
 
     /// Chats read and digested whole so far.
+    #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
     pub(super) fn whole_reads(&self) -> u64 {
         self.whole_reads.load(std::sync::atomic::Ordering::Relaxed)
     }
