@@ -435,11 +435,45 @@ fn another_process_appends_are_read_without_reading_the_chat_again() {
         .path()
         .join("chats/Mira/Mira - 2026-12-01@10h00m00s.lock");
     let record = std::fs::read_to_string(&lock).unwrap();
-    std::fs::write(&lock, record.replacen(' ', "  ", 1)).unwrap();
+    let entry = record.lines().nth(1).unwrap();
+    let edited = entry.replacen(|c: char| c.is_ascii_digit(), "9", 1);
+    assert_ne!(edited, entry);
+    std::fs::write(&lock, record.replacen(entry, &edited, 1)).unwrap();
     let fresh = open(dir.path());
     assert_eq!(
         rt.block_on(fresh.chat_revision(&ch, &id)).unwrap(),
         Some(on_disk(dir.path()))
     );
     assert_eq!(whole(&fresh), 1);
+}
+
+/// A rewrite empties the append record (no version recorded before describes the rewritten
+/// chat), and a lock path that is a FIFO is neither read (it would wait for a writer) nor
+/// written.
+#[test]
+fn records_are_cleared_by_a_rewrite_and_never_read_from_a_fifo() {
+    let (rt, dir, store, r1) = long_chat_store();
+    let (ch, id) = names();
+    let lock = dir
+        .path()
+        .join("chats/Mira/Mira - 2026-12-01@10h00m00s.lock");
+    let r2 = rt
+        .block_on(store.append_lines(&ch, &id, &[line(900, "x")], &r1))
+        .unwrap();
+    assert!(std::fs::metadata(&lock).unwrap().len() > 0);
+    rt.block_on(store.rewrite_chat(&ch, &id, &long_chat(), Some(&r2)))
+        .unwrap();
+    assert_eq!(std::fs::metadata(&lock).unwrap().len(), 0);
+
+    std::fs::remove_file(&lock).unwrap();
+    let status = std::process::Command::new("mkfifo")
+        .arg(&lock)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let other = open(dir.path());
+    assert_eq!(
+        rt.block_on(other.chat_revision(&ch, &id)).unwrap(),
+        Some(on_disk(dir.path()))
+    );
 }

@@ -79,6 +79,19 @@ fn record_rel(rel: &str) -> Option<String> {
     Some(format!("{}.lock", rel.strip_suffix(".jsonl")?))
 }
 
+/// Whether `rel` is a regular file (not a link, FIFO or device).
+fn is_regular(root: &std::path::Path, rel: &str) -> bool {
+    std::fs::symlink_metadata(under(root, rel)).is_ok_and(|m| m.is_file())
+}
+
+/// Empties the append record in the (locked) lock file `rel`: the chat is about to change in
+/// a way no record describes, and no other process should take the old versions for it.
+fn clear_record(root: &std::path::Path, lock: &FileLock, rel: &str) {
+    if is_regular(root, rel) {
+        let _ = lock.file().set_len(0);
+    }
+}
+
 /// Replaces the content of the (locked) lock file with `record`.
 fn write_record(file: &std::fs::File, record: &str) {
     #[cfg(unix)]
@@ -272,7 +285,12 @@ impl Inner {
 
     /// The append record next to chat `rel` (in its lock file), if there is a readable one.
     fn read_record(&self, rel: &str) -> Option<String> {
-        let file = std::fs::File::open(under(&self.root, &record_rel(rel)?)).ok()?;
+        let path = under(&self.root, &record_rel(rel)?);
+        // Only a regular file: opening a FIFO for reading would wait for a writer.
+        if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+            return None;
+        }
+        let file = std::fs::File::open(path).ok()?;
         let mut text = String::new();
         file.take(RECORD_MAX_BYTES).read_to_string(&mut text).ok()?;
         (!text.is_empty()).then_some(text)
@@ -403,7 +421,8 @@ impl Inner {
             if label.names(&current) {
                 return Ok(Some(ChatChange::Unchanged));
             }
-            if let Some(from) = self.chat_digests.appended_from(&rel, &current, label) {
+            let from = self.chat_digests.appended_from(&rel, &current, label);
+            if let Some(from) = from.filter(|&from| from < meta.len()) {
                 if let Some(appended) = read_exactly(&mut file, from, meta.len(), &rel)? {
                     if let Some(change) = appended_change(&rel, &appended, &current) {
                         return Ok(Some(change));
@@ -471,6 +490,7 @@ impl Inner {
             // forget what this process saw meanwhile (it may include them).
             let _ = out.set_len(len).and_then(|()| out.sync_data());
             self.chat_digests.forget(&rel);
+            clear_record(&self.root, &lock, &lock_rel(character, chat));
             return Err(e);
         }
         // Another program may have renamed a new file over the path while we wrote: then our
@@ -488,7 +508,9 @@ impl Inner {
                     .remember(&rel, Known::new(&after, next, &end, Some(digest)));
                 // For other processes sharing the folder; only ever saves them reads, so a
                 // failure to write it changes nothing else.
-                write_record(lock.file(), &self.chat_digests.record(&rel));
+                if is_regular(&self.root, &lock_rel(character, chat)) {
+                    write_record(lock.file(), &self.chat_digests.record(&rel));
+                }
                 return Ok(ChatRevision::of_content(&next));
             }
         }
@@ -509,13 +531,16 @@ impl Inner {
             &format!("chats/{}", encode_readable(character.as_str())),
         )?;
         let rel = chat_rel(character, chat);
-        let _lock = FileLock::acquire(&self.root, &lock_rel(character, chat), true)?;
+        let lock = FileLock::acquire(&self.root, &lock_rel(character, chat), true)?;
         if self.chat_revision_now(character, chat)?.as_ref() != expected {
             return Err(StoreError::Conflict {
                 target: chat_target(character, chat),
                 current: None,
             });
         }
+        // No version recorded before describes what comes next.
+        clear_record(&self.root, &lock, &lock_rel(character, chat));
+        self.chat_digests.forget(&rel);
         write_atomic(&self.root, &rel, joined(lines, false).as_bytes())?;
         self.chat_revision_now(character, chat)?
             .ok_or_else(|| StoreError::NotFound {

@@ -323,11 +323,16 @@ fn parse_known(line: &str) -> Option<Known> {
     if tail.len() != 16 || !tail.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
-    Some(Known {
+    let (digest, parent) = (digest(7)?, digest(10)?);
+    // What an append makes: the file's length is the digest's, and it grew from the parent.
+    let consistent = i128::from(digest.bytes()) == stamp[2]
+        && parent.bytes() < digest.bytes()
+        && parent.segments() <= digest.segments();
+    consistent.then(|| Known {
         stamp: FileStamp::from_parts(stamp),
-        digest: digest(7)?,
+        digest,
         tail: tail.to_owned(),
-        parent: Some(digest(10)?),
+        parent: Some(parent),
     })
 }
 
@@ -450,5 +455,37 @@ mod tests {
             None,
             "read within the window"
         );
+    }
+
+    /// A record passes on the appends it names, and an entry whose numbers do not describe
+    /// an append (its length is not the file's) is not taken, checksum or not.
+    #[test]
+    fn records_pass_on_appends_and_refuse_inconsistent_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.jsonl");
+        std::fs::write(&path, b"{}\n{}").unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        let (parent, digest) = (ChatDigest::of_bytes(b"{}"), ChatDigest::of_bytes(b"{}\n{}"));
+        let writer = ChatDigests::default();
+        writer.remember("c", Known::new(&meta, digest, b"{}\n{}", Some(parent)));
+        let reader = ChatDigests::default();
+        reader.import("c", &writer.record("c"));
+        assert_eq!(reader.at("c", &meta, b"{}\n{}"), Some(digest));
+        let label = DigestLabel::parse(&parent.label()).unwrap();
+        assert_eq!(reader.appended_from("c", &digest, &label), Some(2));
+        // The same entry claiming other content: not an append of this file's length.
+        let forged = ChatDigests::default();
+        let other = ChatDigest::of_bytes(b"{}\n{\"a\":1}");
+        forged.remember("c", Known::new(&meta, other, b"{}\n{}", Some(parent)));
+        let fooled = ChatDigests::default();
+        fooled.import("c", &forged.record("c"));
+        assert_eq!(fooled.at("c", &meta, b"{}\n{}"), None);
+        // A record cut short or edited is not taken at all.
+        let record = writer.record("c");
+        let edited = ChatDigests::default();
+        let chain = tavern_core::revision::hex(&digest.chain());
+        edited.import("c", &record.replacen(&chain[..8], "00000000", 1));
+        edited.import("c", &record[..record.len() / 2]);
+        assert_eq!(edited.at("c", &meta, b"{}\n{}"), None);
     }
 }
