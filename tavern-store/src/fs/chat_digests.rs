@@ -251,6 +251,14 @@ impl ChatDigests {
             chats.clear();
         }
         let versions = chats.entry(rel.to_owned()).or_default();
+        let mut known = known;
+        // Read again, an appended version stays one: keep the link to what it extends.
+        if known.parent.is_none() {
+            known.parent = versions
+                .iter()
+                .find(|k| k.stamp == known.stamp && k.digest == known.digest)
+                .and_then(|k| k.parent);
+        }
         versions.retain(|k| k.stamp != known.stamp);
         versions.push_back(known);
         while versions.len() > VERSIONS_PER_CHAT {
@@ -487,5 +495,24 @@ mod tests {
         edited.import("c", &record.replacen(&chain[..8], "00000000", 1));
         edited.import("c", &record[..record.len() / 2]);
         assert_eq!(edited.at("c", &meta, b"{}\n{}"), None);
+    }
+
+    /// A version this process appended and then read again keeps its link (and so stays in
+    /// the record other processes read).
+    #[test]
+    fn reading_an_appended_version_again_keeps_its_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.jsonl");
+        std::fs::write(&path, b"{}\n{}").unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        let (parent, digest) = (ChatDigest::of_bytes(b"{}"), ChatDigest::of_bytes(b"{}\n{}"));
+        let cache = ChatDigests::default();
+        cache.remember("c", Known::new(&meta, digest, b"{}\n{}", Some(parent)));
+        cache.remember("c", Known::new(&meta, digest, b"{}\n{}", None));
+        assert_eq!(
+            cache.record("c").lines().count(),
+            3,
+            "header, the append, the sum"
+        );
     }
 }
