@@ -264,6 +264,26 @@ fn long_chat_store() -> (
     (rt, dir, store, r1)
 }
 
+/// The store's revision is the bytes on disk, and what changed since `r1` is the whole chat
+/// (its earlier content changed, so nothing may read as an append).
+fn assert_read_whole_since(
+    rt: &tokio::runtime::Runtime,
+    store: &FsStore,
+    root: &Path,
+    r1: &ChatRevision,
+) {
+    let (ch, id) = names();
+    assert_eq!(
+        rt.block_on(store.chat_revision(&ch, &id)).unwrap(),
+        Some(on_disk(root))
+    );
+    let change = rt
+        .block_on(store.read_chat_since(&ch, &id, r1))
+        .unwrap()
+        .unwrap();
+    assert!(matches!(change, ChatChange::Whole(_)), "{change:?}");
+}
+
 /// Fixes the typo in place (same length, same inode), as an editor writing in place does, and
 /// sets the modification time far from now (a later clock tick, without waiting for one).
 fn fix_typo_in_place(root: &Path) {
@@ -286,19 +306,10 @@ fn fix_typo_in_place(root: &Path) {
 #[test]
 fn an_edit_in_place_before_the_last_4k_changes_the_revision() {
     let (rt, dir, store, r1) = long_chat_store();
-    let (ch, id) = names();
     assert!(std::fs::metadata(path(dir.path())).unwrap().len() > 8192);
     fix_typo_in_place(dir.path());
     assert_ne!(on_disk(dir.path()), r1, "the bytes changed");
-    assert_eq!(
-        rt.block_on(store.chat_revision(&ch, &id)).unwrap(),
-        Some(on_disk(dir.path()))
-    );
-    let change = rt
-        .block_on(store.read_chat_since(&ch, &id, &r1))
-        .unwrap()
-        .unwrap();
-    assert!(matches!(change, ChatChange::Whole(_)), "{change:?}");
+    assert_read_whole_since(&rt, &store, dir.path(), &r1);
 }
 
 /// An edit in place before the last 4 KiB plus an appended line is not an append (found in
@@ -349,15 +360,7 @@ fn sillytavern_saves_that_edit_an_early_message_are_not_appends() {
         line(301, "more").raw()
     );
     save(&v3);
-    assert_eq!(
-        rt.block_on(store.chat_revision(&ch, &id)).unwrap(),
-        Some(on_disk(dir.path()))
-    );
-    let change = rt
-        .block_on(store.read_chat_since(&ch, &id, &r1))
-        .unwrap()
-        .unwrap();
-    assert!(matches!(change, ChatChange::Whole(_)), "{change:?}");
+    assert_read_whole_since(&rt, &store, dir.path(), &r1);
 }
 
 /// This process's own appends are followed back: what it appended since an earlier revision is
