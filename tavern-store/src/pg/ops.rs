@@ -192,6 +192,12 @@ impl Inner {
             // Send the query, then compute the answer on the mirror while the server replies:
             // when nothing new came back (almost always) that answer stands.
             let sent = std::future::poll_fn(|cx| Poll::Ready(query.as_mut().poll(cx))).await;
+            // The first poll only queued the request for the connection's task, which tokio
+            // runs next on this thread: let it write the request to the socket before the
+            // mirror is searched, or the server would only hear of it afterwards.
+            if sent.is_pending() {
+                tokio::task::yield_now().await;
+            }
             let early = sent.is_pending().then(|| f(&m.table));
             let rows = match sent {
                 Poll::Ready(rows) => rows,
