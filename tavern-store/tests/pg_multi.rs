@@ -8,6 +8,7 @@
 mod pg_support;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 
 use serde_json::json;
@@ -922,4 +923,43 @@ async fn compaction_refuses_to_drop_unreadable_rows() {
         .unwrap()
         .get(0);
     assert_eq!(rows, 2, "nothing was compacted");
+}
+
+/// A read abandoned while its query is in flight (its future dropped; here the query waits
+/// behind a lock, so it surely is in flight) leaves nothing behind that a later read could take
+/// for its own reply, whichever connection that read gets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_read_does_not_confuse_the_next() {
+    let (a, b, config, _) = two_stores().await;
+    let scope = agent("a1");
+    let (locker, conn) = config.connect(tavern_store::pg::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let q = |text: &str| MemoryQuery::new(text.to_owned(), vec![scope.clone()]);
+    for round in 0..4 {
+        let id = format!("m{round}");
+        b.put(
+            write(&id, scope.clone(), &format!("word{round}")),
+            None,
+            false,
+        )
+        .await
+        .unwrap();
+        locker
+            .batch_execute("BEGIN; LOCK TABLE memory_ops IN ACCESS EXCLUSIVE MODE")
+            .await
+            .unwrap();
+        {
+            let query = q(&format!("word{round}"));
+            let mut search = std::pin::pin!(a.search(&query));
+            let first = std::future::poll_fn(|cx| {
+                std::task::Poll::Ready(search.as_mut().poll(cx).is_ready())
+            })
+            .await;
+            assert!(!first, "round {round}: answered behind the lock");
+        }
+        locker.batch_execute("COMMIT").await.unwrap();
+        let found = a.search(&q(&format!("word{round}"))).await.unwrap();
+        let ids: Vec<&str> = found.hits.iter().map(|h| h.record.id.as_str()).collect();
+        assert_eq!(ids, [id.as_str()], "round {round}");
+    }
 }
