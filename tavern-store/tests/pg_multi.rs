@@ -963,3 +963,69 @@ async fn an_abandoned_read_does_not_confuse_the_next() {
         assert_eq!(ids, [id.as_str()], "round {round}");
     }
 }
+
+/// How often this session's prepared catch-up query was planned generically and custom.
+async fn plans(client: &tokio_postgres::Client) -> (i64, i64) {
+    let row = client
+        .query_one(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements
+             WHERE statement LIKE '%FROM memory_ops WHERE seq > $1%'
+               AND statement NOT LIKE '%pg_prepared_statements%'",
+            &[],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+/// Every pooled connection keeps one generic plan per prepared statement: with the default,
+/// once a table has statistics the catch-up query would be planned again on every read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_keep_their_generic_plans() {
+    let (a, _, config, _) = two_stores().await;
+    assert_eq!(
+        a.setting("plan_cache_mode").await.unwrap(),
+        "force_generic_plan"
+    );
+    // What that buys, on this server: an analyzed table's catch-up query under the default
+    // is re-planned every time; under the setting it is planned once. (Rows no store reads
+    // again: only their number matters to the planner.)
+    let (client, conn) = config.connect(tavern_store::pg::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    client
+        .batch_execute(
+            "INSERT INTO memory_ops (scope, id, op)
+             SELECT 'agent:filler', 'x', '{}'::json FROM generate_series(1, 5000);
+             ANALYZE memory_ops",
+        )
+        .await
+        .unwrap();
+    let select = client
+        .prepare(
+            "SELECT seq, op::text, reset FROM memory_ops WHERE seq > $1 ORDER BY seq LIMIT 2000",
+        )
+        .await
+        .unwrap();
+    for _ in 0..10 {
+        client.query(&select, &[&1_000_000i64]).await.unwrap();
+    }
+    let (generic, custom) = plans(&client).await;
+    assert_eq!(
+        (generic, custom),
+        (0, 10),
+        "the default re-plans every read"
+    );
+    client
+        .batch_execute(tavern_store::pg::READ_SETTINGS)
+        .await
+        .unwrap();
+    for _ in 0..10 {
+        client.query(&select, &[&1_000_000i64]).await.unwrap();
+    }
+    let (generic, custom) = plans(&client).await;
+    assert_eq!(
+        (generic, custom),
+        (10, 10),
+        "the setting plans once and keeps it"
+    );
+}

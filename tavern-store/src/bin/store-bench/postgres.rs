@@ -4,7 +4,7 @@
 //! soon a write acknowledged through one store is found by a search through the other.
 
 use super::*;
-use tavern_store::pg::{NoTls, PgConfig, PgStore};
+use tavern_store::pg::{NoTls, PgConfig, PgStore, READ_SETTINGS};
 use tavern_store::Transfer;
 
 type Rows = Vec<[String; 4]>;
@@ -104,6 +104,8 @@ pub fn run(
     let trips = rt().block_on(rt().spawn(async move {
         let (client, conn) = settings.connect(NoTls).await?;
         let task = tokio::spawn(conn);
+        // Planned as PgStore's connections plan it.
+        client.batch_execute(READ_SETTINGS).await?;
         let select = client
             .prepare("SELECT seq, op::text FROM memory_ops WHERE seq > $1 ORDER BY seq LIMIT 2000")
             .await?;
