@@ -23,7 +23,7 @@ use tavern_store::fs::FsStore;
 use tavern_store::pg::{PgConfig, PgStore, SCHEMA_VERSION};
 use tavern_store::{
     ChatChange, ChatRevision, ChatStore, CheckpointStatus, CheckpointStore, MemoryQuery,
-    MemoryStore, ProjectorCheckpoint, PromptStore, StateStore, StoreError, VariableStore,
+    MemoryStore, ProjectorCheckpoint, PromptStore, StateStore, StoreError, Transfer, VariableStore,
 };
 
 fn agent(id: &str) -> ScopeKey {
@@ -1028,4 +1028,35 @@ async fn reads_keep_their_generic_plans() {
         (10, 10),
         "the setting plans once and keeps it"
     );
+}
+
+/// A bulk load (`tavern copy` into PostgreSQL) leaves the tables with statistics, so plans made
+/// from then on are an analyzed table's, not the empty table's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_load_leaves_statistics() {
+    let (a, _, config, clock) = two_stores().await;
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FsStore::open(dir.path(), clock.clone()).unwrap();
+    for i in 0..30 {
+        fs.put(write(&format!("m{i}"), agent("a1"), "note"), None, false)
+            .await
+            .unwrap();
+    }
+    let (client, conn) = config.connect(tavern_store::pg::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let analyzed = || async {
+        client
+            .query_one(
+                "SELECT reltuples FROM pg_class WHERE relname = 'memory_ops'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, f32>(0)
+    };
+    assert!(analyzed().await < 0.0, "never analyzed before the load");
+    a.load_tables(fs.dump_tables().await.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(analyzed().await, 30.0, "analyzed after it");
 }

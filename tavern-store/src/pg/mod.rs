@@ -64,8 +64,11 @@ pub const DEFAULT_POOL_SIZE: usize = 8;
 /// finds the catch-up query's generic plan (estimated for any `seq > $1`) dearer than a custom
 /// one for "after the last row" and so plans it again on every read, which costs more than the
 /// query itself (PostgreSQL 15 here: 0.33 ms per read, 0.18 ms with the generic plan, an
-/// index scan). A write still plans per call (a `SET LOCAL` in its transaction), where a plan
-/// made while the table was small would hurt.
+/// index scan). A generic plan is made from the statistics at hand and made again whenever
+/// they change (autovacuum's `ANALYZE`, or the one after a bulk load): until a table that
+/// grew fast from empty is first analyzed (within about a minute), its reads scan it whole, as
+/// custom plans without statistics would. A write still plans per call (a `SET LOCAL` in its
+/// transaction), where a plan made while the table was small would hurt.
 pub const READ_SETTINGS: &str = "SET plan_cache_mode = force_generic_plan";
 
 /// A database error as a [`StoreError`], for `map_err`.

@@ -80,6 +80,12 @@ impl Transfer for PgStore {
         insert_ops::<MemoryTable>(&tx, &dump.memory, "load tables").await?;
         insert_ops::<VariableTable>(&tx, &dump.variables, "load tables").await?;
         tx.commit().await.map_err(db("load tables"))?;
+        // Statistics for the tables just filled (autovacuum would take up to a minute): until
+        // then every connection's plan for the catch-up query is the empty table's, a scan
+        // of the whole table. Only a speed-up, so a role that may not analyze still loads.
+        let _ = client
+            .batch_execute("ANALYZE memory_ops, variable_ops")
+            .await;
         drop(client);
         // The mirrors catch up from the rows just committed.
         self.inner.read(&self.inner.memory, |_| ()).await?;
