@@ -964,8 +964,15 @@ async fn an_abandoned_read_does_not_confuse_the_next() {
     }
 }
 
-/// How often this session's prepared catch-up query was planned generically and custom.
-async fn plans(client: &tokio_postgres::Client) -> (i64, i64) {
+/// Runs the prepared catch-up query ten times, then tells how often this session has planned
+/// it generically and custom.
+async fn ten_reads(
+    client: &tokio_postgres::Client,
+    select: &tokio_postgres::Statement,
+) -> (i64, i64) {
+    for _ in 0..10 {
+        client.query(select, &[&1_000_000i64]).await.unwrap();
+    }
     let row = client
         .query_one(
             "SELECT generic_plans, custom_plans FROM pg_prepared_statements
@@ -1006,12 +1013,8 @@ async fn reads_keep_their_generic_plans() {
         )
         .await
         .unwrap();
-    for _ in 0..10 {
-        client.query(&select, &[&1_000_000i64]).await.unwrap();
-    }
-    let (generic, custom) = plans(&client).await;
     assert_eq!(
-        (generic, custom),
+        ten_reads(&client, &select).await,
         (0, 10),
         "the default re-plans every read"
     );
@@ -1019,12 +1022,8 @@ async fn reads_keep_their_generic_plans() {
         .batch_execute(tavern_store::pg::READ_SETTINGS)
         .await
         .unwrap();
-    for _ in 0..10 {
-        client.query(&select, &[&1_000_000i64]).await.unwrap();
-    }
-    let (generic, custom) = plans(&client).await;
     assert_eq!(
-        (generic, custom),
+        ten_reads(&client, &select).await,
         (10, 10),
         "the setting plans once and keeps it"
     );
