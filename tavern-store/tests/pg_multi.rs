@@ -930,7 +930,9 @@ async fn compaction_refuses_to_drop_unreadable_rows() {
 /// for its own reply, whichever connection that read gets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abandoned_read_does_not_confuse_the_next() {
-    let (a, b, config, _) = two_stores().await;
+    let (_, b, config, clock) = two_stores().await;
+    // One connection: the next read gets the very connection the abandoned one used.
+    let a = PgStore::open(config.clone(), clock, 1).await.unwrap();
     let scope = agent("a1");
     let (locker, conn) = config.connect(tavern_store::pg::NoTls).await.unwrap();
     tokio::spawn(conn);
@@ -962,6 +964,7 @@ async fn an_abandoned_read_does_not_confuse_the_next() {
         let ids: Vec<&str> = found.hits.iter().map(|h| h.record.id.as_str()).collect();
         assert_eq!(ids, [id.as_str()], "round {round}");
     }
+    assert!(a.diagnostics().is_empty(), "{:?}", a.diagnostics());
 }
 
 /// Runs the prepared catch-up query ten times, then tells how often this session has planned
@@ -989,10 +992,41 @@ async fn ten_reads(
 /// once a table has statistics the catch-up query would be planned again on every read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_keep_their_generic_plans() {
-    let (a, _, config, _) = two_stores().await;
+    let (_, _, config, clock) = two_stores().await;
+    // One connection, so it holds every statement the store prepared.
+    let a = PgStore::open(config.clone(), clock, 1).await.unwrap();
     assert_eq!(
         a.setting("plan_cache_mode").await.unwrap(),
         "force_generic_plan"
+    );
+    let scope = agent("a1");
+    for i in 0..3 {
+        a.put(write(&format!("m{i}"), scope.clone(), "note"), None, false)
+            .await
+            .unwrap();
+    }
+    for _ in 0..10 {
+        a.search(&MemoryQuery::new("note", vec![scope.clone()]))
+            .await
+            .unwrap();
+    }
+    let plans = a.prepared_plans().await.unwrap();
+    let of = |prefix: &str| {
+        plans
+            .iter()
+            .find(|p| p.0.trim_start().starts_with(prefix))
+            .map(|p| (p.1, p.2))
+            .unwrap_or_else(|| panic!("no statement {prefix}: {plans:?}"))
+    };
+    let (generic, custom) = of("SELECT seq, op::text, reset FROM memory_ops");
+    assert!(
+        generic >= 10 && custom == 0,
+        "reads keep one plan: {plans:?}"
+    );
+    let (generic, custom) = of("INSERT INTO memory_ops");
+    assert!(
+        generic == 0 && custom >= 3,
+        "writes plan per call: {plans:?}"
     );
     // What that buys, on this server: an analyzed table's catch-up query under the default
     // is re-planned every time; under the setting it is planned once. (Rows no store reads
@@ -1019,7 +1053,7 @@ async fn reads_keep_their_generic_plans() {
         "the default re-plans every read"
     );
     client
-        .batch_execute(tavern_store::pg::READ_SETTINGS)
+        .batch_execute(tavern_store::pg::SESSION_SETTINGS)
         .await
         .unwrap();
     assert_eq!(

@@ -59,17 +59,19 @@ use crate::StoreDiagnostic;
 /// Connections kept by default.
 pub const DEFAULT_POOL_SIZE: usize = 8;
 
-/// Run on every new pooled connection (and by the benchmark on its own): prepared statements
-/// keep one generic plan. Under the default (`auto`), once a table has statistics the planner
-/// finds the catch-up query's generic plan (estimated for any `seq > $1`) dearer than a custom
-/// one for "after the last row" and so plans it again on every read, which costs more than the
-/// query itself (PostgreSQL 15 here: 0.33 ms per read, 0.18 ms with the generic plan, an
-/// index scan). A generic plan is made from the statistics at hand and made again whenever
-/// they change (autovacuum's `ANALYZE`, or the one after a bulk load): until a table that
-/// grew fast from empty is first analyzed (within about a minute), its reads scan it whole, as
-/// custom plans without statistics would. A write still plans per call (a `SET LOCAL` in its
-/// transaction), where a plan made while the table was small would hurt.
-pub const READ_SETTINGS: &str = "SET plan_cache_mode = force_generic_plan";
+/// Run once on every new pooled connection (and by the benchmark on its own), for every
+/// statement on it: a prepared statement keeps one generic plan (PostgreSQL 12 or later).
+/// What it is for is the catch-up query every read makes: under the default (`auto`), once a
+/// table has statistics the planner finds its generic plan (estimated for any `seq > $1`)
+/// dearer than a custom one for "after the last row" and plans it again on every read, which
+/// costs more than the query itself (PostgreSQL 15 here: 0.33 ms per read, 0.18 ms with the
+/// generic plan, an index scan). The other statements are prepared per call (planned fresh
+/// anyway) or, for writes, planned per call by a `SET LOCAL` in their transaction, where a
+/// plan made while the table was small would hurt. A kept plan is made again when `VACUUM` or
+/// `ANALYZE` (autovacuum's, or the one after a bulk load) update the table's size: until a
+/// table that grew fast from empty is first analyzed (within about a minute), its reads scan
+/// it whole, as custom plans without statistics would too.
+pub const SESSION_SETTINGS: &str = "SET plan_cache_mode = force_generic_plan";
 
 /// A database error as a [`StoreError`], for `map_err`.
 pub(crate) fn db(op: &'static str) -> impl FnOnce(tokio_postgres::Error) -> StoreError {
@@ -107,7 +109,10 @@ fn pool_err(op: &'static str) -> impl FnOnce(PoolError) -> StoreError {
             PoolError::Timeout(_) => {
                 "the server did not answer in time (connect_timeout, 10 s by default)".to_owned()
             }
-            other => format!("connection pool: {other}"),
+            PoolError::PostCreateHook(HookError::Backend(e)) => {
+                format!("setting up a new connection: {}", describe(&e))
+            }
+            other => format!("connection pool: {}", other.to_string().trim_end()),
         },
     }
 }
@@ -194,6 +199,8 @@ impl PgStore {
             Connector::Plain => Manager::new(config, NoTls),
             Connector::Tls(connector) => Manager::new(config, connector),
         };
+        // The default recycling (`Fast`) runs no SQL, so the session setting stays for the
+        // connection's life (`Clean` would `RESET ALL` it away).
         let pool = Pool::builder(manager)
             .max_size(pool_size.max(1))
             .runtime(deadpool_postgres::Runtime::Tokio1)
@@ -201,7 +208,7 @@ impl PgStore {
             .post_create(Hook::async_fn(|client, _| {
                 Box::pin(async move {
                     client
-                        .batch_execute(READ_SETTINGS)
+                        .batch_execute(SESSION_SETTINGS)
                         .await
                         .map_err(HookError::Backend)
                 })
@@ -246,6 +253,29 @@ impl PgStore {
             .await
             .map_err(db("show"))?;
         row.try_get(0).map_err(db("show"))
+    }
+
+    /// The statements prepared on one of the store's pooled connections, with how many times
+    /// each ran on a generic and on a custom plan (`pg_prepared_statements`): with a pool of
+    /// one, what every call so far did.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] when the server cannot be asked.
+    #[cfg(feature = "testkit")]
+    pub async fn prepared_plans(&self) -> Result<Vec<(String, i64, i64)>, StoreError> {
+        let client = self.inner.client("show").await?;
+        let rows = client
+            .query(
+                "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements
+                 WHERE statement NOT LIKE '%pg_prepared_statements%'",
+                &[],
+            )
+            .await
+            .map_err(db("show"))?;
+        rows.iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+            .collect::<Result<_, tokio_postgres::Error>>()
+            .map_err(db("show"))
     }
 
     /// How many memory records (live, forgotten or expired) this process has loaded.

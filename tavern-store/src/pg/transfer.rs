@@ -82,11 +82,21 @@ impl Transfer for PgStore {
         tx.commit().await.map_err(db("load tables"))?;
         // Statistics for the tables just filled (autovacuum would take up to a minute): until
         // then every connection's plan for the catch-up query is the empty table's, a scan
-        // of the whole table. Only a speed-up, so a role that may not analyze still loads.
-        let _ = client
-            .batch_execute("ANALYZE memory_ops, variable_ops")
+        // of the whole table. Only a speed-up: bounded in time behind a conflicting lock (a
+        // manual VACUUM, an index build), and a role that does not own the tables just gets
+        // a warning; the data is committed either way.
+        let analyzed = client
+            .batch_execute(
+                "BEGIN; SET LOCAL lock_timeout = '10s'; ANALYZE memory_ops, variable_ops; COMMIT",
+            )
             .await;
-        drop(client);
+        // A failure leaves the transaction open: closed here, or the connection is not
+        // handed out again.
+        if analyzed.is_err() && client.batch_execute("ROLLBACK").await.is_err() {
+            drop(deadpool_postgres::Object::take(client));
+        } else {
+            drop(client);
+        }
         // The mirrors catch up from the rows just committed.
         self.inner.read(&self.inner.memory, |_| ()).await?;
         self.inner.read(&self.inner.variables, |_| ()).await

@@ -4,7 +4,7 @@
 //! soon a write acknowledged through one store is found by a search through the other.
 
 use super::*;
-use tavern_store::pg::{NoTls, PgConfig, PgStore, READ_SETTINGS};
+use tavern_store::pg::{NoTls, PgConfig, PgStore, SESSION_SETTINGS};
 use tavern_store::Transfer;
 
 type Rows = Vec<[String; 4]>;
@@ -105,9 +105,9 @@ pub fn run(
         let (client, conn) = settings.connect(NoTls).await?;
         let task = tokio::spawn(conn);
         // Planned as PgStore's connections plan it.
-        client.batch_execute(READ_SETTINGS).await?;
+        client.batch_execute(SESSION_SETTINGS).await?;
         let select = client
-            .prepare("SELECT seq, op::text FROM memory_ops WHERE seq > $1 ORDER BY seq LIMIT 2000")
+            .prepare("SELECT seq, op::text, reset FROM memory_ops WHERE seq > $1 ORDER BY seq LIMIT 2000")
             .await?;
         let last: i64 = client
             .query_one("SELECT coalesce(max(seq), 0) FROM memory_ops", &[])
