@@ -465,15 +465,22 @@ mod tests {
         );
     }
 
-    /// A record passes on the appends it names, and an entry whose numbers do not describe
-    /// an append (its length is not the file's) is not taken, checksum or not.
-    #[test]
-    fn records_pass_on_appends_and_refuse_inconsistent_entries() {
+    /// A chat file `{}` + `{}` on disk (kept while the directory lives), its metadata, and the
+    /// digests of the one-line version and of the version with the second line appended.
+    fn appended_file() -> (tempfile::TempDir, std::fs::Metadata, ChatDigest, ChatDigest) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.jsonl");
         std::fs::write(&path, b"{}\n{}").unwrap();
         let meta = std::fs::metadata(&path).unwrap();
         let (parent, digest) = (ChatDigest::of_bytes(b"{}"), ChatDigest::of_bytes(b"{}\n{}"));
+        (dir, meta, parent, digest)
+    }
+
+    /// A record passes on the appends it names, and an entry whose numbers do not describe
+    /// an append (its length is not the file's) is not taken, checksum or not.
+    #[test]
+    fn records_pass_on_appends_and_refuse_inconsistent_entries() {
+        let (_dir, meta, parent, digest) = appended_file();
         let writer = ChatDigests::default();
         writer.remember("c", Known::new(&meta, digest, b"{}\n{}", Some(parent)));
         let reader = ChatDigests::default();
@@ -501,11 +508,7 @@ mod tests {
     /// the record other processes read).
     #[test]
     fn reading_an_appended_version_again_keeps_its_link() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("c.jsonl");
-        std::fs::write(&path, b"{}\n{}").unwrap();
-        let meta = std::fs::metadata(&path).unwrap();
-        let (parent, digest) = (ChatDigest::of_bytes(b"{}"), ChatDigest::of_bytes(b"{}\n{}"));
+        let (_dir, meta, parent, digest) = appended_file();
         let cache = ChatDigests::default();
         cache.remember("c", Known::new(&meta, digest, b"{}\n{}", Some(parent)));
         cache.remember("c", Known::new(&meta, digest, b"{}\n{}", None));
