@@ -524,10 +524,19 @@ async fn run_locomo(path: &str) -> Result<Report> {
 /// in order (repeated as needed, speaker A as the user, B as the character), its questions as
 /// queries; the first query (which builds the index), p50 of warm queries, and p50 of a query
 /// right after one appended message.
-async fn history_latency(
-    convs: &[Conversation],
-    sizes: &[usize],
-) -> Result<Vec<(usize, f64, f64, f64)>> {
+/// History search latency on one chat size.
+struct HistoryLatency {
+    messages: usize,
+    build_ms: f64,
+    p50_ms: f64,
+    p50_after_append_ms: f64,
+    /// Messages and bytes of JSON a warm query returns, on average: a longer chat has more
+    /// matches to fill a page with, so part of its extra cost is a bigger answer.
+    items: f64,
+    bytes: f64,
+}
+
+async fn history_latency(convs: &[Conversation], sizes: &[usize]) -> Result<Vec<HistoryLatency>> {
     let turns: Vec<(&Conversation, &Turn)> = convs
         .iter()
         .flat_map(|c| c.turns.iter().map(move |t| (c, t)))
@@ -554,6 +563,8 @@ async fn history_latency(
         build: f64,
         warm: Vec<Duration>,
         after_append: Vec<Duration>,
+        items: usize,
+        bytes: usize,
     }
     let character = CharacterName::parse("Mira").map_err(|e| e.to_string())?;
     let chat = ChatId::parse("long").map_err(|e| e.to_string())?;
@@ -588,6 +599,8 @@ async fn history_latency(
             build,
             warm: Vec::new(),
             after_append: Vec::new(),
+            items: 0,
+            bytes: 0,
         });
     }
     // The sizes take turns query by query, so a busy moment of the machine weighs on all of
@@ -595,8 +608,10 @@ async fn history_latency(
     for i in 0..questions.len() {
         for c in &mut chats {
             let started = Instant::now();
-            c.bench.call("s", "tavern_history_search", query(i)).await?;
+            let answer = c.bench.call("s", "tavern_history_search", query(i)).await?;
             c.warm.push(started.elapsed());
+            c.items += answer["items"].as_array().map_or(0, Vec::len);
+            c.bytes += answer.to_string().len();
         }
     }
     for i in 0..100 {
@@ -614,13 +629,13 @@ async fn history_latency(
     }
     Ok(chats
         .into_iter()
-        .map(|mut c| {
-            (
-                c.size,
-                c.build,
-                percentile(&mut c.warm, 0.5),
-                percentile(&mut c.after_append, 0.5),
-            )
+        .map(|mut c| HistoryLatency {
+            messages: c.size,
+            build_ms: c.build,
+            p50_ms: percentile(&mut c.warm, 0.5),
+            p50_after_append_ms: percentile(&mut c.after_append, 0.5),
+            items: c.items as f64 / questions.len() as f64,
+            bytes: c.bytes as f64 / questions.len() as f64,
         })
         .collect())
 }
@@ -659,7 +674,7 @@ async fn run(path: &str, as_json: bool) -> Result<()> {
                 "latencyMs": METHODS.iter().zip(&latency).map(|(m, (p50, p99))| (m.to_string(), json!({"p50": p50, "p99": p99}))).collect::<serde_json::Map<_, _>>(),
                 "memoryOpenMs": report.memory_open.as_secs_f64() * 1000.0, "memoryRecords": report.memory_records,
                 "historyBuildMsP50": percentile(&mut build, 0.5),
-                "historyLatency": history.iter().map(|(n, b, w, a)| json!({"messages": n, "buildMs": b, "p50Ms": w, "p50AfterAppendMs": a})).collect::<Vec<_>>(),
+                "historyLatency": history.iter().map(|h| json!({"messages": h.messages, "buildMs": h.build_ms, "p50Ms": h.p50_ms, "p50AfterAppendMs": h.p50_after_append_ms, "itemsPerQuery": h.items, "bytesPerQuery": h.bytes})).collect::<Vec<_>>(),
             }),
         );
         println!("{}", Value::Object(obj));
@@ -700,13 +715,22 @@ async fn run(path: &str, as_json: bool) -> Result<()> {
         build.len(),
         percentile(&mut build, 0.5)
     );
-    for (n, b, w, a) in &history {
-        println!("| history search, {n} messages: build / warm p50 / p50 after one append | {b:.2} ms / {w:.3} ms / {a:.3} ms |");
+    for h in &history {
+        println!(
+            "| history search, {} messages: build / warm p50 / p50 after one append | {:.2} ms / {:.3} ms / {:.3} ms |",
+            h.messages, h.build_ms, h.p50_ms, h.p50_after_append_ms
+        );
     }
-    if let [(_, _, small, _), (_, _, large, _)] = history[..] {
+    for h in &history {
+        println!(
+            "| history search, {} messages: messages / bytes returned per query | {:.2} / {:.0} |",
+            h.messages, h.items, h.bytes
+        );
+    }
+    if let [small, large] = &history[..] {
         println!(
             "| history search p50, 10,000 vs 100 messages | {:.2}× |",
-            large / small
+            large.p50_ms / small.p50_ms
         );
     }
     Ok(())
