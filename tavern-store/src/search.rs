@@ -8,6 +8,7 @@
 //! and `的` find nothing by themselves ([`stopwords`]), `银色大门` finds a sentence containing it.
 
 pub mod stopwords;
+mod top;
 
 use std::cell::RefCell;
 
@@ -280,6 +281,13 @@ struct Shard {
     packed_ids: FxHashMap<u64, u32>,
     term_ids: FxHashMap<Box<str>, u32>,
     postings: Vec<Vec<Posting>>,
+    /// Per term, the largest term frequency any of its postings ever had (never lowered, so
+    /// always an upper bound): what bounds a term's contribution when pruning.
+    max_tf: Vec<f32>,
+    /// Documents per block of the long lists' block maps; 0: no block maps are kept.
+    map_block: usize,
+    /// Block maps of the long lists ([`top::BlockMap`]), by term.
+    maps: FxHashMap<u32, top::BlockMap>,
 }
 
 impl Shard {
@@ -297,16 +305,39 @@ impl Shard {
         };
         if id == next {
             self.postings.push(Vec::new());
+            self.max_tf.push(0.0);
         }
         id
     }
 
-    fn lookup(&self, token: &str, key: Option<u64>) -> Option<&[Posting]> {
-        let id = match key {
+    /// Appends a posting to `term`'s list (and to its block map, keeping one while the list is
+    /// long for how many documents there are).
+    fn push(&mut self, term: u32, posting: Posting) {
+        self.raise_max_tf(term, posting.1);
+        let list = &mut self.postings[term as usize];
+        list.push(posting);
+        if self.map_block > 0 {
+            top::BlockMap::follow(&mut self.maps, term, list, self.map_block);
+        }
+    }
+
+    fn raise_max_tf(&mut self, term: u32, tf: f32) {
+        if let Some(max) = self.max_tf.get_mut(term as usize) {
+            *max = max.max(tf);
+        }
+    }
+
+    fn lookup_term(&self, token: &str, key: Option<u64>) -> Option<QueryTerm<'_>> {
+        let id = *match key {
             Some(key) => self.packed_ids.get(&key),
             None => self.term_ids.get(token),
         }?;
-        Some(&self.postings[*id as usize])
+        Some(QueryTerm {
+            list: &self.postings[id as usize],
+            weight: 0.0,
+            max_tf: self.max_tf[id as usize],
+            map: self.maps.get(&id),
+        })
     }
 
     /// The `(term id, weighted term frequency)` pairs of the tokens of `fields` this shard
@@ -345,7 +376,7 @@ impl Shard {
         let mut terms = Vec::new();
         self.terms_of(me, fields, ids, &mut terms);
         for (term, tf) in terms {
-            self.postings[term as usize].push((doc, tf, generation));
+            self.push(term, (doc, tf, generation));
         }
     }
 
@@ -369,7 +400,7 @@ impl Shard {
         }
         for (k, ((doc, _), generation)) in docs.iter().zip(generations).enumerate() {
             for (term, tf) in &terms[bounds[k]..bounds[k + 1]] {
-                self.postings[*term as usize].push((*doc, *tf, *generation));
+                self.push(*term, (*doc, *tf, *generation));
             }
         }
     }
@@ -422,6 +453,25 @@ pub struct Bm25Index {
     stale: bool,
     /// The document indexed last, while it is live: its postings end every list it is in.
     last: Option<u32>,
+    /// One past the highest document ever indexed.
+    next_doc: u32,
+    /// Whether [`Bm25Index::top`] must score every match: a document was indexed at or below
+    /// an earlier one (a posting list may be out of document order), or a field weight was not
+    /// positive and finite (no term-frequency bound holds).
+    exact_only: bool,
+    /// The shortest length any document ever had (never raised, so a lower bound for every
+    /// live document); `None` before the first.
+    min_len: Option<f32>,
+}
+
+/// A query token found in the index: its postings, its BM25 weight and the largest term
+/// frequency among its postings.
+struct QueryTerm<'a> {
+    list: &'a [Posting],
+    weight: f32,
+    max_tf: f32,
+    /// The list's block map, when it is long enough to keep one.
+    map: Option<&'a top::BlockMap>,
 }
 
 /// Per document (score, matched query tokens), and the documents touched by the query.
@@ -450,6 +500,23 @@ impl Bm25Index {
     /// An empty index.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty index that keeps, for its long posting lists, a map of which documents they
+    /// hold (one bit per document), so [`Bm25Index::top`] finds a document's posting in a
+    /// common term's list without reading the list. For indexes queried with
+    /// [`Bm25Index::top`] whose documents are added in slot order (a chat's messages); a map
+    /// takes at most about 1.5 times the memory of the list it maps.
+    pub fn for_top() -> Self {
+        Self::with_block_maps(top::BLOCK_DOCS)
+    }
+
+    fn with_block_maps(block: usize) -> Self {
+        let mut index = Self::default();
+        for shard in &mut index.shards {
+            shard.map_block = block.max(1).next_power_of_two();
+        }
+        index
     }
 
     /// Makes room for about `docs` more documents.
@@ -490,6 +557,12 @@ impl Bm25Index {
         }
         self.generation[idx] = self.generation[idx].wrapping_add(1);
         self.last = Some(doc);
+        if doc < self.next_doc {
+            self.exact_only = true;
+        } else {
+            self.next_doc = doc.saturating_add(1);
+        }
+        self.min_len = Some(self.min_len.map_or(len, |m| m.min(len)));
         self.doc_len[idx] = len;
         self.group[idx] = group;
         self.alive[idx] = true;
@@ -510,6 +583,7 @@ impl Bm25Index {
     /// words add `w` each to the document length. Weights should be positive; multiples of ½
     /// keep every sum exact, so an index built in any order scores exactly alike.
     pub fn insert_fields(&mut self, doc: u32, group: u32, fields: &[(&str, f32)]) {
+        self.check_weights(fields);
         // Length counts words and CJK characters once; the auxiliary CJK unigrams would
         // otherwise make Chinese records look twice as long as they are.
         let generation = self.begin(doc, group, fields_len(fields));
@@ -529,6 +603,7 @@ impl Bm25Index {
         if self.last != Some(doc) || !self.alive.get(idx).copied().unwrap_or(false) {
             return false;
         }
+        self.check_weights(fields);
         let added = fields_len(fields);
         self.doc_len[idx] += added;
         self.total_len += f64::from(added);
@@ -544,12 +619,23 @@ impl Bm25Index {
             for &(term, tf) in &terms {
                 let list = &mut shard.postings[term as usize];
                 match list.last_mut() {
-                    Some(p) if p.0 == doc && p.2 == generation => p.1 += tf,
-                    _ => list.push((doc, tf, generation)),
+                    Some(p) if p.0 == doc && p.2 == generation => {
+                        p.1 += tf;
+                        let grown = p.1;
+                        shard.raise_max_tf(term, grown);
+                    }
+                    _ => shard.push(term, (doc, tf, generation)),
                 }
             }
         }
         true
+    }
+
+    /// Turns pruning off for good when a weight breaks the bounds it relies on.
+    fn check_weights(&mut self, fields: &[(&str, f32)]) {
+        if fields.iter().any(|(_, w)| !(w.is_finite() && *w > 0.0)) {
+            self.exact_only = true;
+        }
     }
 
     /// Indexes many `(doc, group, text)` documents at once, each shard on its own thread
@@ -612,6 +698,8 @@ impl Bm25Index {
     fn compact(&mut self) {
         let (alive, generation) = (&self.alive, &self.generation);
         for shard in &mut self.shards {
+            // Positions move: the maps are built again as their lists grow.
+            shard.maps.clear();
             for list in &mut shard.postings {
                 list.retain(|(d, _, g)| alive[*d as usize] && generation[*d as usize] == *g);
             }
@@ -640,64 +728,6 @@ impl Bm25Index {
         let mut out = Vec::new();
         self.score_each(query, groups, |doc, score| out.push((doc, score)));
         out
-    }
-
-    /// The best `k` documents of [`Bm25Index::score`] over every group (highest score first,
-    /// ties: higher slot first — for a chat, the newer message), in that order, and how many
-    /// documents match in all. Keeps `k` candidates, not every match.
-    pub fn top(&self, query: &[String], k: usize) -> (Vec<(u32, f32)>, usize) {
-        /// Ordered so the heap's top is the worst of the best `k`.
-        struct Worst(u32, f32);
-        impl PartialEq for Worst {
-            fn eq(&self, other: &Self) -> bool {
-                self.cmp(other).is_eq()
-            }
-        }
-        impl Eq for Worst {}
-        impl PartialOrd for Worst {
-            fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-                Some(self.cmp(other))
-            }
-        }
-        impl Ord for Worst {
-            fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-                // Reversed: a lower score (then a lower slot) is "greater", i.e. on top.
-                other.1.total_cmp(&self.1).then(other.0.cmp(&self.0))
-            }
-        }
-        let mut best: std::collections::BinaryHeap<Worst> =
-            std::collections::BinaryHeap::with_capacity(k.saturating_add(1).min(1024));
-        // Once `k` are kept, the worst kept score: most matches score below it, and one float
-        // comparison turns them away.
-        let mut floor = if k == 0 {
-            f32::INFINITY
-        } else {
-            f32::NEG_INFINITY
-        };
-        let total = self.score_each(query, None, |doc, score| {
-            if score < floor || k == 0 {
-                return;
-            }
-            let candidate = Worst(doc, score);
-            if best.len() < k {
-                best.push(candidate);
-            } else if best.peek().is_some_and(|worst| candidate < *worst) {
-                best.pop();
-                best.push(candidate);
-            } else {
-                return;
-            }
-            if best.len() == k {
-                floor = best.peek().map_or(f32::NEG_INFINITY, |worst| worst.1);
-            }
-        });
-        // Ascending in `Worst`'s order is best first.
-        let top = best
-            .into_sorted_vec()
-            .into_iter()
-            .map(|w| (w.0, w.1))
-            .collect();
-        (top, total)
     }
 
     /// Calls `sink` with every matching document and its score, in no particular order;
@@ -746,13 +776,14 @@ impl Bm25Index {
         query: &[String],
         n: f32,
         filter: Option<&[u32]>,
-    ) -> Vec<(&'a [Posting], f32)> {
+    ) -> Vec<QueryTerm<'a>> {
         let mut terms = Vec::with_capacity(query.len());
         for term in query {
             let key = pack(term);
-            let Some(list) = self.shards[shard_of(term, key)].lookup(term, key) else {
+            let Some(mut found) = self.shards[shard_of(term, key)].lookup_term(term, key) else {
                 continue;
             };
+            let list = found.list;
             let df = if self.stale || filter.is_some() {
                 list.iter().filter(|p| self.current(p, filter)).count() as f32
             } else {
@@ -765,9 +796,10 @@ impl Bm25Index {
             // The query side weighs each term by its idf too (idf² overall, as in the classic
             // vector-space model): a rare word in the query must dominate a common one even in
             // a long document.
-            terms.push((list, idf * idf * (K1 + 1.0)));
+            found.weight = idf * idf * (K1 + 1.0);
+            terms.push(found);
         }
-        terms.sort_by(|a, b| b.1.total_cmp(&a.1));
+        terms.sort_by(|a, b| b.weight.total_cmp(&a.weight));
         terms
     }
 
@@ -804,7 +836,7 @@ impl Bm25Index {
         // With nothing stale and no group filter every posting counts: skip the two lookups
         // per posting that tell (they dominate on long lists).
         let check = self.stale || filter.is_some();
-        for (list, weight) in self.weighted_terms(query, n, filter) {
+        for QueryTerm { list, weight, .. } in self.weighted_terms(query, n, filter) {
             for p in list.iter().filter(|p| !check || self.current(p, filter)) {
                 let idx = p.0 as usize;
                 let Some(slot) = acc.get_mut(idx) else {

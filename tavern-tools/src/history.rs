@@ -113,10 +113,22 @@ fn day_words(date: &SendDate) -> Option<String> {
 
 /// A chat's messages and their BM25 index. Appending messages one by one and building from all
 /// of them at once give the same index (the proptest in this module checks it).
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub struct HistoryIndex {
     messages: Vec<Message>,
     index: Bm25Index,
+}
+
+impl Default for HistoryIndex {
+    fn default() -> Self {
+        Self {
+            messages: Vec::new(),
+            // Messages are indexed in order, so common words keep block maps: a question
+            // naming a speaker reads that speaker's postings only for the messages a rarer
+            // word found (see `Bm25Index::top`).
+            index: Bm25Index::for_top(),
+        }
+    }
 }
 
 /// One ranked message.

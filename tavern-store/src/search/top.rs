@@ -1,0 +1,700 @@
+//! The best `k` matches of a query and the exact number of matches, without scoring every
+//! match: [`Bm25Index::top`], what history search runs.
+//!
+//! A question naming a speaker matches a third of a long chat (every message of that speaker,
+//! and its neighbours), yet only the best ten are wanted, and the answer says how many matched.
+//!
+//! 1. The rarest term's documents are scored first, completely: a common term's posting for a
+//!    document is found through the term's [`BlockMap`] (one bit per document, and where each
+//!    word of bits starts in the list) without reading the list. The best of them set a floor.
+//! 2. The other lists are walked in step, one block of documents at a time (the block's
+//!    accumulators stay in the first-level cache). A document matching only the commonest
+//!    terms cannot reach the floor (each term's contribution is bounded by its largest term
+//!    frequency in the shortest document, the coordination factor by how many terms it can
+//!    match), so past the terms that can lift a document to the floor ("essential"), a term
+//!    adds only to documents an earlier term found — looked up through its map — and documents
+//!    the remaining terms cannot lift are dropped before those lookups.
+//! 3. Every match is still counted: a mapped term's block bits are OR-ed into the block's,
+//!    the others set one bit per posting read.
+//!
+//! Scores are bit-identical to scoring every match: each document that is scored gets every
+//! term, in the same order, and a bound only ever turns away a document that scores below the
+//! floor. Indexes whose lists may be out of order, hold stale postings, or fit in one block are
+//! scored in full.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+use rustc_hash::FxHashMap;
+
+use super::{Bm25Index, LengthNorm, Posting, QueryTerm, SCRATCH};
+
+/// Documents walked together: their accumulators (8 bytes each) and lengths fit in the
+/// first-level cache beside the postings streaming through.
+pub(super) const BLOCK_DOCS: usize = 1024;
+
+/// A list gets a block map from this many postings on, when it holds at least one document in
+/// [`MAP_DENSITY`]: a map takes about 196 bytes per 1,024 documents, a list 12 bytes per
+/// posting, so a new map costs under the list's memory...
+const MAP_MIN_POSTINGS: usize = 64;
+/// ... see [`MAP_MIN_POSTINGS`]; a map is dropped again when the list falls below half that
+/// density (a list growing slower than the chat), so a map never costs more than about 1.5
+/// times its list.
+const MAP_DENSITY: usize = 48;
+
+/// Which documents of blocks of `block` documents a long posting list holds (one bit each)
+/// and where each block's postings start in the list: whether a document is in the list, and
+/// at which posting, without reading the list. Only for lists in document order.
+#[derive(Debug, Clone)]
+pub(super) struct BlockMap {
+    /// Documents per block: a power of two (a division per lookup costs more than the rest).
+    block: usize,
+    /// `log2(block)`.
+    shift: u32,
+    /// `words` words per block.
+    bits: Vec<u64>,
+    words: usize,
+    /// Per block, the index in the list of its first posting.
+    starts: Vec<u32>,
+    /// Per word, the index in the list of its first posting (once it has one): finding a
+    /// posting then counts the bits of one word, not of every word before it.
+    word_starts: Vec<u32>,
+    /// The last document mapped.
+    last: u32,
+}
+
+impl BlockMap {
+    /// Keeps `term`'s map in `maps` in step with `list` after a posting was appended to it:
+    /// extends it, creates it once the list is long enough, drops it once the list is too
+    /// sparse for it or out of document order.
+    pub(super) fn follow(
+        maps: &mut FxHashMap<u32, BlockMap>,
+        term: u32,
+        list: &[Posting],
+        block: usize,
+    ) {
+        let Some(&(doc, _, _)) = list.last() else {
+            return;
+        };
+        let len = list.len();
+        if let Some(map) = maps.get_mut(&term) {
+            // Too sparse now (checked before growing it), or out of order: dropped.
+            if len.saturating_mul(MAP_DENSITY * 2) < doc as usize || !map.add(doc, len - 1) {
+                maps.remove(&term);
+            }
+        } else if len >= MAP_MIN_POSTINGS && len.saturating_mul(MAP_DENSITY) > doc as usize {
+            if let Some(map) = Self::of(list, block) {
+                maps.insert(term, map);
+            }
+        }
+    }
+
+    /// The map of a whole list; `None` when it is out of document order.
+    fn of(list: &[Posting], block: usize) -> Option<Self> {
+        let block = block.max(1).next_power_of_two();
+        let mut map = Self {
+            block,
+            shift: block.trailing_zeros(),
+            bits: Vec::new(),
+            words: block.div_ceil(64),
+            starts: Vec::new(),
+            word_starts: Vec::new(),
+            last: 0,
+        };
+        for (at, &(doc, _, _)) in list.iter().enumerate() {
+            if at > 0 && doc <= map.last {
+                return None;
+            }
+            map.set(doc, at);
+        }
+        Some(map)
+    }
+
+    /// Maps posting `at` of the list, document `doc`; `false` when `doc` is not after the
+    /// last document mapped (the map no longer holds).
+    fn add(&mut self, doc: u32, at: usize) -> bool {
+        if doc <= self.last {
+            return false;
+        }
+        self.set(doc, at);
+        true
+    }
+
+    fn set(&mut self, doc: u32, at: usize) {
+        let (block, local) = (doc as usize >> self.shift, doc as usize & (self.block - 1));
+        while self.starts.len() <= block {
+            self.starts.push(u32::try_from(at).unwrap_or(u32::MAX));
+            self.bits.extend(std::iter::repeat_n(0, self.words));
+            self.word_starts.extend(std::iter::repeat_n(0, self.words));
+        }
+        let w = block * self.words + local / 64;
+        if let (Some(word), Some(start)) = (self.bits.get_mut(w), self.word_starts.get_mut(w)) {
+            if *word == 0 {
+                *start = u32::try_from(at).unwrap_or(u32::MAX);
+            }
+            *word |= 1 << (local % 64);
+        }
+        self.last = doc;
+    }
+
+    /// The bits of block `block` (document `block · size + i` is bit `i`), if any are set.
+    fn block_bits(&self, block: usize) -> Option<&[u64]> {
+        self.bits.get(block * self.words..(block + 1) * self.words)
+    }
+
+    /// The index in the list just past block `block`'s postings (the list holds `len`).
+    fn end_of_block(&self, block: usize, len: usize) -> usize {
+        self.starts
+            .get(block + 1)
+            .map_or(len, |&start| (start as usize).min(len))
+    }
+
+    /// The term frequency of `doc` in `list` (the list this maps), if it holds `doc`.
+    fn tf(&self, doc: u32, list: &[Posting]) -> Option<f32> {
+        list.get(self.position(doc)?).map(|p| p.1)
+    }
+
+    /// The index in the list of `doc`'s posting, if the list has one.
+    fn position(&self, doc: u32) -> Option<usize> {
+        let (block, local) = (doc as usize >> self.shift, doc as usize & (self.block - 1));
+        let w = block * self.words + local / 64;
+        let word = *self.bits.get(w)?;
+        let bit = local % 64;
+        if word >> bit & 1 == 0 {
+            return None;
+        }
+        let before = (word & ((1u64 << bit) - 1)).count_ones() as usize;
+        Some(*self.word_starts.get(w)? as usize + before)
+    }
+}
+
+/// Relative slack on every bound, far above the float rounding of a sum of a few terms, so a
+/// bound computed in floats is never below the score it bounds.
+const BOUND_SLACK: f32 = 1e-4;
+
+/// A kept document, ordered so the heap's top is the worst of the best `k`.
+struct Worst(u32, f32);
+
+impl PartialEq for Worst {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl Eq for Worst {}
+
+impl PartialOrd for Worst {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Worst {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // Reversed: a lower score (then a lower slot) is "greater", i.e. on top.
+        other.1.total_cmp(&self.1).then(other.0.cmp(&self.0))
+    }
+}
+
+/// The best `k` documents offered so far (highest score, ties: higher slot).
+struct Best {
+    heap: BinaryHeap<Worst>,
+    k: usize,
+    /// Once `k` are kept, the worst kept score (a lower one cannot get in); before, −∞.
+    floor: f32,
+}
+
+impl Best {
+    fn new(k: usize) -> Self {
+        Self {
+            heap: BinaryHeap::with_capacity(k.saturating_add(1).min(1024)),
+            k,
+            floor: if k == 0 {
+                f32::INFINITY
+            } else {
+                f32::NEG_INFINITY
+            },
+        }
+    }
+
+    fn offer(&mut self, doc: u32, score: f32) {
+        // Most matches score below the floor: one float comparison turns them away.
+        if score < self.floor || self.k == 0 {
+            return;
+        }
+        let candidate = Worst(doc, score);
+        if self.heap.len() < self.k {
+            self.heap.push(candidate);
+        } else if self.heap.peek().is_some_and(|worst| candidate < *worst) {
+            self.heap.pop();
+            self.heap.push(candidate);
+        } else {
+            return;
+        }
+        if self.heap.len() == self.k {
+            self.floor = self.heap.peek().map_or(f32::NEG_INFINITY, |worst| worst.1);
+        }
+    }
+
+    /// Best first.
+    fn into_sorted(self) -> Vec<(u32, f32)> {
+        // Ascending in `Worst`'s order is best first.
+        self.heap
+            .into_sorted_vec()
+            .into_iter()
+            .map(|w| (w.0, w.1))
+            .collect()
+    }
+}
+
+impl Bm25Index {
+    /// The best `k` documents of [`Bm25Index::score`] over every group (highest score first,
+    /// ties: higher slot first — for a chat, the newer message), in that order, and how many
+    /// documents match in all. Keeps `k` candidates, not every match, and scores only the
+    /// matches that could be among the best (see the module documentation).
+    pub fn top(&self, query: &[String], k: usize) -> (Vec<(u32, f32)>, usize) {
+        let block = match self.shards[0].map_block {
+            0 => BLOCK_DOCS,
+            mapped => mapped,
+        };
+        // Within one block pruning has nothing to skip; lists out of order or with stale
+        // postings cannot be walked in step.
+        if self.stale || self.exact_only || self.alive.len() <= block {
+            let mut best = Best::new(k);
+            let total = self.score_each(query, None, |doc, score| best.offer(doc, score));
+            return (best.into_sorted(), total);
+        }
+        let (top, total, _) = self.top_in_blocks(query, k, block);
+        (top, total)
+    }
+
+    /// [`Bm25Index::top`] walking the lists in blocks of `block` documents; also returns how
+    /// many postings were read (block maps spare reading most of a common term's). Requires
+    /// every posting to be current and every list in document order.
+    fn top_in_blocks(
+        &self,
+        query: &[String],
+        k: usize,
+        block: usize,
+    ) -> (Vec<(u32, f32)>, usize, usize) {
+        let n = self.live_docs;
+        if n == 0 || query.is_empty() {
+            return (Vec::new(), 0, 0);
+        }
+        // The statistics exactly as `score_each` takes them, so scores are bit-identical.
+        let avg = ((self.total_len / f64::from(n)) as f32).max(1.0);
+        let norm = LengthNorm::new(avg);
+        let terms = self.weighted_terms(query, n as f32, None);
+        let q = query.len() as f32;
+        let coords: Vec<f32> = (0..=query.len()).map(|c| c as f32 / q).collect();
+        let bounds = Bounds::new(&terms, &coords, self.bound_len(), &norm);
+        let docs = self.alive.len();
+        let block = block.max(1);
+        let mut best = Best::new(k);
+        let mut read = 0;
+        // The rarest term's documents, scored first and completely: the best of them set a
+        // floor the other documents must beat before any of those is read.
+        let first = self.score_first(&terms, &coords, &norm, &mut best, docs, &mut read);
+        let mut cursors = vec![0usize; terms.len()];
+        let mut seen = vec![0u64; block.div_ceil(64)];
+        let mut total = 0usize;
+        SCRATCH.with_borrow_mut(|(acc, touched)| {
+            if acc.len() < block {
+                acc.resize(block, (0.0, 0));
+            }
+            // One spare slot: a document's slot is written before it is known to be new.
+            touched.clear();
+            touched.resize(block + 1, 0);
+            // Exactly `block` long, so indexing it with a checked `local < block` needs no
+            // second check; `seen` holds `block` bits.
+            let acc = &mut acc[..block];
+            let done = usize::from(first.is_some());
+            for start in (0..docs).step_by(block) {
+                let stop = u32::try_from((start + block).min(docs)).unwrap_or(u32::MAX);
+                let b = start / block;
+                // Terms from `essential` on cannot, by themselves, lift a document to the
+                // floor: they add only to documents an earlier term found.
+                let floor = best.floor;
+                let essential = bounds.essential(done, floor);
+                let mut found = 0;
+                if let Some(first) = &first {
+                    // Scored already: only counted.
+                    for (w, word) in seen.iter_mut().enumerate() {
+                        // The block may end inside this word (blocks of any size).
+                        let valid = block.saturating_sub(64 * w).min(64);
+                        let mask = u64::MAX.checked_shr(64 - valid as u32).unwrap_or(0);
+                        *word |= first.word(start, w) & mask;
+                    }
+                }
+                for (i, term) in terms.iter().enumerate().skip(done) {
+                    if i == essential && floor > f32::NEG_INFINITY {
+                        found = bounds.drop_hopeless(i, floor, &coords, acc, touched, found, start);
+                    }
+                    if let Some(map) = term.map.filter(|m| i >= essential && m.block == block) {
+                        // A common term past the essential ones: its block's bits count its
+                        // matches, and its postings are looked up for the documents found.
+                        if let Some(bits) = map.block_bits(b) {
+                            for (s, w) in seen.iter_mut().zip(bits) {
+                                *s |= w;
+                            }
+                        }
+                        for &doc in touched.iter().take(found) {
+                            let Some(tf) = map.tf(doc, term.list) else {
+                                continue;
+                            };
+                            read += 1;
+                            let Some(slot) = acc.get_mut((doc as usize).wrapping_sub(start)) else {
+                                continue;
+                            };
+                            slot.0 += self.contribution(term.weight, tf, doc, &norm);
+                            slot.1 += 1;
+                        }
+                        continue;
+                    }
+                    // Where the block's postings end: from the map, or by reading on (not
+                    // by bisection: each probe into a list not in cache is a miss).
+                    let from = cursors[i].min(term.list.len());
+                    let to = match term.map.filter(|m| m.block == block) {
+                        Some(map) => map.end_of_block(b, term.list.len()).max(from),
+                        None => {
+                            let rest = term.list.get(from..).unwrap_or_default();
+                            from + rest.iter().take_while(|p| p.0 < stop).count()
+                        }
+                    };
+                    let segment = term.list.get(from..to).unwrap_or_default();
+                    cursors[i] = to;
+                    read += segment.len();
+                    for &(doc, tf, _) in segment {
+                        let local = (doc as usize).wrapping_sub(start);
+                        if local >= block {
+                            continue;
+                        }
+                        seen[local / 64] |= 1 << (local % 64);
+                        if first.as_ref().is_some_and(|f| f.has(doc)) {
+                            continue;
+                        }
+                        let slot = &mut acc[local];
+                        if i < essential {
+                            // No branch on whether the document is new (about half the time
+                            // it is: a mispredicted branch costs more than the store).
+                            if let Some(t) = touched.get_mut(found) {
+                                *t = doc;
+                            }
+                            found += usize::from(slot.1 == 0);
+                        } else if slot.1 == 0 {
+                            // Mostly not found by a rarer term: a well-predicted branch.
+                            continue;
+                        }
+                        slot.0 += self.contribution(term.weight, tf, doc, &norm);
+                        slot.1 += 1;
+                    }
+                }
+                total += seen.iter().map(|w| w.count_ones() as usize).sum::<usize>();
+                seen.fill(0);
+                for &doc in touched.iter().take(found) {
+                    let Some(slot) = acc.get_mut((doc as usize).wrapping_sub(start)) else {
+                        continue;
+                    };
+                    let coord = coords
+                        .get(slot.1 as usize)
+                        .copied()
+                        .unwrap_or_else(|| slot.1 as f32 / q);
+                    best.offer(doc, slot.0 * coord * coord);
+                    *slot = (0.0, 0);
+                }
+            }
+        });
+        (best.into_sorted(), total, read)
+    }
+
+    /// Scores every document of the rarest term completely (each other term's posting found
+    /// through its block map, or by bisecting its list when it is short), offers them to
+    /// `best`, and returns which they were — or `None` when the rarest term is itself common
+    /// (its documents are then scored in the blocks like any other's).
+    fn score_first(
+        &self,
+        terms: &[QueryTerm<'_>],
+        coords: &[f32],
+        norm: &LengthNorm,
+        best: &mut Best,
+        docs: usize,
+        read: &mut usize,
+    ) -> Option<DocSet> {
+        let first = terms.first()?;
+        if best.k == 0 || first.list.len() > docs / 8 {
+            return None;
+        }
+        let mut set = DocSet::new(docs);
+        for &(doc, tf, _) in first.list {
+            set.insert(doc);
+            // Added in scoring order, as the blocks add them: bit-identical sums.
+            let mut sum = self.contribution(first.weight, tf, doc, norm);
+            let mut matched = 1usize;
+            for term in &terms[1..] {
+                let found = match term.map {
+                    Some(map) => map.tf(doc, term.list),
+                    None => term
+                        .list
+                        .binary_search_by_key(&doc, |p| p.0)
+                        .ok()
+                        .and_then(|at| term.list.get(at))
+                        .map(|p| p.1),
+                };
+                if let Some(tf) = found {
+                    sum += self.contribution(term.weight, tf, doc, norm);
+                    matched += 1;
+                }
+            }
+            *read += matched;
+            let coord = coords
+                .get(matched)
+                .copied()
+                .unwrap_or_else(|| matched as f32 / (coords.len() - 1).max(1) as f32);
+            best.offer(doc, sum * coord * coord);
+        }
+        Some(set)
+    }
+
+    /// A length no live document is shorter than.
+    fn bound_len(&self) -> f32 {
+        self.min_len.unwrap_or(0.0).max(0.0)
+    }
+}
+
+/// Bounds on what documents matching only some of the query's terms can score. Each term's
+/// contribution is bounded by its largest term frequency in a document of the shortest length;
+/// the coordination factor by how many terms a document can still match.
+struct Bounds {
+    /// `tails[j]`: above the score of any document matching only `terms[j..]` (the last
+    /// entry, for matching none of them, is 0).
+    tails: Vec<f32>,
+    /// `rests[j]`: the sum of the bounds of `terms[j..]`, without coordination.
+    rests: Vec<f32>,
+}
+
+impl Bounds {
+    fn new(terms: &[QueryTerm<'_>], coords: &[f32], len: f32, norm: &LengthNorm) -> Self {
+        let mut tails = vec![0.0; terms.len() + 1];
+        let mut rests = vec![0.0; terms.len() + 1];
+        for j in (0..terms.len()).rev() {
+            let t = &terms[j];
+            rests[j] =
+                rests[j + 1] + t.weight * t.max_tf / (t.max_tf + norm.base + norm.per_word * len);
+            let coord = coords.get(terms.len() - j).copied().unwrap_or(1.0);
+            tails[j] = rests[j] * coord * coord * (1.0 + BOUND_SLACK);
+        }
+        Self { tails, rests }
+    }
+
+    /// The first term, from `from` on, whose documents need not be found: a document matching
+    /// only it and later terms stays below `floor`.
+    fn essential(&self, from: usize, floor: f32) -> usize {
+        let last = self.tails.len() - 1;
+        (from..=last)
+            .find(|&j| self.tails[j] < floor)
+            .unwrap_or(last)
+    }
+
+    /// Drops the documents found so far (the first `found` of `touched`, in the block from
+    /// `start`) that the terms from `next` on cannot lift to `floor`, clearing their slots;
+    /// returns how many are kept (at the front of `touched`). They stay counted.
+    #[allow(clippy::too_many_arguments)]
+    fn drop_hopeless(
+        &self,
+        next: usize,
+        floor: f32,
+        coords: &[f32],
+        acc: &mut [(f32, u32)],
+        touched: &mut [u32],
+        found: usize,
+        start: usize,
+    ) -> usize {
+        let rest = self.rests.get(next).copied().unwrap_or(0.0);
+        let more = self.rests.len().saturating_sub(next + 1);
+        let mut kept = 0;
+        for j in 0..found {
+            let doc = touched[j];
+            let Some(slot) = acc.get_mut((doc as usize).wrapping_sub(start)) else {
+                continue;
+            };
+            let coord = coords.get(slot.1 as usize + more).copied().unwrap_or(1.0);
+            if (slot.0 + rest) * coord * coord * (1.0 + BOUND_SLACK) < floor {
+                *slot = (0.0, 0);
+            } else {
+                touched[kept] = doc;
+                kept += 1;
+            }
+        }
+        kept
+    }
+}
+
+/// A set of documents, one bit each.
+struct DocSet(Vec<u64>);
+
+impl DocSet {
+    fn new(docs: usize) -> Self {
+        Self(vec![0; docs.div_ceil(64)])
+    }
+
+    fn insert(&mut self, doc: u32) {
+        if let Some(word) = self.0.get_mut(doc as usize / 64) {
+            *word |= 1 << (doc % 64);
+        }
+    }
+
+    fn has(&self, doc: u32) -> bool {
+        self.0
+            .get(doc as usize / 64)
+            .is_some_and(|w| w >> (doc % 64) & 1 == 1)
+    }
+
+    /// Bits `64·w .. 64·w + 64` of the block starting at document `start`.
+    fn word(&self, start: usize, w: usize) -> u64 {
+        let bit = start + 64 * w;
+        let (i, shift) = (bit / 64, bit % 64);
+        let low = self.0.get(i).copied().unwrap_or(0) >> shift;
+        let high = match shift {
+            0 => 0,
+            s => self.0.get(i + 1).copied().unwrap_or(0) << (64 - s),
+        };
+        low | high
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::search::query_tokens;
+    use proptest::prelude::*;
+
+    const WORDS: &[&str] = &[
+        "kai", "mira", "gate", "silver", "lantern", "river", "oak", "tea",
+    ];
+
+    /// Every match scored, best `k` first (ties to the higher slot), and the match count.
+    fn best_of_all(idx: &Bm25Index, q: &[String], k: usize) -> (Vec<(u32, f32)>, usize) {
+        let mut all = idx.score(q);
+        let total = all.len();
+        all.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0)));
+        all.truncate(k);
+        (all, total)
+    }
+
+    fn text(words: &[usize]) -> String {
+        let words: Vec<&str> = words.iter().map(|w| WORDS[*w]).collect();
+        words.join(" ")
+    }
+
+    proptest! {
+        /// Whatever the block size, `top` keeps exactly the best `k` of scoring every match
+        /// (same documents, same scores to the bit, same order) and counts every match — on
+        /// documents with weighted fields, as history indexes them.
+        #[test]
+        fn same_best_and_total(
+            docs in prop::collection::vec(
+                (prop::collection::vec(0usize..8, 1..8), prop::collection::vec(0usize..8, 0..4)),
+                1..200,
+            ),
+            query in prop::collection::vec(0usize..8, 1..6),
+            k in 0usize..15,
+            block in 1usize..70,
+        ) {
+            let mut plain = Bm25Index::new();
+            let mut mapped = Bm25Index::with_block_maps(block);
+            for (i, (own, neighbour)) in docs.iter().enumerate() {
+                let (own, neighbour) = (text(own), text(neighbour));
+                let fields = [(own.as_str(), 1.0), (neighbour.as_str(), 0.5)];
+                plain.insert_fields(i as u32, 0, &fields);
+                mapped.insert_fields(i as u32, 0, &fields);
+            }
+            let q = query_tokens(&text(&query));
+            let want = best_of_all(&plain, &q, k);
+            let (top, total, _) = plain.top_in_blocks(&q, k, block);
+            prop_assert_eq!(&(top, total), &want);
+            prop_assert_eq!(&plain.top(&q, k), &want);
+            prop_assert_eq!(&mapped.top(&q, k), &want);
+        }
+
+        /// Grown as a chat grows (each message indexed, then given its next neighbour in place),
+        /// a mapped index still ranks exactly as scoring every match.
+        #[test]
+        fn grown_like_a_chat(
+            messages in prop::collection::vec(prop::collection::vec(0usize..8, 1..6), 1..300),
+            query in prop::collection::vec(0usize..8, 1..5),
+            k in 1usize..12,
+            block in 1usize..40,
+        ) {
+            let mut idx = Bm25Index::with_block_maps(block);
+            let texts: Vec<String> = messages.iter().map(|m| text(m)).collect();
+            for (i, own) in texts.iter().enumerate() {
+                if let Some(before) = i.checked_sub(1) {
+                    prop_assert!(idx.add_fields_to_last(before as u32, &[(own, 0.5)]));
+                }
+                let prev = i.checked_sub(1).map_or("", |p| texts[p].as_str());
+                idx.insert_fields(i as u32, 0, &[(own, 1.0), (prev, 0.5)]);
+            }
+            prop_assert!(!idx.exact_only && !idx.stale);
+            let q = query_tokens(&text(&query));
+            prop_assert_eq!(idx.top(&q, k), best_of_all(&idx, &q, k));
+        }
+
+        /// A block map says exactly which documents its list holds and where.
+        #[test]
+        fn block_maps_find_every_posting(
+            gaps in prop::collection::vec(1u32..40, 0..300),
+            block in 1usize..200,
+        ) {
+            let mut doc = 0;
+            let list: Vec<Posting> = gaps
+                .iter()
+                .map(|g| {
+                    doc += g;
+                    (doc, 1.0, 1)
+                })
+                .collect();
+            let map = BlockMap::of(&list, block).expect("in order");
+            for d in 0..doc + 50 {
+                prop_assert_eq!(map.position(d), list.iter().position(|p| p.0 == d), "doc {}", d);
+            }
+        }
+    }
+
+    /// The pruning is real: with one rare and one very common term, the common term is read
+    /// only for the documents the rare one found, and counted from its block map.
+    #[test]
+    fn common_terms_are_looked_up_not_read() {
+        let mut idx = Bm25Index::with_block_maps(256);
+        for i in 0..5000u32 {
+            let text = if i % 50 == 7 { "kai lantern" } else { "kai" };
+            idx.insert(i, text);
+        }
+        let q = query_tokens("kai lantern");
+        let (top, total, read) = idx.top_in_blocks(&q, 5, 256);
+        assert_eq!((top.clone(), total), best_of_all(&idx, &q, 5));
+        assert_eq!(total, 5000);
+        // The rare term's 100 postings, and the common term's for those documents only.
+        assert_eq!(read, 200, "of 5100 postings");
+        // Walked in blocks the maps were not made for, the common term is read whole (to
+        // count it) on top of those 200.
+        let (unmapped, _, read) = idx.top_in_blocks(&q, 5, 100);
+        assert_eq!((unmapped, read), (top, 5200));
+    }
+
+    /// Lists out of document order (a document indexed again) or stale postings fall back to
+    /// scoring every match, with the same results.
+    #[test]
+    fn reindexed_documents_fall_back_to_scoring_all() {
+        let mut idx = Bm25Index::for_top();
+        for i in 0..3000u32 {
+            idx.insert(i, if i % 3 == 0 { "kai river" } else { "kai" });
+        }
+        idx.insert(10, "river river oak");
+        idx.remove(11);
+        assert!(idx.stale || idx.exact_only);
+        for query in ["kai river", "oak", "river kai oak"] {
+            let q = query_tokens(query);
+            assert_eq!(idx.top(&q, 7), best_of_all(&idx, &q, 7), "{query}");
+        }
+    }
+}
