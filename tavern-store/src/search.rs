@@ -506,7 +506,8 @@ impl Bm25Index {
     /// hold (one bit per document), so [`Bm25Index::top`] finds a document's posting in a
     /// common term's list without reading the list. For indexes queried with
     /// [`Bm25Index::top`] whose documents are added in slot order (a chat's messages); a map
-    /// takes at most about 1.5 times the memory of the list it maps.
+    /// holds under about 1.8 times what the list it maps holds. Once a document is indexed out
+    /// of order, the maps are dropped and no longer kept.
     pub fn for_top() -> Self {
         Self::with_block_maps(top::BLOCK_DOCS)
     }
@@ -557,8 +558,8 @@ impl Bm25Index {
         }
         self.generation[idx] = self.generation[idx].wrapping_add(1);
         self.last = Some(doc);
-        if doc < self.next_doc {
-            self.exact_only = true;
+        if doc < self.next_doc || !len.is_finite() {
+            self.score_in_full();
         } else {
             self.next_doc = doc.saturating_add(1);
         }
@@ -605,6 +606,9 @@ impl Bm25Index {
         }
         self.check_weights(fields);
         let added = fields_len(fields);
+        if !added.is_finite() {
+            self.score_in_full();
+        }
         self.doc_len[idx] += added;
         self.total_len += f64::from(added);
         let group = self.group[idx] as usize;
@@ -634,7 +638,18 @@ impl Bm25Index {
     /// Turns pruning off for good when a weight breaks the bounds it relies on.
     fn check_weights(&mut self, fields: &[(&str, f32)]) {
         if fields.iter().any(|(_, w)| !(w.is_finite() && *w > 0.0)) {
-            self.exact_only = true;
+            self.score_in_full();
+        }
+    }
+
+    /// From now on [`Bm25Index::top`] scores every match (its bounds or its walk in document
+    /// order no longer hold): the block maps, of no more use, are dropped and no longer kept
+    /// (rebuilding them on every append to a list out of order would cost the whole list).
+    fn score_in_full(&mut self) {
+        self.exact_only = true;
+        for shard in &mut self.shards {
+            shard.map_block = 0;
+            shard.maps = FxHashMap::default();
         }
     }
 

@@ -4,14 +4,15 @@
 //! A question naming a speaker matches a third of a long chat (every message of that speaker,
 //! and its neighbours), yet only the best ten are wanted, and the answer says how many matched.
 //!
-//! 1. The rarest term's documents are scored first, completely: a common term's posting for a
-//!    document is found through the term's [`BlockMap`] (one bit per document, and where each
-//!    word of bits starts in the list) without reading the list. The best of them set a floor.
+//! 1. When the rarest term is rare (at most one document in eight) and `k > 0`, its documents
+//!    are scored first, completely: a common term's posting for a document is found through the
+//!    term's [`BlockMap`] (one bit per document, and where each word of bits starts in the
+//!    list) without reading the list. The best of them set a floor.
 //! 2. The other lists are walked in step, one block of documents at a time (the block's
 //!    accumulators stay in the first-level cache). A document matching only the commonest
-//!    terms cannot reach the floor (each term's contribution is bounded by its largest term
-//!    frequency in the shortest document, the coordination factor by how many terms it can
-//!    match), so past the terms that can lift a document to the floor ("essential"), a term
+//!    terms cannot reach the floor (each term's contribution is bounded by the largest term
+//!    frequency any of its postings ever had in a document as short as the shortest ever
+//!    indexed, the coordination factor by how many terms it can match), so past the terms that can lift a document to the floor ("essential"), a term
 //!    adds only to documents an earlier term found — looked up through its map — and documents
 //!    the remaining terms cannot lift are dropped before those lookups.
 //! 3. Every match is still counted: a mapped term's block bits are OR-ed into the block's,
@@ -38,8 +39,8 @@ pub(super) const BLOCK_DOCS: usize = 1024;
 /// posting, so a new map costs under the list's memory...
 const MAP_MIN_POSTINGS: usize = 64;
 /// ... see [`MAP_MIN_POSTINGS`]; a map is dropped again when the list falls below half that
-/// density (a list growing slower than the chat), so a map never costs more than about 1.5
-/// times its list.
+/// density (a list growing slower than the chat), so a map's contents stay under about 1.8
+/// times its list's (under twice that allocated, as vectors grow by doubling).
 const MAP_DENSITY: usize = 48;
 
 /// Which documents of blocks of `block` documents a long posting list holds (one bit each)
@@ -660,6 +661,28 @@ mod tests {
         }
     }
 
+    /// A weight so large a document's length is infinite breaks the bounds: scored in full.
+    #[test]
+    fn an_infinite_length_falls_back_to_scoring_all() {
+        let mut idx = Bm25Index::for_top();
+        for i in 0..3000u32 {
+            idx.insert(i, if i % 300 == 0 { "kai river" } else { "kai" });
+        }
+        idx.insert_fields(3000, 0, &[("kai oak", 3e38)]);
+        assert!(idx.exact_only);
+        let q = query_tokens("kai river");
+        // Compared bit for bit: that document's score is not a number.
+        let bits = |(top, total): (Vec<(u32, f32)>, usize)| {
+            (
+                top.iter()
+                    .map(|(d, s)| (*d, s.to_bits()))
+                    .collect::<Vec<_>>(),
+                total,
+            )
+        };
+        assert_eq!(bits(idx.top(&q, 5)), bits(best_of_all(&idx, &q, 5)));
+    }
+
     /// The pruning is real: with one rare and one very common term, the common term is read
     /// only for the documents the rare one found, and counted from its block map.
     #[test]
@@ -682,16 +705,25 @@ mod tests {
     }
 
     /// Lists out of document order (a document indexed again) or stale postings fall back to
-    /// scoring every match, with the same results.
+    /// scoring every match, with the same results; the block maps are dropped for good (kept,
+    /// a list out of order would rebuild its map on every append).
     #[test]
     fn reindexed_documents_fall_back_to_scoring_all() {
         let mut idx = Bm25Index::for_top();
         for i in 0..3000u32 {
             idx.insert(i, if i % 3 == 0 { "kai river" } else { "kai" });
         }
+        assert!(idx.shards.iter().any(|s| !s.maps.is_empty()));
         idx.insert(10, "river river oak");
         idx.remove(11);
-        assert!(idx.stale || idx.exact_only);
+        assert!(idx.stale && idx.exact_only);
+        for i in 3000..3100u32 {
+            idx.insert(i, "kai river");
+        }
+        assert!(idx
+            .shards
+            .iter()
+            .all(|s| s.maps.is_empty() && s.map_block == 0));
         for query in ["kai river", "oak", "river kai oak"] {
             let q = query_tokens(query);
             assert_eq!(idx.top(&q, 7), best_of_all(&idx, &q, 7), "{query}");
