@@ -627,6 +627,9 @@ impl Bm25Index {
                         p.1 += tf;
                         let grown = p.1;
                         shard.raise_max_tf(term, grown);
+                        if let Some(map) = shard.maps.get_mut(&term) {
+                            map.raise(doc, grown);
+                        }
                     }
                     _ => shard.push(term, (doc, tf, generation)),
                 }

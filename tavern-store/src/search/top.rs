@@ -11,8 +11,9 @@
 //! 2. The other lists are walked in step, one block of documents at a time (the block's
 //!    accumulators stay in the first-level cache). A document matching only the commonest
 //!    terms cannot reach the floor (each term's contribution is bounded by the largest term
-//!    frequency any of its postings ever had in a document as short as the shortest ever
-//!    indexed, the coordination factor by how many terms it can match), so past the terms that can lift a document to the floor ("essential"), a term
+//!    frequency any of its postings ever had — for a mapped term, in that block — in a
+//!    document as short as the shortest ever indexed; the coordination factor by how many
+//!    terms it can match), so past the terms that can lift a document to the floor ("essential"), a term
 //!    adds only to documents an earlier term found — looked up through its map — and documents
 //!    the remaining terms cannot lift are dropped before those lookups.
 //! 3. Every match is still counted: a mapped term's block bits are OR-ed into the block's,
@@ -60,6 +61,9 @@ pub(super) struct BlockMap {
     /// Per word, the index in the list of its first posting (once it has one): finding a
     /// posting then counts the bits of one word, not of every word before it.
     word_starts: Vec<u32>,
+    /// Per block, the largest term frequency of its postings (never lowered): a bound on the
+    /// term's contribution block by block, tighter than the list's.
+    block_max_tf: Vec<f32>,
     /// The last document mapped.
     last: u32,
 }
@@ -74,13 +78,13 @@ impl BlockMap {
         list: &[Posting],
         block: usize,
     ) {
-        let Some(&(doc, _, _)) = list.last() else {
+        let Some(&(doc, tf, _)) = list.last() else {
             return;
         };
         let len = list.len();
         if let Some(map) = maps.get_mut(&term) {
             // Too sparse now (checked before growing it), or out of order: dropped.
-            if len.saturating_mul(MAP_DENSITY * 2) < doc as usize || !map.add(doc, len - 1) {
+            if len.saturating_mul(MAP_DENSITY * 2) < doc as usize || !map.add(doc, len - 1, tf) {
                 maps.remove(&term);
             }
         } else if len >= MAP_MIN_POSTINGS && len.saturating_mul(MAP_DENSITY) > doc as usize {
@@ -100,34 +104,49 @@ impl BlockMap {
             words: block.div_ceil(64),
             starts: Vec::new(),
             word_starts: Vec::new(),
+            block_max_tf: Vec::new(),
             last: 0,
         };
-        for (at, &(doc, _, _)) in list.iter().enumerate() {
+        for (at, &(doc, tf, _)) in list.iter().enumerate() {
             if at > 0 && doc <= map.last {
                 return None;
             }
-            map.set(doc, at);
+            map.set(doc, at, tf);
         }
         Some(map)
     }
 
     /// Maps posting `at` of the list, document `doc`; `false` when `doc` is not after the
     /// last document mapped (the map no longer holds).
-    fn add(&mut self, doc: u32, at: usize) -> bool {
+    fn add(&mut self, doc: u32, at: usize, tf: f32) -> bool {
         if doc <= self.last {
             return false;
         }
-        self.set(doc, at);
+        self.set(doc, at, tf);
         true
     }
 
-    fn set(&mut self, doc: u32, at: usize) {
+    /// Records that `doc`'s posting now has term frequency `tf` (grown in place).
+    pub(super) fn raise(&mut self, doc: u32, tf: f32) {
+        if let Some(max) = self.block_max_tf.get_mut(doc as usize >> self.shift) {
+            *max = max.max(tf);
+        }
+    }
+
+    /// The largest term frequency of block `block`'s postings (0 when it has none).
+    fn block_max(&self, block: usize) -> f32 {
+        self.block_max_tf.get(block).copied().unwrap_or(0.0)
+    }
+
+    fn set(&mut self, doc: u32, at: usize, tf: f32) {
         let (block, local) = (doc as usize >> self.shift, doc as usize & (self.block - 1));
         while self.starts.len() <= block {
             self.starts.push(u32::try_from(at).unwrap_or(u32::MAX));
             self.bits.extend(std::iter::repeat_n(0, self.words));
             self.word_starts.extend(std::iter::repeat_n(0, self.words));
+            self.block_max_tf.push(0.0);
         }
+        self.raise(doc, tf);
         let w = block * self.words + local / 64;
         if let (Some(word), Some(start)) = (self.bits.get_mut(w), self.word_starts.get_mut(w)) {
             if *word == 0 {
@@ -141,6 +160,13 @@ impl BlockMap {
     /// The bits of block `block` (document `block · size + i` is bit `i`), if any are set.
     fn block_bits(&self, block: usize) -> Option<&[u64]> {
         self.bits.get(block * self.words..(block + 1) * self.words)
+    }
+
+    /// The index in the list of block `block`'s first posting (the list holds `len`).
+    fn start_of_block(&self, block: usize, len: usize) -> usize {
+        self.starts
+            .get(block)
+            .map_or(len, |&start| (start as usize).min(len))
     }
 
     /// The index in the list just past block `block`'s postings (the list holds `len`).
@@ -288,7 +314,7 @@ impl Bm25Index {
         let terms = self.weighted_terms(query, n as f32, None);
         let q = query.len() as f32;
         let coords: Vec<f32> = (0..=query.len()).map(|c| c as f32 / q).collect();
-        let bounds = Bounds::new(&terms, &coords, self.bound_len(), &norm);
+        let mut bounds = Bounds::new(&terms, &coords, self.bound_len(), &norm);
         let docs = self.alive.len();
         let block = block.max(1);
         let mut best = Best::new(k);
@@ -316,6 +342,7 @@ impl Bm25Index {
                 // Terms from `essential` on cannot, by themselves, lift a document to the
                 // floor: they add only to documents an earlier term found.
                 let floor = best.floor;
+                bounds.for_block(&terms, &coords, block, b, self.bound_len(), &norm);
                 let essential = bounds.essential(done, floor);
                 let mut found = 0;
                 if let Some(first) = &first {
@@ -354,15 +381,20 @@ impl Bm25Index {
                     }
                     // Where the block's postings end: from the map, or by reading on (not
                     // by bisection: each probe into a list not in cache is a miss).
-                    let from = cursors[i].min(term.list.len());
-                    let to = match term.map.filter(|m| m.block == block) {
-                        Some(map) => map.end_of_block(b, term.list.len()).max(from),
+                    // (A mapped term is not walked in blocks where it was not essential, so its
+                    // block's postings start where its map says.)
+                    let (from, to) = match term.map.filter(|m| m.block == block) {
+                        Some(map) => (
+                            map.start_of_block(b, term.list.len()),
+                            map.end_of_block(b, term.list.len()),
+                        ),
                         None => {
+                            let from = cursors[i].min(term.list.len());
                             let rest = term.list.get(from..).unwrap_or_default();
-                            from + rest.iter().take_while(|p| p.0 < stop).count()
+                            (from, from + rest.iter().take_while(|p| p.0 < stop).count())
                         }
                     };
-                    let segment = term.list.get(from..to).unwrap_or_default();
+                    let segment = term.list.get(from..to.max(from)).unwrap_or_default();
                     cursors[i] = to;
                     read += segment.len();
                     for &(doc, tf, _) in segment {
@@ -475,16 +507,49 @@ struct Bounds {
 
 impl Bounds {
     fn new(terms: &[QueryTerm<'_>], coords: &[f32], len: f32, norm: &LengthNorm) -> Self {
-        let mut tails = vec![0.0; terms.len() + 1];
-        let mut rests = vec![0.0; terms.len() + 1];
+        let mut bounds = Self {
+            tails: vec![0.0; terms.len() + 1],
+            rests: vec![0.0; terms.len() + 1],
+        };
+        bounds.fill(terms, coords, |t| t.max_tf, len, norm);
+        bounds
+    }
+
+    /// The bounds for the documents of block `b` (of `block` documents): a term whose block
+    /// map has that block size is bounded by the block's largest term frequency.
+    #[allow(clippy::too_many_arguments)]
+    fn for_block(
+        &mut self,
+        terms: &[QueryTerm<'_>],
+        coords: &[f32],
+        block: usize,
+        b: usize,
+        len: f32,
+        norm: &LengthNorm,
+    ) {
+        let max_tf = |t: &QueryTerm<'_>| match t.map.filter(|m| m.block == block) {
+            Some(map) => map.block_max(b),
+            None => t.max_tf,
+        };
+        self.fill(terms, coords, max_tf, len, norm);
+    }
+
+    fn fill(
+        &mut self,
+        terms: &[QueryTerm<'_>],
+        coords: &[f32],
+        max_tf: impl Fn(&QueryTerm<'_>) -> f32,
+        len: f32,
+        norm: &LengthNorm,
+    ) {
         for j in (0..terms.len()).rev() {
             let t = &terms[j];
-            rests[j] =
-                rests[j + 1] + t.weight * t.max_tf / (t.max_tf + norm.base + norm.per_word * len);
+            let tf = max_tf(t);
+            self.rests[j] =
+                self.rests[j + 1] + t.weight * tf / (tf + norm.base + norm.per_word * len);
             let coord = coords.get(terms.len() - j).copied().unwrap_or(1.0);
-            tails[j] = rests[j] * coord * coord * (1.0 + BOUND_SLACK);
+            self.tails[j] = self.rests[j] * coord * coord * (1.0 + BOUND_SLACK);
         }
-        Self { tails, rests }
     }
 
     /// The first term, from `from` on, whose documents need not be found: a document matching
@@ -659,6 +724,25 @@ mod tests {
                 prop_assert_eq!(map.position(d), list.iter().position(|p| p.0 == d), "doc {}", d);
             }
         }
+    }
+
+    /// A term frequency grown in place (a message gaining its next neighbour) raises its
+    /// block's bound: the block where it is the best document is not skipped.
+    #[test]
+    fn a_frequency_grown_in_place_raises_its_blocks_bound() {
+        let mut idx = Bm25Index::with_block_maps(64);
+        for i in 0..200u32 {
+            // The first block's documents score higher than the rest, so their floor would
+            // skip the later blocks if a bound did not see the growth below.
+            idx.insert(i, if i < 64 { "kai kai" } else { "kai" });
+            if i == 130 {
+                assert!(idx.add_fields_to_last(i, &[("kai kai kai kai", 0.5)]));
+            }
+        }
+        let q = query_tokens("kai");
+        let want = best_of_all(&idx, &q, 3);
+        assert_eq!(want.0.first().map(|d| d.0), Some(130));
+        assert_eq!(idx.top(&q, 3), want);
     }
 
     /// A weight so large a document's length is infinite breaks the bounds: scored in full.
