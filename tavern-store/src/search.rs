@@ -606,7 +606,7 @@ impl Bm25Index {
         }
         self.check_weights(fields);
         let added = fields_len(fields);
-        if !added.is_finite() {
+        if !(self.doc_len[idx] + added).is_finite() {
             self.score_in_full();
         }
         self.doc_len[idx] += added;

@@ -36,7 +36,7 @@ use super::{Bm25Index, LengthNorm, Posting, QueryTerm, SCRATCH};
 pub(super) const BLOCK_DOCS: usize = 1024;
 
 /// A list gets a block map from this many postings on, when it holds at least one document in
-/// [`MAP_DENSITY`]: a map takes about 196 bytes per 1,024 documents, a list 12 bytes per
+/// [`MAP_DENSITY`]: a map takes about 200 bytes per 1,024 documents, a list 12 bytes per
 /// posting, so a new map costs under the list's memory...
 const MAP_MIN_POSTINGS: usize = 64;
 /// ... see [`MAP_MIN_POSTINGS`]; a map is dropped again when the list falls below half that
@@ -745,9 +745,16 @@ mod tests {
         assert_eq!(idx.top(&q, 3), want);
     }
 
-    /// A weight so large a document's length is infinite breaks the bounds: scored in full.
+    /// A weight so large a document's length is infinite breaks the bounds: scored in full,
+    /// whether the length overflows at once or by growing in place.
     #[test]
     fn an_infinite_length_falls_back_to_scoring_all() {
+        let mut grown = Bm25Index::for_top();
+        grown.insert(0, "kai");
+        for _ in 0..4 {
+            assert!(grown.add_fields_to_last(0, &[("x", 3e38)]));
+        }
+        assert!(grown.exact_only);
         let mut idx = Bm25Index::for_top();
         for i in 0..3000u32 {
             idx.insert(i, if i % 300 == 0 { "kai river" } else { "kai" });
