@@ -314,7 +314,7 @@ impl Bm25Index {
         let terms = self.weighted_terms(query, n as f32, None);
         let q = query.len() as f32;
         let coords: Vec<f32> = (0..=query.len()).map(|c| c as f32 / q).collect();
-        let mut bounds = Bounds::new(&terms, &coords, self.bound_len(), &norm);
+        let mut bounds = Bounds::new(terms.len());
         let docs = self.alive.len();
         let block = block.max(1);
         let mut best = Best::new(k);
@@ -506,13 +506,12 @@ struct Bounds {
 }
 
 impl Bounds {
-    fn new(terms: &[QueryTerm<'_>], coords: &[f32], len: f32, norm: &LengthNorm) -> Self {
-        let mut bounds = Self {
-            tails: vec![0.0; terms.len() + 1],
-            rests: vec![0.0; terms.len() + 1],
-        };
-        bounds.fill(terms, coords, |t| t.max_tf, len, norm);
-        bounds
+    /// Room for the bounds of `terms` query terms; [`Bounds::for_block`] fills them.
+    fn new(terms: usize) -> Self {
+        Self {
+            tails: vec![0.0; terms + 1],
+            rests: vec![0.0; terms + 1],
+        }
     }
 
     /// The bounds for the documents of block `b` (of `block` documents): a term whose block
