@@ -428,10 +428,7 @@ impl Bm25Index {
                     let Some(slot) = acc.get_mut((doc as usize).wrapping_sub(start)) else {
                         continue;
                     };
-                    let coord = coords
-                        .get(slot.1 as usize)
-                        .copied()
-                        .unwrap_or_else(|| slot.1 as f32 / q);
+                    let coord = coord(&coords, slot.1 as usize);
                     best.offer(doc, slot.0 * coord * coord);
                     *slot = (0.0, 0);
                 }
@@ -479,10 +476,7 @@ impl Bm25Index {
                 }
             }
             *read += matched;
-            let coord = coords
-                .get(matched)
-                .copied()
-                .unwrap_or_else(|| matched as f32 / (coords.len() - 1).max(1) as f32);
+            let coord = coord(coords, matched);
             best.offer(doc, sum * coord * coord);
         }
         Some(set)
@@ -526,27 +520,15 @@ impl Bounds {
         len: f32,
         norm: &LengthNorm,
     ) {
-        let max_tf = |t: &QueryTerm<'_>| match t.map.filter(|m| m.block == block) {
-            Some(map) => map.block_max(b),
-            None => t.max_tf,
-        };
-        self.fill(terms, coords, max_tf, len, norm);
-    }
-
-    fn fill(
-        &mut self,
-        terms: &[QueryTerm<'_>],
-        coords: &[f32],
-        max_tf: impl Fn(&QueryTerm<'_>) -> f32,
-        len: f32,
-        norm: &LengthNorm,
-    ) {
         for j in (0..terms.len()).rev() {
             let t = &terms[j];
-            let tf = max_tf(t);
+            let tf = match t.map.filter(|m| m.block == block) {
+                Some(map) => map.block_max(b),
+                None => t.max_tf,
+            };
             self.rests[j] =
                 self.rests[j + 1] + t.weight * tf / (tf + norm.base + norm.per_word * len);
-            let coord = coords.get(terms.len() - j).copied().unwrap_or(1.0);
+            let coord = coord(coords, terms.len() - j);
             self.tails[j] = self.rests[j] * coord * coord * (1.0 + BOUND_SLACK);
         }
     }
@@ -582,7 +564,7 @@ impl Bounds {
             let Some(slot) = acc.get_mut((doc as usize).wrapping_sub(start)) else {
                 continue;
             };
-            let coord = coords.get(slot.1 as usize + more).copied().unwrap_or(1.0);
+            let coord = coord(coords, slot.1 as usize + more);
             if (slot.0 + rest) * coord * coord * (1.0 + BOUND_SLACK) < floor {
                 *slot = (0.0, 0);
             } else {
@@ -592,6 +574,12 @@ impl Bounds {
         }
         kept
     }
+}
+
+/// The coordination factor of a document matching `matched` of the query's tokens (`coords`
+/// holds it for 0 to all of them; a document never matches more than all, and 1 bounds it).
+fn coord(coords: &[f32], matched: usize) -> f32 {
+    coords.get(matched).copied().unwrap_or(1.0)
 }
 
 /// A set of documents, one bit each.
