@@ -506,7 +506,7 @@ impl Bm25Index {
     /// hold (one bit per document), so [`Bm25Index::top`] finds a document's posting in a
     /// common term's list without reading the list. For indexes queried with
     /// [`Bm25Index::top`] whose documents are added in slot order (a chat's messages); a map
-    /// holds under about 1.8 times what the list it maps holds. Once a document is indexed out
+    /// holds under about 1.9 times what the list it maps holds. Once a document is indexed out
     /// of order, the maps are dropped and no longer kept.
     pub fn for_top() -> Self {
         Self::with_block_maps(top::BLOCK_DOCS)

@@ -92,15 +92,19 @@ impl Message {
         self.body.get(self.date_end..).unwrap_or_default()
     }
 
+    /// The send date's text, when it was written as text.
+    fn date_text(&self) -> &str {
+        self.body
+            .get(self.text_end..self.date_end)
+            .unwrap_or_default()
+    }
+
     /// The send date as the chat file had it: epoch milliseconds, text, or null.
     fn send_date(&self) -> Value {
         match self.date {
             Date::None => Value::Null,
             Date::Millis(ms) => json!(ms),
-            Date::Text => json!(self
-                .body
-                .get(self.text_end..self.date_end)
-                .unwrap_or_default()),
+            Date::Text => json!(self.date_text()),
         }
     }
 
@@ -109,12 +113,7 @@ impl Message {
         let date = match self.date {
             Date::None => None,
             Date::Millis(ms) => Some(SendDate::Millis(ms)),
-            Date::Text => Some(SendDate::Text(
-                self.body
-                    .get(self.text_end..self.date_end)
-                    .unwrap_or_default()
-                    .to_owned(),
-            )),
+            Date::Text => Some(SendDate::Text(self.date_text().to_owned())),
         };
         date.as_ref().and_then(day_words).unwrap_or_default()
     }
@@ -649,6 +648,7 @@ mod tests {
             json!({"name": "Seraphina", "is_user": false, "send_date": "May 8, 2023 1:56pm", "mes": "The gate."}),
             json!({"name": "白羽", "is_user": true, "send_date": 1_683_554_160_000_i64, "mes": "银色大门在北方。"}),
             json!({"name": "Kai", "is_user": true, "mes": ""}),
+            json!({"name": "七大姑", "is_user": false, "send_date": "2023年5月8日 下午", "mes": "银色大门。"}),
             json!({"is_user": false, "send_date": "", "mes": "no name"}),
         ];
         for case in cases {
