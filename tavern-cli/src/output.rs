@@ -6,6 +6,7 @@
 use std::io::Write;
 
 use tavern_core::{MemorySource, SourceKind, Timestamp};
+use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
 use crate::{exit, CliError, Report};
 
@@ -83,24 +84,37 @@ pub fn one_line(text: &str) -> String {
         .join(" ")
 }
 
-/// At most `max` characters of `text` on one line, `…` when cut.
+/// `text` on one line in at most `max` terminal columns (a Chinese character takes two), `…`
+/// when cut.
 pub fn excerpt(text: &str, max: usize) -> String {
     let flat = one_line(text);
-    if flat.chars().count() <= max {
+    if flat.width() <= max {
         return flat;
     }
-    let mut cut: String = flat.chars().take(max.saturating_sub(1)).collect();
+    // Room for the `…` (one column).
+    let room = max.saturating_sub(1);
+    let mut used = 0;
+    let mut cut = String::new();
+    for c in flat.chars() {
+        used += c.width().unwrap_or(0);
+        if used > room {
+            break;
+        }
+        cut.push(c);
+    }
     cut.push('…');
     cut
 }
 
-/// A plain-text table: a header row, then rows, columns padded to their widest cell.
+/// A plain-text table: a header row, then rows, columns padded to their widest cell — widths
+/// as a terminal shows them (a Chinese character takes two columns), so names and excerpts in
+/// Chinese line up.
 pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.width()).collect();
     for row in rows {
         for (i, cell) in row.iter().enumerate() {
             if let Some(w) = widths.get_mut(i) {
-                *w = (*w).max(cell.chars().count());
+                *w = (*w).max(cell.width());
             }
         }
     }
@@ -110,7 +124,7 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
         for (i, cell) in cells.into_iter().enumerate() {
             s.push_str(cell);
             if i + 1 < n {
-                let pad = widths[i].saturating_sub(cell.chars().count()) + 2;
+                let pad = widths[i].saturating_sub(cell.width()) + 2;
                 s.extend(std::iter::repeat_n(' ', pad));
             }
         }
@@ -178,10 +192,25 @@ mod tests {
     }
 
     #[test]
-    fn tables_pad_columns_and_excerpts_cut_on_characters() {
+    fn tables_pad_columns_and_excerpts_cut_on_terminal_columns() {
         let t = table(&["A", "BB"], &[vec!["xyz".into(), "1".into()]]);
         assert_eq!(t, "A    BB\nxyz  1\n");
-        assert_eq!(excerpt("银色大门\n很远", 4), "银色大…");
+        // Chinese takes two columns a character: the next column starts where the terminal
+        // shows the longest cell end.
+        let t = table(
+            &["NAME", "TEXT"],
+            &[
+                vec!["白羽".into(), "a".into()],
+                vec!["Kai".into(), "b".into()],
+                vec!["七大姑".into(), "c".into()],
+            ],
+        );
+        assert_eq!(t, "NAME    TEXT\n白羽    a\nKai     b\n七大姑  c\n");
+        // Cut to columns: two a Chinese character, one the `…`.
+        assert_eq!(excerpt("银色大门\n很远", 7), "银色大…");
+        assert_eq!(excerpt("银色大门\n很远", 6), "银色…");
+        assert_eq!(excerpt("银色大门", 8), "银色大门");
         assert_eq!(excerpt("short", 10), "short");
+        assert_eq!(excerpt("a longer line", 5), "a lo…");
     }
 }
