@@ -1,7 +1,7 @@
 //! The command's one error type and the exit codes scripts can rely on.
 
 use tavern_dsh_adapter::AdapterError;
-use tavern_store::StoreError;
+use tavern_store::{StoreError, Target};
 use tavern_tools::assets::AssetError;
 use thiserror::Error;
 
@@ -63,6 +63,26 @@ impl CliError {
             Self::Store(e) if e.is_conflict() => exit::CONFLICT,
             Self::Adapter(AdapterError::Store(e)) if e.is_conflict() => exit::CONFLICT,
             _ => exit::FAILURE,
+        }
+    }
+
+    /// What the user can do about it, when the message alone leaves that to guess: a revision
+    /// conflict on a memory or variable names the `--revision` to pass.
+    pub fn hint(&self) -> Option<String> {
+        let Self::Store(StoreError::Conflict {
+            target, current, ..
+        }) = self
+        else {
+            return None;
+        };
+        match (&**target, current) {
+            (Target::Memory { .. } | Target::Variable { .. }, Some(current)) => Some(format!(
+                "read it again, then pass --revision {current} to change it"
+            )),
+            (Target::Variable { .. }, None) => {
+                Some("it does not exist: leave out --revision to create it".to_owned())
+            }
+            _ => None,
         }
     }
 

@@ -38,9 +38,14 @@ pub fn print_report(report: &Report, json: bool) -> u8 {
     }
 }
 
-/// Prints an error as one line; returns its exit code.
+/// Prints an error as one line (with what to do about it, when there is a hint); returns its
+/// exit code.
 pub fn print_error(err: &CliError) -> u8 {
-    eprintln!("error: {}", one_line(&err.to_string()));
+    let mut line = one_line(&err.to_string());
+    if let Some(hint) = err.hint() {
+        line = format!("{line}; {hint}");
+    }
+    eprintln!("error: {line}");
     err.exit_code()
 }
 

@@ -545,6 +545,25 @@ fn bad_input_is_one_error_line_a_nonzero_exit_and_changes_nothing() {
             "revision conflict",
         ),
         (
+            vec!["memory", "forget", "m-glade", "--revision", stale],
+            3,
+            "then pass --revision",
+        ),
+        (
+            vec![
+                "var",
+                "set",
+                "never-set",
+                "1",
+                "--scope",
+                "global",
+                "--revision",
+                "r1-00000000000000000000000000000000",
+            ],
+            3,
+            "leave out --revision to create it",
+        ),
+        (
             vec!["memory", "forget", "m-glade", "--revision", "nonsense"],
             2,
             "--revision",
@@ -755,7 +774,8 @@ fn variables_are_typed_json_with_compare_and_set() {
     // Changing needs the current revision; the stale one changes nothing.
     let conflict = run(with(&["var", "set", "好感度", "4"]));
     assert_eq!(conflict.code, 3);
-    conflict.one_error_line(&r1);
+    // The line says what to pass to change it.
+    conflict.one_error_line(&format!("pass --revision {r1} to change it"));
     let set2 = run(with(&[
         "--json",
         "var",
