@@ -177,11 +177,8 @@ pub fn open_files(dir: &std::path::Path, label: &str) -> Result<FsBackend, CliEr
 /// [`CliError::Usage`] for settings that cannot be parsed or a password file that cannot be
 /// read; store failures (an unreachable server, a newer schema).
 pub async fn open_postgres(settings: &StoreSettings, option: &str) -> Result<PgBackend, CliError> {
-    let mut config: PgConfig = settings.settings.parse().map_err(|_| {
-        CliError::Usage(format!(
-            "{option}: cannot be parsed as a postgres:// url or key=value settings (sslmode takes disable, prefer or require; require verifies the certificate and host name)"
-        ))
-    })?;
+    let mut config: PgConfig = tavern_store::pg::parse_settings(&settings.settings)
+        .map_err(|e| CliError::Usage(format!("{option}: {e}")))?;
     if let Some(file) = &settings.password_file {
         let text = std::fs::read_to_string(file).map_err(|e| {
             CliError::Usage(format!(

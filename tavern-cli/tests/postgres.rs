@@ -215,11 +215,26 @@ fn the_password_never_appears_and_bad_settings_are_one_line() {
     let run = tavern(&["--store", "postgres://kai:hunter2@[bad", "memory", "ls"]);
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(
-        run.stderr.contains("--store: cannot be parsed"),
+        run.stderr.contains("--store: invalid postgres settings"),
         "{}",
         run.stderr
     );
     assert!(!run.stderr.contains("hunter2"));
+    // The option at fault is named; its value never is.
+    for (settings, named) in [
+        ("host=/tmp port=hunter2", "invalid value for option `port`"),
+        ("host=/tmp passwrd=hunter2", "unknown option `passwrd`"),
+        (
+            "host=/tmp sslmode=hunter2",
+            "sslmode takes disable, prefer or require",
+        ),
+    ] {
+        let run = tavern(&["--store", settings, "memory", "ls"]);
+        assert_eq!(run.code, 2, "{}", run.stderr);
+        assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+        assert!(run.stderr.contains(named), "{settings}: {}", run.stderr);
+        assert!(!run.stderr.contains("hunter2"), "{}", run.stderr);
+    }
     // The password from a file, for the copy's target too.
     let pw = tmp.path().join("pw");
     std::fs::write(&pw, "hunter2\n").unwrap();

@@ -158,11 +158,8 @@ async fn open_postgres(
     clock: Arc<dyn tavern_store::clock::Clock>,
 ) -> Result<Arc<dyn AllStores>, String> {
     use tavern_store::pg::{PgConfig, PgStore, PgTls, DEFAULT_POOL_SIZE};
-    let mut config: PgConfig = settings
-        .parse()
-        .map_err(|_| {
-            "--store: cannot be parsed as a postgres:// url or key=value settings (sslmode takes disable, prefer or require; require verifies the certificate and host name)"
-        })?;
+    let mut config: PgConfig =
+        tavern_store::pg::parse_settings(settings).map_err(|e| format!("--store: {e}"))?;
     if let Some(file) = password_file {
         let text = std::fs::read_to_string(file)
             .map_err(|e| format!("--store-password-file: cannot read it ({})", e.kind()))?;

@@ -145,22 +145,49 @@ impl std::fmt::Debug for PgStore {
     }
 }
 
+/// Parses `settings`: a `postgres://` URL or `key=value` settings.
+///
+/// # Errors
+/// [`StoreError::Invalid`] naming the option at fault when the driver says which (an unknown
+/// `hots`, a `port` that is not a number), never a value: settings may hold a password.
+pub fn parse_settings(settings: &str) -> Result<PgConfig, StoreError> {
+    settings.parse().map_err(|e: tokio_postgres::Error| {
+        StoreError::Invalid(tavern_core::CoreError::InvalidField {
+            field: "postgres settings",
+            reason: settings_problem(&e),
+        })
+    })
+}
+
+/// What is wrong with settings the driver refused: its own words only where they name an
+/// option (between backticks) and nothing else, as any other part could quote the input.
+fn settings_problem(e: &tokio_postgres::Error) -> String {
+    const SSLMODE: &str =
+        "sslmode takes disable, prefer or require; require verifies the certificate and host name";
+    let cause = std::error::Error::source(e)
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    let names_an_option = ["unknown option `", "invalid value for option `"]
+        .iter()
+        .any(|start| cause.starts_with(start))
+        && cause.ends_with('`')
+        && cause.matches('`').count() == 2;
+    match names_an_option {
+        true if cause.contains("`sslmode`") => format!("{cause} ({SSLMODE})"),
+        true => cause,
+        false => format!("cannot be parsed as a postgres:// url or key=value settings ({SSLMODE})"),
+    }
+}
+
 impl PgStore {
     /// Connects with `settings` (a `postgres://` URL or a `key=value` string), migrates the
     /// schema and loads the memory and variable tables, with [`DEFAULT_POOL_SIZE`] connections.
     ///
     /// # Errors
-    /// [`StoreError::Invalid`] for settings that cannot be parsed (the message does not repeat
-    /// them); [`StoreError::Database`] when the server cannot be reached, refuses, or holds a
+    /// [`StoreError::Invalid`] for settings that cannot be parsed ([`parse_settings`]); [`StoreError::Database`] when the server cannot be reached, refuses, or holds a
     /// schema newer than [`SCHEMA_VERSION`].
     pub async fn connect(settings: &str, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
-        let config: PgConfig = settings.parse().map_err(|_| {
-            StoreError::Invalid(tavern_core::CoreError::InvalidField {
-                field: "postgres settings",
-                reason: "cannot be parsed as a postgres:// url or key=value settings (sslmode takes disable, prefer or require; require verifies the certificate and host name)".into(),
-            })
-        })?;
-        Self::open(config, clock, DEFAULT_POOL_SIZE).await
+        Self::open(parse_settings(settings)?, clock, DEFAULT_POOL_SIZE).await
     }
 
     /// Opens the database described by `config` with a pool of `pool_size` connections (at
@@ -448,5 +475,35 @@ impl VariableStore for PgStore {
         self.inner
             .read(&self.inner.variables, |t| t.audit(scope))
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refused setting is named; no value of the settings is repeated.
+    #[test]
+    fn bad_settings_name_the_option_not_the_value() {
+        let cases = [
+            (
+                "host=/tmp port=s3cret",
+                Some("invalid value for option `port`"),
+            ),
+            ("host=/tmp pasword=s3cret", Some("unknown option `pasword`")),
+            ("host=/tmp sslmode=s3cret", Some("sslmode takes disable")),
+            ("host='s3cret", None),
+            ("s3cret", None),
+        ];
+        for (settings, named) in cases {
+            let err = parse_settings(settings).unwrap_err().to_string();
+            assert!(err.starts_with("invalid postgres settings: "), "{err}");
+            assert!(!err.contains("s3cret"), "{settings}: {err}");
+            match named {
+                Some(named) => assert!(err.contains(named), "{settings}: {err}"),
+                None => assert!(err.contains("cannot be parsed"), "{settings}: {err}"),
+            }
+        }
+        assert!(parse_settings("host=/tmp user=kai port=5433").is_ok());
     }
 }
