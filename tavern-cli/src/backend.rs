@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tavern_store::fs::FsStore;
-use tavern_store::pg::{PgConfig, PgStore, PgTls, DEFAULT_POOL_SIZE};
+use tavern_store::pg::{PgStore, DEFAULT_POOL_SIZE};
 use tavern_store::{AllStores, CopyableStore, StoreDiagnostic, SystemClock};
 
 use crate::{CliError, Context};
@@ -177,31 +177,12 @@ pub fn open_files(dir: &std::path::Path, label: &str) -> Result<FsBackend, CliEr
 /// [`CliError::Usage`] for settings that cannot be parsed or a password file that cannot be
 /// read; store failures (an unreachable server, a newer schema).
 pub async fn open_postgres(settings: &StoreSettings, option: &str) -> Result<PgBackend, CliError> {
-    let mut config: PgConfig = tavern_store::pg::parse_settings(&settings.settings)
-        .map_err(|e| CliError::Usage(format!("{option}: {e}")))?;
-    if let Some(file) = &settings.password_file {
-        let text = std::fs::read_to_string(file).map_err(|e| {
-            CliError::Usage(format!(
-                "{option}-password-file: cannot read {} ({})",
-                file.display(),
-                e.kind()
-            ))
-        })?;
-        config.password(text.lines().next().unwrap_or_default());
-    }
-    let mut tls = PgTls::default();
-    if let Some(file) = &settings.ca_file {
-        let pem = std::fs::read(file).map_err(|e| {
-            CliError::Usage(format!(
-                "{option}-ca-file: cannot read {} ({})",
-                file.display(),
-                e.kind()
-            ))
-        })?;
-        tls = tls
-            .with_ca_pem(&pem)
-            .map_err(|e| CliError::Usage(format!("{option}-ca-file {}: {e}", file.display())))?;
-    }
+    let (config, tls) = tavern_store::pg::load_settings(
+        &settings.settings,
+        settings.password_file.as_deref(),
+        settings.ca_file.as_deref(),
+    )
+    .map_err(|e| CliError::Usage(format!("{option}{}: {e}", e.option_suffix())))?;
     let store =
         PgStore::open_with_tls(config, &tls, Arc::new(SystemClock), DEFAULT_POOL_SIZE).await?;
     for d in store.diagnostics() {

@@ -6,7 +6,7 @@
 use std::io::Write;
 
 use tavern_core::{MemorySource, SourceKind, Timestamp};
-use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
+use unicode_width::UnicodeWidthStr;
 
 use crate::{exit, CliError, Report};
 
@@ -90,22 +90,32 @@ pub fn one_line(text: &str) -> String {
 }
 
 /// `text` on one line in at most `max` terminal columns (a Chinese character takes two), `…`
-/// when cut.
+/// when cut. Control characters (a tab, an escape) become spaces: a terminal would act on them.
 pub fn excerpt(text: &str, max: usize) -> String {
-    let flat = one_line(text);
+    let flat: String = one_line(text)
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
     if flat.width() <= max {
         return flat;
     }
-    // Room for the `…` (one column).
+    // Room for the `…` (one column). Measured as the terminal measures the whole prefix, not
+    // character by character: an emoji with its presentation selector (`❤️`) takes two columns
+    // though its characters count one and none.
     let room = max.saturating_sub(1);
-    let mut used = 0;
     let mut cut = String::new();
+    let mut fits = 0;
     for c in flat.chars() {
-        used += c.width().unwrap_or(0);
-        if used > room {
+        cut.push(c);
+        if cut.width() > room {
             break;
         }
-        cut.push(c);
+        fits = cut.len();
+    }
+    cut.truncate(fits);
+    // A joiner left at the end would join the `…` to the emoji before it.
+    while cut.ends_with('\u{200d}') {
+        cut.pop();
     }
     cut.push('…');
     cut
@@ -217,5 +227,18 @@ mod tests {
         assert_eq!(excerpt("银色大门", 8), "银色大门");
         assert_eq!(excerpt("short", 10), "short");
         assert_eq!(excerpt("a longer line", 5), "a lo…");
+        // Emoji with a presentation selector take two columns each, as the terminal shows them.
+        let hearts = excerpt("❤️❤️❤️❤️❤️❤️", 5);
+        assert!(hearts.width() <= 5, "{hearts}: {}", hearts.width());
+        assert_eq!(hearts, "❤️❤️…");
+        // Tabs and escapes become spaces and count as one column each.
+        assert_eq!(excerpt("a\tb\u{1b}[2Jc", 20), "a b [2Jc");
+        assert_eq!(excerpt("a\t\t\t\t\t\t\tb", 5), "a   …");
+        // A joined emoji is never left with its joiner before the `…`.
+        let family = excerpt("ab👨\u{200d}👩\u{200d}👧 and more", 5);
+        assert!(
+            family.width() <= 5 && !family.contains("\u{200d}…"),
+            "{family:?}"
+        );
     }
 }

@@ -220,13 +220,21 @@ fn the_password_never_appears_and_bad_settings_are_one_line() {
         run.stderr
     );
     assert!(!run.stderr.contains("hunter2"));
-    // The option at fault is named; its value never is.
+    // The option at fault is named; its value never is, nor an unknown name as typed (it
+    // may be a piece of a password: here one with an unescaped `@` and `?`).
     for (settings, named) in [
         ("host=/tmp port=hunter2", "invalid value for option `port`"),
-        ("host=/tmp passwrd=hunter2", "unknown option `passwrd`"),
+        (
+            "host=/tmp passwrd=hunter2",
+            "an unknown option (did you mean `password`?)",
+        ),
         (
             "host=/tmp sslmode=hunter2",
-            "sslmode takes disable, prefer or require",
+            "invalid value for option `sslmode` (sslmode takes disable, prefer or require",
+        ),
+        (
+            "postgres://kai:hun@ter?hunter2=1@db/tavern",
+            "an unknown option (known: host",
         ),
     ] {
         let run = tavern(&["--store", settings, "memory", "ls"]);
@@ -259,6 +267,12 @@ fn the_password_never_appears_and_bad_settings_are_one_line() {
     assert_eq!(missing.code, 2, "{}", missing.stderr);
     assert!(
         missing.stderr.contains("--store-password-file"),
+        "{}",
+        missing.stderr
+    );
+    // Named by its option, not by its path.
+    assert!(
+        !missing.stderr.contains(s(tmp.path())),
         "{}",
         missing.stderr
     );

@@ -157,22 +157,9 @@ async fn open_postgres(
     ca_file: Option<&std::path::Path>,
     clock: Arc<dyn tavern_store::clock::Clock>,
 ) -> Result<Arc<dyn AllStores>, String> {
-    use tavern_store::pg::{PgConfig, PgStore, PgTls, DEFAULT_POOL_SIZE};
-    let mut config: PgConfig =
-        tavern_store::pg::parse_settings(settings).map_err(|e| format!("--store: {e}"))?;
-    if let Some(file) = password_file {
-        let text = std::fs::read_to_string(file)
-            .map_err(|e| format!("--store-password-file: cannot read it ({})", e.kind()))?;
-        config.password(text.lines().next().unwrap_or_default());
-    }
-    let mut tls = PgTls::default();
-    if let Some(file) = ca_file {
-        let pem = std::fs::read(file)
-            .map_err(|e| format!("--store-ca-file: cannot read it ({})", e.kind()))?;
-        tls = tls
-            .with_ca_pem(&pem)
-            .map_err(|e| format!("--store-ca-file: {e}"))?;
-    }
+    use tavern_store::pg::{PgStore, DEFAULT_POOL_SIZE};
+    let (config, tls) = tavern_store::pg::load_settings(settings, password_file, ca_file)
+        .map_err(|e| format!("--store{}: {e}", e.option_suffix()))?;
     let store = PgStore::open_with_tls(config, &tls, clock, DEFAULT_POOL_SIZE)
         .await
         .map_err(|e| e.to_string())?;

@@ -20,6 +20,7 @@ mod compact;
 mod docs;
 mod ops;
 mod schema;
+mod settings;
 mod tls;
 mod transfer;
 
@@ -37,6 +38,7 @@ use tokio::sync::Mutex;
 
 pub use compact::PgCompactReport;
 pub use schema::SCHEMA_VERSION;
+pub use settings::{load_settings, parse_settings, PgSetupError};
 use tls::Connector;
 pub use tls::PgTls;
 /// Connection settings (host, user, database, password…), parsed from a `postgres://` URL or a
@@ -142,40 +144,6 @@ impl std::fmt::Debug for PgStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never the settings: they may hold a password.
         f.debug_struct("PgStore").finish_non_exhaustive()
-    }
-}
-
-/// Parses `settings`: a `postgres://` URL or `key=value` settings.
-///
-/// # Errors
-/// [`StoreError::Invalid`] naming the option at fault when the driver says which (an unknown
-/// `hots`, a `port` that is not a number), never a value: settings may hold a password.
-pub fn parse_settings(settings: &str) -> Result<PgConfig, StoreError> {
-    settings.parse().map_err(|e: tokio_postgres::Error| {
-        StoreError::Invalid(tavern_core::CoreError::InvalidField {
-            field: "postgres settings",
-            reason: settings_problem(&e),
-        })
-    })
-}
-
-/// What is wrong with settings the driver refused: its own words only where they name an
-/// option (between backticks) and nothing else, as any other part could quote the input.
-fn settings_problem(e: &tokio_postgres::Error) -> String {
-    const SSLMODE: &str =
-        "sslmode takes disable, prefer or require; require verifies the certificate and host name";
-    let cause = std::error::Error::source(e)
-        .map(ToString::to_string)
-        .unwrap_or_default();
-    let names_an_option = ["unknown option `", "invalid value for option `"]
-        .iter()
-        .any(|start| cause.starts_with(start))
-        && cause.ends_with('`')
-        && cause.matches('`').count() == 2;
-    match names_an_option {
-        true if cause.contains("`sslmode`") => format!("{cause} ({SSLMODE})"),
-        true => cause,
-        false => format!("cannot be parsed as a postgres:// url or key=value settings ({SSLMODE})"),
     }
 }
 
@@ -475,35 +443,5 @@ impl VariableStore for PgStore {
         self.inner
             .read(&self.inner.variables, |t| t.audit(scope))
             .await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A refused setting is named; no value of the settings is repeated.
-    #[test]
-    fn bad_settings_name_the_option_not_the_value() {
-        let cases = [
-            (
-                "host=/tmp port=s3cret",
-                Some("invalid value for option `port`"),
-            ),
-            ("host=/tmp pasword=s3cret", Some("unknown option `pasword`")),
-            ("host=/tmp sslmode=s3cret", Some("sslmode takes disable")),
-            ("host='s3cret", None),
-            ("s3cret", None),
-        ];
-        for (settings, named) in cases {
-            let err = parse_settings(settings).unwrap_err().to_string();
-            assert!(err.starts_with("invalid postgres settings: "), "{err}");
-            assert!(!err.contains("s3cret"), "{settings}: {err}");
-            match named {
-                Some(named) => assert!(err.contains(named), "{settings}: {err}"),
-                None => assert!(err.contains("cannot be parsed"), "{settings}: {err}"),
-            }
-        }
-        assert!(parse_settings("host=/tmp user=kai port=5433").is_ok());
     }
 }
