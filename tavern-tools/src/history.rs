@@ -244,16 +244,26 @@ impl HistoryIndex {
     /// Messages matching `query`, best first (ties: newer first), at most `limit`, and how many
     /// matched in all. An empty query lists the newest messages.
     pub fn search(&self, query: &str, limit: usize) -> (Vec<HistoryHit>, usize) {
+        self.search_from(query, limit, 0)
+    }
+
+    /// [`HistoryIndex::search`] among the messages from position `from` on (a parent chat's
+    /// messages after those a branch copied).
+    pub fn search_from(&self, query: &str, limit: usize, from: usize) -> (Vec<HistoryHit>, usize) {
         let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0));
+        let len = self.messages.len();
         let (mut found, total): (Vec<(u32, f32)>, usize) = if query.trim().is_empty() {
-            let newest = self.messages.len().saturating_sub(limit);
-            let found = (newest..self.messages.len())
+            let newest = len.saturating_sub(limit).max(from);
+            let found = (newest..len)
                 .map(|i| (u32::try_from(i).unwrap_or(u32::MAX), 0.0))
                 .collect();
-            (found, self.messages.len())
-        } else {
+            (found, len.saturating_sub(from))
+        } else if from == 0 {
             // Only the best `limit` are kept while scoring, not every match.
             self.index.top(&query_tokens(query), limit)
+        } else {
+            let from = u32::try_from(from).unwrap_or(u32::MAX);
+            self.index.top_from(&query_tokens(query), limit, from)
         };
         found.sort_by(order);
         let hits = found
@@ -299,6 +309,13 @@ impl ChatEntry {
         };
         entry.append(&file.lines);
         entry
+    }
+
+    /// The digests of the chat's messages (its lines after the header), in order.
+    fn message_digests(&self) -> &[u64] {
+        self.lines
+            .get(usize::from(self.header)..)
+            .unwrap_or_default()
     }
 
     fn append(&mut self, lines: &[ChatLine]) {
@@ -397,6 +414,18 @@ impl HistoryCache {
         chat: &ChatId,
         f: impl FnOnce(&HistoryIndex, Option<&ChatId>) -> R,
     ) -> Result<Option<R>, StoreError> {
+        self.with_entry(chats, character, chat, |e| f(&e.history, e.parent.as_ref()))
+            .await
+    }
+
+    /// [`HistoryCache::with_index`], with the whole cached entry.
+    async fn with_entry<R>(
+        &self,
+        chats: &dyn ChatStore,
+        character: &CharacterName,
+        chat: &ChatId,
+        f: impl FnOnce(&ChatEntry) -> R,
+    ) -> Result<Option<R>, StoreError> {
         let key = (character.clone(), chat.clone());
         let Some(revision) = chats.chat_revision(character, chat).await? else {
             self.lock().entries.remove(&key);
@@ -411,7 +440,7 @@ impl HistoryCache {
             match inner.entries.get_mut(&key) {
                 Some(e) if e.revision == revision => {
                     e.last_used = now;
-                    return Ok(Some(f(&e.history, e.parent.as_ref())));
+                    return Ok(Some(f(e)));
                 }
                 Some(_) => inner.entries.remove(&key),
                 None => None,
@@ -430,7 +459,7 @@ impl HistoryCache {
                 None => return Ok(None),
             },
         };
-        let out = f(&entry.history, entry.parent.as_ref());
+        let out = f(&entry);
         let mut inner = self.lock();
         inner.clock += 1;
         let mut entry = entry;
@@ -460,7 +489,8 @@ pub struct HistoryArgs {
     pub limit: usize,
     /// Token budget for the returned texts.
     pub max_tokens: usize,
-    /// Also search the chat this one was branched from.
+    /// Also search the chat this one was branched from (its messages after those this chat
+    /// copied).
     pub include_parent: bool,
 }
 
@@ -472,17 +502,31 @@ struct ChatHits {
     hits: Vec<(HistoryHit, Message)>,
 }
 
+/// A chat's parent to search too (with `includeParent`), and the digests of the chat's own
+/// messages: those its parent shares with it are its copies, searched once, in the branch.
+type ParentToSearch = (ChatId, Vec<u64>);
+
+/// Searches `chat`; when it is a branch whose parent is to be searched (`branch` holds the
+/// digests of the branch's messages), only the parent's messages after those the branch
+/// copied. Also returns the chat's parent to search, when `args` asks for it and there is one
+/// (never the chat itself).
 async fn chat_hits(
     svc: &ToolServices,
     character: &CharacterName,
     chat: &ChatId,
     label: WhichChat,
     args: &HistoryArgs,
-) -> Result<Option<(ChatHits, Option<ChatId>)>, ToolError> {
+    branch: Option<&[u64]>,
+) -> Result<Option<(ChatHits, Option<ParentToSearch>)>, ToolError> {
     let found = svc
         .history
-        .with_index(svc.chats.as_ref(), character, chat, |index, parent| {
-            let (hits, total) = index.search(&args.query, args.limit);
+        .with_entry(svc.chats.as_ref(), character, chat, |entry| {
+            let index = &entry.history;
+            let copied = branch.map_or(0, |mine| {
+                let theirs = entry.message_digests();
+                mine.iter().zip(theirs).take_while(|(a, b)| a == b).count()
+            });
+            let (hits, total) = index.search_from(&args.query, args.limit, copied);
             let hits = hits
                 .into_iter()
                 .map(|h| {
@@ -496,7 +540,13 @@ async fn chat_hits(
                 total,
                 hits,
             };
-            (hits, parent.cloned())
+            let parent = match &entry.parent {
+                Some(parent) if args.include_parent && parent != chat => {
+                    Some((parent.clone(), entry.message_digests().to_vec()))
+                }
+                _ => None,
+            };
+            (hits, parent)
         })
         .await?;
     Ok(found)
@@ -519,17 +569,23 @@ pub(crate) async fn search(
         &target.chat_id,
         WhichChat::Current,
         args,
+        None,
     )
     .await?
     {
         chats.push(current);
-        if args.include_parent {
-            if let Some(pid) = parent {
-                if let Some((p, _)) =
-                    chat_hits(svc, &target.character, &pid, WhichChat::Parent, args).await?
-                {
-                    chats.push(p);
-                }
+        if let Some((pid, mine)) = parent {
+            let parent = chat_hits(
+                svc,
+                &target.character,
+                &pid,
+                WhichChat::Parent,
+                args,
+                Some(&mine),
+            )
+            .await?;
+            if let Some((p, _)) = parent {
+                chats.push(p);
             }
         }
     }

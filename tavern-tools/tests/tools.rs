@@ -434,6 +434,105 @@ async fn history_search_reads_real_world_names_and_headerless_chats() {
     assert_eq!(g["source"]["chats"][0]["messages"], 2);
 }
 
+/// A branch made as SillyTavern and our fork make one starts with copies of its parent's
+/// messages: with `includeParent` each shared message comes back once (from the branch) and
+/// counts once; the parent adds only what came after the branch point. A chat naming itself as
+/// its parent is searched once.
+#[tokio::test]
+async fn a_branch_and_its_parent_share_messages_once() {
+    let mut state = default_state();
+    for (session, chat) in [("s4", "Seraphina - 3"), ("s5", "Seraphina - self")] {
+        state["sessionBindings"][session] = json!({"character": "Seraphina", "chatId": chat, "architecture": "agent-tavern", "contextMode": "dsh-native"});
+    }
+    let h = harness_with(state, ToolLimits::default()).await;
+    let sera = CharacterName::parse("Seraphina").unwrap();
+    let parent = h
+        .store
+        .read_chat(&sera, &ChatId::parse("Seraphina - 1").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let header = |of: &str| {
+        tavern_core::chat::ChatLine::parse(&format!(
+            r#"{{"user_name":"白羽","character_name":"Seraphina","create_date":"x","chat_metadata":{{"main_chat":"{of}"}}}}"#
+        ))
+        .unwrap()
+    };
+    let own = tavern_core::chat::ChatLine::parse(
+        r#"{"name":"白羽","is_user":true,"send_date":2,"mes":"Tell me about the lantern."}"#,
+    )
+    .unwrap();
+    // The branch: the parent's first two messages, copied, then one of its own.
+    let branch = [
+        header("Seraphina - 1"),
+        parent.lines[1].clone(),
+        parent.lines[2].clone(),
+        own,
+    ];
+    let id = ChatId::parse("Seraphina - 3").unwrap();
+    h.store
+        .rewrite_chat(&sera, &id, &branch, None)
+        .await
+        .unwrap();
+    let v = h
+        .ok(
+            "s4",
+            "tavern_history_search",
+            json!({"query": "silver gate", "includeParent": true}),
+        )
+        .await;
+    let mut found: Vec<(String, u64)> = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["chat"].as_str().unwrap().to_owned(),
+                i["index"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    found.sort();
+    let want: Vec<(String, u64)> = [
+        ("current", 0),
+        ("current", 1),
+        ("current", 2),
+        ("parent", 2),
+    ]
+    .iter()
+    .map(|(c, i)| ((*c).to_owned(), *i))
+    .collect();
+    assert_eq!(found, want, "{v}");
+    assert_eq!(v["sourceCount"], 4, "{v}");
+    assert_eq!(v["source"]["chats"][1]["messages"], 3, "{v}");
+    // The parent's newest messages, after the branch point only.
+    let newest = h
+        .ok(
+            "s4",
+            "tavern_history_search",
+            json!({"query": "", "includeParent": true, "limit": 10}),
+        )
+        .await;
+    assert_eq!(newest["sourceCount"], 4, "{newest}");
+
+    let me = ChatId::parse("Seraphina - self").unwrap();
+    let lines = [header("Seraphina - self"), parent.lines[2].clone()];
+    h.store
+        .rewrite_chat(&sera, &me, &lines, None)
+        .await
+        .unwrap();
+    let v = h
+        .ok(
+            "s5",
+            "tavern_history_search",
+            json!({"query": "silver gate", "includeParent": true}),
+        )
+        .await;
+    assert_eq!(v["items"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["sourceCount"], 1, "{v}");
+    assert_eq!(v["source"]["chats"].as_array().unwrap().len(), 1, "{v}");
+}
+
 #[tokio::test]
 async fn history_search_finds_messages_and_the_parent_branch() {
     let h = harness().await;

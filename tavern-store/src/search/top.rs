@@ -325,6 +325,20 @@ impl Bm25Index {
         (top, total)
     }
 
+    /// [`Bm25Index::top`] among the documents from `from` on (the rest are neither returned nor
+    /// counted), scoring every match.
+    pub fn top_from(&self, query: &[String], k: usize, from: u32) -> (Vec<(u32, f32)>, usize) {
+        let mut best = Best::new(k);
+        let mut total = 0;
+        self.score_each(query, None, |doc, score| {
+            if doc >= from {
+                total += 1;
+                best.offer(doc, score);
+            }
+        });
+        (best.into_sorted(), total)
+    }
+
     /// [`Bm25Index::top`] walking the lists in blocks of `block` documents; also returns how
     /// many postings were read (block maps spare reading most of a common term's). Requires
     /// every posting to be current and every list in document order.
@@ -717,6 +731,28 @@ mod tests {
             prop_assert_eq!(&(top, total), &want);
             prop_assert_eq!(&plain.top(&q, k), &want);
             prop_assert_eq!(&mapped.top(&q, k), &want);
+        }
+
+        /// `top_from` keeps the best `k` of the documents from `from` on, and counts only
+        /// those, exactly as scoring every match and dropping the rest.
+        #[test]
+        fn top_from_is_the_best_of_the_rest(
+            docs in prop::collection::vec(prop::collection::vec(0usize..8, 1..8), 1..120),
+            query in prop::collection::vec(0usize..8, 1..5),
+            k in 0usize..12,
+            from in 0u32..130,
+        ) {
+            let mut idx = Bm25Index::for_top();
+            for (i, own) in docs.iter().enumerate() {
+                idx.insert(i as u32, &text(own));
+            }
+            let q = query_tokens(&text(&query));
+            let mut rest: Vec<(u32, f32)> =
+                idx.score(&q).into_iter().filter(|(doc, _)| *doc >= from).collect();
+            let total = rest.len();
+            rest.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0)));
+            rest.truncate(k);
+            prop_assert_eq!(idx.top_from(&q, k, from), (rest, total));
         }
 
         /// Grown as a chat grows (each message indexed, then given its next neighbour in place),

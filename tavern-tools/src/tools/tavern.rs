@@ -97,7 +97,7 @@ pub(crate) struct HistoryArgs {
     query: String,
     limit: Option<usize>,
     max_tokens: Option<usize>,
-    /// Also search the chat this one was branched from.
+    /// Also search the chat this one was branched from (its messages after those this chat copied).
     #[serde(default)]
     include_parent: bool,
 }
