@@ -77,10 +77,7 @@ fn settings_problem(e: &tokio_postgres::Error) -> String {
             .min();
         return match nearest {
             Some((_, known)) => format!("an unknown option (did you mean `{known}`?)"),
-            None => format!(
-                "an unknown option (known: {}); a password holding `@`, `?`, `/` or a space must be percent-encoded in a url, quoted in key=value settings",
-                "host, port, user, dbname, password, sslmode…"
-            ),
+            None => "an unknown option (known: host, port, user, dbname, password, sslmode…); a password holding `@`, `?`, `/` or a space must be percent-encoded in a url, quoted in key=value settings".to_owned(),
         };
     }
     format!("cannot be parsed as a postgres:// url or key=value settings ({SSLMODE})")

@@ -691,11 +691,20 @@ mod tests {
 
     /// Every match scored, best `k` first (ties to the higher slot), and the match count.
     fn best_of_all(idx: &Bm25Index, q: &[String], k: usize) -> (Vec<(u32, f32)>, usize) {
-        let mut all = idx.score(q);
-        let total = all.len();
-        all.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0)));
-        all.truncate(k);
-        (all, total)
+        best_from(idx, q, k, 0)
+    }
+
+    /// [`best_of_all`] among the documents from `from` on.
+    fn best_from(idx: &Bm25Index, q: &[String], k: usize, from: u32) -> (Vec<(u32, f32)>, usize) {
+        let mut rest: Vec<(u32, f32)> = idx
+            .score(q)
+            .into_iter()
+            .filter(|(doc, _)| *doc >= from)
+            .collect();
+        let total = rest.len();
+        rest.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0)));
+        rest.truncate(k);
+        (rest, total)
     }
 
     fn text(words: &[usize]) -> String {
@@ -747,12 +756,7 @@ mod tests {
                 idx.insert(i as u32, &text(own));
             }
             let q = query_tokens(&text(&query));
-            let mut rest: Vec<(u32, f32)> =
-                idx.score(&q).into_iter().filter(|(doc, _)| *doc >= from).collect();
-            let total = rest.len();
-            rest.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0)));
-            rest.truncate(k);
-            prop_assert_eq!(idx.top_from(&q, k, from), (rest, total));
+            prop_assert_eq!(idx.top_from(&q, k, from), best_from(&idx, &q, k, from));
         }
 
         /// Grown as a chat grows (each message indexed, then given its next neighbour in place),
