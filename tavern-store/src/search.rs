@@ -364,7 +364,8 @@ impl Shard {
         }
     }
 
-    /// Adds the postings of `doc` for the tokens of `fields` this shard owns.
+    /// Adds the postings of `doc` for the tokens of `fields` this shard owns; `false` when a
+    /// term frequency is not finite (weights so large their sum overflows).
     fn index(
         &mut self,
         me: usize,
@@ -372,12 +373,15 @@ impl Shard {
         generation: u32,
         fields: &[(&str, f32)],
         ids: &mut Vec<(u32, f32)>,
-    ) {
+    ) -> bool {
         let mut terms = Vec::new();
         self.terms_of(me, fields, ids, &mut terms);
+        let mut finite = true;
         for (term, tf) in terms {
+            finite &= tf.is_finite();
             self.push(term, (doc, tf, generation));
         }
+        finite
     }
 
     /// Adds many documents: terms first, then every posting list grown once to its final size
@@ -589,8 +593,14 @@ impl Bm25Index {
         // otherwise make Chinese records look twice as long as they are.
         let generation = self.begin(doc, group, fields_len(fields));
         let mut ids = Vec::with_capacity(64);
+        let mut finite = true;
         for (me, shard) in self.shards.iter_mut().enumerate() {
-            shard.index(me, doc, generation, fields, &mut ids);
+            finite &= shard.index(me, doc, generation, fields, &mut ids);
+        }
+        // A term frequency summed past the largest float breaks the bounds as an infinite
+        // length does (a length is rounded once, so it can stay finite).
+        if !finite {
+            self.score_in_full();
         }
     }
 
@@ -617,6 +627,7 @@ impl Bm25Index {
         }
         let generation = self.generation[idx];
         let (mut ids, mut terms) = (Vec::with_capacity(64), Vec::new());
+        let mut finite = true;
         for (me, shard) in self.shards.iter_mut().enumerate() {
             terms.clear();
             shard.terms_of(me, fields, &mut ids, &mut terms);
@@ -626,14 +637,21 @@ impl Bm25Index {
                     Some(p) if p.0 == doc && p.2 == generation => {
                         p.1 += tf;
                         let grown = p.1;
+                        finite &= grown.is_finite();
                         shard.raise_max_tf(term, grown);
                         if let Some(map) = shard.maps.get_mut(&term) {
                             map.raise(doc, grown);
                         }
                     }
-                    _ => shard.push(term, (doc, tf, generation)),
+                    _ => {
+                        finite &= tf.is_finite();
+                        shard.push(term, (doc, tf, generation));
+                    }
                 }
             }
+        }
+        if !finite {
+            self.score_in_full();
         }
         true
     }

@@ -650,7 +650,9 @@ impl Bounds {
         for (m, bound) in each.iter().enumerate() {
             sum += bound;
             let coord = coord(coords, m + 1);
-            if sum * coord * coord * (1.0 + BOUND_SLACK) >= floor {
+            // Not `>=`: a bound that is not a number keeps the documents.
+            let bound = sum * coord * coord * (1.0 + BOUND_SLACK);
+            if bound.partial_cmp(&floor) != Some(Ordering::Less) {
                 return Some(m + 1);
             }
         }
@@ -1028,6 +1030,31 @@ mod tests {
         assert_eq!(total, 5000);
         // Reading every posting of an essential common term (as this did before) read 2,096.
         assert!(read < 200, "{read} of 9,170 postings read");
+    }
+
+    /// A term frequency summed or grown past the largest float, in a document whose length
+    /// (rounded once) stays finite, breaks the bounds as an infinite length does: scored in
+    /// full, with or without block maps (review finding).
+    #[test]
+    fn an_infinite_term_frequency_falls_back_to_scoring_all() {
+        // Ten times this is the largest float; adding it up ten times overflows.
+        const W: f32 = 3.402_823_5e37;
+        let kai10 = ["kai"; 10].join(" ");
+        let q = query_tokens("kai river");
+        let mut grown = Bm25Index::new();
+        for i in 0..3000u32 {
+            grown.insert(i, if i % 3 == 0 { "kai river" } else { "kai" });
+        }
+        assert!(grown.add_fields_to_last(2999, &[(&kai10, W)]));
+        assert!(grown.exact_only);
+        assert_eq!(grown.top(&q, 3), best_of_all(&grown, &q, 3));
+        let mut mapped = Bm25Index::for_top();
+        for i in 0..3000u32 {
+            mapped.insert(i, if i % 3 == 0 { "kai river" } else { "kai" });
+        }
+        mapped.insert_fields(3000, 0, &[(&kai10, W)]);
+        assert!(mapped.exact_only);
+        assert_eq!(mapped.top(&q, 3), best_of_all(&mapped, &q, 3));
     }
 
     /// The pruning is real: with one rare and one very common term, the common term is read
