@@ -34,8 +34,8 @@ use rustc_hash::FxHashMap;
 
 use super::{Bm25Index, LengthNorm, Posting, QueryTerm};
 
-/// Documents walked together: their accumulators (8 bytes each) and lengths fit in the
-/// first-level cache beside the postings streaming through.
+/// Documents handled together: the query terms' bits for a block (128 bytes per term) stay in
+/// the first-level cache while its candidates are found and scored.
 pub(super) const BLOCK_DOCS: usize = 1024;
 
 /// A list gets a block map from this many postings on, when it holds at least one document in
