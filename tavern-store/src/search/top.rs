@@ -285,9 +285,12 @@ impl Best {
         let candidate = Worst(doc, score);
         if self.heap.len() < self.k {
             self.heap.push(candidate);
-        } else if self.heap.peek().is_some_and(|worst| candidate < *worst) {
-            self.heap.pop();
-            self.heap.push(candidate);
+        } else if let Some(mut worst) = self.heap.peek_mut() {
+            if candidate >= *worst {
+                return;
+            }
+            // Replaced in place: one sift down, where a pop and a push took two.
+            *worst = candidate;
         } else {
             return;
         }
@@ -358,39 +361,53 @@ impl Bm25Index {
         // The statistics exactly as `score_each` takes them, so scores are bit-identical.
         let avg = ((self.total_len / f64::from(n)) as f32).max(1.0);
         let norm = LengthNorm::new(avg);
-        let terms = self.weighted_terms(query, n as f32, None);
+        let mut terms = self.weighted_terms(query, n as f32, None);
         if terms.is_empty() {
             return (Vec::new(), 0, 0);
         }
-        let q = query.len() as f32;
-        let coords: Vec<f32> = (0..=query.len()).map(|c| c as f32 / q).collect();
-        let mut bounds = Bounds::new(terms.len());
-        let docs = self.alive.len();
         let block = block.max(1);
+        // Only a map of this block size gives a block's bits; the others are read as lists.
+        for term in &mut terms {
+            term.map = term.map.filter(|m| m.block == block);
+        }
+        let mut lent = Lent::take();
+        let Buffers {
+            first,
+            columns,
+            row,
+            segments,
+            coords,
+            bounds,
+        } = &mut lent.0;
+        let q = query.len() as f32;
+        coords.clear();
+        coords.extend((0..=query.len()).map(|c| c as f32 / q));
+        let coords = &coords[..];
+        bounds.reset(terms.len());
+        let docs = self.alive.len();
         let words = block.div_ceil(64);
         let mut best = Best::new(k);
         let mut read = 0;
         // The rarest term's documents, scored first and completely: the best of them set a
         // floor the other documents must beat before any of those is read.
-        let first = self.score_first(&terms, &coords, &norm, &mut best, docs, &mut read);
+        let first = self.score_first(&terms, coords, &norm, &mut best, docs, &mut read, first);
         let done = usize::from(first.is_some());
         let nt = terms.len();
-        let maps: Vec<Option<&BlockMap>> = terms
-            .iter()
-            .map(|t| t.map.filter(|m| m.block == block))
-            .collect();
         // The block's documents of each term, one bit each, by word: word `w` of term `i` at
         // `w · nt + i`, so the terms' words for 64 documents lie together.
-        let mut columns = vec![0u64; nt * words];
-        let mut row = vec![0u64; words];
+        columns.clear();
+        columns.resize(nt * words, 0);
+        row.clear();
+        row.resize(words, 0);
         // Per term, where its postings in the current block start and end in its list.
-        let mut segments = vec![(0usize, 0usize); nt];
+        segments.clear();
+        segments.resize(nt, (0, 0));
         let mut total = 0usize;
         for start in (0..docs).step_by(block) {
             let stop = u32::try_from((start + block).min(docs)).unwrap_or(u32::MAX);
             let b = start / block;
             for (i, term) in terms.iter().enumerate().skip(done) {
-                let bits = match maps[i] {
+                let bits = match term.map {
                     Some(map) => map.block_bits(b).unwrap_or_default(),
                     None => {
                         // Read on from the last block (not bisected: each probe into a list
@@ -402,8 +419,8 @@ impl Bm25Index {
                         let segment = term.list.get(from..to).unwrap_or_default();
                         segments[i] = (from, to);
                         read += segment.len();
-                        fill_row(&mut row, segment, start, block);
-                        &row
+                        fill_row(row, segment, start, block);
+                        &row[..]
                     }
                 };
                 for (w, column) in columns.chunks_exact_mut(nt).enumerate() {
@@ -415,8 +432,8 @@ impl Bm25Index {
             // Only documents that match enough terms (`least`), one of them essential, can
             // reach the floor; of those, only the ones whose own bound does are scored.
             let floor = best.floor;
-            bounds.for_block(&terms, &coords, block, b, self.bound_len(), &norm);
-            let least = bounds.least_matches(done, floor, &coords);
+            bounds.for_block(&terms, coords, b, self.bound_len(), &norm);
+            let least = bounds.least_matches(done, floor, coords);
             let essential = bounds.essential(done, floor);
             for (w, word) in columns.chunks_exact(nt).enumerate() {
                 let valid = valid_bits(block, w);
@@ -441,11 +458,11 @@ impl Bm25Index {
                         continue;
                     };
                     // Its own bound: first for the terms it matches, then for its length.
-                    if bounds.of_doc(word, done, bit, &coords) < best.floor {
+                    if bounds.of_doc(word, done, bit, coords) < best.floor {
                         continue;
                     }
                     let len = self.doc_len.get(doc as usize).copied().unwrap_or(0.0);
-                    if bounds.of_doc_at(word, done, bit, len, &norm, &coords) < best.floor {
+                    if bounds.of_doc_at(word, done, bit, len, &norm, coords) < best.floor {
                         continue;
                     }
                     // Added in scoring order, as every scorer adds them: bit-identical sums.
@@ -455,7 +472,7 @@ impl Bm25Index {
                         if x >> bit & 1 == 0 {
                             continue;
                         }
-                        let tf = match maps[i] {
+                        let tf = match term.map {
                             Some(map) => map.tf_in_word(b, w, x, bit, term.list),
                             None => {
                                 let (from, to) = segments[i];
@@ -470,7 +487,7 @@ impl Bm25Index {
                             sum += self.contribution(term.weight, tf, doc, &norm);
                         }
                     }
-                    let coord = coord(&coords, count);
+                    let coord = coord(coords, count);
                     best.offer(doc, sum * coord * coord);
                 }
             }
@@ -481,8 +498,10 @@ impl Bm25Index {
     /// Scores every document of the rarest term completely (each other term's posting found
     /// through its block map, or by bisecting its list when it is short), offers them to
     /// `best`, and returns which they were — or `None` when the rarest term is itself common
-    /// (its documents are then scored in the blocks like any other's).
-    fn score_first(
+    /// (its documents are then scored in the blocks like any other's). The set is kept in
+    /// `words`.
+    #[allow(clippy::too_many_arguments)]
+    fn score_first<'w>(
         &self,
         terms: &[QueryTerm<'_>],
         coords: &[f32],
@@ -490,12 +509,13 @@ impl Bm25Index {
         best: &mut Best,
         docs: usize,
         read: &mut usize,
-    ) -> Option<DocSet> {
+        words: &'w mut Vec<u64>,
+    ) -> Option<DocSet<'w>> {
         let first = terms.first()?;
         if best.k == 0 || first.list.len() > docs / 8 {
             return None;
         }
-        let mut set = DocSet::new(docs);
+        let mut set = DocSet::empty(words, docs);
         for &(doc, tf, _) in first.list {
             set.insert(doc);
             // Added in scoring order, as the blocks add them: bit-identical sums.
@@ -533,6 +553,7 @@ impl Bm25Index {
 /// term's contribution is bounded by its largest term frequency (for a mapped term, in the
 /// block) in a document of the shortest length, or of the document's own; the coordination
 /// factor by how many terms a document matches.
+#[derive(Default)]
 struct Bounds {
     /// `tails[j]`: above the score of any document matching only `terms[j..]` (the last
     /// entry, for matching none of them, is 0).
@@ -551,32 +572,32 @@ struct Bounds {
 
 impl Bounds {
     /// Room for the bounds of `terms` query terms; [`Bounds::for_block`] fills them.
-    fn new(terms: usize) -> Self {
-        Self {
-            tails: vec![0.0; terms + 1],
-            rests: vec![0.0; terms + 1],
-            each: vec![0.0; terms],
-            top_tf: vec![0.0; terms],
-            weight: vec![0.0; terms],
-            sorted: Vec::with_capacity(terms),
+    fn reset(&mut self, terms: usize) {
+        for (bounds, len) in [
+            (&mut self.tails, terms + 1),
+            (&mut self.rests, terms + 1),
+            (&mut self.each, terms),
+            (&mut self.top_tf, terms),
+            (&mut self.weight, terms),
+        ] {
+            bounds.clear();
+            bounds.resize(len, 0.0);
         }
     }
 
-    /// The bounds for the documents of block `b` (of `block` documents): a term whose block
-    /// map has that block size is bounded by the block's largest term frequency.
-    #[allow(clippy::too_many_arguments)]
+    /// The bounds for the documents of block `b`: a term with a block map (of the blocks
+    /// walked) is bounded by the block's largest term frequency.
     fn for_block(
         &mut self,
         terms: &[QueryTerm<'_>],
         coords: &[f32],
-        block: usize,
         b: usize,
         len: f32,
         norm: &LengthNorm,
     ) {
         for j in (0..terms.len()).rev() {
             let t = &terms[j];
-            let tf = match t.map.filter(|m| m.block == block) {
+            let tf = match t.map {
                 Some(map) => map.block_max(b),
                 None => t.max_tf,
             };
@@ -727,21 +748,12 @@ fn at_least(terms: &[u64], least: usize) -> u64 {
     }
 }
 
-/// A set of documents, one bit each.
-struct DocSet(Vec<u64>);
+/// A set of documents, one bit each, in words kept between queries.
+struct DocSet<'w>(&'w mut Vec<u64>);
 
-thread_local! {
-    /// The last [`DocSet`]'s words, for the next: a long chat's set is over a kilobyte, and
-    /// allocating that much makes the allocator sweep its lists of small free chunks (cold
-    /// memory) on every query.
-    static SPARE_WORDS: Cell<Vec<u64>> = const { Cell::new(Vec::new()) };
-}
-
-impl DocSet {
-    fn new(docs: usize) -> Self {
-        // (Not after the thread's locals are gone, as in another local's destructor: then a
-        // new buffer.)
-        let mut words = SPARE_WORDS.try_with(Cell::take).unwrap_or_default();
+impl<'w> DocSet<'w> {
+    /// The empty set of `docs` documents, in `words`.
+    fn empty(words: &'w mut Vec<u64>, docs: usize) -> Self {
         words.clear();
         words.resize(docs.div_ceil(64), 0);
         Self(words)
@@ -766,11 +778,45 @@ impl DocSet {
     }
 }
 
-impl Drop for DocSet {
+/// What a block pass needs per query besides its terms, kept per thread for the next:
+/// allocating them (zeroed, most of them) for every query made the allocator sweep its
+/// lists of small free chunks, cold memory, on a long chat's every query.
+#[derive(Default)]
+struct Buffers {
+    /// The rarest term's documents ([`DocSet`]): a long chat's is over a kilobyte.
+    first: Vec<u64>,
+    /// Per word of a block, each term's bits (see [`Bm25Index::top`]).
+    columns: Vec<u64>,
+    /// One term's bits in a block, filled from its postings.
+    row: Vec<u64>,
+    /// Per term, where its postings in the block start and end in its list.
+    segments: Vec<(usize, usize)>,
+    /// The coordination factor for each number of matched terms.
+    coords: Vec<f32>,
+    bounds: Bounds,
+}
+
+thread_local! {
+    /// The last query's [`Buffers`], for the next.
+    static SPARE: Cell<Buffers> = Cell::new(Buffers::default());
+}
+
+/// [`Buffers`] lent to one query, given back to the thread when dropped.
+struct Lent(Buffers);
+
+impl Lent {
+    fn take() -> Self {
+        // (Not after the thread's locals are gone, as in another local's destructor: then
+        // new buffers.)
+        Self(SPARE.try_with(Cell::take).unwrap_or_default())
+    }
+}
+
+impl Drop for Lent {
     fn drop(&mut self) {
-        let words = std::mem::take(&mut self.0);
-        // Kept for the next set, unless the thread's locals are gone already.
-        let _ = SPARE_WORDS.try_with(|spare| spare.set(words));
+        let buffers = std::mem::take(&mut self.0);
+        // Kept for the next query, unless the thread's locals are gone already.
+        let _ = SPARE.try_with(|spare| spare.set(buffers));
     }
 }
 
