@@ -17,9 +17,10 @@
 //!    the floor by itself with the terms after it ("essential"), and its own bound — for the
 //!    terms it matches, at its length — reaches it. Each term's contribution is bounded by the
 //!    largest term frequency any of its postings ever had (for a mapped term, in that block).
-//!    Only the few documents left are looked up and scored.
-//! 3. Every match is still counted: the union of the rows, the rarest term's documents with
-//!    them.
+//!    Only the few documents left are looked up and scored. A block where no number of
+//!    matches reaches the floor is not walked at all.
+//! 3. Every match is still counted, in one pass before the blocks: the union of every term's
+//!    bits (a block map is already a term's bits in document order), counted.
 //!
 //! Scores are bit-identical to scoring every match: each document that is scored gets every
 //! term, in the same order, and a bound only ever turns away a document that scores below the
@@ -327,8 +328,8 @@ impl Bm25Index {
             let total = self.score_each(query, None, |doc, score| best.offer(doc, score));
             return (best.into_sorted(), total);
         }
-        let (top, total, _) = self.top_in_blocks(query, k, block);
-        (top, total)
+        let walk = self.top_in_blocks(query, k, block);
+        (walk.top, walk.total)
     }
 
     /// [`Bm25Index::top`] among the documents from `from` on (the rest are neither returned nor
@@ -345,25 +346,19 @@ impl Bm25Index {
         (best.into_sorted(), total)
     }
 
-    /// [`Bm25Index::top`] walking the lists in blocks of `block` documents; also returns how
-    /// many postings were read (block maps spare reading most of a common term's). Requires
-    /// every posting to be current and every list in document order.
-    fn top_in_blocks(
-        &self,
-        query: &[String],
-        k: usize,
-        block: usize,
-    ) -> (Vec<(u32, f32)>, usize, usize) {
+    /// [`Bm25Index::top`] walking the lists in blocks of `block` documents, and the work that
+    /// took. Requires every posting to be current and every list in document order.
+    fn top_in_blocks(&self, query: &[String], k: usize, block: usize) -> Walk {
         let n = self.live_docs;
         if n == 0 || query.is_empty() {
-            return (Vec::new(), 0, 0);
+            return Walk::default();
         }
         // The statistics exactly as `score_each` takes them, so scores are bit-identical.
         let avg = ((self.total_len / f64::from(n)) as f32).max(1.0);
         let norm = LengthNorm::new(avg);
         let mut terms = self.weighted_terms(query, n as f32, None);
         if terms.is_empty() {
-            return (Vec::new(), 0, 0);
+            return Walk::default();
         }
         let block = block.max(1);
         // Only a map of this block size gives a block's bits; the others are read as lists.
@@ -373,6 +368,7 @@ impl Bm25Index {
         let mut lent = Lent::take();
         let Buffers {
             first,
+            union,
             columns,
             row,
             segments,
@@ -393,6 +389,8 @@ impl Bm25Index {
         let first = self.score_first(&terms, coords, &norm, &mut best, docs, &mut read, first);
         let done = usize::from(first.is_some());
         let nt = terms.len();
+        let (total, listed) = count_matches(&terms[done..], first.as_ref(), docs, block, union);
+        read += listed;
         // The block's documents of each term, one bit each, by word: word `w` of term `i` at
         // `w · nt + i`, so the terms' words for 64 documents lie together.
         columns.clear();
@@ -402,17 +400,28 @@ impl Bm25Index {
         // Per term, where its postings in the current block start and end in its list.
         segments.clear();
         segments.resize(nt, (0, 0));
-        let mut total = 0usize;
+        let mut walked = 0;
         for start in (0..docs).step_by(block) {
             let stop = u32::try_from((start + block).min(docs)).unwrap_or(u32::MAX);
             let b = start / block;
+            // Only documents that match enough terms (`least`), one of them essential, can
+            // reach the floor; of those, only the ones whose own bound does are scored. In a
+            // block where no number of matches can reach it, nothing is.
+            let floor = best.floor;
+            bounds.for_block(&terms, coords, b, self.bound_len(), &norm);
+            let Some(least) = bounds.least_matches(done, floor, coords) else {
+                continue;
+            };
+            let essential = bounds.essential(done, floor);
+            walked += 1;
             for (i, term) in terms.iter().enumerate().skip(done) {
                 let bits = match term.map {
                     Some(map) => map.block_bits(b).unwrap_or_default(),
                     None => {
-                        // Read on from the last block (not bisected: each probe into a list
-                        // not in cache is a miss); a list without a map holds a few
-                        // documents per block.
+                        // Read on from the last block read (not bisected: each probe into a
+                        // list not in cache is a miss); a list without a map holds a few
+                        // documents per block. Postings of skipped blocks are left out of
+                        // the row and before any candidate of this one.
                         let from = segments[i].1.min(term.list.len());
                         let rest = term.list.get(from..).unwrap_or_default();
                         let to = from + rest.iter().take_while(|p| p.0 < stop).count();
@@ -429,22 +438,10 @@ impl Bm25Index {
                     }
                 }
             }
-            // Only documents that match enough terms (`least`), one of them essential, can
-            // reach the floor; of those, only the ones whose own bound does are scored.
-            let floor = best.floor;
-            bounds.for_block(&terms, coords, b, self.bound_len(), &norm);
-            let least = bounds.least_matches(done, floor, coords);
-            let essential = bounds.essential(done, floor);
             for (w, word) in columns.chunks_exact(nt).enumerate() {
                 let valid = valid_bits(block, w);
                 let rarest = first.as_ref().map_or(0, |f| f.word(start, w));
                 let others = word.get(done..).unwrap_or_default();
-                // Every match counts, the rarest term's too.
-                let any = others.iter().fold(rarest, |any, x| any | x);
-                total += (any & valid).count_ones() as usize;
-                let Some(least) = least else {
-                    continue;
-                };
                 let essentials = word.get(done..essential).unwrap_or(others);
                 let mut candidates = essentials.iter().fold(0, |any, x| any | x) & !rarest & valid;
                 if candidates == 0 {
@@ -492,7 +489,12 @@ impl Bm25Index {
                 }
             }
         }
-        (best.into_sorted(), total, read)
+        Walk {
+            top: best.into_sorted(),
+            total,
+            read,
+            walked,
+        }
     }
 
     /// Scores every document of the rarest term completely (each other term's posting found
@@ -549,6 +551,21 @@ impl Bm25Index {
     }
 }
 
+/// What [`Bm25Index::top_in_blocks`] found, and the work it took.
+#[derive(Debug, Default)]
+struct Walk {
+    /// The best `k`, best first.
+    top: Vec<(u32, f32)>,
+    /// How many documents match.
+    total: usize,
+    /// How many postings were read (block maps spare reading most of a common term's).
+    #[cfg_attr(not(test), allow(dead_code))] // What tests measure the pruning by.
+    read: usize,
+    /// How many blocks were walked (the others could not hold one of the best `k`).
+    #[cfg_attr(not(test), allow(dead_code))]
+    walked: usize,
+}
+
 /// Bounds on what documents of a block matching some of the query's terms can score. Each
 /// term's contribution is bounded by its largest term frequency (for a mapped term, in the
 /// block) in a document of the shortest length, or of the document's own; the coordination
@@ -595,17 +612,20 @@ impl Bounds {
         len: f32,
         norm: &LengthNorm,
     ) {
+        // How many of `terms[j..]` have postings in the block: a document matches no more.
+        let mut held = 0;
         for j in (0..terms.len()).rev() {
             let t = &terms[j];
             let tf = match t.map {
                 Some(map) => map.block_max(b),
                 None => t.max_tf,
             };
+            held += usize::from(tf != 0.0);
             self.top_tf[j] = tf;
             self.weight[j] = t.weight;
             self.each[j] = t.weight * tf / (tf + norm.base + norm.per_word * len);
             self.rests[j] = self.rests[j + 1] + self.each[j];
-            let coord = coord(coords, terms.len() - j);
+            let coord = coord(coords, held);
             self.tails[j] = self.rests[j] * coord * coord * (1.0 + BOUND_SLACK);
         }
     }
@@ -665,7 +685,11 @@ impl Bounds {
         let terms = self.tails.len() - 1;
         let each = &mut self.sorted;
         each.clear();
-        each.extend((from..terms).map(|j| self.each[j]));
+        // A term without postings in the block (largest frequency 0) is no match to count
+        // on: otherwise the coordination factor of matching it too would keep a block whose
+        // documents can only match the others (a date's words, outside its sessions).
+        let held = (from..terms).filter(|&j| self.top_tf[j] != 0.0);
+        each.extend(held.map(|j| self.each[j]));
         each.sort_unstable_by(|a, b| b.total_cmp(a));
         let mut sum = 0.0;
         for (m, bound) in each.iter().enumerate() {
@@ -699,6 +723,44 @@ fn fill_row(row: &mut [u64], postings: &[Posting], start: usize, block: usize) {
             }
         }
     }
+}
+
+/// How many of `docs` documents hold any of `terms` or are in `first` (their bits OR-ed in
+/// `union`, counted), and how many postings that read. A block map of whole words (blocks
+/// of a multiple of 64 documents) is already the term's bits in document order; other lists
+/// set theirs posting by posting.
+fn count_matches(
+    terms: &[QueryTerm<'_>],
+    first: Option<&DocSet<'_>>,
+    docs: usize,
+    block: usize,
+    union: &mut Vec<u64>,
+) -> (usize, usize) {
+    let mut read = 0;
+    union.clear();
+    if let Some(first) = first {
+        union.extend_from_slice(first.0);
+    }
+    union.resize(docs.div_ceil(64), 0);
+    for term in terms {
+        match term.map {
+            Some(map) if block.is_multiple_of(64) => {
+                for (into, bits) in union.iter_mut().zip(&map.bits) {
+                    *into |= bits;
+                }
+            }
+            _ => {
+                read += term.list.len();
+                for &(doc, _, _) in term.list {
+                    if let Some(word) = union.get_mut(doc as usize / 64) {
+                        *word |= 1 << (doc % 64);
+                    }
+                }
+            }
+        }
+    }
+    let total = union.iter().map(|word| word.count_ones() as usize).sum();
+    (total, read)
 }
 
 /// The bits of word `w` of a block of `block` documents that are documents (the block may
@@ -785,6 +847,8 @@ impl<'w> DocSet<'w> {
 struct Buffers {
     /// The rarest term's documents ([`DocSet`]): a long chat's is over a kilobyte.
     first: Vec<u64>,
+    /// Every term's documents, for [`count_matches`].
+    union: Vec<u64>,
     /// Per word of a block, each term's bits (see [`Bm25Index::top`]).
     columns: Vec<u64>,
     /// One term's bits in a block, filled from its postings.
@@ -877,8 +941,8 @@ mod tests {
             }
             let q = query_tokens(&text(&query));
             let want = best_of_all(&plain, &q, k);
-            let (top, total, _) = plain.top_in_blocks(&q, k, block);
-            prop_assert_eq!(&(top, total), &want);
+            let walk = plain.top_in_blocks(&q, k, block);
+            prop_assert_eq!(&(walk.top, walk.total), &want);
             prop_assert_eq!(&plain.top(&q, k), &want);
             prop_assert_eq!(&mapped.top(&q, k), &want);
         }
@@ -1071,11 +1135,11 @@ mod tests {
             idx.insert(i, &text);
         }
         let q = query_tokens("lantern kai oak tea");
-        let (top, total, read) = idx.top_in_blocks(&q, 5, 256);
-        assert_eq!((top, total), best_of_all(&idx, &q, 5));
-        assert_eq!(total, 5000);
+        let walk = idx.top_in_blocks(&q, 5, 256);
+        assert_eq!((walk.top, walk.total), best_of_all(&idx, &q, 5));
+        assert_eq!(walk.total, 5000);
         // Reading every posting of an essential common term (as this did before) read 2,096.
-        assert!(read < 200, "{read} of 9,170 postings read");
+        assert!(walk.read < 200, "{} of 9,170 postings read", walk.read);
     }
 
     /// A term frequency summed or grown past the largest float, in a document whose length
@@ -1113,15 +1177,49 @@ mod tests {
             idx.insert(i, text);
         }
         let q = query_tokens("kai lantern");
-        let (top, total, read) = idx.top_in_blocks(&q, 5, 256);
-        assert_eq!((top.clone(), total), best_of_all(&idx, &q, 5));
-        assert_eq!(total, 5000);
+        let walk = idx.top_in_blocks(&q, 5, 256);
+        assert_eq!((walk.top.clone(), walk.total), best_of_all(&idx, &q, 5));
+        assert_eq!(walk.total, 5000);
         // The rare term's 100 postings, and the common term's for those documents only.
-        assert_eq!(read, 200, "of 5100 postings");
+        assert_eq!(walk.read, 200, "of 5100 postings");
         // Walked in blocks the maps were not made for, the common term is read whole (to
         // count it) on top of those 200.
-        let (unmapped, _, read) = idx.top_in_blocks(&q, 5, 100);
-        assert_eq!((unmapped, read), (top, 5200));
+        let unmapped = idx.top_in_blocks(&q, 5, 100);
+        assert_eq!((unmapped.top, unmapped.read), (walk.top, 5200));
+    }
+
+    /// A block where no number of matches reaches the floor is skipped; a list without a map
+    /// is then read on from the last block walked, past the skipped ones, and still looked
+    /// up right.
+    #[test]
+    fn blocks_that_cannot_reach_the_floor_are_skipped() {
+        let mut idx = Bm25Index::with_block_maps(256);
+        for i in 0..4096u32 {
+            let mut text = String::from("river");
+            if i % 1024 == 100 {
+                text.push_str(" lantern");
+            }
+            // Sparse (1 in 64, below a map's density), in every block.
+            if i % 64 == 3 {
+                text.push_str(" oak");
+            }
+            // Common, so mapped, in the last four blocks only.
+            if i >= 3072 {
+                text.push_str(" tea");
+            }
+            idx.insert(i, &text);
+        }
+        let q = query_tokens("lantern oak tea");
+        let walk = idx.top_in_blocks(&q, 3, 256);
+        assert_eq!((walk.top.clone(), walk.total), best_of_all(&idx, &q, 3));
+        // The lantern's four documents set the floor; only `oak tea` beats it, and only the
+        // last four blocks hold `tea`.
+        assert_eq!(walk.walked, 4, "of 16 blocks");
+        assert!(
+            walk.top.iter().any(|&(doc, _)| doc % 64 == 3),
+            "{:?}",
+            walk.top
+        );
     }
 
     /// Lists out of document order (a document indexed again) or stale postings fall back to
