@@ -714,7 +714,7 @@ async fn run(path: &str, as_json: bool) -> Result<()> {
                 "memoryOpenMs": report.memory_open.as_secs_f64() * 1000.0, "memoryRecords": report.memory_records,
                 "historyBuildMsP50": percentile(&mut build, 0.5),
                 "historyLatency": history.iter().map(|h| json!({"messages": h.messages, "buildMs": h.build_ms, "p50Ms": h.p50_ms, "p50AfterAppendMs": h.p50_after_append_ms, "itemsPerQuery": h.items, "bytesPerQuery": h.bytes})).collect::<Vec<_>>(),
-                "historyRatio": match &history[..] { [small, large] => { let (median, q1, q3, windows) = window_ratios(small, large); json!({"pooled": large.p50_ms / small.p50_ms, "windows": windows, "windowMedian": median, "windowQ1": q1, "windowQ3": q3}) } _ => Value::Null },
+                "historyRatio": match &history[..] { [small, large] => { let (median, q1, q3, windows) = window_ratios(small, large); let some = |x: f64| (windows > 0).then_some(x); json!({"pooled": large.p50_ms / small.p50_ms, "windows": windows, "windowMedian": some(median), "windowQ1": some(q1), "windowQ3": some(q3)}) } _ => Value::Null },
             }),
         );
         println!("{}", Value::Object(obj));
@@ -768,9 +768,12 @@ async fn run(path: &str, as_json: bool) -> Result<()> {
         );
     }
     if let [small, large] = &history[..] {
-        let (median, q1, q3, windows) = window_ratios(small, large);
+        let windows = match window_ratios(small, large) {
+            (_, _, _, 0) => format!("n/a (fewer than {WINDOW} queries)"),
+            (median, q1, q3, n) => format!("{median:.2}× ({q1:.2}–{q3:.2}×, {n} windows)"),
+        };
         println!(
-            "| history search p50, 10,000 vs 100 messages, window by window ({WINDOW} questions each; median, middle half) | {median:.2}× ({q1:.2}–{q3:.2}×, {windows} windows) |"
+            "| history search p50, 10,000 vs 100 messages, window by window ({WINDOW} questions each; median, middle half) | {windows} |"
         );
         println!(
             "| history search p50, 10,000 vs 100 messages, all queries pooled | {:.2}× |",
