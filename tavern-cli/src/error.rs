@@ -1,6 +1,6 @@
 //! The command's one error type and the exit codes scripts can rely on.
 
-use tavern_dsh_adapter::AdapterError;
+use tavern_dsh_adapter::RuntimeError;
 use tavern_store::{StoreError, Target};
 use tavern_tools::assets::AssetError;
 use thiserror::Error;
@@ -52,7 +52,7 @@ pub enum CliError {
     Asset(#[from] AssetError),
     /// The runtime failed replaying a session (exit 1).
     #[error(transparent)]
-    Adapter(#[from] AdapterError),
+    Adapter(#[from] RuntimeError),
 }
 
 impl CliError {
@@ -61,7 +61,7 @@ impl CliError {
         match self {
             Self::Usage(_) => exit::USAGE,
             Self::Store(e) if e.is_conflict() => exit::CONFLICT,
-            Self::Adapter(AdapterError::Store(e)) if e.is_conflict() => exit::CONFLICT,
+            Self::Adapter(RuntimeError::Store(e)) if e.is_conflict() => exit::CONFLICT,
             _ => exit::FAILURE,
         }
     }

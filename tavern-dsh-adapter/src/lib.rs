@@ -1,19 +1,17 @@
-//! The `Host` port, the AgentTavern runtime on top of it, a strict fake AgentLoop for tests and
-//! examples, and tavern mode (the per-session system prompt). This is the only crate that knows
-//! a host or a wire protocol.
+//! Everything DSH-specific: DSH's session-log envelope and release facts (`dsh`), the sidecar
+//! bridge the DSH plugin speaks to (`bridge`, with the `tavern-bridge` executable), and a strict
+//! fake of DSH's AgentLoop for tests and examples (`fake`, feature `testkit`). The host-neutral
+//! runtime it drives is `tavern-runtime`; this is the only crate that knows DSH.
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod bridge;
 pub mod dsh;
-pub mod error;
 #[cfg(feature = "testkit")]
 pub mod fake;
-pub mod host;
-pub mod runtime;
-pub mod tavern_mode;
 
-pub use error::AdapterError;
-pub use host::{AgentMount, HostError, HostPort, PromptSection, ToolDefinition};
-pub use runtime::{MountDecision, Runtime, RuntimeConfig, StAction};
+pub use tavern_runtime::{
+    AgentMount, HostError, HostPort, MountDecision, PromptSection, Runtime, RuntimeConfig,
+    RuntimeError, StAction, ToolDefinition,
+};

@@ -3,13 +3,15 @@
 
 mod common;
 
+use tavern_dsh_adapter::dsh::event::decode_logged;
+
 use common::{rc6, seam, World};
 use serde_json::{json, Value};
 use tavern_core::{
     normalize_state, AgentId, CharacterName, ChatId, ContextMode, SessionId, TavernArchitecture,
 };
 use tavern_dsh_adapter::fake::{ModelStep, ToolCallPlan};
-use tavern_dsh_adapter::{AdapterError, MountDecision, StAction};
+use tavern_dsh_adapter::{MountDecision, RuntimeError, StAction};
 use tavern_store::StateStoreExt as _;
 use tavern_store::{MemoryStore, StateStore};
 
@@ -79,7 +81,7 @@ async fn a01_new_chats_default_to_agent_tavern_native_groups_and_legacy_to_st() 
             false,
         )
         .await;
-    assert!(matches!(again, Err(AdapterError::Conflict { .. })));
+    assert!(matches!(again, Err(RuntimeError::Conflict { .. })));
 }
 
 /// 0004 §14.2, plan §6.8: one set of native events per turn; AgentTavern calls no model.
@@ -394,7 +396,7 @@ async fn a07_st_sessions_untouched_and_st_actions_refused_for_agent_tavern() {
             .check_st_action(&sid("s1"), action)
             .await
             .unwrap_err();
-        assert!(matches!(err, AdapterError::Conflict { .. }), "{err}");
+        assert!(matches!(err, RuntimeError::Conflict { .. }), "{err}");
     }
 }
 
@@ -536,7 +538,10 @@ async fn b06_duplicate_events_project_once_and_restart_continues() {
         w.host.script([ModelStep::Reply("first reply".into())]);
         w.host.run_turn(&w.runtime, &agent, "first").await.unwrap();
         for e in w.events("s1") {
-            w.runtime.on_event(&sid("s1"), &e).await.unwrap();
+            w.runtime
+                .on_logged_event(&sid("s1"), &decode_logged(&e))
+                .await
+                .unwrap();
         }
     }
     let w = World::open(dir.path(), rc6());

@@ -3,6 +3,8 @@
 
 mod common;
 
+use tavern_dsh_adapter::dsh::event::decode_logged;
+
 use std::sync::Arc;
 
 use serde_json::{json, Value};
@@ -50,7 +52,10 @@ async fn sessions_run_concurrently_on_a_multi_thread_runtime() {
             let base = w.events(&format!("s{i}")).len() as u64;
             for turn in 1..=TURNS {
                 for e in turn_events(base + (turn - 1) * 6, turn, &format!("s{i}")) {
-                    w.runtime.on_event(&session, &e).await.unwrap();
+                    w.runtime
+                        .on_logged_event(&session, &decode_logged(&e))
+                        .await
+                        .unwrap();
                 }
             }
         }));
@@ -231,7 +236,10 @@ async fn a_repeated_turn_end_keeps_the_next_turns_variables() {
         end_1.clone(),
         json!({"type": "turn/start", "seq": 2, "time": 1, "data": {"turn": 2}}),
     ] {
-        runtime.on_event(&s1, &e).await.unwrap();
+        runtime
+            .on_logged_event(&s1, &decode_logged(&e))
+            .await
+            .unwrap();
     }
     let set = runtime
         .call_tool(
@@ -242,7 +250,10 @@ async fn a_repeated_turn_end_keeps_the_next_turns_variables() {
         )
         .await;
     assert_eq!(set["value"], 1, "{set}");
-    runtime.on_event(&s1, &end_1).await.unwrap();
+    runtime
+        .on_logged_event(&s1, &decode_logged(&end_1))
+        .await
+        .unwrap();
     let got = runtime
         .call_tool(
             &agent,
@@ -257,7 +268,7 @@ async fn a_repeated_turn_end_keeps_the_next_turns_variables() {
     );
     // The real end of turn 2 clears it.
     runtime
-        .on_event(&s1, &json!({"type": "turn/end", "seq": 3, "time": 1, "data": {"turn": 2, "reason": {"kind": "completed"}}}))
+        .on_logged_event(&s1, &decode_logged(&json!({"type": "turn/end", "seq": 3, "time": 1, "data": {"turn": 2, "reason": {"kind": "completed"}}})))
         .await
         .unwrap();
     let gone = runtime

@@ -11,9 +11,9 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 use tavern_core::AgentId;
 use tavern_dsh_adapter::bridge::host::BridgeHost;
-use tavern_dsh_adapter::bridge::mcp::McpServer;
 use tavern_dsh_adapter::bridge::Bridge;
 use tavern_dsh_adapter::{Runtime, RuntimeConfig};
+use tavern_runtime::mcp::McpServer;
 use tavern_store::clock::ManualClock;
 use tavern_store::mem::MemStore;
 

@@ -3,14 +3,14 @@
 
 mod common;
 
+use tavern_dsh_adapter::dsh::event::decode_logged;
+
 use common::{rc6, World};
 use serde_json::json;
 use tavern_core::{AgentId, CharacterName, ChatId, SessionId, TavernArchitecture};
 use tavern_dsh_adapter::fake::{FakeHost, ModelStep, ToolCallPlan};
-use tavern_dsh_adapter::runtime::KERNEL_SECTION;
-use tavern_dsh_adapter::tavern_mode::{
-    handle_route, RouteRequest, TavernModePreset, PERSONA_SECTION,
-};
+use tavern_runtime::runtime::KERNEL_SECTION;
+use tavern_runtime::tavern_mode::{handle_route, RouteRequest, TavernModePreset, PERSONA_SECTION};
 use tavern_store::{ChatStore, PromptStore};
 
 fn sid(s: &str) -> SessionId {
@@ -575,7 +575,10 @@ async fn an_event_without_an_envelope_is_refused_by_name() {
     w.session("s1", "c1").await;
     let err = w
         .runtime
-        .on_event(&sid("s1"), &json!({"type": "turn/start", "data": {}}))
+        .on_logged_event(
+            &sid("s1"),
+            &decode_logged(&json!({"type": "turn/start", "data": {}})),
+        )
         .await
         .unwrap_err();
     assert_eq!(

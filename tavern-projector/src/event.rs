@@ -77,6 +77,12 @@ pub enum EventKind {
         /// Step.
         step: u64,
     },
+    /// AgentTavern's own context-mode change (`agent-tavern/context-mode`): never a line; the
+    /// runtime reads the session's mode from the last one (the log is its source of truth).
+    ContextMode {
+        /// The mode from this event on.
+        to: tavern_core::ContextMode,
+    },
     /// Any other type this projector knows and never turns into lines (`assistant/chunk`,
     /// `tool/result`, `request/*`, `compaction/*`, AgentTavern's own events, …).
     Known(String),

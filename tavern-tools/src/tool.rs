@@ -28,6 +28,11 @@ pub struct ToolSpec {
     pub result: Value,
     /// Whether it writes (counts against the per-turn write limit).
     pub writes: bool,
+    /// Whether it removes something from view (forgetting, deleting; never from disk).
+    pub destructive: bool,
+    /// Whether calling it again with the same arguments changes nothing more (every reading
+    /// tool is).
+    pub idempotent: bool,
 }
 
 /// One tool as the registry holds it: its contract and how to run it on JSON arguments.
@@ -61,6 +66,11 @@ pub(crate) trait TypedTool: Send + Sync + 'static {
     const DESCRIPTION: &'static str;
     /// Whether it writes.
     const WRITES: bool;
+    /// Whether it removes something from view (hosts may ask the user first).
+    const DESTRUCTIVE: bool = false;
+    /// Whether a repeat with the same arguments changes nothing more; defaults to "it does
+    /// not write".
+    const IDEMPOTENT: bool = !Self::WRITES;
     /// Whether its `limit` goes up to [`ToolLimits::max_search_results`] (the searches whose
     /// recall over long conversations needs it) rather than [`ToolLimits::max_results`].
     const WIDE_LIMIT: bool = false;
@@ -92,6 +102,8 @@ impl<T: TypedTool> Typed<T> {
                 parameters,
                 result: result_schema::<T::Output>(),
                 writes: T::WRITES,
+                destructive: T::DESTRUCTIVE,
+                idempotent: T::IDEMPOTENT,
             },
         }
     }

@@ -10,7 +10,10 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tavern_core::{AgentId, HostFacts, SessionId};
 
-use crate::host::{AgentMount, HostError, HostPort};
+use tavern_projector::HostEvent;
+use tavern_runtime::{AgentMount, HostError, HostPort, LoggedEvent, TavernLogEvent};
+
+use crate::dsh::event::decode_logged;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -150,13 +153,12 @@ impl HostPort for BridgeHost {
     async fn append_event(
         &self,
         _session: &SessionId,
-        event_type: &str,
-        _data: Value,
-        _ignorable: bool,
-    ) -> Result<Value, HostError> {
+        event: &TavernLogEvent,
+    ) -> Result<HostEvent, HostError> {
         Err(HostError(format!(
-            "{} cannot append logged {event_type} events from a plugin",
-            lock(&self.facts).host
+            "{} cannot append logged {} events from a plugin",
+            lock(&self.facts).host,
+            event.event_type()
         )))
     }
 
@@ -164,7 +166,7 @@ impl HostPort for BridgeHost {
         &self,
         session: &SessionId,
         after: Option<u64>,
-    ) -> Result<Vec<Value>, HostError> {
+    ) -> Result<Vec<LoggedEvent>, HostError> {
         let mut all: BTreeMap<u64, Value> = BTreeMap::new();
         let root = lock(&self.sessions_root).clone();
         let s = session.clone();
@@ -194,7 +196,7 @@ impl HostPort for BridgeHost {
         Ok(all
             .into_iter()
             .filter(|(s, _)| after.is_none_or(|a| *s > a))
-            .map(|(_, v)| v)
+            .map(|(_, v)| decode_logged(&v))
             .collect())
     }
 }

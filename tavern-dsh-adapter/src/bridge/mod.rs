@@ -10,7 +10,6 @@
 pub mod calls;
 pub mod frame;
 pub mod host;
-pub mod mcp;
 mod serve;
 
 use std::collections::HashSet;
@@ -23,8 +22,10 @@ use tavern_core::{AgentId, ContextMode};
 use self::calls::{Calls, CancelOutcome};
 use self::frame::{Frame, Request, RunState};
 use self::host::BridgeHost;
-use crate::runtime::Runtime;
-use crate::tavern_mode::PERSONA_SECTION;
+use tavern_runtime::tavern_mode::PERSONA_SECTION;
+use tavern_runtime::{MountDecision, Runtime, RuntimeError};
+
+use crate::dsh::event::decode_logged;
 
 /// The protocol version this bridge speaks.
 pub const PROTOCOL_VERSION: u64 = 1;
@@ -162,7 +163,7 @@ impl Bridge {
         request: Request,
         out: &mut Vec<Value>,
     ) -> Result<Value, (&'static str, String)> {
-        let runtime_err = |e: crate::AdapterError| ("runtime", e.to_string());
+        let runtime_err = |e: RuntimeError| ("runtime", e.to_string());
         self.admit(&request)?;
         match request {
             Request::Handshake(h) => {
@@ -210,7 +211,7 @@ impl Bridge {
                     .await
                     .map_err(runtime_err)?;
                 lock(&self.agents).insert(created.agent.clone());
-                Ok(json!({"mounted": decision == crate::MountDecision::Mounted}))
+                Ok(json!({"mounted": decision == MountDecision::Mounted}))
             }
             Request::AgentDisposed(a) => {
                 lock(&self.agents).remove(&a.agent);
@@ -226,7 +227,11 @@ impl Bridge {
                 Ok(json!({}))
             }
             Request::Event(e) => {
-                let result = self.runtime.on_event(&e.session, &e.event).await;
+                // DSH's envelope is decoded here, at the edge; the runtime sees neutral events.
+                let result = self
+                    .runtime
+                    .on_logged_event(&e.session, &decode_logged(&e.event))
+                    .await;
                 // Mirrored for a replay that cannot read the host's log: a bound session's
                 // events until they are projected, an unbound one's only a few (DSH logs a
                 // few before it binds), so memory follows the sessions, not the traffic.
@@ -316,7 +321,7 @@ impl Bridge {
                 )
             }
             Request::Route(r) => {
-                let req = crate::tavern_mode::RouteRequest {
+                let req = tavern_runtime::tavern_mode::RouteRequest {
                     method: &r.method,
                     admitted: r.admitted,
                     body: r.body.as_bytes(),

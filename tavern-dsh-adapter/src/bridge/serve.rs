@@ -8,9 +8,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
+
+use tavern_runtime::line::{read_line, Line};
 
 use super::frame::{self, Frame, Request};
 use super::{error, lock, Bridge};
@@ -22,56 +24,6 @@ const FRAMES_IN_FLIGHT: usize = 4096;
 
 /// Answers queued for the writer before workers wait for the host to read them.
 const OUTPUT_QUEUE: usize = 1024;
-
-/// One line read from the input.
-pub(crate) enum Line {
-    /// A complete frame (terminator removed).
-    Frame(Vec<u8>),
-    /// A line longer than the limit, skipped; `head` is its start (for the id).
-    TooLong { head: Vec<u8>, len: usize },
-    /// End of input.
-    End,
-}
-
-/// Reads one line of at most `max` bytes; a longer one is consumed to its end without being
-/// kept beyond its first `max` bytes.
-pub(crate) async fn read_line(
-    input: &mut (impl AsyncBufRead + Unpin),
-    max: usize,
-) -> std::io::Result<Line> {
-    let mut buf = Vec::new();
-    let mut len = 0usize;
-    loop {
-        let chunk = input.fill_buf().await?;
-        if chunk.is_empty() {
-            return Ok(if len == 0 {
-                Line::End
-            } else if len > max {
-                Line::TooLong { head: buf, len }
-            } else {
-                Line::Frame(buf)
-            });
-        }
-        let (part, done) = match chunk.iter().position(|b| *b == b'\n') {
-            Some(i) => (&chunk[..i], Some(i + 1)),
-            None => (chunk, None),
-        };
-        len += part.len();
-        if buf.len() < max {
-            let room = max - buf.len();
-            buf.extend_from_slice(&part[..part.len().min(room)]);
-        }
-        let used = done.unwrap_or(part.len());
-        input.consume(used);
-        if done.is_some() {
-            return Ok(if len > max {
-                Line::TooLong { head: buf, len }
-            } else {
-                Line::Frame(buf)
-            });
-        }
-    }
-}
 
 /// Where a frame is served.
 enum Route {

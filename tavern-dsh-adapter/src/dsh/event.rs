@@ -5,7 +5,9 @@
 //! stops projection, never guessed at; other unknown types are bookkeeping and skipped.
 
 use serde_json::Value;
+use tavern_core::{ContextMode, ContextModeEvent};
 use tavern_projector::event::{EventKind, HostEvent, TurnEndReason, UserSource};
+use tavern_runtime::{LoggedEvent, UnreadableEvent};
 
 /// Event types that exist and never become chat lines.
 const KNOWN_SILENT: [&str; 13] = [
@@ -136,6 +138,14 @@ pub fn decode(v: &Value) -> Result<HostEvent, String> {
                         .unwrap_or(false),
             }
         }
+        ContextModeEvent::EVENT_TYPE => match data
+            .get("to")
+            .and_then(Value::as_str)
+            .and_then(ContextMode::from_label)
+        {
+            Some(to) => EventKind::ContextMode { to },
+            None => EventKind::Known(ty.to_owned()),
+        },
         "tool/call" => EventKind::ToolCall {
             turn: num(&data, "turn"),
             step: num(&data, "step"),
@@ -150,4 +160,9 @@ pub fn decode(v: &Value) -> Result<HostEvent, String> {
         t => EventKind::Known(t.to_owned()),
     };
     Ok(HostEvent { seq, time, kind })
+}
+
+/// Decodes one envelope as the runtime reads a log entry: decoded, or unreadable with why.
+pub fn decode_logged(v: &Value) -> LoggedEvent {
+    decode(v).map_err(|reason| UnreadableEvent { reason })
 }

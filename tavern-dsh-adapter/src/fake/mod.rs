@@ -20,8 +20,12 @@ use serde_json::{json, Value};
 use tavern_core::{AgentId, DefaultTokenEstimator, HostFacts, SessionId, TokenEstimator};
 use tavern_projector::context::{Budget, NodeRole, ProjectionInput, SurfaceNode};
 
-use crate::host::{AgentMount, HostError, HostPort};
-use crate::runtime::{MountDecision, Runtime};
+use tavern_projector::HostEvent;
+use tavern_runtime::{
+    AgentMount, HostError, HostPort, LoggedEvent, MountDecision, Runtime, TavernLogEvent,
+};
+
+use crate::dsh::event::{decode, decode_logged};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -330,7 +334,11 @@ impl FakeHost {
         ignorable: bool,
     ) -> Result<u64, HostError> {
         let event = self.append(session, ty, data, ignorable)?;
-        if let Err(e) = runtime.on_event(session, &event).await {
+        // The fake logs DSH's envelope and, like the bridge, decodes it at its edge.
+        if let Err(e) = runtime
+            .on_logged_event(session, &decode_logged(&event))
+            .await
+        {
             report.projection_errors.push(e.to_string());
         }
         Ok(event["seq"].as_u64().unwrap_or(0))
@@ -773,22 +781,22 @@ impl HostPort for FakeHost {
     async fn append_event(
         &self,
         session: &SessionId,
-        event_type: &str,
-        data: Value,
-        ignorable: bool,
-    ) -> Result<Value, HostError> {
-        self.append(session, event_type, data, ignorable)
+        event: &TavernLogEvent,
+    ) -> Result<HostEvent, HostError> {
+        let logged = self.append(session, event.event_type(), event.data(), true)?;
+        decode(&logged).map_err(HostError)
     }
 
     async fn read_events(
         &self,
         session: &SessionId,
         after: Option<u64>,
-    ) -> Result<Vec<Value>, HostError> {
+    ) -> Result<Vec<LoggedEvent>, HostError> {
         Ok(self
             .log(session)
-            .into_iter()
+            .iter()
             .filter(|e| after.is_none_or(|a| e["seq"].as_u64().is_some_and(|s| s > a)))
+            .map(decode_logged)
             .collect())
     }
 }

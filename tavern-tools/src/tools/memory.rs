@@ -356,6 +356,8 @@ impl TypedTool for Write {
     const NAME: &'static str = "memory_write";
     const DESCRIPTION: &'static str = "Store a new memory (default scope: this chat). Writing what is already stored returns the existing memory marked deduplicated.";
     const WRITES: bool = true;
+    // Writing the same statement twice returns the first memory.
+    const IDEMPOTENT: bool = true;
 
     async fn run(
         &self,
@@ -497,6 +499,7 @@ impl TypedTool for Forget {
     const DESCRIPTION: &'static str =
         "Forget a memory (it is hidden, kept for audit, never erased). Needs its id and revision.";
     const WRITES: bool = true;
+    const DESTRUCTIVE: bool = true;
 
     async fn run(
         &self,

@@ -242,6 +242,8 @@ impl TypedTool for Set {
     const NAME: &'static str = "variable_set";
     const DESCRIPTION: &'static str = "Set a variable. Creating needs no revision; changing an existing one needs its current revision (on a conflict, read again and retry).";
     const WRITES: bool = true;
+    // Setting a value to what it already is changes nothing.
+    const IDEMPOTENT: bool = true;
 
     async fn run(
         &self,
@@ -352,6 +354,7 @@ impl TypedTool for Delete {
     const DESCRIPTION: &'static str =
         "Delete a variable (kept in the audit trail). Needs its current revision.";
     const WRITES: bool = true;
+    const DESTRUCTIVE: bool = true;
 
     async fn run(
         &self,

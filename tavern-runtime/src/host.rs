@@ -1,11 +1,14 @@
 //! The host port: what AgentTavern needs from an agent harness. The host owns the loop, model
 //! requests, tool execution and the session log; it pushes events and tool calls into the
-//! [`crate::runtime::Runtime`] and asks it for prompt text each request.
+//! [`crate::runtime::Runtime`] and asks it for prompt text each request. Events cross this
+//! port already decoded ([`HostEvent`]): each host adapter knows its own log format, the
+//! runtime knows none.
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
-use tavern_core::{AgentId, HostFacts, SessionId};
+use serde_json::{json, Value};
+use tavern_core::{AgentId, ContextModeEvent, HostFacts, SessionId};
+use tavern_projector::HostEvent;
 use thiserror::Error;
 
 /// A failure reported by the host.
@@ -36,6 +39,12 @@ pub struct ToolDefinition {
     pub output_schema: Value,
     /// Timeout the host applies.
     pub timeout_ms: u64,
+    /// Whether it writes.
+    pub writes: bool,
+    /// Whether it removes something from view (forgetting, deleting; never from disk).
+    pub destructive: bool,
+    /// Whether a repeat with the same arguments changes nothing more.
+    pub idempotent: bool,
 }
 
 /// What AgentTavern mounts on one agent: the preset id, agent-scoped prompt sections and tools.
@@ -91,22 +100,25 @@ pub trait HostPort: Send + Sync {
     /// [`HostError`] for an unknown agent.
     async fn is_idle(&self, agent: &AgentId) -> Result<bool, HostError>;
 
-    /// Appends a logged event (binding and mode changes, greetings) to a session's log and
-    /// returns the envelope as logged (with its seq). `ignorable` marks it skippable for
-    /// readers that do not know it. The runtime feeds the returned event to itself; a host
-    /// that also echoes it through its event stream is fine (the projector ignores repeats).
+    /// Appends one of AgentTavern's own events (a greeting, a context-mode change) to a
+    /// session's log, marked skippable for readers that do not know it, and returns it as
+    /// logged: with its seq, decoded like every other event (a context-mode change as
+    /// [`tavern_projector::EventKind::ContextMode`]). The runtime feeds the returned event to
+    /// itself; a host that also echoes it through its event stream is fine (the projector
+    /// ignores repeats). A host that cannot append to its log says so with an error; the
+    /// runtime then keeps the greeting in the chat only.
     ///
     /// # Errors
     /// [`HostError`] when the log cannot be written.
     async fn append_event(
         &self,
         session: &SessionId,
-        event_type: &str,
-        data: Value,
-        ignorable: bool,
-    ) -> Result<Value, HostError>;
+        event: &TavernLogEvent,
+    ) -> Result<HostEvent, HostError>;
 
-    /// The session's events with seq greater than `after`, in seq order.
+    /// The session's events with seq greater than `after`, in seq order, each decoded or
+    /// marked unreadable (an entry whose envelope the host cannot read: projection stops at
+    /// it and says why, never skipping it).
     ///
     /// # Errors
     /// [`HostError`] when the log cannot be read.
@@ -114,5 +126,49 @@ pub trait HostPort: Send + Sync {
         &self,
         session: &SessionId,
         after: Option<u64>,
-    ) -> Result<Vec<Value>, HostError>;
+    ) -> Result<Vec<LoggedEvent>, HostError>;
+}
+
+/// An entry of a session log that could not be decoded into a [`HostEvent`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnreadableEvent {
+    /// Why, in lowercase words (never a path).
+    pub reason: String,
+}
+
+/// One entry of a session log as a host reads it back.
+pub type LoggedEvent = Result<HostEvent, UnreadableEvent>;
+
+/// The events AgentTavern itself writes into a host's session log.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum TavernLogEvent {
+    /// The card's greeting, shown to the model as the chat's first assistant message.
+    Greeting {
+        /// The greeting's text.
+        text: String,
+    },
+    /// A context-mode switch (the log is its source of truth).
+    ContextMode(ContextModeEvent),
+}
+
+impl TavernLogEvent {
+    /// The greeting's event type.
+    pub const GREETING: &'static str = "agent-tavern/greeting";
+
+    /// The event's type as logged (`agent-tavern/greeting`, `agent-tavern/context-mode`).
+    pub fn event_type(&self) -> &'static str {
+        match self {
+            Self::Greeting { .. } => Self::GREETING,
+            Self::ContextMode(_) => ContextModeEvent::EVENT_TYPE,
+        }
+    }
+
+    /// The event's payload as logged.
+    pub fn data(&self) -> Value {
+        match self {
+            Self::Greeting { text } => json!({ "text": text }),
+            Self::ContextMode(e) => serde_json::to_value(e).unwrap_or(Value::Null),
+        }
+    }
 }

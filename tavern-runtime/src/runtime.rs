@@ -10,18 +10,21 @@ use serde_json::{json, Value};
 use tavern_core::chat::ChatDocument;
 use tavern_core::{
     render_kernel, switch_context_mode, AgentId, AgentTavernCapabilities, BindingTarget,
-    CharacterName, ChatId, ContextMode, ContextModeEvent, IdentitySummary, KernelInput,
-    MemorySource, ScopeKey, SessionBinding, SessionId, TavernArchitecture, TavernState, TurnState,
-    VariableName, WritePolicy,
+    CharacterName, ChatId, ContextMode, IdentitySummary, KernelInput, MemorySource, ScopeKey,
+    SessionBinding, SessionId, TavernArchitecture, TavernState, TurnState, VariableName,
+    WritePolicy,
 };
 use tavern_projector::context::{project, Projection, ProjectionInput};
-use tavern_projector::{lines, ChatProjector, HostEvent, Outcome, ProjectorConfig};
+use tavern_projector::{lines, ChatProjector, EventKind, HostEvent, Outcome, ProjectorConfig};
 use tavern_store::{AllStores, Clock, StateStoreExt, StateViewExt, StoreError, VariableChange};
 use tavern_tools::assets::provider::AssetProvider;
 use tavern_tools::{ToolContext, ToolLimits, ToolRegistry, ToolServices};
 
-use crate::error::AdapterError;
-use crate::host::{AgentMount, HostPort, PromptSection, ToolDefinition};
+use crate::error::RuntimeError;
+use crate::host::{
+    AgentMount, HostPort, LoggedEvent, PromptSection, TavernLogEvent, ToolDefinition,
+    UnreadableEvent,
+};
 use crate::tavern_mode::{TavernModePreset, PERSONA_SECTION};
 
 /// The kernel's section name.
@@ -131,8 +134,8 @@ impl Runtime {
     /// The session an agent runs, as the host says.
     ///
     /// # Errors
-    /// [`AdapterError::Host`] when the agent names no session.
-    pub fn session_of(&self, agent: &AgentId) -> Result<SessionId, AdapterError> {
+    /// [`RuntimeError::Host`] when the agent names no session.
+    pub fn session_of(&self, agent: &AgentId) -> Result<SessionId, RuntimeError> {
         Ok(self.host.session_of(agent)?)
     }
 
@@ -170,11 +173,11 @@ impl Runtime {
     ///
     /// # Errors
     /// Store failures.
-    pub async fn state(&self) -> Result<TavernState, AdapterError> {
+    pub async fn state(&self) -> Result<TavernState, RuntimeError> {
         Ok(self.stores.load_state().await?.0)
     }
 
-    async fn binding(&self, session: &SessionId) -> Result<Option<SessionBinding>, AdapterError> {
+    async fn binding(&self, session: &SessionId) -> Result<Option<SessionBinding>, RuntimeError> {
         Ok(self.stores.binding(session).await?)
     }
 
@@ -194,7 +197,7 @@ impl Runtime {
         character: &CharacterName,
         chat: &ChatId,
         group: bool,
-    ) -> Result<SessionBinding, AdapterError> {
+    ) -> Result<SessionBinding, RuntimeError> {
         let target = BindingTarget {
             character: character.clone(),
             chat_id: chat.clone(),
@@ -204,7 +207,7 @@ impl Runtime {
             .stores
             .update(|state: &mut TavernState| {
                 if state.binding(session).is_some() {
-                    return Err(AdapterError::Conflict {
+                    return Err(RuntimeError::Conflict {
                         session: session.to_string(),
                         reason: "the session is already bound".into(),
                     });
@@ -237,12 +240,7 @@ impl Runtime {
                 // the chat; only the model's view of it depends on the host.
                 let logged = self
                     .host
-                    .append_event(
-                        session,
-                        "agent-tavern/greeting",
-                        json!({"text": text}),
-                        true,
-                    )
+                    .append_event(session, &TavernLogEvent::Greeting { text: text.clone() })
                     .await;
                 if let Ok(event) = logged {
                     self.on_event(session, &event).await?;
@@ -258,7 +256,7 @@ impl Runtime {
     ///
     /// # Errors
     /// Store or host failures.
-    pub async fn agent_created(&self, agent: &AgentId) -> Result<MountDecision, AdapterError> {
+    pub async fn agent_created(&self, agent: &AgentId) -> Result<MountDecision, RuntimeError> {
         let session = self.session_of(agent)?;
         let Some(binding) = self.binding(&session).await? else {
             return Ok(MountDecision::Untouched);
@@ -294,11 +292,6 @@ impl Runtime {
         ]
     }
 
-    /// Whether each tool (in [`Self::tool_definitions`] order) writes.
-    pub fn tool_writes(&self) -> Vec<bool> {
-        self.registry.specs().iter().map(|s| s.writes).collect()
-    }
-
     /// Every tool as the host registers it.
     pub fn tool_definitions(&self) -> Vec<ToolDefinition> {
         self.registry
@@ -310,6 +303,9 @@ impl Runtime {
                 parameters: s.parameters.clone(),
                 output_schema: s.result.clone(),
                 timeout_ms: self.config.limits.timeout_ms,
+                writes: s.writes,
+                destructive: s.destructive,
+                idempotent: s.idempotent,
             })
             .collect()
     }
@@ -318,15 +314,15 @@ impl Runtime {
         &self,
         session: &SessionId,
         binding: &SessionBinding,
-    ) -> Result<(), AdapterError> {
+    ) -> Result<(), RuntimeError> {
         let events = self.host.read_events(session, None).await?;
-        let last = events
-            .iter()
-            .rev()
-            .find(|e| e.get("type").and_then(Value::as_str) == Some(ContextModeEvent::EVENT_TYPE))
-            .and_then(|e| e.pointer("/data/to"))
-            .and_then(Value::as_str)
-            .and_then(ContextMode::from_label);
+        let last = events.iter().rev().find_map(|e| match e {
+            Ok(HostEvent {
+                kind: EventKind::ContextMode { to },
+                ..
+            }) => Some(*to),
+            _ => None,
+        });
         if let Some(mode) = last.filter(|m| Some(*m) != binding.context_mode()) {
             let fixed = SessionBinding::AgentTavern {
                 target: binding.target().clone(),
@@ -352,7 +348,7 @@ impl Runtime {
         &self,
         agent: &AgentId,
         section: &str,
-    ) -> Result<Option<String>, AdapterError> {
+    ) -> Result<Option<String>, RuntimeError> {
         let session = self.session_of(agent)?;
         let state = self.state().await?;
         let Some(binding) = state
@@ -463,35 +459,24 @@ impl Runtime {
     /// log; the turn itself is never affected.
     ///
     /// # Errors
-    /// [`AdapterError::Projection`] (the checkpoint is pending; [`Self::resume`] replays).
+    /// [`RuntimeError::Projection`] (the checkpoint is pending; [`Self::resume`] replays).
     pub async fn on_event(
         &self,
         session: &SessionId,
-        raw: &Value,
-    ) -> Result<Option<Outcome>, AdapterError> {
+        event: &HostEvent,
+    ) -> Result<Option<Outcome>, RuntimeError> {
         let Some(binding) = self.binding(session).await?.filter(Self::is_agent_tavern) else {
             return Ok(None);
         };
-        let event = match crate::dsh::event::decode(raw) {
-            Ok(e) => e,
-            Err(reason) => {
-                // Visible in `status` and replayable from the host's log, never skipped.
-                self.projector.report_unreadable(session, &reason).await?;
-                return Err(AdapterError::InvalidEvent {
-                    session: session.to_string(),
-                    reason,
-                });
-            }
-        };
         match event.kind {
-            tavern_projector::EventKind::TurnStart { turn } => {
+            EventKind::TurnStart { turn } => {
                 let mut turns = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
                 // A repeated or late start of an earlier turn changes nothing.
                 if turns.get(session).is_none_or(|current| turn >= *current) {
                     turns.insert(session.clone(), turn);
                 }
             }
-            tavern_projector::EventKind::TurnEnd { turn, .. } => {
+            EventKind::TurnEnd { turn, .. } => {
                 // Only the end of the turn in progress (or of one we never saw start, after a
                 // restart) clears turn variables: a repeated end of an earlier turn must not
                 // wipe the next turn's.
@@ -512,15 +497,64 @@ impl Runtime {
             _ => {}
         }
         Ok(Some(
-            self.projector.on_event(session, &binding, event).await?,
+            self.projector
+                .on_event(session, &binding, event.clone())
+                .await?,
         ))
+    }
+
+    /// Feeds an entry of the session log the host could not decode: for agent-tavern sessions
+    /// the projection stops there, visible in its status and replayable from the host's log,
+    /// never skipped.
+    ///
+    /// # Errors
+    /// [`RuntimeError::InvalidEvent`] naming the reason (after recording it), or store
+    /// failures.
+    pub async fn on_unreadable_event(
+        &self,
+        session: &SessionId,
+        unreadable: &UnreadableEvent,
+    ) -> Result<(), RuntimeError> {
+        if self
+            .binding(session)
+            .await?
+            .filter(Self::is_agent_tavern)
+            .is_none()
+        {
+            return Ok(());
+        }
+        self.projector
+            .report_unreadable(session, &unreadable.reason)
+            .await?;
+        Err(RuntimeError::InvalidEvent {
+            session: session.to_string(),
+            reason: unreadable.reason.clone(),
+        })
+    }
+
+    /// Feeds one entry as a host read it: [`Self::on_event`] or [`Self::on_unreadable_event`].
+    ///
+    /// # Errors
+    /// As those two.
+    pub async fn on_logged_event(
+        &self,
+        session: &SessionId,
+        logged: &LoggedEvent,
+    ) -> Result<Option<Outcome>, RuntimeError> {
+        match logged {
+            Ok(event) => self.on_event(session, event).await,
+            Err(unreadable) => self
+                .on_unreadable_event(session, unreadable)
+                .await
+                .map(|()| None),
+        }
     }
 
     /// Replays the host log into the projector (after a restart, or to fill a pending gap).
     ///
     /// # Errors
     /// Host, store or projection failures.
-    pub async fn resume(&self, session: &SessionId) -> Result<Option<Outcome>, AdapterError> {
+    pub async fn resume(&self, session: &SessionId) -> Result<Option<Outcome>, RuntimeError> {
         let Some(binding) = self.binding(session).await?.filter(Self::is_agent_tavern) else {
             return Ok(None);
         };
@@ -529,19 +563,19 @@ impl Runtime {
             .load_checkpoint(session)
             .await?
             .and_then(|c| c.last_cursor);
-        let raw = self.host.read_events(session, after).await?;
-        let mut events: Vec<HostEvent> = Vec::with_capacity(raw.len());
+        let logged = self.host.read_events(session, after).await?;
+        let mut events: Vec<HostEvent> = Vec::with_capacity(logged.len());
         let mut unreadable = None;
-        for v in &raw {
-            match crate::dsh::event::decode(v) {
+        for entry in logged {
+            match entry {
                 Ok(e) => events.push(e),
-                Err(reason) => {
-                    unreadable.get_or_insert(reason);
+                Err(u) => {
+                    unreadable.get_or_insert(u.reason);
                 }
             }
         }
         if let Some(turn) = events.iter().rev().find_map(|e| match e.kind {
-            tavern_projector::EventKind::TurnStart { turn } => Some(turn),
+            EventKind::TurnStart { turn } => Some(turn),
             _ => None,
         }) {
             self.turns
@@ -564,16 +598,16 @@ impl Runtime {
     /// reconciles the binding from the log.
     ///
     /// # Errors
-    /// [`AdapterError::Core`] naming the rule that refused; host or store failures.
+    /// [`RuntimeError::Core`] naming the rule that refused; host or store failures.
     pub async fn switch_mode(
         &self,
         session: &SessionId,
         to: ContextMode,
-    ) -> Result<SessionBinding, AdapterError> {
+    ) -> Result<SessionBinding, RuntimeError> {
         let binding = self
             .binding(session)
             .await?
-            .ok_or_else(|| AdapterError::NotBound(session.to_string()))?;
+            .ok_or_else(|| RuntimeError::NotBound(session.to_string()))?;
         let agent = self.host.agent_of(session)?;
         let idle = if self.host.is_idle(&agent).await? {
             TurnState::Idle
@@ -588,10 +622,9 @@ impl Runtime {
             &self.capabilities(),
             self.clock.now(),
         )?;
-        let data = serde_json::to_value(&event).unwrap_or(Value::Null);
         let logged = self
             .host
-            .append_event(session, ContextModeEvent::EVENT_TYPE, data, true)
+            .append_event(session, &TavernLogEvent::ContextMode(event))
             .await?;
         self.stores
             .update(|state: &mut TavernState| {
@@ -607,18 +640,18 @@ impl Runtime {
     /// with a conflict; `st` sessions may proceed in their own pipeline.
     ///
     /// # Errors
-    /// [`AdapterError::Conflict`] for agent-tavern sessions, [`AdapterError::NotBound`].
+    /// [`RuntimeError::Conflict`] for agent-tavern sessions, [`RuntimeError::NotBound`].
     pub async fn check_st_action(
         &self,
         session: &SessionId,
         action: StAction,
-    ) -> Result<(), AdapterError> {
+    ) -> Result<(), RuntimeError> {
         let binding = self
             .binding(session)
             .await?
-            .ok_or_else(|| AdapterError::NotBound(session.to_string()))?;
+            .ok_or_else(|| RuntimeError::NotBound(session.to_string()))?;
         if binding.architecture() == TavernArchitecture::AgentTavern {
-            return Err(AdapterError::Conflict {
+            return Err(RuntimeError::Conflict {
                 session: session.to_string(),
                 reason: format!("{action:?} belongs to the st pipeline; agent-tavern sessions run in the host loop (fork the chat into st to use it)").to_lowercase(),
             });
@@ -638,24 +671,24 @@ impl Runtime {
     /// ([`tavern_core::chat::to_st_variable_value`]).
     ///
     /// # Errors
-    /// Store failures; a missing origin chat is [`AdapterError::NotBound`].
+    /// Store failures; a missing origin chat is [`RuntimeError::NotBound`].
     pub async fn fork(
         &self,
         origin: &SessionId,
         new_session: &SessionId,
         new_chat: &ChatId,
         architecture: TavernArchitecture,
-    ) -> Result<SessionBinding, AdapterError> {
+    ) -> Result<SessionBinding, RuntimeError> {
         let from = self
             .binding(origin)
             .await?
-            .ok_or_else(|| AdapterError::NotBound(origin.to_string()))?;
+            .ok_or_else(|| RuntimeError::NotBound(origin.to_string()))?;
         let target = from.target();
         let file = self
             .stores
             .read_chat(&target.character, &target.chat_id)
             .await?
-            .ok_or_else(|| AdapterError::NotBound(origin.to_string()))?;
+            .ok_or_else(|| RuntimeError::NotBound(origin.to_string()))?;
         let doc = ChatDocument::from_lines(file.lines)?;
         let mut meta = doc.metadata().cloned().unwrap_or_default();
         let new_target = BindingTarget {
@@ -767,7 +800,7 @@ impl Runtime {
         &self,
         agent: &AgentId,
         input: &ProjectionInput,
-    ) -> Result<Option<Projection>, AdapterError> {
+    ) -> Result<Option<Projection>, RuntimeError> {
         let session = self.session_of(agent)?;
         let managed = self
             .binding(&session)
@@ -783,7 +816,7 @@ impl Runtime {
     /// Store failures.
     pub async fn pending_projections(
         &self,
-    ) -> Result<Vec<tavern_store::ProjectorCheckpoint>, AdapterError> {
+    ) -> Result<Vec<tavern_store::ProjectorCheckpoint>, RuntimeError> {
         Ok(self.projector.pending().await?)
     }
 

@@ -1,4 +1,4 @@
-//! The one error type of the adapter crate boundary.
+//! The one error type of the runtime boundary.
 
 use tavern_core::CoreError;
 use tavern_projector::ProjectorError;
@@ -10,7 +10,7 @@ use crate::host::HostError;
 /// Why a runtime operation failed.
 #[derive(Debug, Error)]
 #[non_exhaustive]
-pub enum AdapterError {
+pub enum RuntimeError {
     /// The host failed.
     #[error(transparent)]
     Host(#[from] HostError),
@@ -31,7 +31,7 @@ pub enum AdapterError {
         /// Why.
         reason: String,
     },
-    /// The host sent an event without the envelope fields (type, seq).
+    /// The host could not decode an event of its own log (its envelope lacks type or seq).
     #[error("invalid event for session {session}: {reason}")]
     InvalidEvent {
         /// The session.

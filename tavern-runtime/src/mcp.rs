@@ -36,7 +36,8 @@ use tavern_core::AgentId;
 use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use crate::bridge::serve::{read_line, Line};
+use crate::host::ToolDefinition;
+use crate::line::{read_line, Line};
 use crate::runtime::Runtime;
 
 /// Tool calls allowed per minute in MCP mode (a rate, since there are no turns to count in).
@@ -116,9 +117,10 @@ impl std::fmt::Debug for McpServer {
     }
 }
 
-/// The title and behaviour hints of a tool, by name.
-fn annotations(name: &str, writes: bool) -> ToolAnnotations {
-    let title = name
+/// The title and behaviour hints of a tool, from the tool's own facts.
+fn annotations(tool: &ToolDefinition) -> ToolAnnotations {
+    let title = tool
+        .name
         .split('_')
         .map(|w| {
             let mut c = w.chars();
@@ -128,14 +130,10 @@ fn annotations(name: &str, writes: bool) -> ToolAnnotations {
         })
         .collect::<Vec<_>>()
         .join(" ");
-    // Forgetting and deleting remove from view (never from disk); setting a value to what it
-    // already is changes nothing; writing a memory twice returns the first.
-    let destructive = matches!(name, "memory_forget" | "variable_delete");
-    let idempotent = !writes || matches!(name, "variable_set" | "memory_write");
     ToolAnnotations::with_title(title)
-        .read_only(!writes)
-        .destructive(destructive)
-        .idempotent(idempotent)
+        .read_only(!tool.writes)
+        .destructive(tool.destructive)
+        .idempotent(tool.idempotent)
         .open_world(false)
 }
 
@@ -149,9 +147,8 @@ impl McpServer {
         let tools = runtime
             .tool_definitions()
             .into_iter()
-            .zip(runtime.tool_writes())
-            .map(|(t, writes)| {
-                let a = annotations(&t.name, writes);
+            .map(|t| {
+                let a = annotations(&t);
                 let title = a.title.clone().unwrap_or_default();
                 Tool::new(t.name, t.description, object(&t.parameters))
                     .with_title(title)
