@@ -1,5 +1,8 @@
 //! Shared set-up for the runnable examples in `src/bin/`: the bundled sample card, a data
-//! directory that starts fresh on every run, and a world on the file store and fake host.
+//! directory that starts fresh on every run, and a world on the file store and fake host; and
+//! [`chat_loop`], a second host that is not DSH.
+
+pub mod chat_loop;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
