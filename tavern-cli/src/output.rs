@@ -159,7 +159,7 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
 pub fn time(t: Timestamp) -> String {
     let secs = t.0.div_euclid(1000);
     let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (y, m, d) = tavern_store::search::civil_from_days(days);
+    let (y, m, d) = tavern_core::calendar::civil_from_days(days);
     format!(
         "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
         rest / 3600,

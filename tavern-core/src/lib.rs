@@ -8,6 +8,7 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod binding;
+pub mod calendar;
 pub mod capability;
 pub mod chat;
 pub mod chat_digest;

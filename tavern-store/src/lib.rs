@@ -26,7 +26,6 @@ pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod pg;
 pub mod prompt;
-pub mod search;
 pub mod state;
 pub mod transfer;
 pub mod variable;

@@ -4,7 +4,7 @@
 //! bounded by a number of chats (least recently used go first); a query on a 10,000-message chat
 //! costs about what it costs on a 100-message one.
 //!
-//! **Ranking.** BM25 ([`tavern_store::search`]: stop words, Snowball stems, CJK bigrams) where a
+//! **Ranking.** BM25 ([`tavern_search`]: stop words, Snowball stems, CJK bigrams) where a
 //! message's document is the speaker's name, the message text and the day it was sent (so "What
 //! did Mira say in May 2023?" finds it), plus the texts of the previous and next message at half
 //! weight (a question is often answered by the reply to it). Ties go to the newer message.
@@ -19,9 +19,10 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{json, Value};
+use tavern_core::calendar::{day_words as day_words_of, MONTHS};
 use tavern_core::chat::{ChatLine, SendDate};
 use tavern_core::{CharacterName, ChatId, DefaultTokenEstimator, TokenEstimator};
-use tavern_store::search::{day_words as day_words_of, query_tokens, Bm25Index, MONTHS};
+use tavern_search::{query_tokens, Bm25Index};
 use tavern_store::{ChatChange, ChatFile, ChatStore, StoreError};
 
 use schemars::JsonSchema;

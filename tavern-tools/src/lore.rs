@@ -50,7 +50,7 @@
 //! **Ranking.** Entries activated by the query (by `order`, higher first), then those activated
 //! by recursion (pass by pass, by `order`), then lexical matches (BM25 over comment, keys and
 //! content, ranked as memories and history are: stop words such as "the", "is", "的", "什么"
-//! are ignored and English words match their other forms, see [`tavern_store::search`]),
+//! are ignored and English words match their other forms, see [`tavern_search`]),
 //! then always-on entries when asked for; ties by source, book and uid. Always-on entries take
 //! part in recursion like any activated entry (as in SillyTavern), so an empty query, which
 //! activates and ranks nothing itself, returns the always-on entries when asked for, with what
@@ -63,7 +63,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use tavern_core::{DefaultTokenEstimator, TokenEstimator};
-use tavern_store::search::{query_tokens, Bm25Index};
+use tavern_search::{query_tokens, Bm25Index};
 
 use crate::assets::world::{LoreEntry, SelectiveLogic, WorldBook};
 

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde_json::{json, Map, Value};
 use tavern_core::{CharacterName, ChatId, MemoryRecord};
-use tavern_store::search::stopwords::is_stop_word;
+use tavern_search::stopwords::is_stop_word;
 use tavern_tools::assets::world::WorldBook;
 
 use crate::cli::{ExportCommand, MemoryFilter};

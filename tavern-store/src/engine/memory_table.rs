@@ -10,7 +10,7 @@ use tavern_core::{
 
 use crate::error::{StoreError, Target};
 use crate::memory::{MemoryHit, MemoryQuery, MemorySearchResult, TagMatch};
-use crate::search::{query_tokens, Bm25Index};
+use tavern_search::{query_tokens, Bm25Index};
 
 /// Hard cap on hits per search, whatever the caller asks.
 pub(crate) const SEARCH_MAX_LIMIT: usize = 100;
@@ -519,7 +519,7 @@ impl MemoryTable {
 fn index_text(r: &MemoryRecord) -> String {
     let mut text = r.content.clone();
     text.push(' ');
-    text.push_str(&crate::search::day_words(r.created_at.0));
+    text.push_str(&tavern_core::calendar::day_words(r.created_at.0));
     for t in &r.tags {
         text.push(' ');
         text.push_str(t.as_str());

@@ -18,14 +18,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use tavern_core::calendar::MONTHS;
 use tavern_core::chat::ChatLine;
 use tavern_core::{
     normalize_state, AgentId, CharacterName, ChatId, MemoryId, MemoryKind, MemorySource,
     MemoryWrite, Scope, SessionId, TavernState, Timestamp,
 };
+use tavern_search::{raw_tokens, stopwords::is_stop_word};
 use tavern_store::clock::ManualClock;
 use tavern_store::fs::FsStore;
-use tavern_store::search::{raw_tokens, stopwords::is_stop_word, MONTHS};
 use tavern_store::{ChatStore, MemoryStore};
 use tavern_tools::assets::provider::MemAssets;
 use tavern_tools::{ToolContext, ToolLimits, ToolRegistry, ToolServices};

@@ -33,7 +33,8 @@ use std::collections::BinaryHeap;
 
 use rustc_hash::FxHashMap;
 
-use super::{Bm25Index, LengthNorm, Posting, QueryTerm};
+use super::score::LengthNorm;
+use super::{Bm25Index, Posting, QueryTerm};
 
 /// Documents handled together: the query terms' bits for a block (128 bytes per term) stay in
 /// the first-level cache while its candidates are found and scored.
@@ -887,7 +888,7 @@ impl Drop for Lent {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::search::query_tokens;
+    use crate::query_tokens;
     use proptest::prelude::*;
 
     const WORDS: &[&str] = &[

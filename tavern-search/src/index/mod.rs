@@ -1,0 +1,503 @@
+//! The inverted index: a term dictionary in two shards (short tokens packed into integers),
+//! posting lists with document generations (re-indexing a slot never leaves old terms
+//! matching), per-group statistics, and block maps for the long lists of chat-like indexes.
+//! Scoring is in [`score`], the pruned top-k collector in [`top`].
+
+mod score;
+#[cfg(test)]
+mod tests;
+mod top;
+
+use rustc_hash::FxHashMap;
+use tavern_core::tokens::is_cjk;
+
+use crate::analyzer::{for_each_index_token, word_len};
+
+/// Packs a token into a `u64` when it is short: one or two CJK characters (bit 63 set, 21 bits
+/// each), or up to 7 bytes of other text (length in the top byte). `None` for longer tokens.
+fn pack(token: &str) -> Option<u64> {
+    let mut chars = token.chars();
+    let first = chars.next()?;
+    if is_cjk(first) {
+        let second = chars.next().map_or(0, u64::from);
+        if chars.next().is_none() {
+            return Some(1 << 63 | u64::from(first) << 21 | second);
+        }
+    }
+    let bytes = token.as_bytes();
+    if bytes.len() > 7 {
+        return None;
+    }
+    let mut key = (bytes.len() as u64) << 56;
+    for (i, b) in bytes.iter().enumerate() {
+        key |= u64::from(*b) << (8 * i);
+    }
+    Some(key)
+}
+
+/// Number of term shards; bulk indexing builds each on its own thread.
+const SHARDS: usize = 2;
+
+/// Which shard owns a token.
+fn shard_of(token: &str, key: Option<u64>) -> usize {
+    use std::hash::{BuildHasher, Hasher};
+    let h = match key {
+        Some(k) => k ^ (k >> 29) ^ (k >> 47),
+        None => {
+            let mut hasher = rustc_hash::FxBuildHasher.build_hasher();
+            hasher.write(token.as_bytes());
+            hasher.finish() >> 7
+        }
+    };
+    (h as usize) % SHARDS
+}
+
+/// A posting: document, term frequency (weighted: a token of a field with weight ½ counts ½),
+/// and the document generation it belongs to.
+type Posting = (u32, f32, u32);
+
+/// One shard of the term dictionary with its postings.
+#[derive(Debug, Default, Clone)]
+struct Shard {
+    /// Short tokens (CJK uni/bigrams, Latin words up to 7 bytes) packed into integers: most
+    /// lookups hash a `u64` instead of comparing strings.
+    packed_ids: FxHashMap<u64, u32>,
+    term_ids: FxHashMap<Box<str>, u32>,
+    postings: Vec<Vec<Posting>>,
+    /// Per term, the largest term frequency any of its postings ever had (never lowered, so
+    /// always an upper bound): what bounds a term's contribution when pruning.
+    max_tf: Vec<f32>,
+    /// Documents per block of the long lists' block maps; 0: no block maps are kept.
+    map_block: usize,
+    /// Block maps of the long lists ([`top::BlockMap`]), by term.
+    maps: FxHashMap<u32, top::BlockMap>,
+}
+
+impl Shard {
+    fn intern(&mut self, token: &str, key: Option<u64>) -> u32 {
+        let next = u32::try_from(self.postings.len()).unwrap_or(u32::MAX);
+        let id = match key {
+            Some(key) => *self.packed_ids.entry(key).or_insert(next),
+            None => match self.term_ids.get(token) {
+                Some(id) => *id,
+                None => {
+                    self.term_ids.insert(token.into(), next);
+                    next
+                }
+            },
+        };
+        if id == next {
+            self.postings.push(Vec::new());
+            self.max_tf.push(0.0);
+        }
+        id
+    }
+
+    /// Appends a posting to `term`'s list (and to its block map, keeping one while the list is
+    /// long for how many documents there are).
+    fn push(&mut self, term: u32, posting: Posting) {
+        self.raise_max_tf(term, posting.1);
+        let list = &mut self.postings[term as usize];
+        list.push(posting);
+        if self.map_block > 0 {
+            top::BlockMap::follow(&mut self.maps, term, list, self.map_block);
+        }
+    }
+
+    fn raise_max_tf(&mut self, term: u32, tf: f32) {
+        if let Some(max) = self.max_tf.get_mut(term as usize) {
+            *max = max.max(tf);
+        }
+    }
+
+    fn lookup_term(&self, token: &str, key: Option<u64>) -> Option<QueryTerm<'_>> {
+        let id = *match key {
+            Some(key) => self.packed_ids.get(&key),
+            None => self.term_ids.get(token),
+        }?;
+        Some(QueryTerm {
+            list: &self.postings[id as usize],
+            weight: 0.0,
+            max_tf: self.max_tf[id as usize],
+            map: self.maps.get(&id),
+        })
+    }
+
+    /// The `(term id, weighted term frequency)` pairs of the tokens of `fields` this shard
+    /// owns, interning new terms.
+    fn terms_of(
+        &mut self,
+        me: usize,
+        fields: &[(&str, f32)],
+        ids: &mut Vec<(u32, f32)>,
+        out: &mut Vec<(u32, f32)>,
+    ) {
+        ids.clear();
+        for (text, weight) in fields {
+            for_each_index_token(text, |token| {
+                let key = pack(token);
+                if shard_of(token, key) == me {
+                    ids.push((self.intern(token, key), *weight));
+                }
+            });
+        }
+        ids.sort_unstable_by_key(|(id, _)| *id);
+        for run in ids.chunk_by(|a, b| a.0 == b.0) {
+            out.push((run[0].0, run.iter().map(|(_, w)| w).sum()));
+        }
+    }
+
+    /// Adds the postings of `doc` for the tokens of `fields` this shard owns; `false` when a
+    /// term frequency is not finite (weights so large their sum overflows).
+    fn index(
+        &mut self,
+        me: usize,
+        doc: u32,
+        generation: u32,
+        fields: &[(&str, f32)],
+        ids: &mut Vec<(u32, f32)>,
+    ) -> bool {
+        let mut terms = Vec::new();
+        self.terms_of(me, fields, ids, &mut terms);
+        let mut finite = true;
+        for (term, tf) in terms {
+            finite &= tf.is_finite();
+            self.push(term, (doc, tf, generation));
+        }
+        finite
+    }
+
+    /// Adds many documents: terms first, then every posting list grown once to its final size
+    /// (hundreds of thousands of small lists growing step by step dominated opening a store).
+    fn index_many(&mut self, me: usize, docs: &[(u32, &str)], generations: &[u32]) {
+        let mut ids = Vec::with_capacity(64);
+        let mut terms: Vec<(u32, f32)> = Vec::new();
+        let mut bounds = Vec::with_capacity(docs.len() + 1);
+        bounds.push(0);
+        for (_, text) in docs {
+            self.terms_of(me, &[(text, 1.0)], &mut ids, &mut terms);
+            bounds.push(terms.len());
+        }
+        let mut extra = vec![0usize; self.postings.len()];
+        for (term, _) in &terms {
+            extra[*term as usize] += 1;
+        }
+        for (list, n) in self.postings.iter_mut().zip(extra) {
+            list.reserve_exact(n);
+        }
+        for (k, ((doc, _), generation)) in docs.iter().zip(generations).enumerate() {
+            for (term, tf) in &terms[bounds[k]..bounds[k + 1]] {
+                self.push(*term, (*doc, *tf, *generation));
+            }
+        }
+    }
+}
+
+/// Document count and total length of one group of documents (a memory scope).
+#[derive(Debug, Default, Clone, Copy)]
+struct GroupStats {
+    docs: u32,
+    len: f64,
+}
+
+/// An inverted index over documents identified by `u32` slots the caller assigns, each in a
+/// group (a memory scope; `0` when the caller has none). Terms are interned into two shards by
+/// hash. Postings count only while their generation is the document's current one, so
+/// re-indexing a slot never leaves old terms matching.
+///
+/// Scores are BM25 over the documents of the groups searched: document count, average length
+/// and document frequencies are those of the searched groups, so a busy scope elsewhere does
+/// not change how rare a word is here.
+#[derive(Debug, Default, Clone)]
+pub struct Bm25Index {
+    shards: [Shard; SHARDS],
+    generation: Vec<u32>,
+    doc_len: Vec<f32>,
+    group: Vec<u32>,
+    alive: Vec<bool>,
+    live_docs: u32,
+    total_len: f64,
+    groups: Vec<GroupStats>,
+    dead_docs: usize,
+    /// Whether any posting may be stale (a document removed or re-indexed since the last
+    /// compaction); while none is, document frequencies are just list lengths.
+    stale: bool,
+    /// The document indexed last, while it is live: its postings end every list it is in.
+    last: Option<u32>,
+    /// One past the highest document ever indexed.
+    next_doc: u32,
+    /// Whether [`Bm25Index::top`] must score every match: a document was indexed at or below
+    /// an earlier one (a posting list may be out of document order), or a field weight was not
+    /// positive and finite (no term-frequency bound holds).
+    exact_only: bool,
+    /// The shortest length any document ever had (never raised, so a lower bound for every
+    /// live document); `None` before the first.
+    min_len: Option<f32>,
+}
+
+/// A query token found in the index: its postings, its BM25 weight and the largest term
+/// frequency among its postings.
+struct QueryTerm<'a> {
+    list: &'a [Posting],
+    weight: f32,
+    max_tf: f32,
+    /// The list's block map, when it is long enough to keep one.
+    map: Option<&'a top::BlockMap>,
+}
+
+/// The length of weighted fields: each field's [`word_len`] times its weight.
+fn fields_len(fields: &[(&str, f32)]) -> f32 {
+    fields
+        .iter()
+        .map(|(text, weight)| word_len(text) as f32 * weight)
+        .sum()
+}
+
+/// From this many documents on, [`Bm25Index::insert_many`] indexes them in bulk, each shard on
+/// its own thread.
+const BULK_DOCS: usize = 256;
+
+impl Bm25Index {
+    /// An empty index.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty index that keeps, for its long posting lists, a map of which documents they
+    /// hold (one bit per document), so [`Bm25Index::top`] finds a document's posting in a
+    /// common term's list without reading the list. For indexes queried with
+    /// [`Bm25Index::top`] whose documents are added in slot order (a chat's messages); a map
+    /// holds under about 1.9 times what the list it maps holds. Once a document is indexed out
+    /// of order, the maps are dropped and no longer kept.
+    pub fn for_top() -> Self {
+        Self::with_block_maps(top::BLOCK_DOCS)
+    }
+
+    fn with_block_maps(block: usize) -> Self {
+        let mut index = Self::default();
+        for shard in &mut index.shards {
+            shard.map_block = block.max(1).next_power_of_two();
+        }
+        index
+    }
+
+    /// Makes room for about `docs` more documents.
+    pub fn reserve(&mut self, docs: usize) {
+        self.doc_len.reserve(docs);
+        self.alive.reserve(docs);
+        self.generation.reserve(docs);
+        self.group.reserve(docs);
+        for shard in &mut self.shards {
+            shard.packed_ids.reserve(docs * 2);
+            shard.postings.reserve(docs * 2);
+        }
+    }
+
+    /// The number of live documents.
+    pub fn len(&self) -> usize {
+        self.live_docs as usize
+    }
+
+    /// Whether no document is live.
+    pub fn is_empty(&self) -> bool {
+        self.live_docs == 0
+    }
+
+    /// Starts a new version of `doc` in `group`: drops the old one and records the new length.
+    fn begin(&mut self, doc: u32, group: u32, len: f32) -> u32 {
+        self.remove(doc);
+        let idx = doc as usize;
+        if self.doc_len.len() <= idx {
+            self.doc_len.resize(idx + 1, 0.0);
+            self.alive.resize(idx + 1, false);
+            self.generation.resize(idx + 1, 0);
+            self.group.resize(idx + 1, 0);
+        }
+        let g = group as usize;
+        if self.groups.len() <= g {
+            self.groups.resize(g + 1, GroupStats::default());
+        }
+        self.generation[idx] = self.generation[idx].wrapping_add(1);
+        self.last = Some(doc);
+        if doc < self.next_doc || !len.is_finite() {
+            self.score_in_full();
+        } else {
+            self.next_doc = doc.saturating_add(1);
+        }
+        self.min_len = Some(self.min_len.map_or(len, |m| m.min(len)));
+        self.doc_len[idx] = len;
+        self.group[idx] = group;
+        self.alive[idx] = true;
+        self.live_docs += 1;
+        self.total_len += f64::from(len);
+        self.groups[g].docs += 1;
+        self.groups[g].len += f64::from(len);
+        self.generation[idx]
+    }
+
+    /// Indexes `text` as document `doc` of group 0 (replacing an earlier version of it).
+    pub fn insert(&mut self, doc: u32, text: &str) {
+        self.insert_fields(doc, 0, &[(text, 1.0)]);
+    }
+
+    /// Indexes document `doc` of `group` (replacing an earlier version of it) from weighted
+    /// fields: a token of a field of weight `w` adds `w` to its term frequency and the field's
+    /// words add `w` each to the document length. Weights should be positive; multiples of ½
+    /// keep every sum exact, so an index built in any order scores exactly alike.
+    pub fn insert_fields(&mut self, doc: u32, group: u32, fields: &[(&str, f32)]) {
+        self.check_weights(fields);
+        // Length counts words and CJK characters once; the auxiliary CJK unigrams would
+        // otherwise make Chinese records look twice as long as they are.
+        let generation = self.begin(doc, group, fields_len(fields));
+        let mut ids = Vec::with_capacity(64);
+        let mut finite = true;
+        for (me, shard) in self.shards.iter_mut().enumerate() {
+            finite &= shard.index(me, doc, generation, fields, &mut ids);
+        }
+        // A term frequency summed past the largest float breaks the bounds as an infinite
+        // length does (a length is rounded once, so it can stay finite).
+        if !finite {
+            self.score_in_full();
+        }
+    }
+
+    /// Adds weighted fields to document `doc` as [`Bm25Index::insert_fields`] would have
+    /// indexed them with its other fields, when `doc` is the document indexed last (its
+    /// postings then end every list they are in, so each is updated where it stands and none
+    /// goes stale). Returns `false`, changing nothing, for any other document: the caller
+    /// indexes it again with all its fields.
+    pub fn add_fields_to_last(&mut self, doc: u32, fields: &[(&str, f32)]) -> bool {
+        let idx = doc as usize;
+        if self.last != Some(doc) || !self.alive.get(idx).copied().unwrap_or(false) {
+            return false;
+        }
+        self.check_weights(fields);
+        let added = fields_len(fields);
+        if !(self.doc_len[idx] + added).is_finite() {
+            self.score_in_full();
+        }
+        self.doc_len[idx] += added;
+        self.total_len += f64::from(added);
+        let group = self.group[idx] as usize;
+        if let Some(g) = self.groups.get_mut(group) {
+            g.len += f64::from(added);
+        }
+        let generation = self.generation[idx];
+        let (mut ids, mut terms) = (Vec::with_capacity(64), Vec::new());
+        let mut finite = true;
+        for (me, shard) in self.shards.iter_mut().enumerate() {
+            terms.clear();
+            shard.terms_of(me, fields, &mut ids, &mut terms);
+            for &(term, tf) in &terms {
+                let list = &mut shard.postings[term as usize];
+                match list.last_mut() {
+                    Some(p) if p.0 == doc && p.2 == generation => {
+                        p.1 += tf;
+                        let grown = p.1;
+                        finite &= grown.is_finite();
+                        shard.raise_max_tf(term, grown);
+                        if let Some(map) = shard.maps.get_mut(&term) {
+                            map.raise(doc, grown);
+                        }
+                    }
+                    _ => {
+                        finite &= tf.is_finite();
+                        shard.push(term, (doc, tf, generation));
+                    }
+                }
+            }
+        }
+        if !finite {
+            self.score_in_full();
+        }
+        true
+    }
+
+    /// Turns pruning off for good when a weight breaks the bounds it relies on.
+    fn check_weights(&mut self, fields: &[(&str, f32)]) {
+        if fields.iter().any(|(_, w)| !(w.is_finite() && *w > 0.0)) {
+            self.score_in_full();
+        }
+    }
+
+    /// From now on [`Bm25Index::top`] scores every match (its bounds or its walk in document
+    /// order no longer hold): the block maps, of no more use, are dropped and no longer kept
+    /// (rebuilding them on every append to a list out of order would cost the whole list).
+    fn score_in_full(&mut self) {
+        self.exact_only = true;
+        for shard in &mut self.shards {
+            shard.map_block = 0;
+            shard.maps = FxHashMap::default();
+        }
+    }
+
+    /// Indexes many `(doc, group, text)` documents at once, each shard on its own thread
+    /// (opening a large store). Equivalent to calling [`Bm25Index::insert_fields`] for each
+    /// with weight 1, in order.
+    pub fn insert_many(&mut self, docs: &[(u32, u32, &str)]) {
+        // A slot indexed twice keeps only its last text, as sequential inserts would.
+        let mut last: FxHashMap<u32, usize> = FxHashMap::default();
+        for (i, (doc, _, _)) in docs.iter().enumerate() {
+            last.insert(*doc, i);
+        }
+        let docs: Vec<(u32, u32, &str)> = docs
+            .iter()
+            .enumerate()
+            .filter(|(i, (doc, _, _))| last.get(doc) == Some(i))
+            .map(|(_, d)| *d)
+            .collect();
+        // A few documents (a catch-up, one write): threads and exact per-list reservations
+        // cost more than they save, and each call would touch every posting list.
+        if docs.len() < BULK_DOCS {
+            for (doc, group, text) in docs {
+                self.insert_fields(doc, group, &[(text, 1.0)]);
+            }
+            return;
+        }
+        let generations: Vec<u32> = docs
+            .iter()
+            .map(|(doc, group, text)| self.begin(*doc, *group, word_len(text) as f32))
+            .collect();
+        let texts: Vec<(u32, &str)> = docs.iter().map(|(d, _, t)| (*d, *t)).collect();
+        std::thread::scope(|s| {
+            for (me, shard) in self.shards.iter_mut().enumerate() {
+                let (texts, generations) = (&texts, &generations);
+                s.spawn(move || shard.index_many(me, texts, generations));
+            }
+        });
+    }
+
+    /// Drops document `doc` from results (its postings are skipped until the next compaction).
+    pub fn remove(&mut self, doc: u32) {
+        let idx = doc as usize;
+        if self.alive.get(idx).copied().unwrap_or(false) {
+            if self.last == Some(doc) {
+                self.last = None;
+            }
+            self.alive[idx] = false;
+            self.stale = true;
+            self.live_docs -= 1;
+            self.total_len -= f64::from(self.doc_len[idx]);
+            let g = &mut self.groups[self.group[idx] as usize];
+            g.docs -= 1;
+            g.len -= f64::from(self.doc_len[idx]);
+            self.dead_docs += 1;
+            if self.dead_docs > 1024 && self.dead_docs > self.live_docs as usize {
+                self.compact();
+            }
+        }
+    }
+
+    fn compact(&mut self) {
+        let (alive, generation) = (&self.alive, &self.generation);
+        for shard in &mut self.shards {
+            // Positions move: the maps are built again as their lists grow.
+            shard.maps.clear();
+            for list in &mut shard.postings {
+                list.retain(|(d, _, g)| alive[*d as usize] && generation[*d as usize] == *g);
+            }
+        }
+        self.dead_docs = 0;
+        self.stale = false;
+    }
+}

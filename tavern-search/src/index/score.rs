@@ -1,0 +1,201 @@
+//! BM25 scoring over the index: idf-weighted query terms (idf² overall), length
+//! normalization, coordination (a document matching every query term beats one matching some),
+//! per-group statistics, weighted fields. Every scorer adds a document's terms in one order, so
+//! scores are bit-identical however they are computed.
+
+use std::cell::RefCell;
+
+use super::{pack, shard_of, Bm25Index, Posting, QueryTerm};
+
+/// BM25 term-frequency saturation.
+pub(super) const K1: f32 = 1.2;
+/// BM25 length normalization.
+pub(super) const B: f32 = 0.5;
+
+/// BM25's length normalization for one query, `K1 · (1 − B + B · len / avg)` split into a
+/// constant and a per-word factor, so scoring a posting takes one division.
+pub(super) struct LengthNorm {
+    pub(super) base: f32,
+    pub(super) per_word: f32,
+}
+
+impl LengthNorm {
+    pub(super) fn new(avg: f32) -> Self {
+        Self {
+            base: K1 * (1.0 - B),
+            per_word: K1 * B / avg,
+        }
+    }
+}
+
+/// Per document (score, matched query tokens), and the documents touched by the query.
+type Scratch = (Vec<(f32, u32)>, Vec<u32>);
+
+thread_local! {
+    /// Per-thread accumulators (score, matched query tokens) per document, reset after each
+    /// query (only the touched entries), so a query over a large index does not allocate and
+    /// zero a dense array; one array of pairs, so a posting touches one cache line.
+    static SCRATCH: RefCell<Scratch> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+impl Bm25Index {
+    /// BM25 scores of every live document matching at least one query token, as
+    /// `(doc, score)` in ascending doc order. Only documents that contain a query token appear.
+    pub fn score(&self, query: &[String]) -> Vec<(u32, f32)> {
+        self.score_in(query, None)
+    }
+
+    /// [`Bm25Index::score`] over the documents of `groups` only (`None`: every group), with
+    /// the statistics of those groups.
+    pub fn score_in(&self, query: &[String], groups: Option<&[u32]>) -> Vec<(u32, f32)> {
+        let mut out = self.score_unordered(query, groups);
+        out.sort_unstable_by_key(|(doc, _)| *doc);
+        out
+    }
+
+    /// [`Bm25Index::score_in`] in no particular order (for callers that select the best few
+    /// themselves and need not pay for sorting every match).
+    pub fn score_unordered(&self, query: &[String], groups: Option<&[u32]>) -> Vec<(u32, f32)> {
+        let mut out = Vec::new();
+        self.score_each(query, groups, |doc, score| out.push((doc, score)));
+        out
+    }
+
+    /// Calls `sink` with every matching document and its score, in no particular order;
+    /// returns how many there were.
+    pub(super) fn score_each(
+        &self,
+        query: &[String],
+        groups: Option<&[u32]>,
+        mut sink: impl FnMut(u32, f32),
+    ) -> usize {
+        // Statistics of the searched groups; `filter` is `None` when they hold every document.
+        let mut selected: Vec<u32> = groups.map(<[u32]>::to_vec).unwrap_or_default();
+        selected.sort_unstable();
+        selected.dedup();
+        let (n, total, filter) = match groups {
+            None => (self.live_docs, self.total_len, None),
+            Some(_) => {
+                let stats = selected
+                    .iter()
+                    .filter_map(|g| self.groups.get(*g as usize))
+                    .fold((0u32, 0f64), |(d, l), s| (d + s.docs, l + s.len));
+                let all = stats.0 == self.live_docs;
+                (stats.0, stats.1, (!all).then_some(&selected[..]))
+            }
+        };
+        if n == 0 || query.is_empty() {
+            return 0;
+        }
+        let avg = ((total / f64::from(n)) as f32).max(1.0);
+        // Dense accumulators beat a hash map by far on long posting lists.
+        SCRATCH.with_borrow_mut(|(acc, touched)| {
+            if acc.len() < self.alive.len() {
+                acc.resize(self.alive.len(), (0.0, 0));
+            }
+            touched.clear();
+            self.accumulate(query, n as f32, avg, filter, acc, touched, &mut sink);
+            touched.len()
+        })
+    }
+
+    /// The query's terms that have current postings, with their BM25 weights, heaviest
+    /// (rarest) first, ties in query order: the one order every scorer adds them in, so sums
+    /// are bit-identical however they are computed.
+    pub(super) fn weighted_terms<'a>(
+        &'a self,
+        query: &[String],
+        n: f32,
+        filter: Option<&[u32]>,
+    ) -> Vec<QueryTerm<'a>> {
+        let mut terms = Vec::with_capacity(query.len());
+        for term in query {
+            let key = pack(term);
+            let Some(mut found) = self.shards[shard_of(term, key)].lookup_term(term, key) else {
+                continue;
+            };
+            let list = found.list;
+            let df = if self.stale || filter.is_some() {
+                list.iter().filter(|p| self.current(p, filter)).count() as f32
+            } else {
+                list.len() as f32
+            };
+            if df == 0.0 {
+                continue;
+            }
+            let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln().max(1e-6);
+            // The query side weighs each term by its idf too (idf² overall, as in the classic
+            // vector-space model): a rare word in the query must dominate a common one even in
+            // a long document.
+            found.weight = idf * idf * (K1 + 1.0);
+            terms.push(found);
+        }
+        terms.sort_by(|a, b| b.weight.total_cmp(&a.weight));
+        terms
+    }
+
+    /// Whether a posting counts: postings of removed or re-indexed documents linger until
+    /// compaction, and only the searched groups count, so scores do not depend on history
+    /// (or on a restart).
+    pub(super) fn current(&self, &(doc, _, generation): &Posting, filter: Option<&[u32]>) -> bool {
+        let idx = doc as usize;
+        self.alive[idx]
+            && self.generation[idx] == generation
+            && filter.is_none_or(|f| f.contains(&self.group[idx]))
+    }
+
+    /// One posting's BM25 contribution for a term of `weight`.
+    pub(super) fn contribution(&self, weight: f32, tf: f32, doc: u32, norm: &LengthNorm) -> f32 {
+        let len = self.doc_len.get(doc as usize).copied().unwrap_or(0.0);
+        weight * tf / (tf + norm.base + norm.per_word * len)
+    }
+
+    /// Scores every match into the accumulators, then hands each to `sink` with its
+    /// coordination applied, clearing the accumulators behind it.
+    #[allow(clippy::too_many_arguments)]
+    fn accumulate(
+        &self,
+        query: &[String],
+        n: f32,
+        avg: f32,
+        filter: Option<&[u32]>,
+        acc: &mut [(f32, u32)],
+        touched: &mut Vec<u32>,
+        sink: &mut impl FnMut(u32, f32),
+    ) {
+        let norm = LengthNorm::new(avg);
+        // With nothing stale and no group filter every posting counts: skip the two lookups
+        // per posting that tell (they dominate on long lists).
+        let check = self.stale || filter.is_some();
+        for QueryTerm { list, weight, .. } in self.weighted_terms(query, n, filter) {
+            for p in list.iter().filter(|p| !check || self.current(p, filter)) {
+                let idx = p.0 as usize;
+                let Some(slot) = acc.get_mut(idx) else {
+                    continue;
+                };
+                if slot.1 == 0 {
+                    touched.push(p.0);
+                }
+                slot.0 += self.contribution(weight, p.1, p.0, &norm);
+                slot.1 += 1;
+            }
+        }
+        // Coordination: a document containing all query tokens (for CJK: every bigram of the
+        // phrase) must beat a shorter one that contains only some of them.
+        let terms = query.len() as f32;
+        // The factor for each count of matched terms, computed once instead of per match.
+        let coords: Vec<f32> = (0..=query.len()).map(|c| c as f32 / terms).collect();
+        for &doc in touched.iter() {
+            let idx = doc as usize;
+            let Some(slot) = acc.get_mut(idx) else {
+                continue;
+            };
+            let coord = coords
+                .get(slot.1 as usize)
+                .copied()
+                .unwrap_or_else(|| slot.1 as f32 / terms);
+            sink(doc, slot.0 * coord * coord);
+            *slot = (0.0, 0);
+        }
+    }
+}

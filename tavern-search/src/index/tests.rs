@@ -1,0 +1,217 @@
+//! The index's and the analyzer's unit tests.
+
+use super::*;
+use crate::analyzer::*;
+
+/// `(text, index tokens)`: case folding, punctuation, stop words, Snowball stems, CJK.
+#[test]
+fn index_tokens_table() {
+    let cases: &[(&str, &[&str])] = &[
+        ("The Silver-Gate, OPEN!", &["silver", "gate", "open"]),
+        ("Kai fears deep water", &["kai", "fear", "deep", "water"]),
+        ("running runs ran", &["run", "run", "ran"]),
+        (
+            "Caroline's adoption agencies",
+            &["carolin", "adopt", "agenc"],
+        ),
+        ("It is what it is", &[]),
+        ("2023 May 8", &["2023", "may", "8"]),
+        ("über Straße", &["über", "straße"]),
+        ("大门", &["大", "门", "大门"]),
+        ("", &[]),
+    ];
+    for (text, want) in cases {
+        assert_eq!(index_tokens(text), *want, "{text:?}");
+    }
+}
+
+/// `(query, query tokens)`: what a query keeps to rank with.
+#[test]
+fn query_tokens_table() {
+    let cases: &[(&str, &[&str])] = &[
+        ("what is the forest", &["forest"]),
+        ("The Shadowfang beasts", &["shadowfang", "beast"]),
+        ("is it", &[]),
+        ("这是什么", &[]),
+        ("银色大门在哪里", &["银色", "色大", "大门", "门在"]),
+        ("告诉我塔罗牌", &["诉我", "我塔", "塔罗", "罗牌"]),
+        ("的", &[]),
+        ("剑", &["剑"]),
+        ("tell me about Eldoria", &["eldoria"]),
+        ("What does Kai fear?", &["kai", "fear"]),
+        ("fear fears feared", &["fear"]),
+    ];
+    for (query, want) in cases {
+        assert_eq!(query_tokens(query), *want, "{query:?}");
+    }
+}
+
+#[test]
+fn a_stemmed_word_finds_its_other_forms() {
+    let mut idx = Bm25Index::new();
+    idx.insert(0, "Kai fears deep water");
+    idx.insert(1, "Mira loves the sea");
+    let hits = idx.score(&query_tokens("What is Kai's fear?"));
+    assert_eq!(hits.iter().map(|h| h.0).collect::<Vec<_>>(), [0]);
+    assert!(idx.score(&query_tokens("the")).is_empty());
+}
+
+#[test]
+fn statistics_come_from_the_groups_searched() {
+    let mut idx = Bm25Index::new();
+    // Group 1 is full of "lantern"; in group 0 it is as rare as "river".
+    idx.insert_fields(0, 0, &[("lantern by the river", 1.0)]);
+    idx.insert_fields(1, 0, &[("an old map", 1.0)]);
+    for d in 2..50 {
+        idx.insert_fields(d, 1, &[("lantern lantern", 1.0)]);
+    }
+    let only0 = idx.score_in(&query_tokens("lantern"), Some(&[0]));
+    let river = idx.score_in(&query_tokens("river"), Some(&[0]));
+    assert_eq!(only0.len(), 1);
+    assert_eq!(only0[0].1, river[0].1, "same df, same score within group 0");
+    let all = idx.score(&query_tokens("lantern"));
+    assert!(all.len() == 49 && all[0].1 < only0[0].1);
+    assert_eq!(
+        idx.score_in(&query_tokens("lantern"), Some(&[0, 1])),
+        all,
+        "every group is the whole index"
+    );
+    assert!(idx
+        .score_in(&query_tokens("lantern"), Some(&[7]))
+        .is_empty());
+}
+
+#[test]
+fn weighted_fields_count_by_weight() {
+    let mut idx = Bm25Index::new();
+    idx.insert_fields(0, 0, &[("ember", 1.0)]);
+    idx.insert_fields(1, 0, &[("ash", 1.0), ("ember", 0.5)]);
+    idx.insert_fields(2, 0, &[("ash", 1.0)]);
+    let hits = idx.score(&query_tokens("ember"));
+    assert_eq!(hits.len(), 2);
+    assert!(hits[0].1 > hits[1].1, "{hits:?}");
+}
+
+#[test]
+fn cjk_runs_become_unigrams_and_bigrams_and_queries_bigrams() {
+    assert_eq!(index_tokens("大门"), ["大", "门", "大门"]);
+    assert_eq!(query_tokens("银色大门"), ["银色", "色大", "大门"]);
+    assert_eq!(query_tokens("门"), ["门"]);
+    assert_eq!(
+        query_tokens("Mira的银色大门 gate"),
+        ["mira", "的银", "银色", "色大", "大门", "gate"]
+    );
+    assert_eq!(raw_tokens("The 银色大门"), ["the", "银色", "色大", "大门"]);
+}
+
+#[test]
+fn a_chinese_sentence_matches_the_words_inside_it() {
+    let mut idx = Bm25Index::new();
+    idx.insert(0, "她推开了银色大门");
+    idx.insert(1, "河灵从不归还");
+    idx.insert(2, "silver gate");
+    let hits = idx.score(&query_tokens("银色大门"));
+    assert_eq!(hits.iter().map(|h| h.0).collect::<Vec<_>>(), [0]);
+    assert!(idx.score(&query_tokens("不存在的词")).is_empty());
+}
+
+#[test]
+fn packed_tokens_never_collide() {
+    let tokens = ["a", "ab", "abcdefg", "大", "大门", "门大", "a\u{0}", "ba"];
+    let keys: std::collections::HashSet<u64> = tokens.iter().filter_map(|t| pack(t)).collect();
+    assert_eq!(keys.len(), tokens.len());
+    assert_eq!(pack("abcdefgh"), None);
+    assert_eq!(pack("银色大"), None, "three CJK characters are not packed");
+}
+
+#[test]
+fn bulk_indexing_equals_sequential_indexing() {
+    let docs = [
+        (0, 0, "银色大门 silver gate"),
+        (1, 1, "river spirit 河灵"),
+        (0, 1, "lantern keeper"),
+        (2, 0, "gate keeper"),
+    ];
+    let mut one = Bm25Index::new();
+    for (d, g, t) in docs {
+        one.insert_fields(d, g, &[(t, 1.0)]);
+    }
+    let mut bulk = Bm25Index::new();
+    bulk.insert_many(&docs);
+    for q in [
+        "gate",
+        "keeper",
+        "银色大门",
+        "lantern",
+        "河灵 spirit",
+        "silver",
+    ] {
+        assert_eq!(
+            one.score(&query_tokens(q)),
+            bulk.score(&query_tokens(q)),
+            "{q}"
+        );
+        assert_eq!(
+            one.score_in(&query_tokens(q), Some(&[1])),
+            bulk.score_in(&query_tokens(q), Some(&[1])),
+            "{q}"
+        );
+    }
+    assert!(
+        bulk.score(&query_tokens("silver")).is_empty(),
+        "slot 0 was re-indexed"
+    );
+}
+
+#[test]
+fn word_len_counts_words_and_cjk_characters() {
+    for text in ["", "a b", "Mira的银色大门 gate!", "x1y2 z", "门", "ÄÖ über"] {
+        let mut want = 0;
+        for_each_run(text, |run, cjk| want += if cjk { run.len() } else { 1 });
+        assert_eq!(word_len(text), want, "{text}");
+    }
+}
+
+#[test]
+fn removed_documents_never_match() {
+    let mut idx = Bm25Index::new();
+    idx.insert(0, "lantern");
+    idx.insert(1, "lantern lantern");
+    idx.remove(1);
+    assert_eq!(idx.score(&query_tokens("lantern")).len(), 1);
+    idx.insert(1, "nothing");
+    assert_eq!(idx.score(&query_tokens("lantern")).len(), 1);
+}
+
+/// `top` keeps exactly the best `k` of scoring every match (same documents, same scores,
+/// same order, ties to the higher slot) and counts every match.
+mod top_is_the_best_of_all {
+    use super::*;
+    use proptest::prelude::*;
+
+    const WORDS: &[&str] = &[
+        "kai", "mira", "gate", "silver", "lantern", "river", "oak", "tea",
+    ];
+
+    proptest! {
+        #[test]
+        fn same_best_and_total(
+            docs in prop::collection::vec(prop::collection::vec(0usize..8, 1..8), 1..120),
+            query in prop::collection::vec(0usize..8, 1..5),
+            k in 0usize..15,
+        ) {
+            let mut idx = Bm25Index::new();
+            for (i, words) in docs.iter().enumerate() {
+                let text: Vec<&str> = words.iter().map(|w| WORDS[*w]).collect();
+                idx.insert(i as u32, &text.join(" "));
+            }
+            let text: Vec<&str> = query.iter().map(|w| WORDS[*w]).collect();
+            let q = query_tokens(&text.join(" "));
+            let mut all = idx.score(&q);
+            let total = all.len();
+            all.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0)));
+            all.truncate(k);
+            prop_assert_eq!(idx.top(&q, k), (all, total));
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! The ranker seam: lexical search finds candidates, a [`Ranker`] gives them their final
+//! scores. Memory search, history search and lore ranking all hand their candidates through
+//! the ranker they are given (`tavern_tools::ToolServices::ranker`), so another ranker — the
+//! seeds' optional embedding adapter, a cross-encoder, a rule — plugs into all three in one
+//! place. The default, [`Lexical`], keeps the BM25 scores and costs nothing: results are
+//! bit-identical to searching without a seam.
+//!
+//! A ranker sees at most [`Ranker::pool`] candidates per search (the best by lexical score),
+//! so its work is bounded by what it asks for, not by the corpus.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// One candidate a lexical search found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate<'a> {
+    /// The caller's id for it (a slot, a message position, an entry index).
+    pub doc: u32,
+    /// Its text as the ranker should read it.
+    pub text: &'a str,
+    /// Its score: the lexical (BM25) score going in, the final score coming out. Only finite
+    /// scores are kept; a candidate whose score is not finite or not above zero is dropped.
+    pub score: f32,
+}
+
+/// Gives lexical candidates their final scores.
+///
+/// Contract: [`Ranker::rescore`] changes only `score`s, never the slice's length or the
+/// other fields; it must be deterministic for the same query and candidates, and must not
+/// panic. Callers sort by the new scores (best first, ties kept in lexical order) and drop
+/// candidates whose score is not finite or not above zero.
+pub trait Ranker: Send + Sync + fmt::Debug {
+    /// A short name for logs and benchmarks (`lexical`).
+    fn name(&self) -> &str;
+
+    /// Whether [`Ranker::rescore`] changes anything; a ranker that does not is skipped (the
+    /// lexical results are then final, bit for bit).
+    fn rescores(&self) -> bool {
+        true
+    }
+
+    /// How many of the best lexical candidates to gather for `wanted` results (at least
+    /// `wanted`; callers cap it by their own limits).
+    fn pool(&self, wanted: usize) -> usize {
+        wanted
+    }
+
+    /// Sets each candidate's final score for `query`.
+    fn rescore(&self, query: &str, candidates: &mut [Candidate<'_>]);
+}
+
+/// The default ranker: BM25's scores are final.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Lexical;
+
+impl Ranker for Lexical {
+    fn name(&self) -> &str {
+        "lexical"
+    }
+
+    fn rescores(&self) -> bool {
+        false
+    }
+
+    fn rescore(&self, _query: &str, _candidates: &mut [Candidate<'_>]) {}
+}
+
+/// A shared ranker, as queries and services hold it: clonable, compared by identity, and
+/// [`Lexical`] by default.
+#[derive(Clone)]
+pub struct RankerRef(pub Arc<dyn Ranker>);
+
+impl RankerRef {
+    /// Wraps a ranker.
+    pub fn new(ranker: impl Ranker + 'static) -> Self {
+        Self(Arc::new(ranker))
+    }
+
+    /// The ranker.
+    pub fn get(&self) -> &dyn Ranker {
+        &*self.0
+    }
+
+    /// Rescores `candidates` (when the ranker rescores at all), then orders them best first —
+    /// ties keep their order, which callers make the lexical one — and drops those whose
+    /// score is not finite or not above zero. Returns whether anything was rescored.
+    pub fn apply(&self, query: &str, candidates: &mut Vec<Candidate<'_>>) -> bool {
+        if !self.0.rescores() {
+            return false;
+        }
+        self.0.rescore(query, candidates);
+        candidates.retain(|c| c.score.is_finite() && c.score > 0.0);
+        candidates.sort_by(|a, b| b.score.total_cmp(&a.score));
+        true
+    }
+}
+
+impl Default for RankerRef {
+    fn default() -> Self {
+        Self::new(Lexical)
+    }
+}
+
+impl fmt::Debug for RankerRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("RankerRef").field(&self.0.name()).finish()
+    }
+}
+
+impl PartialEq for RankerRef {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || (!self.0.rescores() && !other.0.rescores())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Prefers shorter texts: reverses a length-biased lexical order.
+    #[derive(Debug)]
+    struct Shortest;
+
+    impl Ranker for Shortest {
+        fn name(&self) -> &str {
+            "shortest"
+        }
+        fn rescore(&self, _query: &str, candidates: &mut [Candidate<'_>]) {
+            for c in candidates {
+                c.score = 1.0 / (1.0 + c.text.len() as f32);
+            }
+        }
+    }
+
+    fn candidates() -> Vec<Candidate<'static>> {
+        vec![
+            Candidate {
+                doc: 0,
+                text: "a long text about the gate",
+                score: 3.0,
+            },
+            Candidate {
+                doc: 1,
+                text: "gate",
+                score: 1.0,
+            },
+            Candidate {
+                doc: 2,
+                text: "the gate",
+                score: 1.0,
+            },
+        ]
+    }
+
+    #[test]
+    fn the_lexical_ranker_leaves_candidates_as_they_are() {
+        let mut c = candidates();
+        assert!(!RankerRef::default().apply("gate", &mut c));
+        assert_eq!(c, candidates());
+    }
+
+    #[test]
+    fn a_ranker_reorders_and_drops_what_it_scores_out() {
+        let mut c = candidates();
+        assert!(RankerRef::new(Shortest).apply("gate", &mut c));
+        assert_eq!(c.iter().map(|c| c.doc).collect::<Vec<_>>(), [1, 2, 0]);
+
+        #[derive(Debug)]
+        struct Nan;
+        impl Ranker for Nan {
+            fn name(&self) -> &str {
+                "nan"
+            }
+            fn rescore(&self, _query: &str, candidates: &mut [Candidate<'_>]) {
+                candidates[0].score = f32::NAN;
+                candidates[1].score = 0.0;
+            }
+        }
+        let mut c = candidates();
+        RankerRef::new(Nan).apply("gate", &mut c);
+        assert_eq!(c.iter().map(|c| c.doc).collect::<Vec<_>>(), [2]);
+    }
+
+    #[test]
+    fn rankers_compare_by_identity_and_lexical_ones_are_equal() {
+        let shortest = RankerRef::new(Shortest);
+        assert_eq!(shortest, shortest.clone());
+        assert_ne!(shortest, RankerRef::new(Shortest));
+        assert_eq!(RankerRef::default(), RankerRef::new(Lexical));
+        assert_eq!(format!("{shortest:?}"), "RankerRef(\"shortest\")");
+    }
+}
