@@ -16,6 +16,7 @@ use tavern_core::{
 };
 use tavern_projector::context::{project, Projection, ProjectionInput};
 use tavern_projector::{lines, ChatProjector, EventKind, HostEvent, Outcome, ProjectorConfig};
+use tavern_search::RankerRef;
 use tavern_store::{AllStores, Clock, StateStoreExt, StateViewExt, StoreError, VariableChange};
 use tavern_tools::assets::provider::AssetProvider;
 use tavern_tools::{ToolContext, ToolLimits, ToolRegistry, ToolServices};
@@ -41,6 +42,9 @@ pub struct RuntimeConfig {
     pub limits: ToolLimits,
     /// The tavern-mode preset (default persona prompt).
     pub tavern_mode: TavernModePreset,
+    /// The ranker memory, history and lore searches go through (lexical by default): the one
+    /// place another ranker plugs in.
+    pub ranker: RankerRef,
 }
 
 impl Default for RuntimeConfig {
@@ -49,6 +53,7 @@ impl Default for RuntimeConfig {
             user_name: "User".into(),
             limits: ToolLimits::default(),
             tavern_mode: TavernModePreset::default(),
+            ranker: RankerRef::default(),
         }
     }
 }
@@ -110,6 +115,7 @@ impl Runtime {
             chats: stores.clone(),
             assets: assets.clone(),
             history: Default::default(),
+            ranker: config.ranker.clone(),
         };
         let projector = ChatProjector::new(
             stores.clone(),

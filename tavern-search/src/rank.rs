@@ -11,6 +11,10 @@
 use std::fmt;
 use std::sync::Arc;
 
+/// The most candidates a ranker is handed per search, whatever its [`Ranker::pool`] asks:
+/// the work a ranker does per call is bounded here, not by the corpus.
+pub const POOL_MAX: usize = 1_000;
+
 /// One candidate a lexical search found.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate<'a> {
@@ -39,8 +43,8 @@ pub trait Ranker: Send + Sync + fmt::Debug {
         true
     }
 
-    /// How many of the best lexical candidates to gather for `wanted` results (at least
-    /// `wanted`; callers cap it by their own limits).
+    /// How many of the best lexical candidates to gather for `wanted` results; callers
+    /// gather at least `wanted` and at most [`POOL_MAX`] (or `wanted`, if more).
     fn pool(&self, wanted: usize) -> usize {
         wanted
     }
@@ -71,6 +75,16 @@ impl Ranker for Lexical {
 pub struct RankerRef(pub Arc<dyn Ranker>);
 
 impl RankerRef {
+    /// How many lexical candidates to gather for `wanted` results: `wanted` for a ranker
+    /// that does not rescore, else its [`Ranker::pool`] within `wanted..=POOL_MAX`.
+    pub fn pool(&self, wanted: usize) -> usize {
+        if self.0.rescores() {
+            self.0.pool(wanted).min(POOL_MAX).max(wanted)
+        } else {
+            wanted
+        }
+    }
+
     /// Wraps a ranker.
     pub fn new(ranker: impl Ranker + 'static) -> Self {
         Self(Arc::new(ranker))

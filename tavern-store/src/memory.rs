@@ -5,6 +5,7 @@ use tavern_core::{
     AuditEntry, MemoryId, MemoryKind, MemoryRecord, MemorySource, MemoryWrite, Revision, ScopeKey,
     Tag, Timestamp,
 };
+use tavern_search::RankerRef;
 
 use crate::error::StoreError;
 
@@ -48,6 +49,10 @@ pub struct MemoryQuery {
     /// Token budget for the hits' content; a hit that does not fit is not cut but left out, and
     /// the result says `truncated`.
     pub max_tokens: Option<usize>,
+    /// The ranker the lexical matches go through before they are blended with importance,
+    /// confidence and recency: it sees the best [`tavern_search::Ranker::pool`] of them and
+    /// gives their relevance (lexical by default: BM25's).
+    pub ranker: RankerRef,
 }
 
 impl MemoryQuery {
@@ -67,6 +72,7 @@ impl MemoryQuery {
             limit: 10,
             offset: 0,
             max_tokens: None,
+            ranker: RankerRef::default(),
         }
     }
 }

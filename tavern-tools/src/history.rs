@@ -22,7 +22,8 @@ use serde_json::{json, Value};
 use tavern_core::calendar::{day_words as day_words_of, MONTHS};
 use tavern_core::chat::{ChatLine, SendDate};
 use tavern_core::{CharacterName, ChatId, DefaultTokenEstimator, TokenEstimator};
-use tavern_search::{query_tokens, Bm25Index};
+use tavern_search::rank::Candidate as RankCandidate;
+use tavern_search::{query_tokens, Bm25Index, RankerRef};
 use tavern_store::{ChatChange, ChatFile, ChatStore, StoreError};
 
 use schemars::JsonSchema;
@@ -245,12 +246,19 @@ impl HistoryIndex {
     /// Messages matching `query`, best first (ties: newer first), at most `limit`, and how many
     /// matched in all. An empty query lists the newest messages.
     pub fn search(&self, query: &str, limit: usize) -> (Vec<HistoryHit>, usize) {
-        self.search_from(query, limit, 0)
+        self.search_from(query, limit, 0, &RankerRef::default())
     }
 
     /// [`HistoryIndex::search`] among the messages from position `from` on (a parent chat's
-    /// messages after those a branch copied).
-    pub fn search_from(&self, query: &str, limit: usize, from: usize) -> (Vec<HistoryHit>, usize) {
+    /// messages after those a branch copied), the best [`tavern_search::Ranker::pool`] lexical
+    /// matches ranked through `ranker`.
+    pub fn search_from(
+        &self,
+        query: &str,
+        limit: usize,
+        from: usize,
+        ranker: &RankerRef,
+    ) -> (Vec<HistoryHit>, usize) {
         let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0));
         let len = self.messages.len();
         let (mut found, total): (Vec<(u32, f32)>, usize) = if query.trim().is_empty() {
@@ -259,12 +267,34 @@ impl HistoryIndex {
                 .map(|i| (u32::try_from(i).unwrap_or(u32::MAX), 0.0))
                 .collect();
             (found, len.saturating_sub(from))
-        } else if from == 0 {
-            // Only the best `limit` are kept while scoring, not every match.
-            self.index.top(&query_tokens(query), limit)
         } else {
-            let from = u32::try_from(from).unwrap_or(u32::MAX);
-            self.index.top_from(&query_tokens(query), limit, from)
+            let rescores = ranker.get().rescores();
+            let wanted = ranker.pool(limit);
+            let (found, total) = if from == 0 {
+                // Only the best `wanted` are kept while scoring, not every match.
+                self.index.top(&query_tokens(query), wanted)
+            } else {
+                let from = u32::try_from(from).unwrap_or(u32::MAX);
+                self.index.top_from(&query_tokens(query), wanted, from)
+            };
+            if rescores {
+                let mut pool: Vec<RankCandidate<'_>> = found
+                    .into_iter()
+                    .filter_map(|(doc, score)| {
+                        Some(RankCandidate {
+                            doc,
+                            text: self.messages.get(doc as usize)?.text(),
+                            score,
+                        })
+                    })
+                    .collect();
+                pool.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.doc.cmp(&a.doc)));
+                ranker.apply(query, &mut pool);
+                pool.truncate(limit);
+                (pool.into_iter().map(|c| (c.doc, c.score)).collect(), total)
+            } else {
+                (found, total)
+            }
         };
         found.sort_by(order);
         let hits = found
@@ -527,7 +557,7 @@ async fn chat_hits(
                 let theirs = entry.message_digests();
                 mine.iter().zip(theirs).take_while(|(a, b)| a == b).count()
             });
-            let (hits, total) = index.search_from(&args.query, args.limit, copied);
+            let (hits, total) = index.search_from(&args.query, args.limit, copied, &svc.ranker);
             let hits = hits
                 .into_iter()
                 .map(|h| {

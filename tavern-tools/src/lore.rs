@@ -63,7 +63,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use tavern_core::{DefaultTokenEstimator, TokenEstimator};
-use tavern_search::{query_tokens, Bm25Index};
+use tavern_search::rank::Candidate as RankCandidate;
+use tavern_search::{query_tokens, Bm25Index, RankerRef};
 
 use crate::assets::world::{LoreEntry, SelectiveLogic, WorldBook};
 
@@ -696,6 +697,18 @@ pub fn search_with<'a>(
     opts: &LoreOptions,
     ctx: &LoreContext,
 ) -> LoreResult<'a> {
+    search_ranked(books, query, opts, ctx, &RankerRef::default())
+}
+
+/// [`search_with`], the entries no key activated ranked through `ranker` (which sees each
+/// lexical match's comment, keys and content, and gives its final score).
+pub fn search_ranked<'a>(
+    books: &'a [(LoreSource, WorldBook)],
+    query: &str,
+    opts: &LoreOptions,
+    ctx: &LoreContext,
+    ranker: &RankerRef,
+) -> LoreResult<'a> {
     let mut warnings = Vec::new();
     let mut duplicates = 0;
     let mut seen: HashSet<(&[String], &[String], &str)> = HashSet::new();
@@ -837,18 +850,37 @@ pub fn search_with<'a>(
     let mut scores = vec![0f64; cands.len()];
     if opts.lexical {
         let mut index = Bm25Index::new();
-        for (i, c) in cands.iter().enumerate() {
-            let text = format!(
-                "{} {} {}",
-                c.entry.comment,
-                c.entry.keys.join(" "),
-                c.content
-            );
-            index.insert(u32::try_from(i).unwrap_or(u32::MAX), &text);
+        let texts: Vec<String> = cands
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} {} {}",
+                    c.entry.comment,
+                    c.entry.keys.join(" "),
+                    c.content
+                )
+            })
+            .collect();
+        for (i, text) in texts.iter().enumerate() {
+            index.insert(u32::try_from(i).unwrap_or(u32::MAX), text);
         }
-        for (doc, s) in index.score(&query_tokens(query)) {
-            if let Some(slot) = scores.get_mut(doc as usize) {
-                *slot = f64::from(s);
+        let mut found: Vec<RankCandidate<'_>> = index
+            .score(&query_tokens(query))
+            .into_iter()
+            .filter_map(|(doc, score)| {
+                Some(RankCandidate {
+                    doc,
+                    text: texts.get(doc as usize)?,
+                    score,
+                })
+            })
+            .collect();
+        // The ranker sees every lexical match (a book's entries, bounded by the book).
+        found.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.doc.cmp(&b.doc)));
+        ranker.apply(query, &mut found);
+        for c in found {
+            if let Some(slot) = scores.get_mut(c.doc as usize) {
+                *slot = f64::from(c.score);
             }
         }
     }

@@ -9,6 +9,7 @@ use crate::tool::Tool;
 
 use serde_json::{json, Value};
 use tavern_core::SessionId;
+use tavern_search::RankerRef;
 use tavern_store::{ChatStore, MemoryStore, VariableStore};
 
 use crate::assets::provider::AssetProvider;
@@ -30,6 +31,9 @@ pub struct ToolServices {
     pub assets: Arc<dyn AssetProvider>,
     /// Chat history indexes (`tavern_history_search`), kept between calls.
     pub history: HistoryCache,
+    /// The ranker memory, history and lore searches hand their lexical candidates through
+    /// ([`tavern_search::rank`]; lexical by default).
+    pub ranker: RankerRef,
 }
 
 impl std::fmt::Debug for ToolServices {

@@ -62,6 +62,7 @@ async fn harness_with(state: serde_json::Value, limits: ToolLimits) -> Harness {
         chats: store.clone(),
         assets: Arc::new(assets),
         history: Default::default(),
+        ranker: Default::default(),
     };
     let sera = CharacterName::parse("Seraphina").unwrap();
     let main = ChatId::parse("Seraphina - 1").unwrap();

@@ -10,7 +10,7 @@ use tavern_core::{
 
 use crate::error::{StoreError, Target};
 use crate::memory::{MemoryHit, MemoryQuery, MemorySearchResult, TagMatch};
-use tavern_search::{query_tokens, Bm25Index};
+use tavern_search::{query_tokens, Bm25Index, Candidate};
 
 /// Hard cap on hits per search, whatever the caller asks.
 pub(crate) const SEARCH_MAX_LIMIT: usize = 100;
@@ -405,6 +405,9 @@ impl MemoryTable {
             }
             source_count = matches.len();
             let limit = q.limit.clamp(1, SEARCH_MAX_LIMIT).saturating_add(q.offset);
+            if q.ranker.get().rescores() {
+                matches = self.rerank(q, matches, limit);
+            }
             if matches.len() > limit {
                 // The blend scales relevance by 0.7 to 1.0, so a match whose relevance is below
                 // 0.7 × the limit-th best relevance can never reach the results: skip blending it.
@@ -470,6 +473,35 @@ impl MemoryTable {
             out.truncated_by = Some("limit");
         }
         out
+    }
+
+    /// Hands the best [`RankerRef::pool`] lexical matches (by BM25, ties by slot) to the
+    /// query's ranker and returns them with the relevance it gave; the rest are dropped.
+    fn rerank(
+        &self,
+        q: &MemoryQuery,
+        mut matches: Vec<(u32, f32)>,
+        wanted: usize,
+    ) -> Vec<(u32, f32)> {
+        let pool = q.ranker.pool(wanted);
+        let best_first = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if matches.len() > pool {
+            matches.select_nth_unstable_by(pool - 1, best_first);
+            matches.truncate(pool);
+        }
+        matches.sort_by(best_first);
+        let mut candidates: Vec<Candidate<'_>> = matches
+            .into_iter()
+            .filter_map(|(slot, score)| {
+                Some(Candidate {
+                    doc: slot,
+                    text: &self.records.get(slot as usize)?.content,
+                    score,
+                })
+            })
+            .collect();
+        q.ranker.apply(&q.text, &mut candidates);
+        candidates.into_iter().map(|c| (c.doc, c.score)).collect()
     }
 
     pub(crate) fn audit(

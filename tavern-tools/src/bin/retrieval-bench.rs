@@ -365,6 +365,7 @@ fn new_bench(root: &std::path::Path, bindings: Value) -> Result<Bench> {
         chats: store.clone(),
         assets: Arc::new(MemAssets::default()),
         history: Default::default(),
+        ranker: Default::default(),
     };
     let limits = ToolLimits::default();
     Ok(Bench {

@@ -298,6 +298,7 @@ impl TypedTool for Search {
         };
         q.limit = a.limit.unwrap_or(l.default_results);
         q.max_tokens = Some(a.max_tokens.unwrap_or(l.default_tokens));
+        q.ranker = svc.ranker.clone();
         let res = svc.memory.search(&q).await?;
         Ok(Listing {
             items: res

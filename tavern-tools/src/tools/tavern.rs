@@ -393,7 +393,7 @@ impl TypedTool for LoreSearch {
                 .map(|c| c.tags().into_iter().map(str::to_owned).collect())
                 .unwrap_or_default(),
         };
-        let res = lore::search_with(&books, &a.query, &opts, &who);
+        let res = lore::search_ranked(&books, &a.query, &opts, &who, &svc.ranker);
         let items = res
             .hits
             .iter()
