@@ -65,14 +65,7 @@ fn binding() -> SessionBinding {
 }
 
 fn projector(store: Arc<dyn AllStores>, clock: Arc<ManualClock>) -> ChatProjector {
-    ChatProjector::new(
-        store.clone(),
-        store,
-        clock,
-        ProjectorConfig {
-            user_name: "Kai".into(),
-        },
-    )
+    ChatProjector::new(store.clone(), store, clock, ProjectorConfig::new("Kai"))
 }
 
 fn mem() -> (Arc<MemStore>, Arc<ManualClock>) {

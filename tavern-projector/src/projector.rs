@@ -19,7 +19,7 @@ use tavern_store::{
 };
 use thiserror::Error;
 
-use crate::event::HostEvent;
+use crate::event::{EventKind, HostEvent};
 use crate::lines;
 use crate::plan::{plan, PlannedLine, Position};
 
@@ -96,11 +96,35 @@ pub struct Outcome {
     pub waiting: usize,
 }
 
-/// Names used in projected lines.
+/// Names used in projected lines, and when the checkpoint is made durable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProjectorConfig {
     /// The user's display name for user lines and new chat headers.
     pub user_name: String,
+    /// Save the checkpoint after every event, silent ones included (streamed chunks,
+    /// reasoning, tool results). Off by default: the checkpoint is saved when lines were
+    /// written, when its status changes and at every turn's end, and a silent event only moves
+    /// the cursor in memory — after a crash, replaying silent events writes nothing, so
+    /// exactly-once does not depend on them. On measures the old behaviour in benchmarks.
+    pub checkpoint_every_event: bool,
+}
+
+impl ProjectorConfig {
+    /// Settings with `user_name` and the defaults.
+    pub fn new(user_name: impl Into<String>) -> Self {
+        Self {
+            user_name: user_name.into(),
+            checkpoint_every_event: false,
+        }
+    }
+}
+
+/// A session's checkpoint moved ahead in memory by silent events, over the stored one it
+/// started from (valid only while the store still holds that one).
+#[derive(Debug, Clone)]
+struct Ahead {
+    stored: Option<ProjectorCheckpoint>,
+    ahead: ProjectorCheckpoint,
 }
 
 /// Projects host events into SillyTavern chats.
@@ -113,6 +137,9 @@ pub struct ChatProjector {
     /// One projection step at a time per session (events of a session may arrive from
     /// several threads).
     gates: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
+    /// Checkpoints moved by silent events and not saved yet (one per session mid-turn; a
+    /// save, at the latest at turn end, removes it).
+    ahead: Mutex<HashMap<SessionId, Ahead>>,
 }
 
 impl std::fmt::Debug for ChatProjector {
@@ -138,7 +165,46 @@ impl ChatProjector {
             config,
             buffers: Mutex::default(),
             gates: Mutex::default(),
+            ahead: Mutex::default(),
         }
+    }
+
+    /// The checkpoint to continue from: the one silent events moved ahead in memory while the
+    /// store still holds the one it started from, else the stored one (another projector of
+    /// the session saved since: its checkpoint wins and ours is dropped).
+    fn effective(
+        &self,
+        session: &SessionId,
+        stored: Option<ProjectorCheckpoint>,
+    ) -> Option<ProjectorCheckpoint> {
+        let mut ahead = self.ahead.lock().unwrap_or_else(PoisonError::into_inner);
+        match ahead.get(session) {
+            Some(a) if a.stored == stored => Some(a.ahead.clone()),
+            Some(_) => {
+                ahead.remove(session);
+                stored
+            }
+            None => stored,
+        }
+    }
+
+    /// The last decided seq of a session, counting silent events not saved yet: what a replay
+    /// needs to read after.
+    ///
+    /// # Errors
+    /// Store failures.
+    pub async fn cursor(&self, session: &SessionId) -> Result<Option<u64>, StoreError> {
+        let stored = self.checkpoints.load_checkpoint(session).await?;
+        Ok(self.effective(session, stored).and_then(|c| c.last_cursor))
+    }
+
+    /// Sessions whose cursor silent events moved ahead of the saved checkpoint (bounded-memory
+    /// checks).
+    pub fn sessions_ahead(&self) -> usize {
+        self.ahead
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 
     fn store_err(session: &SessionId) -> impl Fn(StoreError) -> ProjectorError + '_ {
@@ -221,11 +287,12 @@ impl ChatProjector {
     async fn mark_pending(&self, session: &SessionId, error: &str) -> Result<(), ProjectorError> {
         let err = Self::store_err(session);
         for _ in 0..CHECKPOINT_ATTEMPTS {
-            let current = self
+            let stored = self
                 .checkpoints
                 .load_checkpoint(session)
                 .await
                 .map_err(&err)?;
+            let current = self.effective(session, stored.clone());
             let cursor = current.as_ref().and_then(|c| c.last_cursor);
             let next = ProjectorCheckpoint {
                 session_id: session.clone(),
@@ -240,10 +307,13 @@ impl ChatProjector {
             };
             match self
                 .checkpoints
-                .save_checkpoint(&next, current.as_ref())
+                .save_checkpoint(&next, stored.as_ref())
                 .await
             {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    self.saved(session);
+                    return Ok(());
+                }
                 Err(e) if e.is_conflict() => continue,
                 Err(e) => return Err(err(e)),
             }
@@ -318,10 +388,11 @@ impl ChatProjector {
 
     /// One projection step from the stored checkpoint over the buffered events.
     async fn step(&self, session: &SessionId, binding: &SessionBinding) -> Step {
-        let checkpoint = match self.checkpoints.load_checkpoint(session).await {
+        let stored = match self.checkpoints.load_checkpoint(session).await {
             Ok(c) => c,
             Err(e) => return Step::Done(Err(Self::store_err(session)(e))),
         };
+        let checkpoint = self.effective(session, stored.clone());
         let cursor = checkpoint.as_ref().and_then(|c| c.last_cursor);
         let batch: Vec<HostEvent> = {
             let mut buffers = self.buffers.lock().unwrap_or_else(PoisonError::into_inner);
@@ -412,15 +483,38 @@ impl ChatProjector {
                 next.pending_cursor = prev.pending_cursor;
             }
         }
-        if checkpoint.as_ref() != Some(&next)
-            && !(checkpoint.as_ref().is_some_and(|c| same_but_time(c, &next)))
-        {
+        let changed = checkpoint.as_ref() != Some(&next)
+            && !(checkpoint.as_ref().is_some_and(|c| same_but_time(c, &next)));
+        // Only the cursor and position moved, over silent events (no line written, nothing
+        // pending, the turn not over): kept in memory until something worth saving happens.
+        let silent = !self.config.checkpoint_every_event
+            && written.is_some_and(|(appended, present)| appended + present == 0)
+            && next.status == CheckpointStatus::Ok
+            && stored.as_ref().map_or(next.chat_revision.is_none(), |s| {
+                s.status == CheckpointStatus::Ok && s.chat_revision == next.chat_revision
+            })
+            && !batch
+                .iter()
+                .take_while(|e| advanced.is_some_and(|c| e.seq <= c))
+                .any(|e| matches!(e.kind, EventKind::TurnEnd { .. }));
+        if changed && silent {
+            self.ahead
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(
+                    session.clone(),
+                    Ahead {
+                        stored: stored.clone(),
+                        ahead: next,
+                    },
+                );
+        } else if changed {
             match self
                 .checkpoints
-                .save_checkpoint(&next, checkpoint.as_ref())
+                .save_checkpoint(&next, stored.as_ref())
                 .await
             {
-                Ok(()) => {}
+                Ok(()) => self.saved(session),
                 // Another projector of this session moved the checkpoint: what we wrote to the
                 // chat is deduplicated when the step is redone from its checkpoint.
                 Err(e) if e.is_conflict() => return Step::Stale,
@@ -446,6 +540,14 @@ impl ChatProjector {
                 waiting,
             }),
         })
+    }
+
+    /// The session's checkpoint was saved: nothing is ahead of it in memory any more.
+    fn saved(&self, session: &SessionId) {
+        self.ahead
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(session);
     }
 
     fn line_for(&self, session: &SessionId, binding: &SessionBinding, p: &PlannedLine) -> ChatLine {

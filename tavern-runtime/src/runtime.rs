@@ -45,6 +45,10 @@ pub struct RuntimeConfig {
     /// The ranker memory, history and lore searches go through (lexical by default): the one
     /// place another ranker plugs in.
     pub ranker: RankerRef,
+    /// Save the projection checkpoint after every event, silent ones included (see
+    /// [`tavern_projector::ProjectorConfig::checkpoint_every_event`]); off by default, on to
+    /// measure the old behaviour.
+    pub checkpoint_every_event: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -54,6 +58,7 @@ impl Default for RuntimeConfig {
             limits: ToolLimits::default(),
             tavern_mode: TavernModePreset::default(),
             ranker: RankerRef::default(),
+            checkpoint_every_event: false,
         }
     }
 }
@@ -123,6 +128,7 @@ impl Runtime {
             clock.clone(),
             ProjectorConfig {
                 user_name: config.user_name.clone(),
+                checkpoint_every_event: config.checkpoint_every_event,
             },
         );
         Self {
@@ -564,11 +570,8 @@ impl Runtime {
         let Some(binding) = self.binding(session).await?.filter(Self::is_agent_tavern) else {
             return Ok(None);
         };
-        let after = self
-            .stores
-            .load_checkpoint(session)
-            .await?
-            .and_then(|c| c.last_cursor);
+        // Silent events decided since the last saved checkpoint need no second reading.
+        let after = self.projector.cursor(session).await?;
         let logged = self.host.read_events(session, after).await?;
         let mut events: Vec<HostEvent> = Vec::with_capacity(logged.len());
         let mut unreadable = None;

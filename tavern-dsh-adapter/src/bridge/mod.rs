@@ -234,9 +234,16 @@ impl Bridge {
                     .await;
                 // Mirrored for a replay that cannot read the host's log: a bound session's
                 // events until they are projected, an unbound one's only a few (DSH logs a
-                // few before it binds), so memory follows the sessions, not the traffic.
+                // few before it binds), so memory follows the sessions, not the traffic. An
+                // event this call already projected is not copied at all.
                 let bound = matches!(&result, Ok(Some(_)) | Err(_));
-                self.host.record(&e.session, &e.event, bound);
+                let projected = match (&result, e.event.get("seq").and_then(Value::as_u64)) {
+                    (Ok(Some(o)), Some(seq)) => o.cursor.is_some_and(|c| c >= seq),
+                    _ => false,
+                };
+                if !projected {
+                    self.host.record(&e.session, &e.event, bound);
+                }
                 match result {
                     Ok(outcome) => {
                         if let Some(cursor) = outcome.as_ref().and_then(|o| o.cursor) {

@@ -113,9 +113,7 @@ fn turn_cost(existing: usize) -> Result<Duration, Box<dyn std::error::Error>> {
         store.clone(),
         store.clone(),
         Arc::new(SystemClock),
-        ProjectorConfig {
-            user_name: "Kai".into(),
-        },
+        ProjectorConfig::new("Kai"),
     );
     let mut times = Vec::new();
     for turn in 0..41u64 {
