@@ -362,12 +362,18 @@ impl Runtime {
         section: &str,
     ) -> Result<Option<String>, RuntimeError> {
         let session = self.session_of(agent)?;
-        let state = self.state().await?;
-        let Some(binding) = state
-            .binding(&session)
-            .filter(|b| Self::is_agent_tavern(b))
-            .cloned()
-        else {
+        // A look at the state, not a copy of it: hosts ask on every request.
+        let found = self
+            .stores
+            .read_state(|state| {
+                state
+                    .binding(&session)
+                    .filter(|b| Self::is_agent_tavern(b))
+                    .cloned()
+                    .map(|b| (b, WritePolicy::from_state(state)))
+            })
+            .await?;
+        let Some((binding, policy)) = found else {
             return Ok(None);
         };
         match section {
@@ -398,7 +404,7 @@ impl Runtime {
                         .iter()
                         .map(|s| s.name.to_owned())
                         .collect(),
-                    policy: WritePolicy::from_state(&state),
+                    policy,
                 };
                 Ok(Some(render_kernel(&input)))
             }

@@ -273,3 +273,42 @@ async fn a_sillytavern_data_folder_serves_cards_and_worlds_by_name_only() {
     }
     assert_eq!(assets.global_worlds().await, ["Eldoria"]);
 }
+
+#[tokio::test]
+async fn a_data_folder_parses_a_card_once_per_change_and_sees_every_change() {
+    use std::sync::Arc;
+    use tavern_tools::assets::provider::{AssetProvider, DirAssets, Persona};
+    let dir = tempfile::tempdir().unwrap();
+    let characters = dir.path().join("characters");
+    std::fs::create_dir_all(&characters).unwrap();
+    let card = |name: &str, description: &str| {
+        serde_json::json!({"spec": "chara_card_v2", "spec_version": "2.0",
+            "data": {"name": name, "description": description, "first_mes": "hi"}})
+        .to_string()
+    };
+    let mira = tavern_core::CharacterName::parse("Mira").unwrap();
+    let assets = DirAssets::new(dir.path(), Vec::new(), Persona::default());
+    assert!(assets.card(&mira).await.unwrap().is_none());
+
+    // A card added after the folder was listed is found.
+    std::fs::write(characters.join("Mira.json"), card("Mira", "first")).unwrap();
+    let first = assets.card(&mira).await.unwrap().unwrap();
+    assert_eq!(first.field("description"), Some("first"));
+    // Unchanged: the same parsed card, not a new parse.
+    let again = assets.card(&mira).await.unwrap().unwrap();
+    assert!(Arc::ptr_eq(&first, &again));
+
+    // Replaced (as editors and SillyTavern do: a new file renamed over the old one).
+    let tmp = characters.join("Mira.json.tmp");
+    std::fs::write(&tmp, card("Mira", "second, longer")).unwrap();
+    std::fs::rename(&tmp, characters.join("Mira.json")).unwrap();
+    let second = assets.card(&mira).await.unwrap().unwrap();
+    assert_eq!(second.field("description"), Some("second, longer"));
+
+    // Broken: the error names the card and no path; removed: gone.
+    std::fs::write(characters.join("Mira.json"), "{not json").unwrap();
+    let err = assets.card(&mira).await.unwrap_err().to_string();
+    assert!(err.contains("Mira") && !err.contains('/'), "{err}");
+    std::fs::remove_file(characters.join("Mira.json")).unwrap();
+    assert!(assets.card(&mira).await.unwrap().is_none());
+}

@@ -139,7 +139,7 @@ pub(crate) fn remove(root: &Path, rel: &str) -> Result<bool, StoreError> {
 /// same-length rewrite in place within one tick keeps the stamp (chat digests also compare
 /// the file's end for that reason).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct FileStamp([i128; 6]);
+pub struct FileStamp([i128; 6]);
 
 impl FileStamp {
     /// Whether device and inode match (always, where the platform has no inodes) and the
@@ -166,8 +166,9 @@ fn nanos(time: std::io::Result<std::time::SystemTime>) -> i128 {
         .map_or(0, |d| i128::try_from(d.as_nanos()).unwrap_or(i128::MAX))
 }
 
+/// The stamp of a file's metadata.
 #[cfg(unix)]
-pub(crate) fn stamp_of(meta: &std::fs::Metadata) -> FileStamp {
+pub fn stamp_of(meta: &std::fs::Metadata) -> FileStamp {
     use std::os::unix::fs::MetadataExt;
     FileStamp([
         i128::from(meta.dev()),
@@ -179,8 +180,9 @@ pub(crate) fn stamp_of(meta: &std::fs::Metadata) -> FileStamp {
     ])
 }
 
+/// The stamp of a file's metadata.
 #[cfg(not(unix))]
-pub(crate) fn stamp_of(meta: &std::fs::Metadata) -> FileStamp {
+pub fn stamp_of(meta: &std::fs::Metadata) -> FileStamp {
     FileStamp([
         0,
         0,

@@ -20,6 +20,8 @@ mod log;
 mod names;
 mod transfer;
 
+pub use atomic::{stamp_of, FileStamp};
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -37,7 +39,7 @@ use tavern_core::{
 };
 
 use self::atomic::{
-    ensure_dir, io_err, read_optional, remove, set_aside, stamp, write_atomic, FileLock, FileStamp,
+    ensure_dir, io_err, read_optional, remove, set_aside, stamp, write_atomic, FileLock,
 };
 use self::log::{DurableLog, NewLines};
 use crate::blocking::maybe_spawn_blocking;

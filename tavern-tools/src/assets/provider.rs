@@ -1,11 +1,13 @@
 //! Where tools get assets from: a small port, an in-memory implementation and one that reads a
 //! SillyTavern-style data folder (`characters/*.png|json`, `worlds/*.json`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use tavern_core::CharacterName;
+use tavern_store::fs::{stamp_of, FileStamp};
 
 use super::card::Card;
 use super::world::WorldBook;
@@ -23,11 +25,12 @@ pub struct Persona {
 /// Read access to cards, world books and the persona.
 #[async_trait]
 pub trait AssetProvider: Send + Sync {
-    /// The card of a character, if there is one.
+    /// The card of a character, if there is one (shared: a card is parsed once per change,
+    /// not once per request).
     ///
     /// # Errors
     /// [`AssetError`] when the card exists but cannot be read.
-    async fn card(&self, character: &CharacterName) -> Result<Option<Card>, AssetError>;
+    async fn card(&self, character: &CharacterName) -> Result<Option<Arc<Card>>, AssetError>;
 
     /// A world book by name, if there is one.
     ///
@@ -57,8 +60,8 @@ pub struct MemAssets {
 
 #[async_trait]
 impl AssetProvider for MemAssets {
-    async fn card(&self, character: &CharacterName) -> Result<Option<Card>, AssetError> {
-        Ok(self.cards.get(character.as_str()).cloned())
+    async fn card(&self, character: &CharacterName) -> Result<Option<Arc<Card>>, AssetError> {
+        Ok(self.cards.get(character.as_str()).cloned().map(Arc::new))
     }
     async fn world(&self, name: &str) -> Result<Option<WorldBook>, AssetError> {
         Ok(self.worlds.get(name).cloned())
@@ -71,14 +74,42 @@ impl AssetProvider for MemAssets {
     }
 }
 
+/// Most parsed cards and world books [`DirAssets`] keeps; past it the cache starts over.
+pub const DIR_ASSETS_CACHED: usize = 256;
+
 /// A SillyTavern-style data folder: `characters/<name>.png` or `.json`, `worlds/<name>.json`.
 /// Names are matched against existing file names only, never joined as paths, so no name can
 /// reach outside the folder.
+///
+/// A card or book is parsed once per version of its file: each call compares the folder's and
+/// the file's stamps (two `stat`s) with what was parsed last, and only lists the folder again
+/// when the folder changed, and only reads and parses the file when the file changed. A file
+/// replaced within the file system's clock tick with the same length is the one change this
+/// can miss until its next change.
 #[derive(Debug, Clone)]
 pub struct DirAssets {
     root: PathBuf,
     global: Vec<String>,
     persona: Persona,
+    cache: Arc<Mutex<Parsed>>,
+}
+
+/// What [`DirAssets`] has read: the folders' listings and the parsed files, by stamp.
+#[derive(Debug, Default)]
+struct Parsed {
+    listings: HashMap<&'static str, (FileStamp, Vec<PathBuf>)>,
+    cards: HashMap<PathBuf, (FileStamp, Arc<Card>)>,
+    worlds: HashMap<PathBuf, (FileStamp, WorldBook)>,
+}
+
+/// How one asset file turned out.
+enum Found<T> {
+    /// No file has the name.
+    Missing,
+    /// Parsed (now or earlier).
+    Parsed(T),
+    /// Found but unreadable or invalid: why.
+    Failed(AssetError),
 }
 
 impl DirAssets {
@@ -88,70 +119,149 @@ impl DirAssets {
             root: root.into(),
             global,
             persona,
+            cache: Arc::default(),
         }
     }
 
-    /// The file in `dir` whose stem is exactly `stem` with one of `exts`.
-    fn find(root: &std::path::Path, dir: &str, stem: &str, exts: &[&str]) -> Option<PathBuf> {
-        let entries = std::fs::read_dir(root.join(dir)).ok()?;
-        let mut found: Vec<PathBuf> = entries
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| {
+    /// The file in `dir` whose stem is exactly `stem` with one of `exts`, from the folder's
+    /// listing (read again only when the folder's stamp changed).
+    fn find(&self, dir: &'static str, stem: &str, exts: &[&str]) -> Option<PathBuf> {
+        let folder = self.root.join(dir);
+        let stamp = stamp_of(&std::fs::metadata(&folder).ok()?);
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        let listing = match cache.listings.get(dir) {
+            Some((seen, files)) if *seen == stamp => files,
+            _ => {
+                let mut files: Vec<PathBuf> = std::fs::read_dir(&folder)
+                    .ok()?
+                    .filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .collect();
+                files.sort();
+                &cache
+                    .listings
+                    .entry(dir)
+                    .insert_entry((stamp, files))
+                    .into_mut()
+                    .1
+            }
+        };
+        listing
+            .iter()
+            .find(|p| {
                 p.file_stem().and_then(|s| s.to_str()) == Some(stem)
                     && p.extension()
                         .and_then(|e| e.to_str())
                         .is_some_and(|e| exts.contains(&e.to_ascii_lowercase().as_str()))
             })
-            .collect();
-        found.sort();
-        found.into_iter().next()
+            .cloned()
+    }
+
+    /// Finds, stamps and (when changed) reads and parses one asset file. Blocking.
+    fn load<T: Clone>(
+        &self,
+        dir: &'static str,
+        stem: &str,
+        exts: &[&str],
+        slot: fn(&mut Parsed) -> &mut HashMap<PathBuf, (FileStamp, T)>,
+        parse: impl FnOnce(Result<Vec<u8>, String>) -> Result<T, AssetError>,
+    ) -> Found<T> {
+        let Some(path) = self.find(dir, stem, exts) else {
+            return Found::Missing;
+        };
+        let stamp = match std::fs::metadata(&path) {
+            Ok(m) => stamp_of(&m),
+            // Gone since the listing: the parser names the asset in its error.
+            Err(e) => {
+                return match parse(Err(e.kind().to_string())) {
+                    Ok(_) => Found::Missing,
+                    Err(e) => Found::Failed(e),
+                }
+            }
+        };
+        {
+            let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some((seen, parsed)) = slot(&mut cache).get(&path) {
+                if *seen == stamp {
+                    return Found::Parsed(parsed.clone());
+                }
+            }
+        }
+        match parse(std::fs::read(&path).map_err(|e| e.kind().to_string())) {
+            Ok(parsed) => {
+                let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+                let map = slot(&mut cache);
+                if map.len() >= DIR_ASSETS_CACHED {
+                    map.clear();
+                }
+                map.insert(path, (stamp, parsed.clone()));
+                Found::Parsed(parsed)
+            }
+            Err(e) => Found::Failed(e),
+        }
     }
 }
 
 #[async_trait]
 impl AssetProvider for DirAssets {
-    async fn card(&self, character: &CharacterName) -> Result<Option<Card>, AssetError> {
-        let (root, stem) = (self.root.clone(), character.to_string());
-        // Directory listing and file reads are blocking work: off the executor.
+    async fn card(&self, character: &CharacterName) -> Result<Option<Arc<Card>>, AssetError> {
+        let (me, stem) = (self.clone(), character.to_string());
+        let name = format!("card {character}");
+        let bad = name.clone();
+        // Stats, listings and file reads are blocking work: off the executor.
         let found = tavern_store::blocking::off_executor(move || {
-            let path = Self::find(&root, "characters", &stem, &["png", "json"])?;
-            Some(std::fs::read(path))
+            me.load(
+                "characters",
+                &stem,
+                &["png", "json"],
+                |p| &mut p.cards,
+                |bytes| {
+                    let bytes = bytes.map_err(|reason| AssetError::BadPng {
+                        name: name.clone(),
+                        reason,
+                    })?;
+                    Card::from_bytes(&name, &bytes).map(Arc::new)
+                },
+            )
         })
         .await
-        .map_err(|reason| AssetError::BadPng {
-            name: format!("card {character}"),
-            reason,
-        })?;
-        let Some(read) = found else {
-            return Ok(None);
-        };
-        let bytes = read.map_err(|e| AssetError::BadPng {
-            name: format!("card {character}"),
-            reason: e.kind().to_string(),
-        })?;
-        Card::from_bytes(&format!("card {character}"), &bytes).map(Some)
+        .map_err(|reason| AssetError::BadPng { name: bad, reason })?;
+        match found {
+            Found::Missing => Ok(None),
+            Found::Parsed(card) => Ok(Some(card)),
+            Found::Failed(e) => Err(e),
+        }
     }
 
     async fn world(&self, name: &str) -> Result<Option<WorldBook>, AssetError> {
-        let (root, stem) = (self.root.clone(), name.to_owned());
+        let (me, stem) = (self.clone(), name.to_owned());
+        let label = format!("world {name}");
         let found = tavern_store::blocking::off_executor(move || {
-            let path = Self::find(&root, "worlds", &stem, &["json"])?;
-            Some(std::fs::read(path))
+            let book = stem.clone();
+            me.load(
+                "worlds",
+                &stem,
+                &["json"],
+                |p| &mut p.worlds,
+                move |bytes| {
+                    let bytes = bytes.map_err(|reason| AssetError::BadJson {
+                        name: format!("world {book}"),
+                        reason,
+                    })?;
+                    WorldBook::from_json(&book, &bytes)
+                },
+            )
         })
         .await
         .map_err(|reason| AssetError::BadJson {
-            name: format!("world {name}"),
+            name: label,
             reason,
         })?;
-        let Some(read) = found else {
-            return Ok(None);
-        };
-        let bytes = read.map_err(|e| AssetError::BadJson {
-            name: format!("world {name}"),
-            reason: e.kind().to_string(),
-        })?;
-        WorldBook::from_json(name, &bytes).map(Some)
+        match found {
+            Found::Missing => Ok(None),
+            Found::Parsed(book) => Ok(Some(book)),
+            Found::Failed(e) => Err(e),
+        }
     }
 
     async fn global_worlds(&self) -> Vec<String> {

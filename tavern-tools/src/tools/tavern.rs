@@ -1,6 +1,8 @@
 //! The read-only tavern tools: `tavern_character_get`, `tavern_lore_search`,
 //! `tavern_history_search`, `tavern_scene_get`.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -217,7 +219,7 @@ pub(crate) struct SceneOut {
     truncated_fields: Vec<&'static str>,
 }
 
-async fn card(svc: &ToolServices, ctx: &ToolContext) -> Result<Card, ToolError> {
+async fn card(svc: &ToolServices, ctx: &ToolContext) -> Result<Arc<Card>, ToolError> {
     let character = &ctx.binding().target().character;
     svc.assets
         .card(character)
@@ -349,7 +351,7 @@ impl TypedTool for LoreSearch {
         let l = ctx.limits();
         let mut books = Vec::new();
         let card = card(svc, ctx).await.ok();
-        if let Some(book) = card.as_ref().and_then(Card::embedded_book) {
+        if let Some(book) = card.as_deref().and_then(Card::embedded_book) {
             books.push((LoreSource::Embedded, book));
         }
         let linked = card
@@ -382,7 +384,7 @@ impl TypedTool for LoreSearch {
         let who = LoreContext {
             character: card
                 .as_ref()
-                .map_or(character.as_str(), Card::name)
+                .map_or(character.as_str(), |c| c.name())
                 .to_owned(),
             user: persona.name,
             character_ids: std::iter::once(character.to_string())
