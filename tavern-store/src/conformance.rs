@@ -17,7 +17,7 @@ use crate::chat::{ChatChange, ChatRevision};
 use crate::checkpoint::{CheckpointStatus, ProjectorCheckpoint};
 use crate::clock::ManualClock;
 use crate::error::StoreError;
-use crate::memory::{MemoryQuery, TagMatch};
+use crate::memory::{MemoryQuery, TagMatch, Truncation};
 use crate::state::{StateStoreExt, StateViewExt, Verdict};
 use crate::variable::VariableChange;
 use crate::{
@@ -395,7 +395,7 @@ pub async fn memory_search(f: &Fixture) {
             res.truncated,
             res.truncated_by
         ),
-        (2, 3, true, Some("limit"))
+        (2, 3, true, Some(Truncation::Limit))
     );
     // The next page starts where the first ended: together they list each record once.
     let first: Vec<MemoryId> = res.hits.iter().map(|h| h.record.id.clone()).collect();
@@ -423,7 +423,7 @@ pub async fn memory_search(f: &Fixture) {
         1,
         "a hit that does not fit is left out whole"
     );
-    assert_eq!(res.truncated_by, Some("max-tokens"));
+    assert_eq!(res.truncated_by, Some(Truncation::MaxTokens));
     q.max_tokens = Some(1);
     let res = s.search(&q).await.unwrap();
     assert!(res.hits.is_empty() && res.truncated && res.source_count == 3);

@@ -92,6 +92,36 @@ pub struct MemoryHit {
     pub expired: bool,
 }
 
+/// Which limit left matches out of a search's results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Truncation {
+    /// The most results asked for.
+    Limit,
+    /// The token budget: a result that did not fit was left out whole.
+    MaxTokens,
+    /// A per-search work budget (lore key matching).
+    WorkBudget,
+}
+
+impl Truncation {
+    /// The label results carry (`limit`, `max-tokens`, `work-budget`).
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Limit => "limit",
+            Self::MaxTokens => "max-tokens",
+            Self::WorkBudget => "work-budget",
+        }
+    }
+
+    /// The truncation a label names.
+    pub fn from_label(label: &str) -> Option<Self> {
+        [Self::Limit, Self::MaxTokens, Self::WorkBudget]
+            .into_iter()
+            .find(|t| t.label() == label)
+    }
+}
+
 /// Search results: hits in rank order plus honesty about what was left out.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct MemorySearchResult {
@@ -101,8 +131,8 @@ pub struct MemorySearchResult {
     pub source_count: usize,
     /// Whether matching records were left out.
     pub truncated: bool,
-    /// Which limit left them out: `limit` or `max-tokens`.
-    pub truncated_by: Option<&'static str>,
+    /// Which limit left them out.
+    pub truncated_by: Option<Truncation>,
 }
 
 /// Durable, scoped memories.

@@ -65,6 +65,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use tavern_core::{DefaultTokenEstimator, TokenEstimator};
 use tavern_search::rank::Candidate as RankCandidate;
 use tavern_search::{query_tokens, Bm25Index, RankerRef};
+use tavern_store::Truncation;
 
 use crate::assets::world::{LoreEntry, SelectiveLogic, WorldBook};
 
@@ -225,7 +226,7 @@ pub struct LoreResult<'a> {
     /// Whether qualifying entries were left out.
     pub truncated: bool,
     /// Which limit left them out: `limit` or `max-tokens`.
-    pub truncated_by: Option<&'static str>,
+    pub truncated_by: Option<Truncation>,
     /// Keys that could not be used as regular expressions, named by book and uid.
     pub warnings: Vec<String>,
     /// Entries skipped because the same entry came earlier from another book.
@@ -944,7 +945,7 @@ pub fn search_ranked<'a>(
         warnings,
         duplicates,
         truncated: exhausted,
-        truncated_by: exhausted.then_some("work-budget"),
+        truncated_by: exhausted.then_some(Truncation::WorkBudget),
         ..LoreResult::default()
     };
     let mut used = 0;
@@ -953,12 +954,12 @@ pub fn search_ranked<'a>(
         let tokens = DefaultTokenEstimator.estimate(&c.content);
         if out.hits.len() >= opts.limit {
             out.truncated = true;
-            out.truncated_by = Some("limit");
+            out.truncated_by = Some(Truncation::Limit);
             break;
         }
         if used + tokens > opts.max_tokens {
             out.truncated = true;
-            out.truncated_by = Some("max-tokens");
+            out.truncated_by = Some(Truncation::MaxTokens);
             break;
         }
         used += tokens;

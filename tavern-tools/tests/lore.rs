@@ -2,6 +2,7 @@
 //! Chinese text on a real world book.
 
 use std::path::Path;
+use tavern_store::Truncation;
 
 use serde_json::{json, Value};
 use tavern_tools::assets::world::WorldBook;
@@ -63,7 +64,7 @@ fn run_cases(cases: &str, min: usize) {
             res.warnings
         );
         assert_eq!(
-            res.truncated_by,
+            res.truncated_by.map(Truncation::label),
             case["truncatedBy"].as_str(),
             "case: {name}"
         );
@@ -188,7 +189,7 @@ fn key_matching_stops_at_the_work_budget_and_says_so() {
     };
     let cut = search(&books, query, &opts);
     assert!(cut.truncated);
-    assert_eq!(cut.truncated_by, Some("work-budget"));
+    assert_eq!(cut.truncated_by, Some(Truncation::WorkBudget));
     assert!(
         cut.warnings.iter().any(|w| w.contains("budget")),
         "{:?}",

@@ -9,7 +9,7 @@ use tavern_core::{
 };
 
 use crate::error::{StoreError, Target};
-use crate::memory::{MemoryHit, MemoryQuery, MemorySearchResult, TagMatch};
+use crate::memory::{MemoryHit, MemoryQuery, MemorySearchResult, TagMatch, Truncation};
 use tavern_search::{query_tokens, Bm25Index, Candidate};
 
 /// Hard cap on hits per search, whatever the caller asks.
@@ -455,7 +455,7 @@ impl MemoryTable {
             if let Some(budget) = q.max_tokens {
                 if used + tokens > budget {
                     out.truncated = true;
-                    out.truncated_by = Some("max-tokens");
+                    out.truncated_by = Some(Truncation::MaxTokens);
                     break;
                 }
             }
@@ -470,7 +470,7 @@ impl MemoryTable {
         }
         if !out.truncated && skipped + out.hits.len() < source_count {
             out.truncated = true;
-            out.truncated_by = Some("limit");
+            out.truncated_by = Some(Truncation::Limit);
         }
         out
     }

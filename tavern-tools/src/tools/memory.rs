@@ -312,7 +312,7 @@ impl TypedTool for Search {
                 .collect(),
             source_count: res.source_count,
             truncated: res.truncated,
-            truncated_by: res.truncated_by.and_then(TruncatedBy::from_label),
+            truncated_by: res.truncated_by.map(TruncatedBy::from),
             source: SearchSource {
                 kind: "memory",
                 scopes: scopes.iter().map(|s| s.as_str()).collect(),

@@ -116,13 +116,13 @@ pub(crate) enum TruncatedBy {
     WorkBudget,
 }
 
-impl TruncatedBy {
-    pub(crate) fn from_label(label: &str) -> Option<Self> {
-        match label {
-            "limit" => Some(Self::Limit),
-            "max-tokens" => Some(Self::MaxTokens),
-            "work-budget" => Some(Self::WorkBudget),
-            _ => None,
+impl From<tavern_store::Truncation> for TruncatedBy {
+    fn from(t: tavern_store::Truncation) -> Self {
+        match t {
+            tavern_store::Truncation::MaxTokens => Self::MaxTokens,
+            tavern_store::Truncation::WorkBudget => Self::WorkBudget,
+            // A truncation a newer store names is at least a limit.
+            _ => Self::Limit,
         }
     }
 }

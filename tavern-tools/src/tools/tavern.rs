@@ -420,7 +420,7 @@ impl TypedTool for LoreSearch {
                 items,
                 source_count: res.source_count,
                 truncated: res.truncated,
-                truncated_by: res.truncated_by.and_then(TruncatedBy::from_label),
+                truncated_by: res.truncated_by.map(TruncatedBy::from),
                 source: LoreSources {
                     kind: "lore",
                     books: books
