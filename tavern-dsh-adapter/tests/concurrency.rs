@@ -85,6 +85,23 @@ async fn sessions_run_concurrently_on_a_multi_thread_runtime() {
     for t in tasks {
         t.await.unwrap();
     }
+    // A tool call that ran after a session's last turn ended counts toward the next turn (as
+    // it would on a host): one more, empty turn per session ends them all.
+    for i in 0..SESSIONS {
+        let session = SessionId::parse(format!("s{i}")).unwrap();
+        let base = world.events(&format!("s{i}")).len() as u64 + TURNS * 6;
+        let turn = TURNS + 1;
+        for e in [
+            json!({"type": "turn/start", "seq": base, "time": 1, "data": {"turn": turn}}),
+            json!({"type": "turn/end", "seq": base + 1, "time": 1, "data": {"turn": turn, "reason": {"kind": "completed"}}}),
+        ] {
+            world
+                .runtime
+                .on_logged_event(&session, &decode_logged(&e))
+                .await
+                .unwrap();
+        }
+    }
     for i in 0..SESSIONS {
         let lines = world.chat(&format!("chat {i}")).await;
         // The greeting, then exactly one user line and one reply per turn, in order.

@@ -101,11 +101,11 @@ pub struct Outcome {
 pub struct ProjectorConfig {
     /// The user's display name for user lines and new chat headers.
     pub user_name: String,
-    /// Save the checkpoint after every event, silent ones included (streamed chunks,
-    /// reasoning, tool results). Off by default: the checkpoint is saved when lines were
-    /// written, when its status changes and at every turn's end, and a silent event only moves
-    /// the cursor in memory — after a crash, replaying silent events writes nothing, so
-    /// exactly-once does not depend on them. On measures the old behaviour in benchmarks.
+    /// Save the checkpoint after every event (streamed chunks, reasoning and tool results
+    /// included). Off by default: the checkpoint is saved at every turn's end and whenever its
+    /// status is or was pending, and in between moves in memory only — after a crash the
+    /// replay re-reads the chat and skips the lines already there, so exactly-once never
+    /// depends on a checkpoint being current. On measures the old behaviour in benchmarks.
     pub checkpoint_every_event: bool,
 }
 
@@ -119,8 +119,8 @@ impl ProjectorConfig {
     }
 }
 
-/// A session's checkpoint moved ahead in memory by silent events, over the stored one it
-/// started from (valid only while the store still holds that one).
+/// A session's checkpoint moved ahead in memory since the stored one it started from (valid
+/// only while the store still holds that one).
 #[derive(Debug, Clone)]
 struct Ahead {
     stored: Option<ProjectorCheckpoint>,
@@ -137,7 +137,7 @@ pub struct ChatProjector {
     /// One projection step at a time per session (events of a session may arrive from
     /// several threads).
     gates: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
-    /// Checkpoints moved by silent events and not saved yet (one per session mid-turn; a
+    /// Checkpoints moved since their last save (one per session mid-turn; a
     /// save, at the latest at turn end, removes it).
     ahead: Mutex<HashMap<SessionId, Ahead>>,
 }
@@ -169,7 +169,7 @@ impl ChatProjector {
         }
     }
 
-    /// The checkpoint to continue from: the one silent events moved ahead in memory while the
+    /// The checkpoint to continue from: the one moved ahead in memory while the
     /// store still holds the one it started from, else the stored one (another projector of
     /// the session saved since: its checkpoint wins and ours is dropped).
     fn effective(
@@ -188,7 +188,7 @@ impl ChatProjector {
         }
     }
 
-    /// The last decided seq of a session, counting silent events not saved yet: what a replay
+    /// The last decided seq of a session, counting what is not saved yet: what a replay
     /// needs to read after.
     ///
     /// # Errors
@@ -198,7 +198,7 @@ impl ChatProjector {
         Ok(self.effective(session, stored).and_then(|c| c.last_cursor))
     }
 
-    /// Sessions whose cursor silent events moved ahead of the saved checkpoint (bounded-memory
+    /// Sessions whose checkpoint moved ahead of the saved one (bounded-memory
     /// checks).
     pub fn sessions_ahead(&self) -> usize {
         self.ahead
@@ -485,19 +485,21 @@ impl ChatProjector {
         }
         let changed = checkpoint.as_ref() != Some(&next)
             && !(checkpoint.as_ref().is_some_and(|c| same_but_time(c, &next)));
-        // Only the cursor and position moved, over silent events (no line written, nothing
-        // pending, the turn not over): kept in memory until something worth saving happens.
-        let silent = !self.config.checkpoint_every_event
-            && written.is_some_and(|(appended, present)| appended + present == 0)
+        // Saved at turn end and whenever the status is or was pending; in between, the
+        // cursor, position and chat revision move in memory only. A crash loses at most the
+        // turn's progress since the last save: the replay re-reads the chat (its revision is
+        // then not ours) and skips the lines already there, so exactly-once never rests on it.
+        let deferred = !self.config.checkpoint_every_event
+            && written.is_some()
             && next.status == CheckpointStatus::Ok
-            && stored.as_ref().map_or(next.chat_revision.is_none(), |s| {
-                s.status == CheckpointStatus::Ok && s.chat_revision == next.chat_revision
-            })
+            && stored
+                .as_ref()
+                .is_none_or(|s| s.status == CheckpointStatus::Ok)
             && !batch
                 .iter()
                 .take_while(|e| advanced.is_some_and(|c| e.seq <= c))
                 .any(|e| matches!(e.kind, EventKind::TurnEnd { .. }));
-        if changed && silent {
+        if changed && deferred {
             self.ahead
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)

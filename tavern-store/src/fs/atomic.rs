@@ -41,8 +41,23 @@ pub(crate) fn under(root: &Path, rel: &str) -> PathBuf {
     p
 }
 
+/// fsyncs the file store has issued in this process.
+static SYNCS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many fsyncs (of files and directories) the file store has issued in this process: what
+/// benchmarks count durable writes by.
+pub fn syncs_issued() -> u64 {
+    SYNCS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Counts one fsync (see [`syncs_issued`]).
+pub(crate) fn count_sync() {
+    SYNCS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// fsyncs a directory so a rename or a new file in it survives a crash.
 pub(crate) fn sync_dir(dir: &Path, rel: &str) -> Result<(), StoreError> {
+    count_sync();
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(io_err("sync directory", rel))
@@ -77,6 +92,7 @@ pub(crate) fn write_atomic(root: &Path, rel: &str, bytes: &[u8]) -> Result<(), S
         .tempfile_in(&dir)
         .map_err(io_err("create temporary file for", rel))?;
     tmp.write_all(bytes).map_err(io_err("write", rel))?;
+    count_sync();
     tmp.as_file().sync_all().map_err(io_err("fsync", rel))?;
     tmp.persist(&path).map_err(|e| StoreError::Io {
         op: "rename into place",

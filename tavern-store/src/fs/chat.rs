@@ -484,7 +484,10 @@ impl Inner {
         let synced = out
             .write_all(text.as_bytes())
             .map_err(io_err("append", &rel))
-            .and_then(|()| out.sync_data().map_err(io_err("fsync", &rel)));
+            .and_then(|()| {
+                super::atomic::count_sync();
+                out.sync_data().map_err(io_err("fsync", &rel))
+            });
         if let Err(e) = synced {
             // Not acknowledged: take the lines back so a later read never shows them, and
             // forget what this process saw meanwhile (it may include them).

@@ -234,6 +234,7 @@ impl DurableLog {
                     "injected fsync failure",
                 )))
             } else {
+                super::atomic::count_sync();
                 file.sync_data().map_err(io_err("fsync", &self.rel))
             }
         });

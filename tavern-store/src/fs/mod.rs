@@ -20,7 +20,7 @@ mod log;
 mod names;
 mod transfer;
 
-pub use atomic::{stamp_of, FileStamp};
+pub use atomic::{stamp_of, syncs_issued, FileStamp};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
