@@ -3,6 +3,11 @@
 //! 3,000 bound sessions, and crash rounds (SIGKILL mid-write, then every acknowledged write is
 //! found). Drives the executable next to this one over pipes, as a host does.
 //!
+//! First, in process (to count fsyncs), DSH-realistic turns as the plugin forwards them — 300
+//! `assistant/chunk` events, a tool call and the final message — and prompt requests with a
+//! PNG card, for the checkpoint saved per event (the behaviour before #28) beside the
+//! checkpoint saved per turn, in the same run (`docs/PERFORMANCE.md`).
+//!
 //! `cargo run --release -p tavern-dsh-adapter --features bench --bin bridge-bench`
 
 use std::io::{BufRead, BufReader, Write};
@@ -256,7 +261,160 @@ fn crash_rounds(bridge: &Path, dir: &Path, rounds: u64) -> Result<(u64, u64, u64
     Ok((rounds, acked, lost))
 }
 
+/// One DSH turn as the plugin forwards it: the user's message, a step streaming 150 chunks into
+/// a tool call, its result, a step streaming 150 chunks into the reply, the turn's end.
+fn dsh_turn(first: u64, turn: u64) -> Vec<Value> {
+    let mut seq = first;
+    let mut out = Vec::new();
+    let mut push = |ty: &str, data: Value| {
+        out.push(json!({"type": ty, "seq": seq, "time": 1, "data": data}));
+        seq += 1;
+    };
+    push("turn/start", json!({"turn": turn}));
+    push(
+        "user/message",
+        json!({"role": "user", "source": {"kind": "user"}, "content": [{"type": "text", "text": format!("question {turn}")}]}),
+    );
+    for step in [1, 2] {
+        push("step/start", json!({"turn": turn, "step": step}));
+        for k in 0..150 {
+            push(
+                "assistant/chunk",
+                json!({"turn": turn, "step": step, "delta": format!("tok{k} ")}),
+            );
+        }
+        if step == 1 {
+            push(
+                "assistant/message",
+                json!({"turn": turn, "step": 1, "message": {"role": "assistant", "content": [{"type": "tool-call", "toolCallId": format!("t{turn}"), "toolName": "variable_set"}]}}),
+            );
+            push("tool/call", json!({"turn": turn, "step": 1}));
+            push(
+                "tool/result",
+                json!({"turn": turn, "step": 1, "toolCallId": format!("t{turn}")}),
+            );
+        } else {
+            push(
+                "assistant/message",
+                json!({"turn": turn, "step": 2, "message": {"role": "assistant", "content": [{"type": "text", "text": format!("answer {turn}")}]}}),
+            );
+        }
+        push("step/end", json!({"turn": turn, "step": step}));
+    }
+    push(
+        "turn/end",
+        json!({"turn": turn, "reason": {"kind": "completed"}}),
+    );
+    out
+}
+
+/// Figures of DSH-realistic turns through an in-process bridge on the file store.
+struct TurnFigures {
+    fsyncs_per_turn: f64,
+    dir_syncs_per_turn: f64,
+    lines_per_turn: f64,
+    chunks_per_second: f64,
+    event_p50_us: f64,
+    event_p99_us: f64,
+    prompt_p50_us: f64,
+}
+
+fn percentile(times: &mut [f64], p: usize) -> f64 {
+    times.sort_by(f64::total_cmp);
+    times[(times.len() * p / 100).min(times.len() - 1)]
+}
+
+/// Runs `turns` DSH turns (and 2,000 prompt requests) with the checkpoint saved per event or
+/// per turn.
+fn dsh_turns(dir: &Path, every_event: bool, turns: u64) -> Result<TurnFigures, Error> {
+    use std::sync::Arc;
+    use tavern_dsh_adapter::bridge::host::BridgeHost;
+    use tavern_dsh_adapter::bridge::Bridge;
+    use tavern_dsh_adapter::{Runtime, RuntimeConfig};
+    use tavern_store::fs::{dir_syncs_issued, syncs_issued, FsStore};
+    use tavern_store::SystemClock;
+    use tavern_tools::assets::provider::{DirAssets, Persona};
+
+    let card = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/fixtures/cards/Seraphina.v2v3.book4.png");
+    let assets_dir = dir.join("assets");
+    std::fs::create_dir_all(assets_dir.join("characters"))?;
+    std::fs::copy(&card, assets_dir.join("characters/Seraphina.png"))
+        .map_err(|e| format!("../shared/fixtures/cards/Seraphina.v2v3.book4.png is needed: {e}"))?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let clock = Arc::new(SystemClock);
+        let store = Arc::new(FsStore::open(dir.join("store"), clock.clone())?);
+        let host = Arc::new(BridgeHost::default());
+        let assets = Arc::new(DirAssets::new(&assets_dir, Vec::new(), Persona::default()));
+        let config = RuntimeConfig {
+            checkpoint_every_event: every_event,
+            ..RuntimeConfig::default()
+        };
+        let runtime = Runtime::new(host.clone(), store.clone(), assets, clock, config);
+        let bridge = Bridge::new(runtime, host);
+        let call = |frame: Value| {
+            let bridge = &bridge;
+            async move {
+                let out = bridge.handle(&frame.to_string()).await;
+                match out.iter().find(|v| v.get("error").is_some()) {
+                    Some(e) => Err::<Vec<Value>, Error>(format!("{e}").into()),
+                    None => Ok(out),
+                }
+            }
+        };
+        call(json!({"id": 1, "method": "handshake", "params": {"protocol": 1}})).await?;
+        call(json!({"id": 2, "method": "agent/created", "params": {"agent": "d1", "bind": {"character": "Seraphina", "chatId": "Seraphina - bench"}}})).await?;
+        let (mut syncs, mut dir_syncs, mut chunk_time, mut chunks) = (0u64, 0u64, 0f64, 0u64);
+        let mut times = Vec::new();
+        for turn in 1..=turns {
+            for e in dsh_turn((turn - 1) * 311, turn) {
+                let chunk = e["type"] == "assistant/chunk";
+                if e["type"] == "tool/call" {
+                    call(json!({"id": 3, "method": "tool/call", "params": {"tool": "variable_set", "args": {"name": "mood", "value": turn}, "callId": format!("t{turn}"), "session": "d1"}})).await?;
+                }
+                let (before, dir_before) = (syncs_issued(), dir_syncs_issued());
+                let t = Instant::now();
+                call(json!({"method": "event", "params": {"session": "d1", "event": e}})).await?;
+                let took = t.elapsed().as_secs_f64();
+                syncs += syncs_issued() - before;
+                dir_syncs += dir_syncs_issued() - dir_before;
+                times.push(took * 1e6);
+                if chunk {
+                    chunk_time += took;
+                    chunks += 1;
+                }
+            }
+        }
+        let mut prompts = Vec::new();
+        for i in 0..2000 {
+            let t = Instant::now();
+            let out = call(json!({"id": 10 + i, "method": "prompt", "params": {"agent": "d1"}})).await?;
+            prompts.push(t.elapsed().as_secs_f64() * 1e6);
+            if i == 0 && out.first().is_none_or(|r| r["result"]["text"].is_null()) {
+                return Err::<TurnFigures, Error>(format!("no prompt: {out:?}").into());
+            }
+        }
+        Ok(TurnFigures {
+            fsyncs_per_turn: syncs as f64 / turns as f64,
+            dir_syncs_per_turn: dir_syncs as f64 / turns as f64,
+            lines_per_turn: 2.0,
+            chunks_per_second: chunks as f64 / chunk_time,
+            event_p50_us: percentile(&mut times, 50),
+            event_p99_us: percentile(&mut times, 99),
+            prompt_p50_us: percentile(&mut prompts, 50),
+        })
+    })
+}
+
 fn main() -> Result<(), Error> {
+    if std::env::args().any(|a| a == "--turns-only") {
+        return turns_table();
+    }
+    turns_table()?;
     let bridge: PathBuf = std::env::current_exe()?.with_file_name("tavern-bridge");
     if !bridge.is_file() {
         return Err(
@@ -284,5 +442,41 @@ fn main() -> Result<(), Error> {
     }
     let (rounds, acked, lost) = crash_rounds(&bridge, dir.path(), 40)?;
     println!("| SIGKILL rounds | {rounds} rounds, {acked} acknowledged writes | {lost} lost |");
+    Ok(())
+}
+
+/// The DSH-turn table: the checkpoint per event (before #28) beside per turn, same run.
+fn turns_table() -> Result<(), Error> {
+    const TURNS: u64 = 20;
+    println!("| DSH turns ({TURNS} × 311 events: 300 chunks, a tool call, the reply) | checkpoint per event (before) | checkpoint per turn (now) |\n|---|---|---|");
+    let (before_dir, now_dir) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    let before = dsh_turns(before_dir.path(), true, TURNS)?;
+    let now = dsh_turns(now_dir.path(), false, TURNS)?;
+    let rows: [(&str, fn(&TurnFigures) -> String); 5] = [
+        (
+            "fsyncs per turn, of events (of directories; lines written)",
+            |f| {
+                format!(
+                    "{:.1} ({:.1}; {:.0})",
+                    f.fsyncs_per_turn, f.dir_syncs_per_turn, f.lines_per_turn
+                )
+            },
+        ),
+        ("chunk events per second", |f| {
+            format!("{:.0}", f.chunks_per_second)
+        }),
+        ("p50 per event", |f| format!("{:.1} µs", f.event_p50_us)),
+        ("p99 per event", |f| format!("{:.1} µs", f.event_p99_us)),
+        ("prompt request p50, warm, PNG card", |f| {
+            format!("{:.1} µs", f.prompt_p50_us)
+        }),
+    ];
+    for (name, show) in rows {
+        println!("| {name} | {} | {} |", show(&before), show(&now));
+    }
+    println!(
+        "| chunk events/s, now ÷ before | | {:.1}× |\n",
+        now.chunks_per_second / before.chunks_per_second
+    );
     Ok(())
 }

@@ -50,6 +50,14 @@ pub fn syncs_issued() -> u64 {
     SYNCS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Directory fsyncs among them.
+static DIR_SYNCS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many of [`syncs_issued`] were of directories (making a rename or a new file durable).
+pub fn dir_syncs_issued() -> u64 {
+    DIR_SYNCS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Counts one fsync (see [`syncs_issued`]).
 pub(crate) fn count_sync() {
     SYNCS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -58,6 +66,7 @@ pub(crate) fn count_sync() {
 /// fsyncs a directory so a rename or a new file in it survives a crash.
 pub(crate) fn sync_dir(dir: &Path, rel: &str) -> Result<(), StoreError> {
     count_sync();
+    DIR_SYNCS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(io_err("sync directory", rel))

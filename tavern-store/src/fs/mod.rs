@@ -20,7 +20,7 @@ mod log;
 mod names;
 mod transfer;
 
-pub use atomic::{stamp_of, syncs_issued, FileStamp};
+pub use atomic::{dir_syncs_issued, stamp_of, syncs_issued, FileStamp};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
