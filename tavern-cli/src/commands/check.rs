@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tavern_core::chat::ChatLine;
-use tavern_core::revision::short_digest;
 use tavern_core::{
     AuditAction, AuditEntry, MemoryRecord, MemorySource, Revision, ScopeKey, Timestamp,
     VariableRecord,
@@ -279,18 +278,13 @@ fn check_log(rel: &str, bytes: &[u8], f: &mut Findings, chain: &mut dyn Chain) {
     for raw in complete.into_iter().flat_map(|c| c.split(|b| *b == b'\n')) {
         n += 1;
         let at = format!("{rel} line {n}");
-        let Ok(text) = std::str::from_utf8(raw) else {
-            f.problem(at, "not utf-8");
-            continue;
+        let payload = match tavern_store::fs::verify_line(raw) {
+            Ok(payload) => payload,
+            Err(e) => {
+                f.problem(at, e);
+                continue;
+            }
         };
-        let Some((digest, payload)) = text.split_once(' ') else {
-            f.problem(at, "no checksum (torn or foreign line)");
-            continue;
-        };
-        if digest.len() != 16 || short_digest(&[payload.as_bytes()]) != digest {
-            f.problem(at, "checksum mismatch (torn or edited line)");
-            continue;
-        }
         if let Err(e) = chain.payload(payload) {
             f.problem(at, e);
         }

@@ -173,7 +173,7 @@ impl DurableLog {
         let mut out = Vec::new();
         for raw in buf[..end].split(|b| *b == b'\n') {
             self.lines += 1;
-            match verify(raw) {
+            match verify_line(raw) {
                 Ok(payload) => out.push(payload.to_owned()),
                 Err(reason) => diags.push(StoreDiagnostic {
                     file: format!("{} line {}", self.rel, self.lines),
@@ -255,7 +255,14 @@ impl DurableLog {
     }
 }
 
-fn verify(raw: &[u8]) -> Result<&str, String> {
+/// Verifies one line of a file store's operation log (`memory.log`, `variables.log`) without
+/// its terminator: `<16 hex digits of checksum> <JSON payload>`. Returns the payload, or what
+/// is wrong in lowercase words. The store reads its logs through this, and `tavern check`
+/// verifies them with it, so the format is checked in one place.
+///
+/// # Errors
+/// A line that is not UTF-8, has no checksum, or whose checksum does not match its payload.
+pub fn verify_line(raw: &[u8]) -> Result<&str, String> {
     let text = std::str::from_utf8(raw).map_err(|_| "not utf-8".to_owned())?;
     let (digest, payload) = text
         .split_once(' ')

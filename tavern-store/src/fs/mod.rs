@@ -21,6 +21,7 @@ mod names;
 mod transfer;
 
 pub use atomic::{dir_syncs_issued, stamp_of, syncs_issued, FileStamp};
+pub use log::verify_line;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -47,6 +48,7 @@ use crate::checkpoint::{CheckpointStatus, CheckpointStore, ProjectorCheckpoint};
 use crate::clock::Clock;
 use crate::diagnostics::Diagnostics;
 use crate::engine::memory_table::{MemoryOp, MemoryTable};
+use crate::engine::oplog::OpTable;
 use crate::engine::variable_table::{VariableOp, VariableTable};
 use crate::error::StoreError;
 use crate::mem::lock;
@@ -66,58 +68,13 @@ struct Logged<T> {
     table: T,
 }
 
-/// A log-backed table: its operations and how to apply them.
-trait Table: Default {
-    type Op: Serialize + DeserializeOwned + Send;
-    fn apply_op(&mut self, op: Self::Op);
-    /// The table as operations that rebuild it (for compaction).
-    fn snapshot(&self) -> Vec<Self::Op>;
-    /// How many operations [`Table::snapshot`] would produce.
-    fn snapshot_len(&self) -> usize;
-    /// Applies many operations in order (may be faster than one by one).
-    fn apply_ops(&mut self, ops: Vec<Self::Op>) {
-        for op in ops {
-            self.apply_op(op);
-        }
-    }
-}
-
 /// Logs shorter than this are never compacted automatically.
 const COMPACT_MIN_LINES: u64 = 4096;
 
 /// Below this many new lines a catch-up parses on the calling thread.
 const PARALLEL_PARSE_MIN: usize = 4096;
 
-impl Table for MemoryTable {
-    type Op = MemoryOp;
-    fn apply_op(&mut self, op: MemoryOp) {
-        self.apply(op);
-    }
-    fn apply_ops(&mut self, ops: Vec<MemoryOp>) {
-        self.apply_many(ops);
-    }
-    fn snapshot(&self) -> Vec<MemoryOp> {
-        MemoryTable::snapshot(self)
-    }
-    fn snapshot_len(&self) -> usize {
-        self.len()
-    }
-}
-
-impl Table for VariableTable {
-    type Op = VariableOp;
-    fn apply_op(&mut self, op: VariableOp) {
-        self.apply(op);
-    }
-    fn snapshot(&self) -> Vec<VariableOp> {
-        VariableTable::snapshot(self)
-    }
-    fn snapshot_len(&self) -> usize {
-        self.scope_count()
-    }
-}
-
-impl<T: Table> Logged<T> {
+impl<T: OpTable> Logged<T> {
     fn catch_up(&mut self, diags: &Diagnostics) -> Result<(), StoreError> {
         let mut found = Vec::new();
         let payloads = match self.log.read_new(&mut found)? {
@@ -409,7 +366,7 @@ impl FsStore {
 impl Inner {
     /// Loads a log at open. One that cannot be read (permissions, a bad disk sector) is set
     /// aside with a diagnostic and the store starts without it, rather than not at all.
-    fn load_log<T: Table>(&self, logged: &Mutex<Logged<T>>, rel: &str) -> Result<(), StoreError> {
+    fn load_log<T: OpTable>(&self, logged: &Mutex<Logged<T>>, rel: &str) -> Result<(), StoreError> {
         let mut g = lock(logged);
         let first = {
             // Read under the shared lock, as every reader does: a writer's failed append is

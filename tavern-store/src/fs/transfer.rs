@@ -6,12 +6,13 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use tavern_core::{CharacterName, SessionId};
 
-use super::{lock, names, session_doc, FsStore, Inner, Logged, Table};
+use super::{lock, names, session_doc, FsStore, Inner, Logged};
+use crate::engine::oplog::OpTable;
 use crate::error::StoreError;
 use crate::prompt::SessionPrompt;
 use crate::transfer::{TableDump, Transfer};
 
-impl<T: Table> Logged<T> {
+impl<T: OpTable> Logged<T> {
     /// Appends every operation with one durable write into an empty table. The caller holds
     /// the exclusive lock and has caught up.
     fn load(&mut self, ops: Vec<T::Op>, diags: &super::Diagnostics) -> Result<(), StoreError> {
@@ -43,14 +44,14 @@ impl<T: Table> Logged<T> {
 }
 
 impl Inner {
-    fn snapshot_of<T: Table>(&self, logged: &Mutex<Logged<T>>) -> Result<Vec<T::Op>, StoreError> {
+    fn snapshot_of<T: OpTable>(&self, logged: &Mutex<Logged<T>>) -> Result<Vec<T::Op>, StoreError> {
         let mut g = lock(logged);
         let _lock = g.log.lock(false)?;
         g.catch_up(&self.diagnostics)?;
         Ok(g.table.snapshot())
     }
 
-    fn load_into<T: Table>(
+    fn load_into<T: OpTable>(
         &self,
         logged: &Mutex<Logged<T>>,
         ops: Vec<T::Op>,

@@ -92,7 +92,7 @@ impl Inner {
             .map_err(db("compact"))?
             .try_get(0)
             .map_err(db("compact"))?;
-        insert_ops::<T>(c, &T::snapshot(&m.table), "compact").await?;
+        insert_ops::<T>(c, &m.table.snapshot(), "compact").await?;
         let last: i64 = c
             .query_one(&format!("SELECT max(seq) FROM {table}"), &[])
             .await

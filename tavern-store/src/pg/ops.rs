@@ -15,15 +15,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 
 use deadpool_postgres::Client;
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use tokio::sync::Mutex;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use super::{db, encode, Inner};
-use crate::engine::memory_table::{MemoryOp, MemoryTable};
-use crate::engine::variable_table::{VariableOp, VariableTable};
+use crate::engine::memory_table::MemoryTable;
+use crate::engine::oplog::OpTable;
+use crate::engine::variable_table::VariableTable;
 use crate::error::StoreError;
 
 /// Rows fetched per catch-up round trip: one literal for both the SQL `LIMIT` and the loop
@@ -43,9 +42,9 @@ const CATCH_UP_BATCH: usize = catch_up_batch!();
 const WRITE_SETTINGS: &str =
     "SET LOCAL lock_timeout = '10s'; SET LOCAL plan_cache_mode = force_custom_plan;";
 
-/// An operation table in the database mirrored by an engine table in this process.
-pub(super) trait OpsTable: Default + Send {
-    type Op: Serialize + DeserializeOwned + Send;
+/// An operation table in the database mirrored by an engine table in this process: the
+/// PostgreSQL side of the [`OpTable`] seam.
+pub(super) trait OpsTable: OpTable {
     /// The database table.
     const NAME: &'static str;
     /// Locks the table against other writers until the transaction ends.
@@ -59,15 +58,9 @@ pub(super) trait OpsTable: Default + Send {
     /// is `max(seq)`, one index probe whatever the plan (a prepared `NOT EXISTS (… seq > $4)`
     /// gets a generic plan that scans the whole table).
     const INSERT: &'static str;
-    /// The scope and record id an operation is about (for people reading the table).
-    fn keys(op: &Self::Op) -> (String, Option<String>);
-    /// The table as operations that rebuild it (one per record or scope).
-    fn snapshot(table: &Self) -> Vec<Self::Op>;
-    fn apply_ops(&mut self, ops: Vec<Self::Op>);
 }
 
 impl OpsTable for MemoryTable {
-    type Op = MemoryOp;
     const NAME: &'static str = "memory_ops";
     const LOCK: &'static str = "LOCK TABLE memory_ops IN EXCLUSIVE MODE";
     const SELECT: &'static str = concat!(
@@ -77,24 +70,9 @@ impl OpsTable for MemoryTable {
     const INSERT: &'static str =
         "INSERT INTO memory_ops (scope, id, op) SELECT $1, $2, $3::text::json
          WHERE coalesce((SELECT max(seq) FROM memory_ops), 0) <= $4 RETURNING seq";
-    fn keys(op: &MemoryOp) -> (String, Option<String>) {
-        match op {
-            MemoryOp::Put { record, .. } | MemoryOp::Snapshot { record, .. } => {
-                (record.scope.to_string(), Some(record.id.to_string()))
-            }
-            MemoryOp::Touch { scope, id, .. } => (scope.to_string(), Some(id.to_string())),
-        }
-    }
-    fn apply_ops(&mut self, ops: Vec<MemoryOp>) {
-        self.apply_many(ops);
-    }
-    fn snapshot(table: &Self) -> Vec<MemoryOp> {
-        MemoryTable::snapshot(table)
-    }
 }
 
 impl OpsTable for VariableTable {
-    type Op = VariableOp;
     const NAME: &'static str = "variable_ops";
     const LOCK: &'static str = "LOCK TABLE variable_ops IN EXCLUSIVE MODE";
     const SELECT: &'static str = concat!(
@@ -104,17 +82,6 @@ impl OpsTable for VariableTable {
     const INSERT: &'static str =
         "INSERT INTO variable_ops (scope, id, op) SELECT $1, $2, $3::text::json
          WHERE coalesce((SELECT max(seq) FROM variable_ops), 0) <= $4 RETURNING seq";
-    fn keys(op: &VariableOp) -> (String, Option<String>) {
-        (op.scope.to_string(), None)
-    }
-    fn apply_ops(&mut self, ops: Vec<VariableOp>) {
-        for op in ops {
-            self.apply(op);
-        }
-    }
-    fn snapshot(table: &Self) -> Vec<VariableOp> {
-        VariableTable::snapshot(table)
-    }
 }
 
 /// This process's copy of an operation table: the engine table and the last row applied.
