@@ -445,6 +445,9 @@ fn main() -> Result<(), Error> {
     Ok(())
 }
 
+/// A table row: its name and how to show one column's figure.
+type Row = (&'static str, fn(&TurnFigures) -> String);
+
 /// The DSH-turn table: the checkpoint per event (before #28) beside per turn, same run.
 fn turns_table() -> Result<(), Error> {
     const TURNS: u64 = 20;
@@ -452,7 +455,7 @@ fn turns_table() -> Result<(), Error> {
     let (before_dir, now_dir) = (tempfile::tempdir()?, tempfile::tempdir()?);
     let before = dsh_turns(before_dir.path(), true, TURNS)?;
     let now = dsh_turns(now_dir.path(), false, TURNS)?;
-    let rows: [(&str, fn(&TurnFigures) -> String); 5] = [
+    let rows: [Row; 5] = [
         (
             "fsyncs per turn, of events (of directories; lines written)",
             |f| {

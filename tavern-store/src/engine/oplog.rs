@@ -36,9 +36,6 @@ pub(crate) trait OpTable: Default + Send {
 
     /// How many operations [`OpTable::snapshot`] would produce (whether a log is bloated).
     fn snapshot_len(&self) -> usize;
-
-    /// The scope and record id an operation is about, for people reading a log.
-    fn keys(op: &Self::Op) -> (String, Option<String>);
 }
 
 impl OpTable for MemoryTable {
@@ -59,15 +56,6 @@ impl OpTable for MemoryTable {
     fn snapshot_len(&self) -> usize {
         self.len()
     }
-
-    fn keys(op: &MemoryOp) -> (String, Option<String>) {
-        match op {
-            MemoryOp::Put { record, .. } | MemoryOp::Snapshot { record, .. } => {
-                (record.scope.to_string(), Some(record.id.to_string()))
-            }
-            MemoryOp::Touch { scope, id, .. } => (scope.to_string(), Some(id.to_string())),
-        }
-    }
 }
 
 impl OpTable for VariableTable {
@@ -83,9 +71,5 @@ impl OpTable for VariableTable {
 
     fn snapshot_len(&self) -> usize {
         self.scope_count()
-    }
-
-    fn keys(op: &VariableOp) -> (String, Option<String>) {
-        (op.scope.to_string(), None)
     }
 }

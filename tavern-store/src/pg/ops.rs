@@ -20,9 +20,9 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use super::{db, encode, Inner};
-use crate::engine::memory_table::MemoryTable;
+use crate::engine::memory_table::{MemoryOp, MemoryTable};
 use crate::engine::oplog::OpTable;
-use crate::engine::variable_table::VariableTable;
+use crate::engine::variable_table::{VariableOp, VariableTable};
 use crate::error::StoreError;
 
 /// Rows fetched per catch-up round trip: one literal for both the SQL `LIMIT` and the loop
@@ -58,6 +58,8 @@ pub(super) trait OpsTable: OpTable {
     /// is `max(seq)`, one index probe whatever the plan (a prepared `NOT EXISTS (… seq > $4)`
     /// gets a generic plan that scans the whole table).
     const INSERT: &'static str;
+    /// The scope and record id an operation is about (columns for people reading the table).
+    fn keys(op: &Self::Op) -> (String, Option<String>);
 }
 
 impl OpsTable for MemoryTable {
@@ -70,6 +72,14 @@ impl OpsTable for MemoryTable {
     const INSERT: &'static str =
         "INSERT INTO memory_ops (scope, id, op) SELECT $1, $2, $3::text::json
          WHERE coalesce((SELECT max(seq) FROM memory_ops), 0) <= $4 RETURNING seq";
+    fn keys(op: &MemoryOp) -> (String, Option<String>) {
+        match op {
+            MemoryOp::Put { record, .. } | MemoryOp::Snapshot { record, .. } => {
+                (record.scope.to_string(), Some(record.id.to_string()))
+            }
+            MemoryOp::Touch { scope, id, .. } => (scope.to_string(), Some(id.to_string())),
+        }
+    }
 }
 
 impl OpsTable for VariableTable {
@@ -82,6 +92,9 @@ impl OpsTable for VariableTable {
     const INSERT: &'static str =
         "INSERT INTO variable_ops (scope, id, op) SELECT $1, $2, $3::text::json
          WHERE coalesce((SELECT max(seq) FROM variable_ops), 0) <= $4 RETURNING seq";
+    fn keys(op: &VariableOp) -> (String, Option<String>) {
+        (op.scope.to_string(), None)
+    }
 }
 
 /// This process's copy of an operation table: the engine table and the last row applied.
