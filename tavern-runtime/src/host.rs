@@ -134,6 +134,8 @@ pub trait HostPort: Send + Sync {
 pub struct UnreadableEvent {
     /// Why, in lowercase words (never a path).
     pub reason: String,
+    /// Its seq, when the entry names one (where in the log it stands).
+    pub seq: Option<u64>,
 }
 
 /// One entry of a session log as a host reads it back.

@@ -276,7 +276,9 @@ impl Runtime {
         if !Self::is_agent_tavern(&binding) {
             return Ok(MountDecision::Untouched);
         }
-        self.reconcile_mode(&session, &binding).await?;
+        // One read of the log serves both the mode reconciliation and the catch-up below.
+        let log = self.host.read_events(&session, None).await?;
+        self.reconcile_mode(&session, &binding, &log).await?;
         let mount = AgentMount {
             preset: PRESET_ID.into(),
             sections: Self::sections(),
@@ -286,7 +288,7 @@ impl Runtime {
         // Events the host logged before the session was bound (DSH logs its policies at
         // session creation) were not projected yet: catch up from the log. A failure here
         // leaves the projection pending and visible; it must not stop the agent.
-        let _ = self.resume(&session).await;
+        let _ = self.resume_from(&session, Some(log)).await;
         Ok(MountDecision::Mounted)
     }
 
@@ -326,9 +328,9 @@ impl Runtime {
         &self,
         session: &SessionId,
         binding: &SessionBinding,
+        log: &[LoggedEvent],
     ) -> Result<(), RuntimeError> {
-        let events = self.host.read_events(session, None).await?;
-        let last = events.iter().rev().find_map(|e| match e {
+        let last = log.iter().rev().find_map(|e| match e {
             Ok(HostEvent {
                 kind: EventKind::ContextMode { to },
                 ..
@@ -573,12 +575,34 @@ impl Runtime {
     /// # Errors
     /// Host, store or projection failures.
     pub async fn resume(&self, session: &SessionId) -> Result<Option<Outcome>, RuntimeError> {
+        self.resume_from(session, None).await
+    }
+
+    /// [`Self::resume`] over `log` (the whole log, already read) or, when `None`, what the
+    /// host reads after the projection's cursor.
+    async fn resume_from(
+        &self,
+        session: &SessionId,
+        log: Option<Vec<LoggedEvent>>,
+    ) -> Result<Option<Outcome>, RuntimeError> {
         let Some(binding) = self.binding(session).await?.filter(Self::is_agent_tavern) else {
             return Ok(None);
         };
-        // Silent events decided since the last saved checkpoint need no second reading.
+        // What is decided, saved or not, needs no second reading.
         let after = self.projector.cursor(session).await?;
-        let logged = self.host.read_events(session, after).await?;
+        let logged = match log {
+            Some(all) => all
+                .into_iter()
+                .filter(|entry| {
+                    let seq = match entry {
+                        Ok(e) => Some(e.seq),
+                        Err(u) => u.seq,
+                    };
+                    after.is_none_or(|a| seq.is_some_and(|s| s > a))
+                })
+                .collect(),
+            None => self.host.read_events(session, after).await?,
+        };
         let mut events: Vec<HostEvent> = Vec::with_capacity(logged.len());
         let mut unreadable = None;
         for entry in logged {

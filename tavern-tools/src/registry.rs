@@ -117,13 +117,14 @@ impl ToolRegistry {
             .get(name)
             .ok_or_else(|| ToolError::UnknownTool(name.to_owned()))?;
         // Arguments first: a forged identity argument is refused before it costs a call.
-        crate::schema::validate(
-            &tool.spec().parameters,
-            &crate::tool::without_optional_nulls(&tool.spec().parameters, args),
-        )?;
+        // `null` for an optional argument means "not given" (models in strict
+        // function-calling modes send every argument, the ones they do not use as null). One
+        // copy and one validation per call; the tool gets the checked arguments.
+        let args = crate::tool::without_optional_nulls(&tool.spec().parameters, args);
+        crate::schema::validate(&tool.spec().parameters, &args)?;
         self.count(ctx, tool.spec().writes)?;
         let out = tool.call(&self.services, ctx, args).await?;
-        let size = out.to_string().len();
+        let size = json_len(&out);
         if size > self.limits.max_result_bytes {
             return Err(ToolError::LimitExceeded {
                 limit: "result bytes (ask for fewer results or a smaller maxTokens)".into(),
@@ -181,5 +182,25 @@ impl ToolRegistry {
             c.writes += 1;
         }
         Ok(())
+    }
+}
+
+/// The length of `value` as compact JSON, counted without building the text.
+fn json_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing into a counter cannot fail; a value that cannot be encoded counts as huge.
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => usize::MAX,
     }
 }

@@ -13,7 +13,6 @@ use serde_json::{json, Map, Value};
 use crate::context::{ToolContext, ToolLimits};
 use crate::error::ToolError;
 use crate::registry::ToolServices;
-use crate::schema::validate;
 
 /// A tool's contract.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,7 +40,10 @@ pub trait Tool: Send + Sync {
     /// The contract.
     fn spec(&self) -> &ToolSpec;
 
-    /// Validates `args` against the contract, runs the tool and returns its result as JSON.
+    /// Runs the tool on `args` and returns its result as JSON. The caller (the registry) has
+    /// removed `null`s for optional arguments and validated the
+    /// rest against [`ToolSpec::parameters`], once: anything that schema describes
+    /// deserializes.
     ///
     /// # Errors
     /// A [`ToolError`] the model can act on.
@@ -49,7 +51,7 @@ pub trait Tool: Send + Sync {
         &self,
         services: &ToolServices,
         ctx: &ToolContext,
-        args: &Value,
+        args: Value,
     ) -> Result<Value, ToolError>;
 }
 
@@ -119,14 +121,10 @@ impl<T: TypedTool> Tool for Typed<T> {
         &self,
         services: &ToolServices,
         ctx: &ToolContext,
-        args: &Value,
+        args: Value,
     ) -> Result<Value, ToolError> {
-        // `null` for an optional argument means "not given" (models in strict function-calling
-        // modes send every argument, the ones they do not use as null).
-        let args = without_optional_nulls(&self.spec.parameters, args);
-        // The schema check names the offending field; after it, deserializing cannot fail on
-        // anything the schema describes.
-        validate(&self.spec.parameters, &args)?;
+        // Validated by the registry against this schema; a failure here is a schema that does
+        // not describe its type, reported as such rather than trusted.
         let typed: T::Args = serde_json::from_value(args)
             .map_err(|e| ToolError::invalid("arguments", e.to_string()))?;
         let out = self.tool.run(services, ctx, typed).await?;

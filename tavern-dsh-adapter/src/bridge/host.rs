@@ -9,6 +9,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 use serde_json::Value;
 use tavern_core::{AgentId, HostFacts, SessionId};
+use tavern_store::fs::FileStamp;
 
 use tavern_projector::HostEvent;
 use tavern_runtime::{AgentMount, HostError, HostPort, LoggedEvent, TavernLogEvent};
@@ -40,6 +41,30 @@ pub struct BridgeHost {
     events: Mutex<HashMap<SessionId, BTreeMap<u64, Value>>>,
     /// Unbound sessions with mirrored events, least recently seen first.
     unbound: Mutex<std::collections::VecDeque<SessionId>>,
+    /// Where the last read of each session's on-disk log stopped, so the next read parses only
+    /// what was appended since.
+    tails: Mutex<HashMap<SessionId, Tail>>,
+}
+
+/// How far a session's on-disk log has been read: its file, the end of the last complete line
+/// read, and the highest seq before it.
+#[derive(Debug, Clone)]
+struct Tail {
+    path: PathBuf,
+    stamp: FileStamp,
+    offset: u64,
+    last_seq: Option<u64>,
+}
+
+/// What one read of a session's on-disk log found.
+struct LogRead {
+    /// `(seq, event)` of the complete lines read.
+    events: Vec<(u64, Value)>,
+    /// Where the next read may start.
+    tail: Tail,
+    /// Whether only the part after an earlier read was parsed.
+    #[cfg_attr(not(test), allow(dead_code))]
+    incremental: bool,
 }
 
 impl Default for BridgeHost {
@@ -51,6 +76,7 @@ impl Default for BridgeHost {
             mounts: Mutex::default(),
             events: Mutex::default(),
             unbound: Mutex::default(),
+            tails: Mutex::default(),
         }
     }
 }
@@ -111,6 +137,7 @@ impl BridgeHost {
         lock(&self.mounts).remove(agent);
         lock(&self.events).remove(session);
         lock(&self.unbound).retain(|s| s != session);
+        lock(&self.tails).remove(session);
     }
 
     /// How many events are mirrored in all (bounded-memory checks).
@@ -167,26 +194,26 @@ impl HostPort for BridgeHost {
         session: &SessionId,
         after: Option<u64>,
     ) -> Result<Vec<LoggedEvent>, HostError> {
-        let mut all: BTreeMap<u64, Value> = BTreeMap::new();
         let root = lock(&self.sessions_root).clone();
+        let tail = lock(&self.tails).get(session).cloned();
         let s = session.clone();
         // Finding and reading the host's log is blocking work: off the executor.
-        let text = tavern_store::blocking::off_executor(move || {
-            let path = root.as_deref().and_then(|r| Self::log_file(r, &s))?;
-            Some(std::fs::read_to_string(&path).map_err(|e| e.kind().to_string()))
+        let read = tavern_store::blocking::off_executor(move || {
+            let path = match &tail {
+                Some(t) if t.path.is_file() => t.path.clone(),
+                _ => root.as_deref().and_then(|r| Self::log_file(r, &s))?,
+            };
+            Some(read_log(&path, tail.filter(|t| t.path == path), after))
         })
         .await
         .map_err(|e| HostError(format!("session log of {session}: {e}")))?;
-        if let Some(text) = text {
-            let text = text.map_err(|e| HostError(format!("session log of {session}: {e}")))?;
-            for v in text
-                .lines()
-                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            {
-                if let Some(seq) = v.get("seq").and_then(Value::as_u64) {
-                    all.insert(seq, v);
-                }
-            }
+        let mut all: BTreeMap<u64, Value> = BTreeMap::new();
+        if let Some(read) = read {
+            let read = read.map_err(|e| HostError(format!("session log of {session}: {e}")))?;
+            all.extend(read.events);
+            let mut tails = lock(&self.tails);
+            // A few numbers per session read (only bound sessions' logs are); disposal forgets.
+            tails.insert(session.clone(), read.tail);
         }
         if let Some(mirror) = lock(&self.events).get(session) {
             for (seq, v) in mirror {
@@ -198,5 +225,105 @@ impl HostPort for BridgeHost {
             .filter(|(s, _)| after.is_none_or(|a| *s > a))
             .map(|(_, v)| decode_logged(&v))
             .collect())
+    }
+}
+
+/// Reads the events of a DSH session log after `after`: from where `tail` stopped when the
+/// file is the one it read, has not shrunk, and every event after `after` lies beyond it (seqs
+/// grow along the file); else the whole file. Lines that do not parse (a torn last line being
+/// written) are skipped and read again next time.
+fn read_log(path: &Path, tail: Option<Tail>, after: Option<u64>) -> Result<LogRead, String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path).map_err(|e| e.kind().to_string())?;
+    let stamp = tavern_store::fs::stamp_of(&file.metadata().map_err(|e| e.kind().to_string())?);
+    let start = tail.filter(|t| {
+        t.stamp.same_node(&stamp)
+            && stamp.len() >= t.offset
+            && t.last_seq
+                .is_none_or(|last| after.is_some_and(|a| a >= last))
+    });
+    let (offset, mut last_seq) = start.as_ref().map_or((0, None), |t| (t.offset, t.last_seq));
+    file.seek(SeekFrom::Start(offset))
+        .map_err(|e| e.kind().to_string())?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
+        .map_err(|e| e.kind().to_string())?;
+    let complete = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    let mut events = Vec::new();
+    for line in bytes[..complete].split(|b| *b == b'\n') {
+        let Ok(v) = serde_json::from_slice::<Value>(line) else {
+            continue;
+        };
+        if let Some(seq) = v.get("seq").and_then(Value::as_u64) {
+            last_seq = Some(last_seq.map_or(seq, |l: u64| l.max(seq)));
+            events.push((seq, v));
+        }
+    }
+    // A last line without its newline yet counts when it parses, but the next read starts
+    // before it again.
+    if let Ok(v) = serde_json::from_slice::<Value>(&bytes[complete..]) {
+        if let Some(seq) = v.get("seq").and_then(Value::as_u64) {
+            events.push((seq, v));
+        }
+    }
+    Ok(LogRead {
+        events,
+        tail: Tail {
+            path: path.to_path_buf(),
+            stamp,
+            offset: offset + complete as u64,
+            last_seq,
+        },
+        incremental: start.is_some(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(seq: u64) -> String {
+        format!("{{\"type\":\"assistant/chunk\",\"seq\":{seq},\"time\":1,\"data\":{{}}}}\n")
+    }
+
+    fn seqs(read: &LogRead) -> Vec<u64> {
+        read.events.iter().map(|(s, _)| *s).collect()
+    }
+
+    #[test]
+    fn a_log_read_again_parses_only_what_was_appended() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.jsonl");
+        std::fs::write(&path, (0..3).map(line).collect::<String>()).unwrap();
+        let first = read_log(&path, None, None).unwrap();
+        assert_eq!((seqs(&first), first.incremental), (vec![0, 1, 2], false));
+
+        // Appended, a torn last line among it: read from where the last read stopped.
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        write!(f, "{}{}{{\"type\":\"tu", line(3), line(4)).unwrap();
+        let second = read_log(&path, Some(first.tail.clone()), Some(2)).unwrap();
+        assert_eq!((seqs(&second), second.incremental), (vec![3, 4], true));
+        // The torn line is read once it is whole.
+        writeln!(f, "rn/end\",\"seq\":5,\"time\":1,\"data\":{{}}}}").unwrap();
+        let third = read_log(&path, Some(second.tail.clone()), Some(4)).unwrap();
+        assert_eq!((seqs(&third), third.incremental), (vec![5], true));
+
+        // Asking for events before what was read means the whole file again.
+        let again = read_log(&path, Some(third.tail.clone()), Some(1)).unwrap();
+        assert_eq!(
+            (seqs(&again), again.incremental),
+            (vec![0, 1, 2, 3, 4, 5], false)
+        );
+
+        // A new file put in its place (a rewrite, a compaction) is read whole.
+        let tmp = dir.path().join("new.jsonl");
+        std::fs::write(&tmp, (0..2).map(line).collect::<String>()).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+        let replaced = read_log(&path, Some(third.tail), Some(5)).unwrap();
+        assert_eq!((seqs(&replaced), replaced.incremental), (vec![0, 1], false));
     }
 }

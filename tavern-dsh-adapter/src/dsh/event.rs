@@ -164,5 +164,8 @@ pub fn decode(v: &Value) -> Result<HostEvent, String> {
 
 /// Decodes one envelope as the runtime reads a log entry: decoded, or unreadable with why.
 pub fn decode_logged(v: &Value) -> LoggedEvent {
-    decode(v).map_err(|reason| UnreadableEvent { reason })
+    decode(v).map_err(|reason| UnreadableEvent {
+        reason,
+        seq: v.get("seq").and_then(Value::as_u64),
+    })
 }

@@ -168,9 +168,20 @@ pub struct FileStamp([i128; 6]);
 
 impl FileStamp {
     /// Whether device and inode match (always, where the platform has no inodes) and the
-    /// birth times, where known.
-    pub(crate) fn same_node(&self, other: &Self) -> bool {
+    /// birth times, where known: the same file, perhaps grown or changed, not a new one put in
+    /// its place.
+    pub fn same_node(&self, other: &Self) -> bool {
         self.0[..2] == other.0[..2] && self.0[5] == other.0[5]
+    }
+
+    /// The file's length when stamped.
+    pub fn len(&self) -> u64 {
+        u64::try_from(self.0[2]).unwrap_or(0)
+    }
+
+    /// Whether the file was empty when stamped.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// The stamp as numbers, to write down ([`FileStamp::from_parts`] reads them back).
