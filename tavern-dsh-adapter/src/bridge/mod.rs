@@ -52,7 +52,8 @@ impl Default for BridgeConfig {
 /// One bridge: a runtime on a [`BridgeHost`].
 #[derive(Debug)]
 pub struct Bridge {
-    runtime: Runtime,
+    /// Shared with the tasks tool calls run on.
+    runtime: Arc<Runtime>,
     host: Arc<BridgeHost>,
     config: BridgeConfig,
     calls: Mutex<Calls>,
@@ -79,7 +80,7 @@ impl Bridge {
     /// A bridge with explicit settings.
     pub fn with_config(runtime: Runtime, host: Arc<BridgeHost>, config: BridgeConfig) -> Self {
         Self {
-            runtime,
+            runtime: Arc::new(runtime),
             host,
             config,
             calls: Mutex::default(),
@@ -349,14 +350,33 @@ impl Bridge {
         let id = call.call_id.clone();
         let cancelled = || json!({"error": {"code": "unavailable", "message": format!("call {id} was cancelled")}});
         let stop = lock(&self.calls).started(&id);
-        // Cancelling drops the call's future: a store write already handed to the blocking
-        // pool still completes durably, but the model is told the call was cancelled.
-        let out = match tokio::select! {
-            out = self.runtime.call_tool(&call.session, &call.call_id, &call.tool, &call.args) => Some(out),
-            () = stop.notified() => None,
-        } {
-            Some(out) => out,
-            None => cancelled(),
+        // The call runs on a task of its own, so a cancel is answered at once even while the
+        // call blocks its thread in a store or file operation; the task is then aborted at its
+        // next await (a store write under way completes durably, but the model is told the
+        // call was cancelled). Without a tokio runtime the call runs here.
+        let out = match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                let runtime = self.runtime.clone();
+                let mut task = rt.spawn(async move {
+                    runtime
+                        .call_tool(&call.session, &call.call_id, &call.tool, &call.args)
+                        .await
+                });
+                tokio::select! {
+                    out = &mut task => out.unwrap_or_else(|e| json!({"error": {"code": "unavailable", "message": format!("call {id} failed: {e}")}})),
+                    () = stop.notified() => {
+                        task.abort();
+                        cancelled()
+                    }
+                }
+            }
+            Err(_) => match tokio::select! {
+                out = self.runtime.call_tool(&call.session, &call.call_id, &call.tool, &call.args) => Some(out),
+                () = stop.notified() => None,
+            } {
+                Some(out) => out,
+                None => cancelled(),
+            },
         };
         lock(&self.calls).finished(&id);
         out
