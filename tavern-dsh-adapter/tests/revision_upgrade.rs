@@ -32,6 +32,10 @@ async fn a_checkpoint_with_an_old_revision_format_loses_and_doubles_nothing() {
     old.chat_revision = Some("c1-1234-5678-1764583200000000000-0123456789abcdef".into());
     w.store.save_checkpoint(&old, Some(&saved)).await.unwrap();
 
+    // The upgraded version starts on that folder.
+    drop(w);
+    let w = World::open(dir.path(), rc6());
+    w.host.create_agent(&w.runtime, &agent).await.unwrap();
     w.host.script([ModelStep::Reply("Still blue.".into())]);
     let r = w
         .host

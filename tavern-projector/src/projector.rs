@@ -119,13 +119,27 @@ impl ProjectorConfig {
     }
 }
 
-/// A session's checkpoint moved ahead in memory since the stored one it started from (valid
-/// only while the store still holds that one).
+/// What this projector knows of a session's checkpoint: the stored one as it last read or
+/// saved it, and the one it continues from — ahead of the stored one while a turn is in
+/// progress, the same once saved.
 #[derive(Debug, Clone)]
-struct Ahead {
+struct Known {
     stored: Option<ProjectorCheckpoint>,
     ahead: ProjectorCheckpoint,
+    /// A save found another projector's checkpoint: load and compare before trusting this.
+    unsure: bool,
 }
+
+impl Known {
+    /// Whether nothing of it is unsaved.
+    fn clean(&self) -> bool {
+        self.stored.as_ref() == Some(&self.ahead)
+    }
+}
+
+/// Most saved ("clean") checkpoints kept known per projector; past it they are forgotten (and
+/// loaded again when their session has events). Unsaved progress is never forgotten.
+pub const KNOWN_CHECKPOINTS: usize = 4096;
 
 /// Projects host events into SillyTavern chats.
 pub struct ChatProjector {
@@ -137,9 +151,10 @@ pub struct ChatProjector {
     /// One projection step at a time per session (events of a session may arrive from
     /// several threads).
     gates: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
-    /// Checkpoints moved since their last save (one per session mid-turn; a
-    /// save, at the latest at turn end, removes it).
-    ahead: Mutex<HashMap<SessionId, Ahead>>,
+    /// Checkpoints as this projector knows them: unsaved progress of sessions mid-turn (saved
+    /// at the latest at turn end), and recently saved ones, so an event costs no checkpoint
+    /// read (a save's compare-and-set still catches another projector of the session).
+    known: Mutex<HashMap<SessionId, Known>>,
 }
 
 impl std::fmt::Debug for ChatProjector {
@@ -165,27 +180,68 @@ impl ChatProjector {
             config,
             buffers: Mutex::default(),
             gates: Mutex::default(),
-            ahead: Mutex::default(),
+            known: Mutex::default(),
         }
     }
 
-    /// The checkpoint to continue from: the one moved ahead in memory while the
-    /// store still holds the one it started from, else the stored one (another projector of
-    /// the session saved since: its checkpoint wins and ours is dropped).
+    /// The checkpoint to continue from, given the stored one just loaded: what this projector
+    /// knows when the store still holds what it last read or saved; else — another projector
+    /// of the session saved since — whichever of the two decided further (ours with its chat
+    /// revision forgotten, so the next append reads the chat and skips lines already there).
     fn effective(
         &self,
         session: &SessionId,
         stored: Option<ProjectorCheckpoint>,
     ) -> Option<ProjectorCheckpoint> {
-        let mut ahead = self.ahead.lock().unwrap_or_else(PoisonError::into_inner);
-        match ahead.get(session) {
-            Some(a) if a.stored == stored => Some(a.ahead.clone()),
-            Some(_) => {
-                ahead.remove(session);
-                stored
-            }
-            None => stored,
+        let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(k) = known.get(session) else {
+            return stored;
+        };
+        if k.stored == stored {
+            return Some(k.ahead.clone());
         }
+        let ours = k.ahead.clone();
+        let winner = if stored.as_ref().map(|s| s.last_cursor) >= Some(ours.last_cursor) {
+            stored.clone()
+        } else {
+            Some(ProjectorCheckpoint {
+                chat_revision: None,
+                ..ours
+            })
+        };
+        match &winner {
+            Some(w) => {
+                known.insert(
+                    session.clone(),
+                    Known {
+                        stored,
+                        ahead: w.clone(),
+                        unsure: false,
+                    },
+                );
+            }
+            None => {
+                known.remove(session);
+            }
+        }
+        winner
+    }
+
+    /// What this projector knows of a session's checkpoint without asking the store:
+    /// `(stored, continue from)`, unless a save found another projector's (or every event is
+    /// saved, which always reads first).
+    fn trusted(
+        &self,
+        session: &SessionId,
+    ) -> Option<(Option<ProjectorCheckpoint>, ProjectorCheckpoint)> {
+        if self.config.checkpoint_every_event {
+            return None;
+        }
+        let known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        known
+            .get(session)
+            .filter(|k| !k.unsure)
+            .map(|k| (k.stored.clone(), k.ahead.clone()))
     }
 
     /// The last decided seq of a session, counting what is not saved yet: what a replay
@@ -194,17 +250,55 @@ impl ChatProjector {
     /// # Errors
     /// Store failures.
     pub async fn cursor(&self, session: &SessionId) -> Result<Option<u64>, StoreError> {
+        if let Some((_, ahead)) = self.trusted(session) {
+            return Ok(ahead.last_cursor);
+        }
         let stored = self.checkpoints.load_checkpoint(session).await?;
         Ok(self.effective(session, stored).and_then(|c| c.last_cursor))
     }
 
-    /// Sessions whose checkpoint moved ahead of the saved one (bounded-memory
-    /// checks).
+    /// Sessions whose checkpoint moved ahead of the saved one (bounded-memory checks).
     pub fn sessions_ahead(&self) -> usize {
-        self.ahead
+        self.known
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .len()
+            .values()
+            .filter(|k| !k.clean())
+            .count()
+    }
+
+    /// Records where a session continues from over the stored checkpoint `stored`; saved
+    /// ones beyond [`KNOWN_CHECKPOINTS`] are forgotten.
+    fn remember(
+        &self,
+        session: &SessionId,
+        stored: Option<ProjectorCheckpoint>,
+        ahead: ProjectorCheckpoint,
+    ) {
+        let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        if known.len() >= KNOWN_CHECKPOINTS && !known.contains_key(session) {
+            known.retain(|_, k| !k.clean());
+        }
+        known.insert(
+            session.clone(),
+            Known {
+                stored,
+                ahead,
+                unsure: false,
+            },
+        );
+    }
+
+    /// A save of the session's checkpoint met another projector's: read it before going on.
+    fn unsure(&self, session: &SessionId) {
+        if let Some(k) = self
+            .known
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(session)
+        {
+            k.unsure = true;
+        }
     }
 
     fn store_err(session: &SessionId) -> impl Fn(StoreError) -> ProjectorError + '_ {
@@ -311,10 +405,13 @@ impl ChatProjector {
                 .await
             {
                 Ok(()) => {
-                    self.saved(session);
+                    self.remember(session, Some(next.clone()), next);
                     return Ok(());
                 }
-                Err(e) if e.is_conflict() => continue,
+                Err(e) if e.is_conflict() => {
+                    self.unsure(session);
+                    continue;
+                }
                 Err(e) => return Err(err(e)),
             }
         }
@@ -388,11 +485,19 @@ impl ChatProjector {
 
     /// One projection step from the stored checkpoint over the buffered events.
     async fn step(&self, session: &SessionId, binding: &SessionBinding) -> Step {
-        let stored = match self.checkpoints.load_checkpoint(session).await {
-            Ok(c) => c,
-            Err(e) => return Step::Done(Err(Self::store_err(session)(e))),
+        let (stored, checkpoint) = match self.trusted(session) {
+            Some((stored, ahead)) => (stored, Some(ahead)),
+            None => match self.checkpoints.load_checkpoint(session).await {
+                Ok(stored) => {
+                    let checkpoint = self.effective(session, stored.clone());
+                    if let (Some(c), None) = (&checkpoint, self.trusted(session)) {
+                        self.remember(session, stored.clone(), c.clone());
+                    }
+                    (stored, checkpoint)
+                }
+                Err(e) => return Step::Done(Err(Self::store_err(session)(e))),
+            },
         };
-        let checkpoint = self.effective(session, stored.clone());
         let cursor = checkpoint.as_ref().and_then(|c| c.last_cursor);
         let batch: Vec<HostEvent> = {
             let mut buffers = self.buffers.lock().unwrap_or_else(PoisonError::into_inner);
@@ -499,27 +604,30 @@ impl ChatProjector {
                 .iter()
                 .take_while(|e| advanced.is_some_and(|c| e.seq <= c))
                 .any(|e| matches!(e.kind, EventKind::TurnEnd { .. }));
-        if changed && deferred {
-            self.ahead
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(
-                    session.clone(),
-                    Ahead {
-                        stored: stored.clone(),
-                        ahead: next,
-                    },
-                );
-        } else if changed {
+        // What the store holds is not what this step decided (ignoring when): saved unless
+        // deferred — also when this projector knew it all along but another projector's save
+        // came between (a redo after a conflict).
+        let unsaved = stored
+            .as_ref()
+            .is_none_or(|s| s != &next && !same_but_time(s, &next));
+        if deferred {
+            if changed {
+                self.remember(session, stored.clone(), next);
+            }
+        } else if changed || unsaved {
             match self
                 .checkpoints
                 .save_checkpoint(&next, stored.as_ref())
                 .await
             {
-                Ok(()) => self.saved(session),
+                Ok(()) => self.remember(session, Some(next.clone()), next),
                 // Another projector of this session moved the checkpoint: what we wrote to the
-                // chat is deduplicated when the step is redone from its checkpoint.
-                Err(e) if e.is_conflict() => return Step::Stale,
+                // chat is deduplicated when the step is redone from its checkpoint (or ours,
+                // if ours decided further).
+                Err(e) if e.is_conflict() => {
+                    self.unsure(session);
+                    return Step::Stale;
+                }
                 Err(e) => return Step::Done(Err(Self::store_err(session)(e))),
             }
         }
@@ -542,14 +650,6 @@ impl ChatProjector {
                 waiting,
             }),
         })
-    }
-
-    /// The session's checkpoint was saved: nothing is ahead of it in memory any more.
-    fn saved(&self, session: &SessionId) {
-        self.ahead
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(session);
     }
 
     fn line_for(&self, session: &SessionId, binding: &SessionBinding, p: &PlannedLine) -> ChatLine {

@@ -210,3 +210,42 @@ async fn a_crash_at_any_event_loses_and_repeats_nothing_after_a_replay() {
         assert_eq!(again.appended, 0, "crash after {crash} events");
     }
 }
+
+#[tokio::test]
+async fn another_projectors_save_behind_unsaved_progress_stalls_nothing() {
+    let store = store();
+    let (a, b) = (projector(&store, false), projector(&store, false));
+    let mut log = turn(1, 0, 4);
+    log.extend(turn(2, log.len() as u64, 4));
+    let first_turn = log.len() / 2;
+    // A projects turn 1 (saved at its end) and half of turn 2 (in memory only).
+    let mid = first_turn + 6;
+    for e in &log[..mid] {
+        a.on_event(&session(), &binding(), e.clone()).await.unwrap();
+    }
+    assert_eq!(a.sessions_ahead(), 1);
+    // Meanwhile another process finds an unreadable event and saves the session pending at
+    // the stored cursor, behind A's progress.
+    b.report_unreadable(&session(), "an event could not be read")
+        .await
+        .unwrap();
+    let pending = store.load_checkpoint(&session()).await.unwrap().unwrap();
+    assert_eq!(pending.last_cursor, Some(first_turn as u64 - 1));
+    // A goes on from where it was (its buffer no longer holds what it decided), finishes the
+    // turn, and the stored checkpoint ends past the pending gap, no longer pending.
+    for e in &log[mid..] {
+        a.on_event(&session(), &binding(), e.clone()).await.unwrap();
+    }
+    assert_eq!(
+        messages(&store).await,
+        ["question 1", "answer 1", "question 2", "answer 2"]
+    );
+    let saved = store.load_checkpoint(&session()).await.unwrap().unwrap();
+    assert_eq!(saved.last_cursor, Some(log.len() as u64 - 1));
+    assert_eq!(
+        saved.status,
+        tavern_store::CheckpointStatus::Ok,
+        "{saved:?}"
+    );
+    assert!(a.pending().await.unwrap().is_empty());
+}
