@@ -538,6 +538,65 @@ async fn state_updates_through_two_stores_compose() {
     );
 }
 
+/// Each store keeps the state it read and fetches the document again only when the row
+/// changed: a binding changed through the other store, or by hand in the database, is seen by
+/// the very next read, through every way of reading the state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cached_state_sees_every_change_made_elsewhere() {
+    use tavern_store::{StateStoreExt, StateViewExt};
+    let (a, b, config, _) = two_stores().await;
+    let session = SessionId::parse("s1").unwrap();
+    let bind = |chat: &'static str| {
+        let session = session.clone();
+        move |st: &mut tavern_core::TavernState| {
+            let target = tavern_core::BindingTarget {
+                character: CharacterName::parse("Mira").unwrap(),
+                chat_id: ChatId::parse(chat).unwrap(),
+                group: false,
+            };
+            let bnd = tavern_core::SessionBinding::new_for_chat(target, st);
+            st.set_binding(session.clone(), bnd);
+            Ok::<_, StoreError>(())
+        }
+    };
+    let chat_of =
+        |b: Option<tavern_core::SessionBinding>| b.map(|b| b.target().chat_id.to_string());
+    a.update(bind("first")).await.unwrap();
+    assert_eq!(
+        chat_of(b.binding(&session).await.unwrap()).as_deref(),
+        Some("first")
+    );
+    // Read again, unchanged: the same answer (from the cache).
+    assert_eq!(
+        chat_of(b.binding(&session).await.unwrap()).as_deref(),
+        Some("first")
+    );
+    // Changed through the other store: the next read of each kind sees it.
+    a.update(bind("second")).await.unwrap();
+    assert_eq!(
+        chat_of(b.binding(&session).await.unwrap()).as_deref(),
+        Some("second")
+    );
+    a.update(bind("third")).await.unwrap();
+    let seen = b
+        .read_state(|st| st.binding(&session).map(|b| b.target().chat_id.to_string()))
+        .await
+        .unwrap();
+    assert_eq!(seen.as_deref(), Some("third"));
+    // Changed by hand in the database (another program, a restore): seen too.
+    let (client, conn) = config.connect(tavern_store::pg::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    client
+        .execute(
+            "UPDATE state SET doc = '{\"sessionBindings\": {}}' WHERE id = 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(b.binding(&session).await.unwrap().is_none());
+    assert!(a.load_state().await.unwrap().0.bindings.is_empty());
+}
+
 /// A database migrated by a newer program is refused with a clear error; the current version
 /// opens again and again (migrations run once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

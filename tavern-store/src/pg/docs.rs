@@ -1,11 +1,15 @@
 //! Chats, state, checkpoints and prompts on PostgreSQL: rows and JSON documents written under
 //! compare-and-set in transactions (`SELECT … FOR UPDATE`).
 
+use std::sync::{Arc, PoisonError};
+
 use async_trait::async_trait;
 use serde_json::Value;
 use tavern_core::chat::ChatLine;
 use tavern_core::chat_digest::ChatDigest;
-use tavern_core::{normalize_state, CharacterName, ChatId, Diagnostic, SessionId, TavernState};
+use tavern_core::{
+    normalize_state, CharacterName, ChatId, Diagnostic, SessionBinding, SessionId, TavernState,
+};
 use tokio_postgres::Row;
 
 use super::{db, encode, PgStore};
@@ -13,7 +17,7 @@ use crate::chat::{check_not_empty, ChatChange, ChatFile, ChatRevision, ChatStore
 use crate::checkpoint::{CheckpointStatus, CheckpointStore, ProjectorCheckpoint};
 use crate::error::{StoreError, Target};
 use crate::prompt::{PromptStore, SessionPrompt};
-use crate::state::{StateMutation, StateStore, Verdict};
+use crate::state::{StateMutation, StateStore, StateView, Verdict};
 
 /// A chat's row: its line count, byte length and content digest (the chain continues from
 /// the digest, so an append digests only the new lines).
@@ -376,19 +380,66 @@ fn state_of(doc: Option<&str>) -> (TavernState, Vec<Diagnostic>) {
     }
 }
 
+/// The state as a process last read it: the row version it read (`xmin`, which every update
+/// of the row changes) and the state normalized from that version.
+pub(super) type CachedState = Option<(String, Arc<(TavernState, Vec<Diagnostic>)>)>;
+
+impl PgStore {
+    /// The current state in one round trip that carries the document only when the row changed
+    /// since this process last read it: a host asks per event and per request, and the state
+    /// holds every session's binding.
+    async fn current_state(&self) -> Result<Arc<(TavernState, Vec<Diagnostic>)>, StoreError> {
+        let known = self
+            .inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|(version, _)| version.clone());
+        let client = self.inner.client("load state").await?;
+        let row = client
+            .query_opt(
+                "SELECT xmin::text, xmin::text = $1, CASE WHEN xmin::text = $1 THEN NULL ELSE doc END
+                 FROM state WHERE id = 1",
+                &[&known.as_deref().unwrap_or("")],
+            )
+            .await
+            .map_err(db("load state"))?;
+        let Some(row) = row else {
+            return Ok(Arc::new(state_of(None)));
+        };
+        let version: String = row.try_get(0).map_err(db("load state"))?;
+        let unchanged: bool = row.try_get(1).map_err(db("load state"))?;
+        let mut cache = self
+            .inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if unchanged {
+            if let Some((_, state)) = cache.as_ref().filter(|(v, _)| *v == version) {
+                return Ok(state.clone());
+            }
+        }
+        let doc: Option<&str> = row.try_get(2).map_err(db("load state"))?;
+        let state = Arc::new(state_of(doc));
+        *cache = Some((version, state.clone()));
+        Ok(state)
+    }
+}
+
 #[async_trait]
 impl StateStore for PgStore {
     async fn load_state(&self) -> Result<(TavernState, Vec<Diagnostic>), StoreError> {
-        let client = self.inner.client("load state").await?;
-        let row = client
-            .query_opt("SELECT doc FROM state WHERE id = 1", &[])
-            .await
-            .map_err(db("load state"))?;
-        let doc: Option<&str> = match &row {
-            Some(row) => row.try_get(0).map_err(db("load state"))?,
-            None => None,
-        };
-        Ok(state_of(doc))
+        Ok((*self.current_state().await?).clone())
+    }
+
+    async fn view_state(&self, view: StateView<'_>) -> Result<(), StoreError> {
+        view(&self.current_state().await?.0);
+        Ok(())
+    }
+
+    async fn binding(&self, session: &SessionId) -> Result<Option<SessionBinding>, StoreError> {
+        Ok(self.current_state().await?.0.binding(session).cloned())
     }
 
     async fn update_state(&self, mutate: StateMutation<'_>) -> Result<TavernState, StoreError> {
@@ -412,15 +463,24 @@ impl StateStore for PgStore {
         }
         let json = state.to_json();
         let text = encode(&json, "the state")?;
-        tx.execute(
-            "INSERT INTO state (id, doc) VALUES (1, $1)
-             ON CONFLICT (id) DO UPDATE SET doc = EXCLUDED.doc",
-            &[&text],
-        )
-        .await
-        .map_err(db("update state"))?;
+        let written = tx
+            .query_one(
+                "INSERT INTO state (id, doc) VALUES (1, $1)
+                 ON CONFLICT (id) DO UPDATE SET doc = EXCLUDED.doc RETURNING xmin::text",
+                &[&text],
+            )
+            .await
+            .map_err(db("update state"))?;
+        let version: String = written.try_get(0).map_err(db("update state"))?;
         tx.commit().await.map_err(db("update state"))?;
-        Ok(normalize_state(&json).0)
+        let after = normalize_state(&json);
+        let state = after.0.clone();
+        *self
+            .inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some((version, Arc::new(after)));
+        Ok(state)
     }
 }
 

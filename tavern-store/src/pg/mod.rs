@@ -138,6 +138,8 @@ struct Inner {
     memory: Mutex<Mirror<MemoryTable>>,
     variables: Mutex<Mirror<VariableTable>>,
     diagnostics: Diagnostics,
+    /// The state as this process last read it, by the row version it read (`docs`).
+    state: std::sync::Mutex<docs::CachedState>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -220,6 +222,7 @@ impl PgStore {
                 memory: Mutex::default(),
                 variables: Mutex::default(),
                 diagnostics: Diagnostics::default(),
+                state: std::sync::Mutex::default(),
             }),
         };
         let mut client = store.inner.client("open").await?;
