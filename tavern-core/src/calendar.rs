@@ -18,6 +18,19 @@ pub const MONTHS: [&str; 12] = [
     "December",
 ];
 
+/// Days since 1970-01-01 of a proleptic Gregorian date (`month` 1..=12): the inverse of
+/// [`civil_from_days`].
+pub fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let (m, d) = (i64::from(month), i64::from(day));
+    let y = if m <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// `(year, month 1..=12, day)` of days since 1970-01-01 (proleptic Gregorian).
 pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
@@ -53,6 +66,7 @@ mod tests {
             (47_541, (2100, 3, 1)),
         ] {
             assert_eq!(civil_from_days(days), date, "{days}");
+            assert_eq!(days_from_civil(date.0, date.1, date.2), days, "{date:?}");
         }
         assert_eq!(day_words(19_485 * 86_400_000 + 1), "May 8 2023");
         assert_eq!(day_words(-1), "December 31 1969");

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tavern_core::calendar::MONTHS;
+use tavern_core::calendar::{civil_from_days, days_from_civil, MONTHS};
 use tavern_core::chat::ChatLine;
 use tavern_core::{
     normalize_state, AgentId, CharacterName, ChatId, MemoryId, MemoryKind, MemorySource,
@@ -67,30 +67,6 @@ struct Conversation {
     questions: Vec<Question>,
 }
 
-/// Days since 1970-01-01 of a proleptic Gregorian date.
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// `(year, month, day)` of days since 1970-01-01.
-fn civil_from_days(days: i64) -> (i64, usize, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m as usize, d)
-}
-
 /// LoCoMo's `1:56 pm on 8 May, 2023` as epoch milliseconds.
 fn parse_locomo_date(text: &str) -> Option<i64> {
     let (time, date) = text.split_once(" on ")?;
@@ -103,12 +79,15 @@ fn parse_locomo_date(text: &str) -> Option<i64> {
         _ => {}
     }
     let mut d = date.split([' ', ',']).filter(|w| !w.is_empty());
-    let day: i64 = d.next()?.parse().ok()?;
+    let day: u32 = d.next()?.parse().ok()?;
     let month_word = d.next()?.trim();
-    let month = MONTHS
-        .iter()
-        .position(|n| n.eq_ignore_ascii_case(month_word))? as i64
-        + 1;
+    let month = u32::try_from(
+        MONTHS
+            .iter()
+            .position(|n| n.eq_ignore_ascii_case(month_word))?
+            + 1,
+    )
+    .ok()?;
     let year: i64 = d.next()?.parse().ok()?;
     Some((days_from_civil(year, month, day) * 1440 + h * 60 + m) * 60_000)
 }
@@ -124,7 +103,8 @@ fn st_date(ms: i64) -> String {
         12 => (12, "pm"),
         _ => (h - 12, "pm"),
     };
-    format!("{} {d}, {y} {h12}:{min:02}{ampm}", MONTHS[m - 1])
+    let name = MONTHS[(m as usize).saturating_sub(1) % 12];
+    format!("{name} {d}, {y} {h12}:{min:02}{ampm}")
 }
 
 /// Reads the conversations; returns them and how many evidence entries were malformed
