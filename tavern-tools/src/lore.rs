@@ -346,6 +346,45 @@ fn nested_repetition(pattern: &str) -> bool {
 
 type Compiled = Result<Arc<regress::Regex>, String>;
 
+/// Most lexical indexes of lore entries kept (one per distinct set of entries searched: the
+/// books of a character, as filtered for it).
+const LEXICAL_INDEXES: usize = 16;
+
+/// Lexical indexes of entry texts, newest last, by `(digest, count, bytes)` of the texts.
+type IndexCache = Mutex<Vec<((u64, usize, usize), Arc<Bm25Index>)>>;
+
+/// The BM25 index of `texts` (entry `i` is document `i`), built once per distinct set of
+/// texts among the last [`LEXICAL_INDEXES`]: a book is indexed when it changes, not on every
+/// search. Hashing the texts costs a fraction of tokenizing them.
+fn lexical_index(texts: &[String]) -> Arc<Bm25Index> {
+    use std::hash::{Hash, Hasher};
+    static CACHE: OnceLock<IndexCache> = OnceLock::new();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    texts.hash(&mut h);
+    let key = (h.finish(), texts.len(), texts.iter().map(String::len).sum());
+    let cache = CACHE.get_or_init(Mutex::default);
+    {
+        let mut cache = cache.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(at) = cache.iter().position(|(k, _)| *k == key) {
+            let hit = cache.remove(at);
+            let index = hit.1.clone();
+            cache.push(hit);
+            return index;
+        }
+    }
+    let mut index = Bm25Index::new();
+    for (i, text) in texts.iter().enumerate() {
+        index.insert(u32::try_from(i).unwrap_or(u32::MAX), text);
+    }
+    let index = Arc::new(index);
+    let mut cache = cache.lock().unwrap_or_else(PoisonError::into_inner);
+    if cache.len() >= LEXICAL_INDEXES {
+        cache.remove(0);
+    }
+    cache.push((key, index.clone()));
+    index
+}
+
 fn regex_cache() -> &'static Mutex<HashMap<(String, String), Compiled>> {
     static CACHE: OnceLock<Mutex<HashMap<(String, String), Compiled>>> = OnceLock::new();
     CACHE.get_or_init(Mutex::default)
@@ -850,7 +889,6 @@ pub fn search_ranked<'a>(
     // Lexical ranking over entries no key activated.
     let mut scores = vec![0f64; cands.len()];
     if opts.lexical {
-        let mut index = Bm25Index::new();
         let texts: Vec<String> = cands
             .iter()
             .map(|c| {
@@ -862,9 +900,7 @@ pub fn search_ranked<'a>(
                 )
             })
             .collect();
-        for (i, text) in texts.iter().enumerate() {
-            index.insert(u32::try_from(i).unwrap_or(u32::MAX), text);
-        }
+        let index = lexical_index(&texts);
         let mut found: Vec<RankCandidate<'_>> = index
             .score(&query_tokens(query))
             .into_iter()
@@ -1040,5 +1076,33 @@ mod tests {
         for (text, want) in cases {
             assert_eq!(substitute(text, &ctx), *want, "{text:?}");
         }
+    }
+
+    #[test]
+    fn an_index_of_the_same_entries_is_built_once_and_a_changed_entry_is_indexed_anew() {
+        let texts = |tag: &str| -> Vec<String> {
+            vec![
+                format!("gate {tag} the silver gate of the north"),
+                format!("lantern {tag} the keeper's blue lantern"),
+            ]
+        };
+        let first = lexical_index(&texts("unique-1f3a"));
+        let again = lexical_index(&texts("unique-1f3a"));
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "the same entries reuse their index"
+        );
+        let changed = lexical_index(&texts("unique-2b7c"));
+        assert!(!Arc::ptr_eq(&first, &changed));
+        assert_eq!(
+            changed.score(&query_tokens("lantern")).len(),
+            1,
+            "the new texts are what is indexed"
+        );
+        // Bounded: after as many other sets as the cache holds, the first is built again.
+        for i in 0..LEXICAL_INDEXES {
+            lexical_index(&texts(&format!("filler-{i}-9d4e")));
+        }
+        assert!(!Arc::ptr_eq(&first, &lexical_index(&texts("unique-1f3a"))));
     }
 }
