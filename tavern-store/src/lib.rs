@@ -1,4 +1,6 @@
-//! Ports and adapters for AgentTavern's durable state.
+//! Ports and adapters for AgentTavern's durable state, in folders that show the hexagon:
+//! `ports/` (the traits), `engine/` (the record logic every adapter shares, and the op-log seam
+//! `engine::oplog`), `adapters/` (file system, memory, PostgreSQL).
 //!
 //! Ports ([`MemoryStore`], [`VariableStore`], [`StateStore`], [`ChatStore`],
 //! [`CheckpointStore`], [`PromptStore`]) are small object-safe `async-trait` traits whose
@@ -11,25 +13,22 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod adapters;
 pub mod blocking;
-pub mod chat;
-pub mod checkpoint;
 pub mod clock;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod diagnostics;
 mod engine;
 pub mod error;
-pub mod fs;
-pub mod mem;
-pub mod memory;
+pub mod ports;
+
+// The ports and adapters at the crate root too, where they have always been named.
+pub use adapters::{fs, mem};
 #[cfg(feature = "postgres")]
-pub mod pg;
-pub mod prompt;
-pub mod state;
-pub mod transfer;
-pub mod variable;
-mod wrappers;
+pub use adapters::pg;
+pub use ports::{chat, checkpoint, memory, prompt, state, transfer, variable};
+use ports::wrappers;
 
 pub use chat::{ChatChange, ChatFile, ChatRevision, ChatStore};
 pub use checkpoint::{CheckpointStatus, CheckpointStore, ProjectorCheckpoint};
