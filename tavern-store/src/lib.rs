@@ -24,11 +24,11 @@ pub mod error;
 pub mod ports;
 
 // The ports and adapters at the crate root too, where they have always been named.
-pub use adapters::{fs, mem};
 #[cfg(feature = "postgres")]
 pub use adapters::pg;
-pub use ports::{chat, checkpoint, memory, prompt, state, transfer, variable};
+pub use adapters::{fs, mem};
 use ports::wrappers;
+pub use ports::{chat, checkpoint, memory, prompt, state, transfer, variable};
 
 pub use chat::{ChatChange, ChatFile, ChatRevision, ChatStore};
 pub use checkpoint::{CheckpointStatus, CheckpointStore, ProjectorCheckpoint};
