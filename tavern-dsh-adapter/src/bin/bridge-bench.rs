@@ -8,6 +8,11 @@
 //! PNG card, for the checkpoint saved per event (the behaviour before #28) beside the
 //! checkpoint saved per turn, in the same run (`docs/PERFORMANCE.md`).
 //!
+//! With `--pg SETTINGS` (a database on a server started with
+//! `-c shared_preload_libraries=pg_stat_statements`), the same turns run on PgStore instead and
+//! the table counts the SQL statements PgStore sends per event (from `pg_stat_statements`: an
+//! upper bound on its round trips, since pipelined statements share one), then stops.
+//!
 //! `cargo run --release -p tavern-dsh-adapter --features bench --bin bridge-bench`
 
 use std::io::{BufRead, BufReader, Write};
@@ -308,11 +313,15 @@ fn dsh_turn(first: u64, turn: u64) -> Vec<Value> {
     out
 }
 
-/// Figures of DSH-realistic turns through an in-process bridge on the file store.
+/// Figures of DSH-realistic turns through an in-process bridge.
 struct TurnFigures {
     fsyncs_per_turn: f64,
     dir_syncs_per_turn: f64,
     lines_per_turn: f64,
+    /// SQL statements PgStore sent per event (PgStore only).
+    statements_per_event: f64,
+    /// The most statements one event took (PgStore only).
+    statements_max: u64,
     chunks_per_second: f64,
     event_p50_us: f64,
     event_p99_us: f64,
@@ -324,15 +333,72 @@ fn percentile(times: &mut [f64], p: usize) -> f64 {
     times[(times.len() * p / 100).min(times.len() - 1)]
 }
 
+/// Counts the SQL statements every session but its own sent to one database, from
+/// `pg_stat_statements` (updated as each statement ends, so a count taken after a call
+/// returns includes all of the call's statements).
+struct StatementCounter {
+    client: tavern_store::pg::PgClient,
+}
+
+impl StatementCounter {
+    async fn connect(config: &tavern_store::pg::PgConfig) -> Result<Self, Error> {
+        let (client, connection) = config.connect(tavern_store::pg::NoTls).await?;
+        tokio::spawn(connection);
+        client
+            .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            .await?;
+        if let Err(e) = client
+            .query_one("SELECT pg_stat_statements_reset()", &[])
+            .await
+        {
+            return Err(format!(
+                "pg_stat_statements is not loaded ({e}): start the server with \
+                 -c shared_preload_libraries=pg_stat_statements"
+            )
+            .into());
+        }
+        Ok(Self { client })
+    }
+
+    /// Statements counted so far in this database, this counter's own excluded.
+    async fn count(&self) -> Result<u64, Error> {
+        let row = self
+            .client
+            .query_one(
+                "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements \
+                 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+                 AND query NOT LIKE '%pg_stat_statements%'",
+                &[],
+            )
+            .await?;
+        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    }
+}
+
+/// Where the turns keep their data.
+#[derive(Clone)]
+enum TurnStore {
+    /// FsStore in a directory (fsyncs counted).
+    Files,
+    /// PgStore in this database (statements counted).
+    Postgres(tavern_store::pg::PgConfig),
+}
+
 /// Runs `turns` DSH turns (and 2,000 prompt requests) with the checkpoint saved per event or
-/// per turn.
-fn dsh_turns(dir: &Path, every_event: bool, turns: u64) -> Result<TurnFigures, Error> {
+/// per turn; `label` keeps runs sharing one database apart.
+fn dsh_turns(
+    dir: &Path,
+    every_event: bool,
+    turns: u64,
+    kind: &TurnStore,
+    label: &str,
+) -> Result<TurnFigures, Error> {
     use std::sync::Arc;
     use tavern_dsh_adapter::bridge::host::BridgeHost;
     use tavern_dsh_adapter::bridge::Bridge;
     use tavern_dsh_adapter::{Runtime, RuntimeConfig};
     use tavern_store::fs::{dir_syncs_issued, syncs_issued, FsStore};
-    use tavern_store::SystemClock;
+    use tavern_store::{AllStores, SystemClock};
     use tavern_tools::assets::provider::{DirAssets, Persona};
 
     let card = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -347,7 +413,13 @@ fn dsh_turns(dir: &Path, every_event: bool, turns: u64) -> Result<TurnFigures, E
         .build()?;
     rt.block_on(async {
         let clock = Arc::new(SystemClock);
-        let store = Arc::new(FsStore::open(dir.join("store"), clock.clone())?);
+        let (store, counter): (Arc<dyn AllStores>, Option<StatementCounter>) = match kind {
+            TurnStore::Files => (Arc::new(FsStore::open(dir.join("store"), clock.clone())?), None),
+            TurnStore::Postgres(config) => {
+                let store = tavern_store::pg::PgStore::open(config.clone(), clock.clone(), 8).await?;
+                (Arc::new(store), Some(StatementCounter::connect(config).await?))
+            }
+        };
         let host = Arc::new(BridgeHost::default());
         let assets = Arc::new(DirAssets::new(&assets_dir, Vec::new(), Persona::default()));
         let config = RuntimeConfig {
@@ -367,21 +439,33 @@ fn dsh_turns(dir: &Path, every_event: bool, turns: u64) -> Result<TurnFigures, E
             }
         };
         call(json!({"id": 1, "method": "handshake", "params": {"protocol": 1}})).await?;
-        call(json!({"id": 2, "method": "agent/created", "params": {"agent": "d1", "bind": {"character": "Seraphina", "chatId": "Seraphina - bench"}}})).await?;
+        let agent = format!("d-{label}");
+        call(json!({"id": 2, "method": "agent/created", "params": {"agent": agent, "bind": {"character": "Seraphina", "chatId": format!("Seraphina - bench {label}")}}})).await?;
         let (mut syncs, mut dir_syncs, mut chunk_time, mut chunks) = (0u64, 0u64, 0f64, 0u64);
+        let (mut statements, mut statements_max, mut events) = (0u64, 0u64, 0u64);
         let mut times = Vec::new();
         for turn in 1..=turns {
             for e in dsh_turn((turn - 1) * 311, turn) {
                 let chunk = e["type"] == "assistant/chunk";
                 if e["type"] == "tool/call" {
-                    call(json!({"id": 3, "method": "tool/call", "params": {"tool": "variable_set", "args": {"name": "mood", "value": turn}, "callId": format!("t{turn}"), "session": "d1"}})).await?;
+                    call(json!({"id": 3, "method": "tool/call", "params": {"tool": "variable_set", "args": {"name": "mood", "value": turn}, "callId": format!("t{turn}"), "session": agent}})).await?;
                 }
+                let counted = match &counter {
+                    Some(c) => c.count().await?,
+                    None => 0,
+                };
                 let (before, dir_before) = (syncs_issued(), dir_syncs_issued());
                 let t = Instant::now();
-                call(json!({"method": "event", "params": {"session": "d1", "event": e}})).await?;
+                call(json!({"method": "event", "params": {"session": agent, "event": e}})).await?;
                 let took = t.elapsed().as_secs_f64();
                 syncs += syncs_issued() - before;
                 dir_syncs += dir_syncs_issued() - dir_before;
+                if let Some(c) = &counter {
+                    let n = c.count().await? - counted;
+                    statements += n;
+                    statements_max = statements_max.max(n);
+                }
+                events += 1;
                 times.push(took * 1e6);
                 if chunk {
                     chunk_time += took;
@@ -392,7 +476,7 @@ fn dsh_turns(dir: &Path, every_event: bool, turns: u64) -> Result<TurnFigures, E
         let mut prompts = Vec::new();
         for i in 0..2000 {
             let t = Instant::now();
-            let out = call(json!({"id": 10 + i, "method": "prompt", "params": {"agent": "d1"}})).await?;
+            let out = call(json!({"id": 10 + i, "method": "prompt", "params": {"agent": agent}})).await?;
             prompts.push(t.elapsed().as_secs_f64() * 1e6);
             if i == 0 && out.first().is_none_or(|r| r["result"]["text"].is_null()) {
                 return Err::<TurnFigures, Error>(format!("no prompt: {out:?}").into());
@@ -402,6 +486,8 @@ fn dsh_turns(dir: &Path, every_event: bool, turns: u64) -> Result<TurnFigures, E
             fsyncs_per_turn: syncs as f64 / turns as f64,
             dir_syncs_per_turn: dir_syncs as f64 / turns as f64,
             lines_per_turn: 2.0,
+            statements_per_event: statements as f64 / events.max(1) as f64,
+            statements_max,
             chunks_per_second: chunks as f64 / chunk_time,
             event_p50_us: percentile(&mut times, 50),
             event_p99_us: percentile(&mut times, 99),
@@ -411,10 +497,16 @@ fn dsh_turns(dir: &Path, every_event: bool, turns: u64) -> Result<TurnFigures, E
 }
 
 fn main() -> Result<(), Error> {
-    if std::env::args().any(|a| a == "--turns-only") {
-        return turns_table();
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--pg") {
+        let settings = args.get(i + 1).ok_or("--pg needs connection settings")?;
+        let config = tavern_store::pg::parse_settings(settings)?;
+        return turns_table(&TurnStore::Postgres(config));
     }
-    turns_table()?;
+    if args.iter().any(|a| a == "--turns-only") {
+        return turns_table(&TurnStore::Files);
+    }
+    turns_table(&TurnStore::Files)?;
     let bridge: PathBuf = std::env::current_exe()?.with_file_name("tavern-bridge");
     if !bridge.is_file() {
         return Err(
@@ -449,14 +541,18 @@ fn main() -> Result<(), Error> {
 type Row = (&'static str, fn(&TurnFigures) -> String);
 
 /// The DSH-turn table: the checkpoint per event (before #28) beside per turn, same run.
-fn turns_table() -> Result<(), Error> {
+fn turns_table(kind: &TurnStore) -> Result<(), Error> {
     const TURNS: u64 = 20;
-    println!("| DSH turns ({TURNS} × 311 events: 300 chunks, a tool call, the reply) | checkpoint per event (before) | checkpoint per turn (now) |\n|---|---|---|");
+    let on = match kind {
+        TurnStore::Files => "",
+        TurnStore::Postgres(_) => " on PgStore",
+    };
+    println!("| DSH turns{on} ({TURNS} × 311 events: 300 chunks, a tool call, the reply) | checkpoint per event (before) | checkpoint per turn (now) |\n|---|---|---|");
     let (before_dir, now_dir) = (tempfile::tempdir()?, tempfile::tempdir()?);
-    let before = dsh_turns(before_dir.path(), true, TURNS)?;
-    let now = dsh_turns(now_dir.path(), false, TURNS)?;
-    let rows: [Row; 5] = [
-        (
+    let before = dsh_turns(before_dir.path(), true, TURNS, kind, "before")?;
+    let now = dsh_turns(now_dir.path(), false, TURNS, kind, "now")?;
+    let cost: Row = match kind {
+        TurnStore::Files => (
             "fsyncs per turn, of events (of directories; lines written)",
             |f| {
                 format!(
@@ -465,6 +561,12 @@ fn turns_table() -> Result<(), Error> {
                 )
             },
         ),
+        TurnStore::Postgres(_) => ("SQL statements per event (most in one event)", |f| {
+            format!("{:.2} ({})", f.statements_per_event, f.statements_max)
+        }),
+    };
+    let rows: [Row; 5] = [
+        cost,
         ("chunk events per second", |f| {
             format!("{:.0}", f.chunks_per_second)
         }),

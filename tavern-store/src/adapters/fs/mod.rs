@@ -48,7 +48,7 @@ use crate::checkpoint::{CheckpointStatus, CheckpointStore, ProjectorCheckpoint};
 use crate::clock::Clock;
 use crate::diagnostics::Diagnostics;
 use crate::engine::memory_table::{MemoryOp, MemoryTable};
-use crate::engine::oplog::OpTable;
+use crate::engine::oplog::{encode_snapshot, replay, Entry, OpTable};
 use crate::engine::variable_table::{VariableOp, VariableTable};
 use crate::error::StoreError;
 use crate::mem::lock;
@@ -71,58 +71,31 @@ struct Logged<T> {
 /// Logs shorter than this are never compacted automatically.
 const COMPACT_MIN_LINES: u64 = 4096;
 
-/// Below this many new lines a catch-up parses on the calling thread.
-const PARALLEL_PARSE_MIN: usize = 4096;
-
 impl<T: OpTable> Logged<T> {
     fn catch_up(&mut self, diags: &Diagnostics) -> Result<(), StoreError> {
         let mut found = Vec::new();
-        let payloads = match self.log.read_new(&mut found)? {
-            NewLines::Lines(lines) => lines,
+        let (replaced, payloads) = match self.log.read_new(&mut found)? {
+            NewLines::Lines(lines) => (false, lines),
             NewLines::Replaced => {
                 // Another process compacted the log: rebuild from the new file.
-                self.table = T::default();
                 self.log.restart();
                 match self.log.read_new(&mut found)? {
-                    NewLines::Lines(lines) => lines,
-                    NewLines::Replaced => Vec::new(),
+                    NewLines::Lines(lines) => (true, lines),
+                    NewLines::Replaced => (true, Vec::new()),
                 }
             }
         };
-        if payloads.is_empty() {
-            diags.extend(found);
-            return Ok(());
+        let mut entries = Vec::with_capacity(payloads.len() + 1);
+        if replaced {
+            entries.push(Entry::Reset);
         }
+        entries.extend(payloads.iter().map(|p| Entry::Op(p)));
+        let done = replay(&mut self.table, &entries)?;
         let file = self.log_name();
-        let parse = |payload: &String| {
-            serde_json::from_str::<T::Op>(payload).map_err(|e| StoreDiagnostic {
-                file: file.clone(),
-                message: format!("unreadable operation ({e}); skipped"),
-            })
-        };
-        let parsed: Vec<Result<T::Op, StoreDiagnostic>> = if payloads.len() < PARALLEL_PARSE_MIN {
-            payloads.iter().map(parse).collect()
-        } else {
-            // Opening a large store: parse the two halves on two threads, keeping order.
-            let (front, back) = payloads.split_at(payloads.len() / 2);
-            std::thread::scope(|s| {
-                let back = s.spawn(|| back.iter().map(parse).collect::<Vec<_>>());
-                let mut all: Vec<_> = front.iter().map(parse).collect();
-                // A panicking parser thread is a bug, not bad input: never load half a log.
-                all.extend(back.join().map_err(|_| {
-                    StoreError::Internal(format!("parsing {file} panicked; nothing loaded"))
-                })?);
-                Ok::<_, StoreError>(all)
-            })?
-        };
-        let mut ops = Vec::with_capacity(parsed.len());
-        for p in parsed {
-            match p {
-                Ok(op) => ops.push(op),
-                Err(d) => found.push(d),
-            }
-        }
-        self.table.apply_ops(ops);
+        found.extend(done.unreadable.into_iter().map(|u| StoreDiagnostic {
+            file: file.clone(),
+            message: format!("unreadable operation ({}); skipped", u.reason),
+        }));
         diags.extend(found);
         Ok(())
     }
@@ -149,13 +122,7 @@ impl<T: OpTable> Logged<T> {
     /// has caught up. Returns `(lines before, lines after)`.
     fn compact(&mut self) -> Result<(u64, u64), StoreError> {
         let before = self.log.lines();
-        let payloads = self
-            .table
-            .snapshot()
-            .iter()
-            .map(serde_json::to_string)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| StoreError::Internal(format!("cannot encode a snapshot: {e}")))?;
+        let payloads = encode_snapshot(&self.table)?;
         self.log.replace_with(&payloads)?;
         Ok((before, payloads.len() as u64))
     }

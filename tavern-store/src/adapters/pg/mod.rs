@@ -41,6 +41,8 @@ pub use schema::SCHEMA_VERSION;
 pub use settings::{load_settings, parse_settings, PgSetupError};
 use tls::Connector;
 pub use tls::PgTls;
+/// A client connection, for callers that talk to the server directly (the benchmarks).
+pub use tokio_postgres::Client as PgClient;
 /// Connection settings (host, user, database, password…), parsed from a `postgres://` URL or a
 /// `key=value` string.
 pub use tokio_postgres::Config as PgConfig;

@@ -21,7 +21,7 @@ use tokio_postgres::Row;
 
 use super::{db, encode, Inner};
 use crate::engine::memory_table::{MemoryOp, MemoryTable};
-use crate::engine::oplog::OpTable;
+use crate::engine::oplog::{replay, Entry, OpTable};
 use crate::engine::variable_table::{VariableOp, VariableTable};
 use crate::error::StoreError;
 
@@ -117,34 +117,29 @@ impl Inner {
         if rows.is_empty() {
             return Ok(());
         }
-        let mut ops = Vec::with_capacity(rows.len());
-        let mut last = mirror.seq;
+        let mut seqs = Vec::with_capacity(rows.len());
+        let mut entries = Vec::with_capacity(rows.len());
         for row in rows {
             let seq: i64 = row.try_get(0).map_err(db("catch up"))?;
             let text: &str = row.try_get(1).map_err(db("catch up"))?;
             let reset: bool = row.try_get(2).map_err(db("catch up"))?;
-            if reset {
-                // A compaction: what follows is the whole table (the rows before are gone).
-                ops.clear();
-                mirror.table = T::default();
-                mirror.unreadable = 0;
-                last = seq;
-                continue;
-            }
-            match serde_json::from_str::<T::Op>(text) {
-                Ok(op) => ops.push(op),
-                Err(e) => {
-                    mirror.unreadable += 1;
-                    self.diag(
-                        format!("{} seq {seq}", T::NAME),
-                        format!("unreadable operation ({e}); skipped"),
-                    );
-                }
-            }
-            last = seq;
+            seqs.push(seq);
+            // A reset row is a compaction: what follows is the whole table.
+            entries.push(if reset { Entry::Reset } else { Entry::Op(text) });
         }
-        mirror.table.apply_ops(ops);
-        mirror.seq = last;
+        let done = replay(&mut mirror.table, &entries)?;
+        if done.reset {
+            mirror.unreadable = 0;
+        }
+        mirror.unreadable += done.unreadable.len() as u64;
+        for u in done.unreadable {
+            let seq = seqs.get(u.index).copied().unwrap_or_default();
+            self.diag(
+                format!("{} seq {seq}", T::NAME),
+                format!("unreadable operation ({}); skipped", u.reason),
+            );
+        }
+        mirror.seq = seqs.last().copied().unwrap_or(mirror.seq);
         Ok(())
     }
 
