@@ -819,6 +819,52 @@ fn variables_are_typed_json_with_compare_and_set() {
     gone.one_error_line("not found");
 }
 
+/// #30 F4: `card validate` names the lore keys a search could not use as written: one that
+/// does not compile, one that gives up at its step limit; real cards' keys give no warning.
+#[test]
+fn card_validate_warns_about_lore_keys_that_cannot_be_used() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("unused");
+    let card = tmp.path().join("hostile.json");
+    std::fs::write(
+        &card,
+        json!({"spec": "chara_card_v3", "spec_version": "3.0", "data": {"name": "Mira", "first_mes": "Hello.",
+        "character_book": {"name": "Mira's book", "entries": [
+            {"id": 1, "keys": [r"/(a|a)*\1c/"], "content": "slow", "enabled": true},
+            {"id": 2, "keys": ["/(a/"], "content": "broken", "enabled": true},
+            {"id": 3, "keys": ["/(a|a)*c/", r"/\bMira\b/i"], "content": "fine", "enabled": true}
+        ]}}})
+        .to_string(),
+    )
+    .unwrap();
+    let out = ok(
+        &data,
+        &["--json", "card", "validate", card.to_str().unwrap()],
+    )
+    .json();
+    let warnings: Vec<String> = serde_json::from_value(out["warnings"].clone()).unwrap();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with("entry ") && warnings[0].contains("backtracking steps"),
+        "{warnings:?}"
+    );
+    assert!(warnings[1].contains("cannot be used"), "{warnings:?}");
+    let real = ok(
+        &data,
+        &[
+            "--json",
+            "card",
+            "validate",
+            fixtures()
+                .join("cards/Sakana.v2.book14.png")
+                .to_str()
+                .unwrap(),
+        ],
+    )
+    .json();
+    assert_eq!(real["warnings"], json!([]), "{real}");
+}
+
 #[test]
 fn card_validate_reports_what_a_card_holds() {
     let tmp = tempfile::tempdir().unwrap();

@@ -10,9 +10,11 @@
 
 pub mod assets;
 pub mod context;
+mod cpu;
 pub mod docs;
 pub mod error;
 pub mod history;
+mod js_regex;
 pub mod lore;
 pub mod registry;
 pub mod schema;

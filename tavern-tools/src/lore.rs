@@ -14,13 +14,14 @@
 //! the character's and the persona's names, then the key is trimmed; an empty key never
 //! matches. A key is a regular expression only when it is `/pattern/flags` (flags from
 //! `gimsuy`) with no unescaped `/` inside the pattern — `/a/b/` is the literal text `/a/b/` —
-//! and it runs with JavaScript semantics (the `regress` engine: ASCII `\b`, `\d`, `\w`, so a
-//! full-width `１２` is not `\d`; look-around; back-references), ignoring the entry's case and
-//! whole-word settings, against the text prefixed with `\x01` as SillyTavern scans it (so `^`
-//! does not match at the start). A key that does not compile, is longer than
-//! [`MAX_REGEX_SOURCE`] bytes, or nests unbounded repetition (`(a+)+`, which can take
-//! exponential time) is matched as plain text, as SillyTavern does with keys it cannot compile,
-//! and named in `warnings`. Compiled keys are cached. Plain keys match case-insensitively
+//! and it runs with JavaScript semantics (ASCII `\b`, `\d`, `\w`, so a full-width `１２` is not
+//! `\d`; look-around; back-references), ignoring the entry's case and whole-word settings,
+//! against the text prefixed with `\x01` as SillyTavern scans it (so `^` does not match at the
+//! start). Its cost is bounded (`js_regex`): linear in the text, or for look-around and
+//! back-references at most [`js_regex::BACKTRACK_LIMIT`] steps per check — a key that gives up
+//! does not match and is named in `warnings`. A key that does not compile or is longer than
+//! [`MAX_REGEX_SOURCE`] bytes is matched as plain text, as SillyTavern does with keys it cannot
+//! compile, and named in `warnings`. Compiled keys are cached. Plain keys match case-insensitively
 //! unless the entry (or the options) say otherwise; whole-word matching treats ASCII letters,
 //! digits and `_` as word characters — as JavaScript's `\W` does — so a CJK key inside CJK text
 //! still matches, and keys with spaces match as substrings. For `selective` entries with
@@ -68,6 +69,7 @@ use tavern_search::{query_tokens, Bm25Index, RankerRef};
 use tavern_store::Truncation;
 
 use crate::assets::world::{LoreEntry, SelectiveLogic, WorldBook};
+use crate::js_regex::{self, JsRegex, StepLimit};
 
 /// Longest regular-expression key source (the pattern between the slashes), in bytes.
 pub const MAX_REGEX_SOURCE: usize = 256;
@@ -159,11 +161,19 @@ pub struct LoreOptions {
     /// scanned text counts its length): the cost of a search is bounded by us, not by how many
     /// keys a card has. Past it matching stops and the result is `truncated` by `work-budget`.
     pub max_scan_bytes: usize,
+    /// Most time key matching may take in one search (`None`: no limit but the bytes). Past it
+    /// matching stops and the result is `truncated` by `work-budget`: a search answers in
+    /// about this long whatever a card's keys are.
+    pub max_match_time: Option<std::time::Duration>,
 }
 
 /// The default [`LoreOptions::max_scan_bytes`]: 16 MiB of key checks (about 4,000 keys against
 /// a 4 KiB query and recursion text).
 pub const DEFAULT_MAX_SCAN_BYTES: usize = 16 * 1024 * 1024;
+
+/// The default [`LoreOptions::max_match_time`]: ordinary books match in well under a
+/// millisecond; this bounds what hostile keys can take.
+pub const DEFAULT_MAX_MATCH_TIME: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl Default for LoreOptions {
     fn default() -> Self {
@@ -177,6 +187,7 @@ impl Default for LoreOptions {
             use_group_scoring: false,
             recursion_depth: 3,
             max_scan_bytes: DEFAULT_MAX_SCAN_BYTES,
+            max_match_time: Some(DEFAULT_MAX_MATCH_TIME),
         }
     }
 }
@@ -285,66 +296,7 @@ fn split_regex(key: &str) -> Option<(&str, &str)> {
     Some((pattern, flags))
 }
 
-/// Whether a pattern repeats a group that itself repeats something (`(a+)+`, `(\w*\s?)*`):
-/// the shape that makes backtracking exponential.
-fn nested_repetition(pattern: &str) -> bool {
-    // Per open group: whether it contains a repetition.
-    let mut stack: Vec<bool> = vec![false];
-    let mut last_group_repeats = false;
-    let mut chars = pattern.chars().peekable();
-    let mut in_class = false;
-    while let Some(c) = chars.next() {
-        if c == '\\' {
-            chars.next();
-            last_group_repeats = false;
-            continue;
-        }
-        if in_class {
-            in_class = c != ']';
-            continue;
-        }
-        match c {
-            '[' => {
-                in_class = true;
-                last_group_repeats = false;
-            }
-            '(' => {
-                stack.push(false);
-                last_group_repeats = false;
-            }
-            ')' => {
-                let inner = stack.pop().unwrap_or(false);
-                if stack.is_empty() {
-                    stack.push(false);
-                }
-                last_group_repeats = inner;
-                if inner {
-                    if let Some(top) = stack.last_mut() {
-                        *top = true;
-                    }
-                }
-            }
-            '*' | '+' | '{' => {
-                if c == '{' && !chars.peek().is_some_and(char::is_ascii_digit) {
-                    last_group_repeats = false;
-                    continue;
-                }
-                if last_group_repeats {
-                    return true;
-                }
-                if let Some(top) = stack.last_mut() {
-                    *top = true;
-                }
-                last_group_repeats = false;
-            }
-            '?' => {}
-            _ => last_group_repeats = false,
-        }
-    }
-    false
-}
-
-type Compiled = Result<Arc<regress::Regex>, String>;
+type Compiled = Result<Arc<JsRegex>, String>;
 
 /// Most lexical indexes of lore entries kept (one per distinct set of entries searched: the
 /// books of a character, as filtered for it).
@@ -402,12 +354,8 @@ fn compile(pattern: &str, flags: &str) -> Compiled {
     }
     let compiled = if pattern.len() > MAX_REGEX_SOURCE {
         Err(format!("longer than {MAX_REGEX_SOURCE} bytes"))
-    } else if nested_repetition(pattern) {
-        Err("nested repetition could take exponential time".to_owned())
     } else {
-        regress::Regex::with_flags(pattern, regress::Flags::from(flags))
-            .map(Arc::new)
-            .map_err(|e| e.to_string())
+        JsRegex::new(pattern, flags).map(Arc::new)
     };
     let mut cache = regex_cache().lock().unwrap_or_else(PoisonError::into_inner);
     if cache.len() >= REGEX_CACHE_CAPACITY {
@@ -420,10 +368,7 @@ fn compile(pattern: &str, flags: &str) -> Compiled {
 /// A key after substitution and parsing.
 #[derive(Clone)]
 enum Key {
-    Regex {
-        re: Arc<regress::Regex>,
-        sticky: bool,
-    },
+    Regex { re: Arc<JsRegex>, sticky: bool },
     Text(String),
 }
 
@@ -474,29 +419,59 @@ fn contains_whole_word(haystack: &str, needle: &str) -> bool {
     })
 }
 
-/// What key matching may still scan in this search (see [`LoreOptions::max_scan_bytes`]).
+/// What key matching may still do in this search: bytes to scan (see
+/// [`LoreOptions::max_scan_bytes`]) and time (see [`LoreOptions::max_match_time`]).
 struct Budget {
     left: std::cell::Cell<usize>,
-    exhausted: std::cell::Cell<bool>,
+    deadline: Option<std::time::Instant>,
+    /// Why matching stopped, once it has.
+    exhausted: std::cell::Cell<Option<Exhausted>>,
+    /// Regex keys that gave up on a text (their step limit), as written.
+    gave_up: std::cell::RefCell<Vec<String>>,
 }
 
+/// Which part of a search's budget ran out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Exhausted {
+    Bytes,
+    Time,
+}
+
+/// What a check by a backtracking key costs in bytes of the budget at least: such checks
+/// can each take up to [`js_regex::BACKTRACK_LIMIT`] steps, so one search makes at most a few
+/// hundred of them whatever the text's length.
+const BACKTRACKING_CHECK_BYTES: usize = 64 * 1024;
+
 impl Budget {
-    fn new(bytes: usize) -> Self {
+    fn new(bytes: usize, time: Option<std::time::Duration>) -> Self {
         Self {
             left: std::cell::Cell::new(bytes),
-            exhausted: std::cell::Cell::new(false),
+            deadline: time.and_then(|t| std::time::Instant::now().checked_add(t)),
+            exhausted: std::cell::Cell::new(None),
+            gave_up: std::cell::RefCell::default(),
         }
     }
 
-    /// Takes `cost` bytes; `false` (and exhausted from then on) when they are not left.
+    /// Takes `cost` bytes; `false` (and exhausted from then on) when they or the time are
+    /// not left.
     fn take(&self, cost: usize) -> bool {
+        if self.exhausted.get().is_some() {
+            return false;
+        }
+        if self
+            .deadline
+            .is_some_and(|d| std::time::Instant::now() >= d)
+        {
+            self.exhausted.set(Some(Exhausted::Time));
+            return false;
+        }
         match self.left.get().checked_sub(cost) {
-            Some(rest) if !self.exhausted.get() => {
+            Some(rest) => {
                 self.left.set(rest);
                 true
             }
-            _ => {
-                self.exhausted.set(true);
+            None => {
+                self.exhausted.set(Some(Exhausted::Bytes));
                 false
             }
         }
@@ -520,14 +495,24 @@ impl<'b> Buffer<'b> {
         }
     }
 
-    fn matches(&self, key: &Key, case_sensitive: bool, whole_words: bool) -> bool {
-        if !self.budget.take(self.text.len().max(1)) {
+    fn matches(&self, parsed: &ParsedKey, case_sensitive: bool, whole_words: bool) -> bool {
+        let cost = match &parsed.key {
+            Key::Regex { re, .. } if re.backtracks() => {
+                self.text.len().max(BACKTRACKING_CHECK_BYTES)
+            }
+            _ => self.text.len().max(1),
+        };
+        if !self.budget.take(cost) {
             return false;
         }
-        match key {
-            Key::Regex { re, sticky } => match re.find(&self.text) {
-                Some(m) => !sticky || m.start() == 0,
-                None => false,
+        match &parsed.key {
+            Key::Regex { re, sticky } => match re.find_start(&self.text) {
+                Ok(Some(start)) => !sticky || start == 0,
+                Ok(None) => false,
+                Err(StepLimit) => {
+                    self.budget.gave_up.borrow_mut().push(parsed.shown.clone());
+                    false
+                }
             },
             Key::Text(k) => {
                 let (hay, needle) = if case_sensitive {
@@ -574,17 +559,14 @@ impl Candidate<'_> {
     /// The primary key that activates this entry on `buf`, if its keys say so.
     fn activation(&self, buf: &Buffer, opts: &LoreOptions) -> Option<String> {
         let (case, whole) = (self.case_sensitive(opts), self.whole_words(opts));
-        let primary = self
-            .primary
-            .iter()
-            .find(|k| buf.matches(&k.key, case, whole))?;
+        let primary = self.primary.iter().find(|k| buf.matches(k, case, whole))?;
         if !self.entry.selective || self.secondary.is_empty() {
             return Some(primary.shown.clone());
         }
         let hits = self
             .secondary
             .iter()
-            .filter(|k| buf.matches(&k.key, case, whole))
+            .filter(|k| buf.matches(k, case, whole))
             .count();
         let all = self.secondary.len();
         let ok = match self.entry.selective_logic {
@@ -600,11 +582,8 @@ impl Candidate<'_> {
     /// AND_ANY, or under AND_ALL when all match.
     fn score(&self, buf: &Buffer, opts: &LoreOptions) -> usize {
         let (case, whole) = (self.case_sensitive(opts), self.whole_words(opts));
-        let count = |keys: &[ParsedKey]| {
-            keys.iter()
-                .filter(|k| buf.matches(&k.key, case, whole))
-                .count()
-        };
+        let count =
+            |keys: &[ParsedKey]| keys.iter().filter(|k| buf.matches(k, case, whole)).count();
         if self.primary.is_empty() {
             return 0;
         }
@@ -720,6 +699,62 @@ fn filter_groups(
     new.retain(|i| !removed.contains(i));
 }
 
+/// Length of the texts [`key_warnings`] tries backtracking keys on.
+const PROBE_CHARS: usize = 2000;
+
+/// What is wrong with a book's keys, one line each, before any search: regular-expression keys
+/// that cannot be used (matched as plain text) and keys that give up on a test text made of
+/// their own characters (such a key costs a search its step limit whenever it meets such text,
+/// and does not match it). Keys are read with `ctx`'s names for their macros.
+pub fn key_warnings(book: &WorldBook, ctx: &LoreContext) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in &book.entries {
+        for raw in entry.keys.iter().chain(&entry.secondary_keys) {
+            let shown = substitute(raw, ctx).trim().to_owned();
+            let Some((pattern, flags)) = split_regex(&shown) else {
+                continue;
+            };
+            match compile(pattern, flags) {
+                Err(why) => out.push(format!(
+                    "entry {}: regular expression key {shown:?} cannot be used ({why}); it is matched as plain text",
+                    entry.uid
+                )),
+                Ok(re) if re.backtracks() => {
+                    let gives_up = probes(pattern)
+                        .iter()
+                        .any(|text| re.find_start(text) == Err(StepLimit));
+                    if gives_up {
+                        out.push(format!(
+                            "entry {}: regular expression key {shown:?} gives up after {} backtracking steps on a {PROBE_CHARS}-character text; it will not match such text",
+                            entry.uid,
+                            js_regex::BACKTRACK_LIMIT
+                        ));
+                    }
+                }
+                Ok(_) => {}
+            }
+        }
+    }
+    out
+}
+
+/// Test texts for a key: each letter or digit it names repeated, and its letters in turn.
+fn probes(pattern: &str) -> Vec<String> {
+    let mut letters: Vec<char> = pattern
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .chain(['a', '1', ' '])
+        .collect();
+    letters.sort_unstable();
+    letters.dedup();
+    let mut out: Vec<String> = letters
+        .iter()
+        .map(|c| std::iter::repeat_n(*c, PROBE_CHARS).collect())
+        .collect();
+    out.push(letters.iter().cycle().take(PROBE_CHARS).collect());
+    out
+}
+
 /// Activates and ranks entries of `books` for `query`, with no character context (macros in
 /// keys become empty, character filters see no name or tag).
 pub fn search<'a>(
@@ -795,7 +830,7 @@ pub fn search_ranked<'a>(
 
     // Activation passes: pass 0 scans the query, later passes add activated content.
     let mut reasons: Vec<Option<Reason>> = vec![None; cands.len()];
-    let budget = Budget::new(opts.max_scan_bytes);
+    let budget = Budget::new(opts.max_scan_bytes, opts.max_match_time);
     let mut taken_groups: HashSet<&str> = HashSet::new();
     let mut recursion_text = String::new();
     let mut levels: Vec<u32> = cands
@@ -968,12 +1003,24 @@ pub fn search_ranked<'a>(
     });
 
     let exhausted = budget.exhausted.get();
-    if exhausted {
-        warnings.push(format!(
+    match exhausted {
+        Some(Exhausted::Bytes) => warnings.push(format!(
             "key matching stopped after scanning {} bytes (the per-search budget): entries whose keys were not checked may be missing",
             opts.max_scan_bytes
+        )),
+        Some(Exhausted::Time) => warnings.push(format!(
+            "key matching stopped after {} ms (the per-search time budget): entries whose keys were not checked may be missing",
+            opts.max_match_time.map_or(0, |t| t.as_millis())
+        )),
+        None => {}
+    }
+    for key in budget.gave_up.take() {
+        warnings.push(format!(
+            "regular expression key {key:?} gave up after {} backtracking steps; it did not match",
+            js_regex::BACKTRACK_LIMIT
         ));
     }
+    let exhausted = exhausted.is_some();
     warnings.sort();
     warnings.dedup();
     let mut out = LoreResult {
@@ -1033,27 +1080,6 @@ mod tests {
         ];
         for (key, want) in cases {
             assert_eq!(split_regex(key), *want, "{key:?}");
-        }
-    }
-
-    /// `(pattern, nests unbounded repetition)`.
-    #[test]
-    fn nested_repetition_is_recognised() {
-        let cases: &[(&str, bool)] = &[
-            ("(a+)+", true),
-            ("(\\w*\\s?)*$", true),
-            ("(?:ab|cd)+", false),
-            ("(a+)b+", false),
-            ("a+b*", false),
-            ("([a+]x)+", false),
-            ("\\(a+\\)+", false),
-            ("((a)+)", false),
-            ("((a+)x)*", true),
-            ("(a{2,}){3}", true),
-            ("(a{x})+", false),
-        ];
-        for (pattern, nested) in cases {
-            assert_eq!(nested_repetition(pattern), *nested, "{pattern:?}");
         }
     }
 

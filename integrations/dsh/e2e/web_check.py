@@ -15,12 +15,13 @@ port, out, token = sys.argv[1], sys.argv[2], sys.argv[3]
 url = f"http://127.0.0.1:{port}/tavern-mode/system-prompt"
 
 
-def call(method, body, auth=f"bearer {token}"):
+def call(method, body, auth=f"bearer {token}", extra=None):
     """A request; by default admitted with the scheme written in lowercase (RFC 7235 allows it)."""
     data = body.encode("utf-8") if body is not None else None
     headers = {"content-type": "application/json"}
     if auth is not None:
         headers["authorization"] = auth
+    headers.update(extra or {})
     req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
@@ -70,6 +71,13 @@ results = {
     "anonymous-huge": call_huge_anonymous(),
     "wrong-token": call("POST", json.dumps({"action": "read", "sessionId": "e2e-session-1"}), auth="Bearer nope"),
     "capital-bearer": call("POST", json.dumps({"action": "read", "sessionId": "e2e-session-1"}), auth=f"Bearer {token}"),
+    # What a web page on another origin can send to loopback (issue 30, F14): refused unread.
+    "cross-site": call("POST", json.dumps({"action": "save", "sessionId": "e2e-session-1", "text": "pwned"}),
+                       extra={"origin": "http://evil.example"}),
+    "text-plain": call("POST", json.dumps({"action": "save", "sessionId": "e2e-session-1", "text": "pwned"}),
+                       extra={"content-type": "text/plain"}),
+    "same-origin": call("POST", json.dumps({"action": "read", "sessionId": "e2e-session-1"}),
+                        extra={"origin": f"http://127.0.0.1:{port}"}),
 }
 with open(out, "w", encoding="utf-8") as f:
     json.dump(results, f)

@@ -56,6 +56,8 @@ export const settings = {
   routeToken: { type: 'string', default: '', description: "Bearer token admitting callers of the tavern-mode route (empty: loopback only)." },
   hostVersion: { type: 'string', default: '', description: 'The DSH release (default: read from the running launcher), reported to the bridge; releases known not to work are refused.' },
   restarts: { type: 'number', default: 3, description: 'How often a bridge that dies is started again before AgentTavern turns itself off.' },
+  routeBodyTimeoutMs: { type: 'number', default: 10000, description: "How long the tavern-mode route waits for a request's body before answering 408 (stalled callers hold no memory past it)." },
+  promptTimeoutMs: { type: 'number', default: 2000, description: "How long a model request waits for AgentTavern's prompt sections; past it the request goes without them (and without AgentTavern's tools), with a warning." },
 }
 
 export const Config = {
@@ -138,11 +140,20 @@ function startBridge(path, config, logger, onExit) {
   child.stdin.on('error', () => {})
   const write = (frame) => { if (!closed) child.stdin.write(JSON.stringify(frame) + '\n') }
   return {
-    call(method, params) {
+    /** Calls the bridge; with `timeoutMs`, gives up after that long (a late answer is dropped). */
+    call(method, params, timeoutMs) {
       if (closed) return Promise.reject(new Error('agent-tavern bridge is not running'))
       const id = next++
       return new Promise((resolve, reject) => {
-        pending.set(id, { resolve, reject })
+        let timer
+        const done = (f) => (v) => { clearTimeout(timer); f(v) }
+        pending.set(id, { resolve: done(resolve), reject: done(reject) })
+        if (timeoutMs > 0) {
+          timer = setTimeout(() => {
+            pending.delete(id)
+            reject(new Error(`${method} timed out after ${timeoutMs} ms`))
+          }, timeoutMs)
+        }
         write({ id, method, params })
       })
     },
@@ -306,10 +317,17 @@ export async function apply(ctx, rawConfig) {
     const id = context?.scope?.id
     if (!id || !prompts.has(id)) return assembly
     let result = null
-    try { result = await bridge.call('prompt', { agent: id }) } catch (e) { logger.warn?.('agent-tavern: prompt failed: %s', e.message) }
+    try {
+      result = await bridge.call('prompt', { agent: id }, config.promptTimeoutMs)
+    } catch (e) {
+      logger.warn?.("agent-tavern: prompt failed (%s); this request goes without AgentTavern's sections and tools", e.message)
+    }
     if (result?.text == null) {
-      // Not an AgentTavern session (or the bridge is down): headless registers tools globally,
-      // so take ours out of this agent's request; the bridge would refuse them anyway.
+      // Not an AgentTavern session (or the bridge is down or too slow): no sections from an
+      // earlier request, and, since headless registers tools globally, none of our tools in
+      // this agent's request; the bridge would refuse them anyway.
+      assembly.variables.tavern_persona = ''
+      assembly.variables.tavern_kernel = ''
       assembly.tools = assembly.tools.filter((t) => !ours.has(t.name))
       return assembly
     }
@@ -344,6 +362,7 @@ export async function apply(ctx, rawConfig) {
     bridge.notify('event', { session: session.id, event })
   })
 
+  let reading = 0
   // Tavern mode's route, where the profile has a web server (DSH rc.6: `web` only). rc.6 has no
   // admission API: a caller is admitted with `Authorization: Bearer <routeToken>` when a token
   // is configured, otherwise only from loopback.
@@ -363,12 +382,45 @@ export async function apply(ctx, rawConfig) {
           req.resume()
           return
         }
+        // A web page the user visits can POST to loopback: a request from another origin, or
+        // with a body that is not JSON (the "simple" requests a page may send without asking),
+        // is refused before its body is read.
+        const refusal = crossSite(req)
+        if (refusal) {
+          res.writeHead(refusal.status, { 'content-type': 'application/json', connection: 'close' })
+          res.end(JSON.stringify({ ok: false, error: refusal.error, message: refusal.message }))
+          req.resume()
+          return
+        }
+        // A body that stalls is given up on after routeBodyTimeoutMs, and only so many are read
+        // at once, so stalled callers cannot hold the host's memory.
+        if (reading >= MAX_BODIES) {
+          res.writeHead(503, { 'content-type': 'application/json', connection: 'close' })
+          res.end(JSON.stringify({ ok: false, error: 'busy', message: `${MAX_BODIES} requests are already being read` }))
+          req.resume()
+          return
+        }
+        reading += 1
         const chunks = []
         let size = 0
-        for await (const chunk of req) {
-          size += chunk.length
-          if (size > 1 << 20) break
-          chunks.push(chunk)
+        let stalled = false
+        const timer = setTimeout(() => { stalled = true; req.destroy?.() }, config.routeBodyTimeoutMs)
+        try {
+          for await (const chunk of req) {
+            size += chunk.length
+            if (size > 1 << 20) break
+            chunks.push(chunk)
+          }
+        } catch {
+          stalled = true
+        } finally {
+          clearTimeout(timer)
+          reading -= 1
+        }
+        if (stalled) {
+          res.writeHead(408, { 'content-type': 'application/json', connection: 'close' })
+          res.end(JSON.stringify({ ok: false, error: 'timeout', message: `the body did not arrive within ${config.routeBodyTimeoutMs} ms` }))
+          return
         }
         let reply
         try {
@@ -383,6 +435,30 @@ export async function apply(ctx, rawConfig) {
       },
     }))
   }
+}
+
+/** Most route bodies read at once. */
+const MAX_BODIES = 8
+
+/**
+ * Why a route request is refused as cross-site, or `null`: an `Origin` other than the host the
+ * request was sent to, or a body that is not `application/json` (a page can send `text/plain`
+ * or a form to any address without the browser asking first; JSON it cannot).
+ */
+function crossSite(req) {
+  const origin = req.headers.origin
+  if (origin && origin !== 'null') {
+    let host = null
+    try { host = new URL(origin).host } catch {}
+    if (host !== req.headers.host) return { status: 403, error: 'cross-site', message: `requests from ${origin} are not accepted` }
+  } else if (origin === 'null') {
+    return { status: 403, error: 'cross-site', message: 'requests from an opaque origin are not accepted' }
+  }
+  if (req.method !== 'GET' && req.method !== 'HEAD') {
+    const type = String(req.headers['content-type'] ?? '').split(';')[0].trim().toLowerCase()
+    if (type !== 'application/json') return { status: 415, error: 'unsupported-media-type', message: 'the body must be application/json' }
+  }
+  return null
 }
 
 /** `Authorization: Bearer <token>` (the scheme in any case, RFC 7235), compared in constant time. */

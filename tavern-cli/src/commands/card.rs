@@ -102,7 +102,16 @@ pub fn validate(file: &Path) -> Result<Report, CliError> {
         card.alternate_greetings().len(),
         card.tags().len(),
     );
-    for w in &info.warnings {
+    let mut warnings = info.warnings.clone();
+    if let Some(book) = &book {
+        let ctx = tavern_tools::lore::LoreContext {
+            character: card.name().to_owned(),
+            user: "User".to_owned(),
+            ..Default::default()
+        };
+        warnings.extend(tavern_tools::lore::key_warnings(book, &ctx));
+    }
+    for w in &warnings {
         text.push_str(&format!("  warning:         {w}\n"));
     }
     let json = json!({
@@ -117,7 +126,7 @@ pub fn validate(file: &Path) -> Result<Report, CliError> {
         "linkedWorld": card.linked_world(),
         "alternateGreetings": card.alternate_greetings().len(),
         "tags": card.tags(),
-        "warnings": info.warnings,
+        "warnings": warnings,
     });
     Ok(Report::new(text, json))
 }

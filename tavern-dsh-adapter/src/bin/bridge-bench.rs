@@ -13,6 +13,9 @@
 //! the table counts the SQL statements PgStore sends per event (from `pg_stat_statements`: an
 //! upper bound on its round trips, since pipelined statements share one), then stops.
 //!
+//! `--hostile-lore` runs only the table of 20 lore searches on exponential keys beside
+//! `status` (`docs/RELIABILITY.md`).
+//!
 //! `cargo run --release -p tavern-dsh-adapter --features bench --bin bridge-bench`
 
 use std::io::{BufRead, BufReader, Write};
@@ -496,8 +499,135 @@ fn dsh_turns(
     })
 }
 
+/// Figures of hostile lore searches beside `status`.
+struct HostileLore {
+    status_calm: (f64, f64),
+    status_loaded: (f64, f64),
+    lore: (f64, f64),
+    alone: (f64, f64),
+    warned: bool,
+}
+
+/// 20 lore searches at once on a card whose keys are exponential for a backtracking engine
+/// (issue 30, F4), recursion feeding them the text they are slowest on, while `status` is asked
+/// 200 times: `status` latency (p50, max) calm and under that load, and the searches' own.
+fn hostile_lore(dir: &Path) -> Result<HostileLore, Error> {
+    use std::sync::Arc;
+    use tavern_dsh_adapter::bridge::host::BridgeHost;
+    use tavern_dsh_adapter::bridge::Bridge;
+    use tavern_dsh_adapter::{Runtime, RuntimeConfig};
+    use tavern_store::fs::FsStore;
+    use tavern_store::SystemClock;
+    use tavern_tools::assets::provider::{DirAssets, Persona};
+
+    let keys = [
+        "/(a|a)*c/",
+        r"/(\w|\d)+!/",
+        "/(?:a|aa)+z/",
+        "/a*a*a*a*a*a*a*a*a*a*b/",
+        "/(a?){28}a{28}/",
+        r"/(a|a)*\1c/",
+        r"/(?=a)(a|a)*\1z/",
+    ];
+    let mut entries: Vec<Value> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| json!({"id": i, "keys": [k], "content": format!("entry {i}"), "enabled": true}))
+        .collect();
+    entries.push(json!({"id": 99, "keys": ["spark"], "content": "a".repeat(60), "enabled": true}));
+    let card = json!({"spec": "chara_card_v3", "spec_version": "3.0", "data": {"name": "Hostile",
+        "first_mes": "Hello.", "character_book": {"name": "Hostile", "entries": entries}}});
+    let assets_dir = dir.join("assets");
+    std::fs::create_dir_all(assets_dir.join("characters"))?;
+    std::fs::write(assets_dir.join("characters/Hostile.json"), card.to_string())?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let clock = Arc::new(SystemClock);
+        let store = Arc::new(FsStore::open(dir.join("store"), clock.clone())?);
+        let host = Arc::new(BridgeHost::default());
+        let assets = Arc::new(DirAssets::new(&assets_dir, Vec::new(), Persona::default()));
+        let runtime = Runtime::new(host.clone(), store, assets, clock, RuntimeConfig::default());
+        let bridge = Arc::new(Bridge::new(runtime, host));
+        bridge.handle(&json!({"id": 1, "method": "handshake", "params": {"protocol": 1}}).to_string()).await;
+        bridge.handle(&json!({"id": 2, "method": "agent/created", "params": {"agent": "h1", "bind": {"character": "Hostile", "chatId": "Hostile - bench"}}}).to_string()).await;
+        let status = |bridge: Arc<Bridge>| async move {
+            let t = Instant::now();
+            bridge.handle(&json!({"id": 3, "method": "status", "params": {}}).to_string()).await;
+            t.elapsed().as_secs_f64() * 1e6
+        };
+        let mut calm = Vec::new();
+        for _ in 0..200 {
+            calm.push(status(bridge.clone()).await);
+        }
+        let search = |bridge: Arc<Bridge>, i: usize| async move {
+            let t = Instant::now();
+            let frame = json!({"id": 100 + i, "method": "tool/call", "params": {"tool": "tavern_lore_search", "args": {"query": format!("a spark {}", "a".repeat(60))}, "callId": format!("l{i}"), "session": "h1"}});
+            let out = bridge.handle(&frame.to_string()).await;
+            (t.elapsed().as_secs_f64() * 1e3, out)
+        };
+        let mut alone = Vec::new();
+        // Ten alone and twenty at once stay within the 32 tool calls a turn allows.
+        for i in 0..10 {
+            alone.push(search(bridge.clone(), 1000 + i).await.0);
+        }
+        let searches: Vec<_> = (0..20)
+            .map(|i| {
+                tokio::spawn(search(bridge.clone(), i))
+            })
+            .collect();
+        let mut loaded = Vec::new();
+        while searches.iter().any(|s| !s.is_finished()) && loaded.len() < 200 {
+            loaded.push(status(bridge.clone()).await);
+        }
+        let mut lore = Vec::new();
+        let mut warned = true;
+        for s in searches {
+            let (ms, out) = s.await?;
+            lore.push(ms);
+            let text = format!("{out:?}");
+            warned &= text.contains("backtracking steps");
+            if text.contains("\"error\"") {
+                return Err::<HostileLore, Error>(format!("a lore search failed: {text}").into());
+            }
+        }
+        let stats = |v: &mut Vec<f64>| (percentile(v, 50), v.iter().copied().fold(0.0, f64::max));
+        Ok(HostileLore {
+            status_calm: stats(&mut calm),
+            status_loaded: stats(&mut loaded),
+            lore: stats(&mut lore),
+            alone: stats(&mut alone),
+            warned,
+        })
+    })
+}
+
+fn hostile_lore_table() -> Result<(), Error> {
+    let dir = tempfile::tempdir()?;
+    let h = hostile_lore(dir.path())?;
+    println!("| hostile lore (issue 30 F4) | result | note |\n|---|---|---|");
+    println!(
+        "| `status` while 20 hostile lore searches run | p50 {:.0} µs, max {:.0} µs | calm: p50 {:.0} µs, max {:.0} µs |",
+        h.status_loaded.0, h.status_loaded.1, h.status_calm.0, h.status_calm.1
+    );
+    println!(
+        "| one such search alone (7 exponential keys, recursion into 60 a's), 10 runs | p50 {:.1} ms, max {:.1} ms | |",
+        h.alone.0, h.alone.1
+    );
+    println!(
+        "| each of the 20 searches at once | p50 {:.1} ms, max {:.1} ms | a slot per core; the step-limited keys named in every answer: {} |\n",
+        h.lore.0, h.lore.1, h.warned
+    );
+    Ok(())
+}
+
 fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--hostile-lore") {
+        return hostile_lore_table();
+    }
     if let Some(i) = args.iter().position(|a| a == "--pg") {
         let settings = args.get(i + 1).ok_or("--pg needs connection settings")?;
         let config = tavern_store::pg::parse_settings(settings)?;
@@ -507,6 +637,7 @@ fn main() -> Result<(), Error> {
         return turns_table(&TurnStore::Files);
     }
     turns_table(&TurnStore::Files)?;
+    hostile_lore_table()?;
     let bridge: PathBuf = std::env::current_exe()?.with_file_name("tavern-bridge");
     if !bridge.is_file() {
         return Err(

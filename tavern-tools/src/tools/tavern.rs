@@ -12,6 +12,7 @@ use tavern_core::{ChatId, DefaultTokenEstimator, TokenEstimator};
 
 use super::{any_value, fit, rounded, Listing, TruncatedBy};
 use crate::assets::card::{Card, CARD_TEXT_FIELDS};
+use crate::assets::world::WorldBook;
 use crate::context::ToolContext;
 use crate::error::ToolError;
 use crate::history::{ChatSources, HistoryItem};
@@ -395,47 +396,60 @@ impl TypedTool for LoreSearch {
                 .map(|c| c.tags().into_iter().map(str::to_owned).collect())
                 .unwrap_or_default(),
         };
-        let res = lore::search_ranked(&books, &a.query, &opts, &who, &svc.ranker);
-        let items = res
-            .hits
-            .iter()
-            .map(|h| LoreItem {
-                book: h.book.to_owned(),
-                source: h.source.as_str(),
-                uid: h.entry.uid,
-                comment: h.entry.comment.clone(),
-                keys: h.entry.keys.clone(),
-                content: h.content.clone(),
-                reason: match h.reason.label() {
-                    "keyword" => LoreReason::Keyword,
-                    "recursion" => LoreReason::Recursion,
-                    "constant" => LoreReason::Constant,
-                    _ => LoreReason::Lexical,
-                },
-                score: rounded(h.score),
-            })
-            .collect();
-        Ok(LoreOut {
-            listing: Listing {
-                items,
-                source_count: res.source_count,
-                truncated: res.truncated,
-                truncated_by: res.truncated_by.map(TruncatedBy::from),
-                source: LoreSources {
-                    kind: "lore",
-                    books: books
-                        .iter()
-                        .map(|(s, b)| BookOut {
-                            name: b.name.clone(),
-                            source: s.as_str(),
-                            entries: b.entries.len(),
-                        })
-                        .collect(),
-                },
+        let (query, ranker) = (a.query, svc.ranker.clone());
+        // Key matching is CPU work bounded in time: off the executor, a few at a time.
+        crate::cpu::run_bounded(move || lore_out(&books, &query, &opts, &who, &ranker)).await
+    }
+}
+
+/// Searches `books` and shapes the answer (owned, so it can leave the blocking pool).
+fn lore_out(
+    books: &[(LoreSource, WorldBook)],
+    query: &str,
+    opts: &LoreOptions,
+    who: &LoreContext,
+    ranker: &tavern_search::RankerRef,
+) -> LoreOut {
+    let res = lore::search_ranked(books, query, opts, who, ranker);
+    let items = res
+        .hits
+        .iter()
+        .map(|h| LoreItem {
+            book: h.book.to_owned(),
+            source: h.source.as_str(),
+            uid: h.entry.uid,
+            comment: h.entry.comment.clone(),
+            keys: h.entry.keys.clone(),
+            content: h.content.clone(),
+            reason: match h.reason.label() {
+                "keyword" => LoreReason::Keyword,
+                "recursion" => LoreReason::Recursion,
+                "constant" => LoreReason::Constant,
+                _ => LoreReason::Lexical,
             },
-            warnings: res.warnings.clone(),
-            duplicates: res.duplicates,
+            score: rounded(h.score),
         })
+        .collect();
+    LoreOut {
+        listing: Listing {
+            items,
+            source_count: res.source_count,
+            truncated: res.truncated,
+            truncated_by: res.truncated_by.map(TruncatedBy::from),
+            source: LoreSources {
+                kind: "lore",
+                books: books
+                    .iter()
+                    .map(|(s, b)| BookOut {
+                        name: b.name.clone(),
+                        source: s.as_str(),
+                        entries: b.entries.len(),
+                    })
+                    .collect(),
+            },
+        },
+        warnings: res.warnings.clone(),
+        duplicates: res.duplicates,
     }
 }
 

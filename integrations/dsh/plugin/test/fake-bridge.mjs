@@ -1,0 +1,25 @@
+#!/usr/bin/env node
+// A strict stand-in for tavern-bridge: answers the handshake and every call but `prompt`,
+// which it never answers (a bridge stuck in a hostile search, as issue 30 saw). Anything it
+// does not know is an error frame, so the plugin cannot rely on a call the real bridge lacks.
+import { createInterface } from 'node:readline'
+
+const lines = createInterface({ input: process.stdin })
+const send = (frame) => process.stdout.write(JSON.stringify(frame) + '\n')
+lines.on('line', (line) => {
+  const frame = JSON.parse(line)
+  if (frame.id == null) return
+  switch (frame.method) {
+    case 'handshake':
+      return send({ id: frame.id, result: { tools: [{ name: 'tavern_lore_search', description: 'lore', parameters: {}, outputSchema: {} }] } })
+    case 'agent/created':
+      return send({ id: frame.id, result: { bound: true } })
+    case 'shutdown':
+      send({ id: frame.id, result: { ok: true } })
+      return process.exit(0)
+    case 'prompt':
+      return // never answered
+    default:
+      return send({ id: frame.id, error: { code: 'invalid', message: `unknown method ${frame.method}` } })
+  }
+})

@@ -1,0 +1,129 @@
+// The plugin under hostile conditions (issue 30): a bridge that never answers `prompt` costs
+// a model request at most `promptTimeoutMs`, and that request goes without AgentTavern's
+// sections and tools, with a warning; the tavern-mode route refuses cross-site requests unread and
+// gives up on stalled bodies. Runs the real plugin against a fake host context and the
+// strict fake bridge next to this file. `node --test integrations/dsh/plugin/test/`
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { fileURLToPath } from 'node:url'
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+
+import { apply } from '../index.mjs'
+
+function fakeHost() {
+  const handlers = new Map()
+  const warnings = []
+  const disposers = []
+  const routes = []
+  const ctx = {
+    get: (name) => (name === 'webServer' ? { register: (route) => { routes.push(route); return () => {} } } : undefined),
+    logger: () => ({ info() {}, warn: (...a) => warnings.push(a.join(' ')), error: (...a) => warnings.push(a.join(' ')) }),
+    effect: (f) => { const d = f(); if (typeof d === 'function') disposers.push(d) },
+    on: (name, handler) => { handlers.set(name, handler); return () => {} },
+    systemPrompt: { variable: () => () => {}, section: () => () => {} },
+    tools: { register: () => () => {} },
+  }
+  return { ctx, handlers, warnings, routes, dispose: () => disposers.forEach((d) => d()) }
+}
+
+/** A request the route's handler reads: headers, a loopback socket, and a body that arrives
+ * whole, or never (`stall`). */
+function request(method, headers, body, { stall = false } = {}) {
+  let destroyed = false
+  let wake = () => {}
+  return {
+    method,
+    headers: { host: '127.0.0.1:8080', ...headers },
+    socket: { remoteAddress: '127.0.0.1' },
+    read: false,
+    resume() {},
+    destroy() { destroyed = true; wake() },
+    async *[Symbol.asyncIterator]() {
+      this.read = true
+      if (stall) {
+        await new Promise((resolve) => { wake = resolve; if (destroyed) resolve() })
+        throw new Error('aborted')
+      }
+      if (body) yield Buffer.from(body)
+    },
+  }
+}
+
+function response() {
+  let finished
+  const done = new Promise((resolve) => { finished = resolve })
+  return {
+    done,
+    writeHead(status) { this.status = status },
+    end(text) { this.body = JSON.parse(text); finished() },
+  }
+}
+
+test('a prompt the bridge never answers times out into a request without tavern sections', async () => {
+  const host = fakeHost()
+  const bridge = fileURLToPath(new URL('./fake-bridge.mjs', import.meta.url))
+  const data = mkdtempSync(join(tmpdir(), 'tavern-plugin-'))
+  await apply(host.ctx, { bridge, data, assets: join(data, 'none'), character: 'Mira', hostVersion: '0.1.0-rc.8', promptTimeoutMs: 150 })
+  assert.ok(host.handlers.has('system-prompt/assemble'), `the plugin did not start: ${host.warnings}`)
+  await host.handlers.get('agent/created')({ agent: { id: 'a1', session: { events: [] } } })
+
+  const stale = { tools: [{ name: 'tavern_lore_search' }, { name: 'bash' }], variables: { tavern_persona: 'old persona', tavern_kernel: 'old kernel' } }
+  const assembled = await host.handlers.get('system-prompt/assemble')({}, { scope: { id: 'a1' } }, async () => stale)
+
+  assert.equal(assembled.variables.tavern_persona, '')
+  assert.equal(assembled.variables.tavern_kernel, '')
+  assert.deepEqual(assembled.tools.map((t) => t.name), ['bash'])
+  assert.ok(host.warnings.some((w) => w.includes('prompt timed out after 150 ms')), host.warnings.join('\n'))
+  host.dispose()
+})
+
+test('the tavern-mode route refuses what a web page on another origin can send, unread', async () => {
+  const host = fakeHost()
+  const bridge = fileURLToPath(new URL('./fake-bridge.mjs', import.meta.url))
+  const data = mkdtempSync(join(tmpdir(), 'tavern-plugin-'))
+  await apply(host.ctx, { bridge, data, assets: join(data, 'none'), hostVersion: '0.1.0-rc.8' })
+  const route = host.routes.find((r) => r.path === '/tavern-mode/system-prompt')
+  assert.ok(route, `no route: ${host.warnings}`)
+  const save = JSON.stringify({ action: 'save', sessionId: 's1', text: 'pwned' })
+  for (const [headers, status, error] of [
+    [{ origin: 'http://evil.example', 'content-type': 'application/json' }, 403, 'cross-site'],
+    [{ origin: 'null', 'content-type': 'application/json' }, 403, 'cross-site'],
+    [{ 'content-type': 'text/plain' }, 415, 'unsupported-media-type'],
+    [{ 'content-type': 'application/x-www-form-urlencoded' }, 415, 'unsupported-media-type'],
+    [{}, 415, 'unsupported-media-type'],
+  ]) {
+    const req = request('POST', headers, save)
+    const res = response()
+    await route.handler(req, res)
+    await res.done
+    assert.equal(res.status, status, JSON.stringify(headers))
+    assert.equal(res.body.error, error)
+    assert.equal(req.read, false, 'the body of a refused request is never read')
+  }
+  host.dispose()
+})
+
+test('a route body that stalls is given up on, and frees its slot', async () => {
+  const host = fakeHost()
+  const bridge = fileURLToPath(new URL('./fake-bridge.mjs', import.meta.url))
+  const data = mkdtempSync(join(tmpdir(), 'tavern-plugin-'))
+  await apply(host.ctx, { bridge, data, assets: join(data, 'none'), hostVersion: '0.1.0-rc.8', routeBodyTimeoutMs: 100 })
+  const route = host.routes.find((r) => r.path === '/tavern-mode/system-prompt')
+  // Eight stalled bodies at once fill the slots: a ninth caller is told the route is busy.
+  const stalled = Array.from({ length: 8 }, () => {
+    const res = response()
+    route.handler(request('POST', { 'content-type': 'application/json' }, null, { stall: true }), res)
+    return res
+  })
+  const busy = response()
+  await route.handler(request('POST', { 'content-type': 'application/json' }, '{}'), busy)
+  assert.equal(busy.status, 503)
+  for (const res of stalled) {
+    await res.done
+    assert.equal(res.status, 408)
+    assert.equal(res.body.error, 'timeout')
+  }
+  host.dispose()
+})
