@@ -180,6 +180,16 @@ impl Cluster {
         }
     }
 
+    /// The directory of the server's unix socket.
+    pub fn socket_dir(&self) -> &Path {
+        &self.root
+    }
+
+    /// The server's port (its socket is `.s.PGSQL.<port>`).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// Settings for database `dbname` of this cluster (over the unix socket).
     pub fn config(&self, dbname: &str) -> PgConfig {
         let mut c = PgConfig::new();

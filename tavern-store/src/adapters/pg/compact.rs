@@ -52,9 +52,13 @@ impl Inner {
         let tx = OpenTransaction::new(client);
         let c = tx.client()?;
         tx.begin();
-        c.batch_execute(&begin::<T>())
-            .await
-            .map_err(db("compact"))?;
+        // A large table's snapshot may take longer than one statement is otherwise allowed.
+        c.batch_execute(&format!(
+            "{} SET LOCAL statement_timeout = 0;",
+            begin::<T>()
+        ))
+        .await
+        .map_err(db("compact"))?;
         let after: [&(dyn ToSql + Sync); 1] = [&m.seq];
         let rows = c
             .query(&statements.select, &after)

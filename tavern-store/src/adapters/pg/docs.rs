@@ -129,25 +129,29 @@ impl PgStore {
 #[async_trait]
 impl ChatStore for PgStore {
     async fn list_chats(&self, character: &CharacterName) -> Result<Vec<ChatId>, StoreError> {
-        let client = self.inner.client("list chats").await?;
-        let rows = client
-            .query(
-                "SELECT chat FROM chats WHERE character = $1",
-                &[&character.as_str()],
-            )
+        self.inner
+            .bounded("list chats", async move {
+                let client = self.inner.client("list chats").await?;
+                let rows = client
+                    .query(
+                        "SELECT chat FROM chats WHERE character = $1",
+                        &[&character.as_str()],
+                    )
+                    .await
+                    .map_err(db("list chats"))?;
+                let mut out = Vec::with_capacity(rows.len());
+                for row in &rows {
+                    let name: &str = row.try_get(0).map_err(db("list chats"))?;
+                    out.push(ChatId::parse(name).map_err(|e| StoreError::Corrupt {
+                        file: format!("chats of {character}"),
+                        reason: e.to_string(),
+                    })?);
+                }
+                // Sorted as ids sort (the database's collation may differ).
+                out.sort();
+                Ok(out)
+            })
             .await
-            .map_err(db("list chats"))?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let name: &str = row.try_get(0).map_err(db("list chats"))?;
-            out.push(ChatId::parse(name).map_err(|e| StoreError::Corrupt {
-                file: format!("chats of {character}"),
-                reason: e.to_string(),
-            })?);
-        }
-        // Sorted as ids sort (the database's collation may differ).
-        out.sort();
-        Ok(out)
     }
 
     async fn read_chat(
@@ -155,26 +159,30 @@ impl ChatStore for PgStore {
         character: &CharacterName,
         chat: &ChatId,
     ) -> Result<Option<ChatFile>, StoreError> {
-        let client = self.inner.client("read chat").await?;
-        // One statement: one snapshot of the header row and its lines.
-        let rows = client
-            .query(
-                "SELECT c.line_count, c.bytes, c.digest, l.line FROM chats c
+        self.inner
+            .bounded("read chat", async move {
+                let client = self.inner.client("read chat").await?;
+                // One statement: one snapshot of the header row and its lines.
+                let rows = client
+                    .query(
+                        "SELECT c.line_count, c.bytes, c.digest, l.line FROM chats c
                  LEFT JOIN chat_lines l ON l.character = c.character AND l.chat = c.chat
                  WHERE c.character = $1 AND c.chat = $2 ORDER BY l.n",
-                &[&character.as_str(), &chat.as_str()],
-            )
+                        &[&character.as_str(), &chat.as_str()],
+                    )
+                    .await
+                    .map_err(db("read chat"))?;
+                let Some(first) = rows.first() else {
+                    return Ok(None);
+                };
+                let digest = chat_digest(first)?;
+                let lines = parse_rows(&rows, 3, 0, &chat_name(character, chat))?;
+                Ok(Some(ChatFile {
+                    lines,
+                    revision: ChatRevision::of_content(&digest),
+                }))
+            })
             .await
-            .map_err(db("read chat"))?;
-        let Some(first) = rows.first() else {
-            return Ok(None);
-        };
-        let digest = chat_digest(first)?;
-        let lines = parse_rows(&rows, 3, 0, &chat_name(character, chat))?;
-        Ok(Some(ChatFile {
-            lines,
-            revision: ChatRevision::of_content(&digest),
-        }))
     }
 
     async fn chat_revision(
@@ -182,13 +190,17 @@ impl ChatStore for PgStore {
         character: &CharacterName,
         chat: &ChatId,
     ) -> Result<Option<ChatRevision>, StoreError> {
-        let client = self.inner.client("read chat").await?;
-        let row = client
-            .query_opt(SELECT_CHAT, &[&character.as_str(), &chat.as_str()])
+        self.inner
+            .bounded("chat revision", async move {
+                let client = self.inner.client("read chat").await?;
+                let row = client
+                    .query_opt(SELECT_CHAT, &[&character.as_str(), &chat.as_str()])
+                    .await
+                    .map_err(db("read chat"))?;
+                row.map(|r| chat_digest(&r).map(|d| ChatRevision::of_content(&d)))
+                    .transpose()
+            })
             .await
-            .map_err(db("read chat"))?;
-        row.map(|r| chat_digest(&r).map(|d| ChatRevision::of_content(&d)))
-            .transpose()
     }
 
     async fn read_chat_since(
@@ -197,80 +209,84 @@ impl ChatStore for PgStore {
         chat: &ChatId,
         since: &ChatRevision,
     ) -> Result<Option<ChatChange>, StoreError> {
-        let Some(before) = since.content() else {
-            return Ok(self
-                .read_chat(character, chat)
-                .await?
-                .map(ChatChange::Whole));
-        };
-        let mut client = self.inner.client("read chat").await?;
-        // Repeatable read: the chat's row, the digest at `since`'s length and the lines after
-        // it from one snapshot.
-        let tx = client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await
-            .map_err(db("read chat"))?;
-        let Some(row) = tx
-            .query_opt(SELECT_CHAT, &[&character.as_str(), &chat.as_str()])
-            .await
-            .map_err(db("read chat"))?
-        else {
-            return Ok(None);
-        };
-        let now = chat_digest(&row)?;
-        if before.names(&now) {
-            return Ok(Some(ChatChange::Unchanged));
-        }
-        // Lines were only appended when the chat's first lines are `since`'s content: the
-        // digest stored with its last line is the one `since` names.
-        let old_lines = i32::try_from(before.segments)
-            .ok()
-            .filter(|n| u64::try_from(*n).is_ok_and(|n| n <= now.segments()));
-        let appended_only = match old_lines {
-            Some(0) => before.names(&ChatDigest::empty()),
-            Some(n) => {
-                let row = tx
-                    .query_opt(
-                        "SELECT digest FROM chat_lines WHERE character = $1 AND chat = $2
+        self.inner
+            .bounded("read chat since", async move {
+                let Some(before) = since.content() else {
+                    return Ok(self
+                        .read_chat(character, chat)
+                        .await?
+                        .map(ChatChange::Whole));
+                };
+                let mut client = self.inner.client("read chat").await?;
+                // Repeatable read: the chat's row, the digest at `since`'s length and the lines after
+                // it from one snapshot.
+                let tx = client
+                    .build_transaction()
+                    .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+                    .read_only(true)
+                    .start()
+                    .await
+                    .map_err(db("read chat"))?;
+                let Some(row) = tx
+                    .query_opt(SELECT_CHAT, &[&character.as_str(), &chat.as_str()])
+                    .await
+                    .map_err(db("read chat"))?
+                else {
+                    return Ok(None);
+                };
+                let now = chat_digest(&row)?;
+                if before.names(&now) {
+                    return Ok(Some(ChatChange::Unchanged));
+                }
+                // Lines were only appended when the chat's first lines are `since`'s content: the
+                // digest stored with its last line is the one `since` names.
+                let old_lines = i32::try_from(before.segments)
+                    .ok()
+                    .filter(|n| u64::try_from(*n).is_ok_and(|n| n <= now.segments()));
+                let appended_only = match old_lines {
+                    Some(0) => before.names(&ChatDigest::empty()),
+                    Some(n) => {
+                        let row = tx
+                            .query_opt(
+                                "SELECT digest FROM chat_lines WHERE character = $1 AND chat = $2
                          AND n = $3",
-                        &[&character.as_str(), &chat.as_str(), &(n - 1)],
+                                &[&character.as_str(), &chat.as_str(), &(n - 1)],
+                            )
+                            .await
+                            .map_err(db("read chat"))?;
+                        let chain: Option<&[u8]> = match &row {
+                            Some(row) => row.try_get(0).map_err(db("read chat"))?,
+                            None => None,
+                        };
+                        chain
+                            .and_then(|c| <[u8; 32]>::try_from(c).ok())
+                            .is_some_and(|c| before.matches_chain(&c))
+                    }
+                    None => false,
+                };
+                let first = if appended_only {
+                    old_lines.unwrap_or(0)
+                } else {
+                    0
+                };
+                let rows = tx
+                    .query(
+                        "SELECT line FROM chat_lines WHERE character = $1 AND chat = $2 AND n >= $3
+                 ORDER BY n",
+                        &[&character.as_str(), &chat.as_str(), &first],
                     )
                     .await
                     .map_err(db("read chat"))?;
-                let chain: Option<&[u8]> = match &row {
-                    Some(row) => row.try_get(0).map_err(db("read chat"))?,
-                    None => None,
-                };
-                chain
-                    .and_then(|c| <[u8; 32]>::try_from(c).ok())
-                    .is_some_and(|c| before.matches_chain(&c))
-            }
-            None => false,
-        };
-        let first = if appended_only {
-            old_lines.unwrap_or(0)
-        } else {
-            0
-        };
-        let rows = tx
-            .query(
-                "SELECT line FROM chat_lines WHERE character = $1 AND chat = $2 AND n >= $3
-                 ORDER BY n",
-                &[&character.as_str(), &chat.as_str(), &first],
-            )
+                tx.commit().await.map_err(db("read chat"))?;
+                let lines = parse_rows(&rows, 0, first, &chat_name(character, chat))?;
+                let revision = ChatRevision::of_content(&now);
+                Ok(Some(if appended_only {
+                    ChatChange::Appended { lines, revision }
+                } else {
+                    ChatChange::Whole(ChatFile { lines, revision })
+                }))
+            })
             .await
-            .map_err(db("read chat"))?;
-        tx.commit().await.map_err(db("read chat"))?;
-        let lines = parse_rows(&rows, 0, first, &chat_name(character, chat))?;
-        let revision = ChatRevision::of_content(&now);
-        Ok(Some(if appended_only {
-            ChatChange::Appended { lines, revision }
-        } else {
-            ChatChange::Whole(ChatFile { lines, revision })
-        }))
     }
 
     async fn append_lines(
@@ -280,31 +296,35 @@ impl ChatStore for PgStore {
         lines: &[ChatLine],
         expected: &ChatRevision,
     ) -> Result<ChatRevision, StoreError> {
-        let mut client = self.inner.client("write chat").await?;
-        let tx = client.transaction().await.map_err(db("write chat"))?;
-        let Some(row) = tx
-            .query_opt(LOCK_CHAT, &[&character.as_str(), &chat.as_str()])
+        self.inner
+            .bounded("append lines", async move {
+                let mut client = self.inner.client("write chat").await?;
+                let tx = client.transaction().await.map_err(db("write chat"))?;
+                let Some(row) = tx
+                    .query_opt(LOCK_CHAT, &[&character.as_str(), &chat.as_str()])
+                    .await
+                    .map_err(db("write chat"))?
+                else {
+                    return Err(StoreError::NotFound {
+                        target: chat_target(character, chat),
+                    });
+                };
+                let digest = chat_digest(&row)?;
+                if !expected.names(&digest) {
+                    return Err(StoreError::Conflict {
+                        target: chat_target(character, chat),
+                        current: None,
+                    });
+                }
+                // Nothing to append: nothing changed, so the revision stays (as FsStore's does).
+                if lines.is_empty() {
+                    return Ok(expected.clone());
+                }
+                let next = Self::insert_lines(&tx, character, chat, digest, lines).await?;
+                tx.commit().await.map_err(db("write chat"))?;
+                Ok(ChatRevision::of_content(&next))
+            })
             .await
-            .map_err(db("write chat"))?
-        else {
-            return Err(StoreError::NotFound {
-                target: chat_target(character, chat),
-            });
-        };
-        let digest = chat_digest(&row)?;
-        if !expected.names(&digest) {
-            return Err(StoreError::Conflict {
-                target: chat_target(character, chat),
-                current: None,
-            });
-        }
-        // Nothing to append: nothing changed, so the revision stays (as FsStore's does).
-        if lines.is_empty() {
-            return Ok(expected.clone());
-        }
-        let next = Self::insert_lines(&tx, character, chat, digest, lines).await?;
-        tx.commit().await.map_err(db("write chat"))?;
-        Ok(ChatRevision::of_content(&next))
     }
 
     async fn rewrite_chat(
@@ -314,51 +334,56 @@ impl ChatStore for PgStore {
         lines: &[ChatLine],
         expected: Option<&ChatRevision>,
     ) -> Result<ChatRevision, StoreError> {
-        check_not_empty(lines)?;
-        let conflict = || StoreError::Conflict {
-            target: chat_target(character, chat),
-            current: None,
-        };
-        let mut client = self.inner.client("write chat").await?;
-        let tx = client.transaction().await.map_err(db("write chat"))?;
-        let current = tx
-            .query_opt(LOCK_CHAT, &[&character.as_str(), &chat.as_str()])
-            .await
-            .map_err(db("write chat"))?
-            .map(|row| chat_digest(&row))
-            .transpose()?;
-        match (current, expected) {
-            (None, None) => {
-                // Two creators racing: the second insert finds the first one's row.
-                let created = tx
-                    .execute(
-                        "INSERT INTO chats (character, chat, line_count, bytes, digest)
-                         VALUES ($1, $2, 0, 0, $3) ON CONFLICT DO NOTHING",
-                        &[
-                            &character.as_str(),
-                            &chat.as_str(),
-                            &ChatDigest::empty().chain().as_slice(),
-                        ],
-                    )
+        self.inner
+            .bounded("rewrite chat", async move {
+                check_not_empty(lines)?;
+                let conflict = || StoreError::Conflict {
+                    target: chat_target(character, chat),
+                    current: None,
+                };
+                let mut client = self.inner.client("write chat").await?;
+                let tx = client.transaction().await.map_err(db("write chat"))?;
+                let current = tx
+                    .query_opt(LOCK_CHAT, &[&character.as_str(), &chat.as_str()])
                     .await
-                    .map_err(db("write chat"))?;
-                if created != 1 {
-                    return Err(conflict());
+                    .map_err(db("write chat"))?
+                    .map(|row| chat_digest(&row))
+                    .transpose()?;
+                match (current, expected) {
+                    (None, None) => {
+                        // Two creators racing: the second insert finds the first one's row.
+                        let created = tx
+                            .execute(
+                                "INSERT INTO chats (character, chat, line_count, bytes, digest)
+                         VALUES ($1, $2, 0, 0, $3) ON CONFLICT DO NOTHING",
+                                &[
+                                    &character.as_str(),
+                                    &chat.as_str(),
+                                    &ChatDigest::empty().chain().as_slice(),
+                                ],
+                            )
+                            .await
+                            .map_err(db("write chat"))?;
+                        if created != 1 {
+                            return Err(conflict());
+                        }
+                    }
+                    (Some(digest), Some(expected)) if expected.names(&digest) => {
+                        tx.execute(
+                            "DELETE FROM chat_lines WHERE character = $1 AND chat = $2",
+                            &[&character.as_str(), &chat.as_str()],
+                        )
+                        .await
+                        .map_err(db("write chat"))?;
+                    }
+                    _ => return Err(conflict()),
                 }
-            }
-            (Some(digest), Some(expected)) if expected.names(&digest) => {
-                tx.execute(
-                    "DELETE FROM chat_lines WHERE character = $1 AND chat = $2",
-                    &[&character.as_str(), &chat.as_str()],
-                )
-                .await
-                .map_err(db("write chat"))?;
-            }
-            _ => return Err(conflict()),
-        }
-        let next = Self::insert_lines(&tx, character, chat, ChatDigest::empty(), lines).await?;
-        tx.commit().await.map_err(db("write chat"))?;
-        Ok(ChatRevision::of_content(&next))
+                let next =
+                    Self::insert_lines(&tx, character, chat, ChatDigest::empty(), lines).await?;
+                tx.commit().await.map_err(db("write chat"))?;
+                Ok(ChatRevision::of_content(&next))
+            })
+            .await
     }
 }
 
@@ -430,57 +455,73 @@ impl PgStore {
 #[async_trait]
 impl StateStore for PgStore {
     async fn load_state(&self) -> Result<(TavernState, Vec<Diagnostic>), StoreError> {
-        Ok((*self.current_state().await?).clone())
+        self.inner
+            .bounded("load state", async move {
+                Ok((*self.current_state().await?).clone())
+            })
+            .await
     }
 
     async fn view_state(&self, view: StateView<'_>) -> Result<(), StoreError> {
-        view(&self.current_state().await?.0);
-        Ok(())
+        self.inner
+            .bounded("view state", async move {
+                view(&self.current_state().await?.0);
+                Ok(())
+            })
+            .await
     }
 
     async fn binding(&self, session: &SessionId) -> Result<Option<SessionBinding>, StoreError> {
-        Ok(self.current_state().await?.0.binding(session).cloned())
+        self.inner
+            .bounded("binding", async move {
+                Ok(self.current_state().await?.0.binding(session).cloned())
+            })
+            .await
     }
 
     async fn update_state(&self, mutate: StateMutation<'_>) -> Result<TavernState, StoreError> {
-        let mut client = self.inner.client("update state").await?;
-        let tx = client.transaction().await.map_err(db("update state"))?;
-        // The row is created by the first migration; locking it serializes every update.
-        let row = tx
-            .query_opt("SELECT doc FROM state WHERE id = 1 FOR UPDATE", &[])
-            .await
-            .map_err(db("update state"))?;
-        let doc: Option<&str> = match &row {
-            Some(row) => row.try_get(0).map_err(db("update state"))?,
-            None => None,
-        };
-        let (before, _) = state_of(doc);
-        // The mutation borrows from the caller, so it runs here, on the caller's task, with
-        // the row locked; dropping this future rolls back and writes nothing.
-        let mut state = before.clone();
-        if mutate(&mut state) == Verdict::Keep {
-            return Ok(before);
-        }
-        let json = state.to_json();
-        let text = encode(&json, "the state")?;
-        let written = tx
-            .query_one(
-                "INSERT INTO state (id, doc) VALUES (1, $1)
+        self.inner
+            .bounded("update state", async move {
+                let mut client = self.inner.client("update state").await?;
+                let tx = client.transaction().await.map_err(db("update state"))?;
+                // The row is created by the first migration; locking it serializes every update.
+                let row = tx
+                    .query_opt("SELECT doc FROM state WHERE id = 1 FOR UPDATE", &[])
+                    .await
+                    .map_err(db("update state"))?;
+                let doc: Option<&str> = match &row {
+                    Some(row) => row.try_get(0).map_err(db("update state"))?,
+                    None => None,
+                };
+                let (before, _) = state_of(doc);
+                // The mutation borrows from the caller, so it runs here, on the caller's task, with
+                // the row locked; dropping this future rolls back and writes nothing.
+                let mut state = before.clone();
+                if mutate(&mut state) == Verdict::Keep {
+                    return Ok(before);
+                }
+                let json = state.to_json();
+                let text = encode(&json, "the state")?;
+                let written = tx
+                    .query_one(
+                        "INSERT INTO state (id, doc) VALUES (1, $1)
                  ON CONFLICT (id) DO UPDATE SET doc = EXCLUDED.doc RETURNING xmin::text",
-                &[&text],
-            )
+                        &[&text],
+                    )
+                    .await
+                    .map_err(db("update state"))?;
+                let version: String = written.try_get(0).map_err(db("update state"))?;
+                tx.commit().await.map_err(db("update state"))?;
+                let after = normalize_state(&json);
+                let state = after.0.clone();
+                *self
+                    .inner
+                    .state
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some((version, Arc::new(after)));
+                Ok(state)
+            })
             .await
-            .map_err(db("update state"))?;
-        let version: String = written.try_get(0).map_err(db("update state"))?;
-        tx.commit().await.map_err(db("update state"))?;
-        let after = normalize_state(&json);
-        let state = after.0.clone();
-        *self
-            .inner
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some((version, Arc::new(after)));
-        Ok(state)
     }
 }
 
@@ -490,18 +531,22 @@ impl CheckpointStore for PgStore {
         &self,
         session: &SessionId,
     ) -> Result<Option<ProjectorCheckpoint>, StoreError> {
-        let client = self.inner.client("load checkpoint").await?;
-        let row = client
-            .query_opt(
-                "SELECT doc FROM checkpoints WHERE session = $1",
-                &[&session.as_str()],
-            )
+        self.inner
+            .bounded("load checkpoint", async move {
+                let client = self.inner.client("load checkpoint").await?;
+                let row = client
+                    .query_opt(
+                        "SELECT doc FROM checkpoints WHERE session = $1",
+                        &[&session.as_str()],
+                    )
+                    .await
+                    .map_err(db("load checkpoint"))?;
+                Ok(match row {
+                    Some(row) => self.checkpoint_of(&row, session)?,
+                    None => None,
+                })
+            })
             .await
-            .map_err(db("load checkpoint"))?;
-        Ok(match row {
-            Some(row) => self.checkpoint_of(&row, session)?,
-            None => None,
-        })
     }
 
     async fn save_checkpoint(
@@ -509,75 +554,83 @@ impl CheckpointStore for PgStore {
         checkpoint: &ProjectorCheckpoint,
         expected: Option<&ProjectorCheckpoint>,
     ) -> Result<(), StoreError> {
-        let session = &checkpoint.session_id;
-        let conflict = || StoreError::Conflict {
-            target: Box::new(Target::Checkpoint(session.clone())),
-            current: None,
-        };
-        let doc = encode(checkpoint, "a checkpoint")?;
-        let pending = checkpoint.status == CheckpointStatus::Pending;
-        let mut client = self.inner.client("save checkpoint").await?;
-        let tx = client.transaction().await.map_err(db("save checkpoint"))?;
-        let row = tx
-            .query_opt(
-                "SELECT doc FROM checkpoints WHERE session = $1 FOR UPDATE",
-                &[&session.as_str()],
-            )
-            .await
-            .map_err(db("save checkpoint"))?;
-        let written = match row {
-            None if expected.is_none() => tx
-                .execute(
-                    "INSERT INTO checkpoints (session, doc, pending) VALUES ($1, $2, $3)
+        self.inner
+            .bounded("save checkpoint", async move {
+                let session = &checkpoint.session_id;
+                let conflict = || StoreError::Conflict {
+                    target: Box::new(Target::Checkpoint(session.clone())),
+                    current: None,
+                };
+                let doc = encode(checkpoint, "a checkpoint")?;
+                let pending = checkpoint.status == CheckpointStatus::Pending;
+                let mut client = self.inner.client("save checkpoint").await?;
+                let tx = client.transaction().await.map_err(db("save checkpoint"))?;
+                let row = tx
+                    .query_opt(
+                        "SELECT doc FROM checkpoints WHERE session = $1 FOR UPDATE",
+                        &[&session.as_str()],
+                    )
+                    .await
+                    .map_err(db("save checkpoint"))?;
+                let written = match row {
+                    None if expected.is_none() => tx
+                        .execute(
+                            "INSERT INTO checkpoints (session, doc, pending) VALUES ($1, $2, $3)
                      ON CONFLICT DO NOTHING",
-                    &[&session.as_str(), &doc, &pending],
-                )
-                .await
-                .map_err(db("save checkpoint"))?,
-            None => return Err(conflict()),
-            Some(row) => {
-                if self.checkpoint_of(&row, session)?.as_ref() != expected {
+                            &[&session.as_str(), &doc, &pending],
+                        )
+                        .await
+                        .map_err(db("save checkpoint"))?,
+                    None => return Err(conflict()),
+                    Some(row) => {
+                        if self.checkpoint_of(&row, session)?.as_ref() != expected {
+                            return Err(conflict());
+                        }
+                        tx.execute(
+                            "UPDATE checkpoints SET doc = $2, pending = $3 WHERE session = $1",
+                            &[&session.as_str(), &doc, &pending],
+                        )
+                        .await
+                        .map_err(db("save checkpoint"))?
+                    }
+                };
+                if written != 1 {
                     return Err(conflict());
                 }
-                tx.execute(
-                    "UPDATE checkpoints SET doc = $2, pending = $3 WHERE session = $1",
-                    &[&session.as_str(), &doc, &pending],
-                )
-                .await
-                .map_err(db("save checkpoint"))?
-            }
-        };
-        if written != 1 {
-            return Err(conflict());
-        }
-        tx.commit().await.map_err(db("save checkpoint"))
+                tx.commit().await.map_err(db("save checkpoint"))
+            })
+            .await
     }
 
     async fn pending_checkpoints(&self) -> Result<Vec<ProjectorCheckpoint>, StoreError> {
-        let client = self.inner.client("list checkpoints").await?;
-        let rows = client
-            .query(
-                "SELECT doc, session FROM checkpoints WHERE pending ORDER BY session",
-                &[],
-            )
+        self.inner
+            .bounded("pending checkpoints", async move {
+                let client = self.inner.client("list checkpoints").await?;
+                let rows = client
+                    .query(
+                        "SELECT doc, session FROM checkpoints WHERE pending ORDER BY session",
+                        &[],
+                    )
+                    .await
+                    .map_err(db("list checkpoints"))?;
+                let mut out = Vec::new();
+                for row in &rows {
+                    let doc: &str = row.try_get(0).map_err(db("list checkpoints"))?;
+                    let session: &str = row.try_get(1).map_err(db("list checkpoints"))?;
+                    match serde_json::from_str::<ProjectorCheckpoint>(doc) {
+                        Ok(cp) if cp.status == CheckpointStatus::Pending => out.push(cp),
+                        Ok(_) => {}
+                        // One unreadable checkpoint does not hide every other session's state.
+                        Err(e) => self.inner.diag(
+                            format!("checkpoint of session {session}"),
+                            format!("unreadable ({e}); skipped"),
+                        ),
+                    }
+                }
+                out.sort_by(|a, b| a.session_id.cmp(&b.session_id));
+                Ok(out)
+            })
             .await
-            .map_err(db("list checkpoints"))?;
-        let mut out = Vec::new();
-        for row in &rows {
-            let doc: &str = row.try_get(0).map_err(db("list checkpoints"))?;
-            let session: &str = row.try_get(1).map_err(db("list checkpoints"))?;
-            match serde_json::from_str::<ProjectorCheckpoint>(doc) {
-                Ok(cp) if cp.status == CheckpointStatus::Pending => out.push(cp),
-                Ok(_) => {}
-                // One unreadable checkpoint does not hide every other session's state.
-                Err(e) => self.inner.diag(
-                    format!("checkpoint of session {session}"),
-                    format!("unreadable ({e}); skipped"),
-                ),
-            }
-        }
-        out.sort_by(|a, b| a.session_id.cmp(&b.session_id));
-        Ok(out)
     }
 }
 
@@ -613,33 +666,37 @@ impl PgStore {
 #[async_trait]
 impl PromptStore for PgStore {
     async fn get_prompt(&self, session: &SessionId) -> Result<Option<SessionPrompt>, StoreError> {
-        let client = self.inner.client("read prompt").await?;
-        let row = client
-            .query_opt(
-                "SELECT doc FROM prompts WHERE session = $1",
-                &[&session.as_str()],
-            )
+        self.inner
+            .bounded("get prompt", async move {
+                let client = self.inner.client("read prompt").await?;
+                let row = client
+                    .query_opt(
+                        "SELECT doc FROM prompts WHERE session = $1",
+                        &[&session.as_str()],
+                    )
+                    .await
+                    .map_err(db("read prompt"))?;
+                let Some(row) = row else { return Ok(None) };
+                let doc: &str = row.try_get(0).map_err(db("read prompt"))?;
+                match serde_json::from_str::<SessionPrompt>(doc) {
+                    Ok(p) if &p.session_id == session && !p.text.trim().is_empty() => Ok(Some(p)),
+                    Ok(_) => {
+                        self.inner.diag(
+                            format!("prompt of session {session}"),
+                            "record for another session or empty; ignored".into(),
+                        );
+                        Ok(None)
+                    }
+                    Err(e) => {
+                        self.inner.diag(
+                            format!("prompt of session {session}"),
+                            format!("unreadable ({e}); ignored"),
+                        );
+                        Ok(None)
+                    }
+                }
+            })
             .await
-            .map_err(db("read prompt"))?;
-        let Some(row) = row else { return Ok(None) };
-        let doc: &str = row.try_get(0).map_err(db("read prompt"))?;
-        match serde_json::from_str::<SessionPrompt>(doc) {
-            Ok(p) if &p.session_id == session && !p.text.trim().is_empty() => Ok(Some(p)),
-            Ok(_) => {
-                self.inner.diag(
-                    format!("prompt of session {session}"),
-                    "record for another session or empty; ignored".into(),
-                );
-                Ok(None)
-            }
-            Err(e) => {
-                self.inner.diag(
-                    format!("prompt of session {session}"),
-                    format!("unreadable ({e}); ignored"),
-                );
-                Ok(None)
-            }
-        }
     }
 
     async fn save_prompt(
@@ -647,42 +704,50 @@ impl PromptStore for PgStore {
         session: &SessionId,
         text: &str,
     ) -> Result<Option<SessionPrompt>, StoreError> {
-        let prompt = SessionPrompt::to_save(session, text, self.inner.clock.now())?;
-        let client = self.inner.client("save prompt").await?;
-        match &prompt {
-            Some(p) => {
-                let doc = encode(p, "a prompt")?;
-                client
-                    .execute(
-                        "INSERT INTO prompts (session, doc) VALUES ($1, $2)
+        self.inner
+            .bounded("save prompt", async move {
+                let prompt = SessionPrompt::to_save(session, text, self.inner.clock.now())?;
+                let client = self.inner.client("save prompt").await?;
+                match &prompt {
+                    Some(p) => {
+                        let doc = encode(p, "a prompt")?;
+                        client
+                            .execute(
+                                "INSERT INTO prompts (session, doc) VALUES ($1, $2)
                          ON CONFLICT (session) DO UPDATE SET doc = EXCLUDED.doc",
-                        &[&session.as_str(), &doc],
-                    )
-                    .await
-                    .map_err(db("save prompt"))?;
-            }
-            None => {
-                client
+                                &[&session.as_str(), &doc],
+                            )
+                            .await
+                            .map_err(db("save prompt"))?;
+                    }
+                    None => {
+                        client
+                            .execute(
+                                "DELETE FROM prompts WHERE session = $1",
+                                &[&session.as_str()],
+                            )
+                            .await
+                            .map_err(db("save prompt"))?;
+                    }
+                }
+                Ok(prompt)
+            })
+            .await
+    }
+
+    async fn reset_prompt(&self, session: &SessionId) -> Result<bool, StoreError> {
+        self.inner
+            .bounded("reset prompt", async move {
+                let client = self.inner.client("reset prompt").await?;
+                let n = client
                     .execute(
                         "DELETE FROM prompts WHERE session = $1",
                         &[&session.as_str()],
                     )
                     .await
-                    .map_err(db("save prompt"))?;
-            }
-        }
-        Ok(prompt)
-    }
-
-    async fn reset_prompt(&self, session: &SessionId) -> Result<bool, StoreError> {
-        let client = self.inner.client("reset prompt").await?;
-        let n = client
-            .execute(
-                "DELETE FROM prompts WHERE session = $1",
-                &[&session.as_str()],
-            )
+                    .map_err(db("reset prompt"))?;
+                Ok(n > 0)
+            })
             .await
-            .map_err(db("reset prompt"))?;
-        Ok(n > 0)
     }
 }

@@ -77,6 +77,52 @@ pub const DEFAULT_POOL_SIZE: usize = 8;
 /// it whole, as custom plans without statistics would too.
 pub const SESSION_SETTINGS: &str = "SET plan_cache_mode = force_generic_plan";
 
+/// How long PgStore lets the database, or another host, hold it up. Every connection runs
+/// under the server-side limits (set when it is opened, so they cover every statement —
+/// prepares included); every port call is bounded by [`PgLimits::call_timeout`] on this side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PgLimits {
+    /// Longest wait for a lock another session holds (a write behind another host's table
+    /// lock): past it the statement fails, the write is retryable.
+    pub lock_timeout: std::time::Duration,
+    /// Longest any one statement runs on the server.
+    pub statement_timeout: std::time::Duration,
+    /// Longest a transaction may sit idle between its statements: a host cut off between
+    /// `LOCK TABLE` and `COMMIT` loses its session (and its locks) after this long instead of
+    /// holding every other host's writes forever.
+    pub idle_in_transaction: std::time::Duration,
+    /// Longest one port call may take on this side, waiting for a connection included. Past
+    /// it the call fails, and the pool's idle connections are closed: a server that stopped
+    /// answering (frozen, or a half-open connection) must not keep this process stuck on
+    /// connections that will never answer, while new ones might.
+    pub call_timeout: std::time::Duration,
+}
+
+impl Default for PgLimits {
+    fn default() -> Self {
+        use std::time::Duration;
+        Self {
+            lock_timeout: Duration::from_secs(10),
+            statement_timeout: Duration::from_secs(30),
+            idle_in_transaction: Duration::from_secs(10),
+            call_timeout: Duration::from_secs(40),
+        }
+    }
+}
+
+impl PgLimits {
+    /// The `SET` statements that put a new connection under these limits.
+    fn session_settings(&self) -> String {
+        format!(
+            "{SESSION_SETTINGS}; SET lock_timeout = '{}ms'; SET statement_timeout = '{}ms'; \
+             SET idle_in_transaction_session_timeout = '{}ms'",
+            self.lock_timeout.as_millis().max(1),
+            self.statement_timeout.as_millis().max(1),
+            self.idle_in_transaction.as_millis().max(1),
+        )
+    }
+}
+
 /// A database error as a [`StoreError`], for `map_err`.
 pub(crate) fn db(op: &'static str) -> impl FnOnce(tokio_postgres::Error) -> StoreError {
     move |e| StoreError::Database {
@@ -136,6 +182,7 @@ pub struct PgStore {
 
 struct Inner {
     pool: Pool,
+    limits: PgLimits,
     clock: Arc<dyn Clock>,
     memory: Mutex<Mirror<MemoryTable>>,
     variables: Mutex<Mirror<VariableTable>>,
@@ -188,6 +235,20 @@ impl PgStore {
         clock: Arc<dyn Clock>,
         pool_size: usize,
     ) -> Result<Self, StoreError> {
+        Self::open_with_limits(config, tls, clock, pool_size, PgLimits::default()).await
+    }
+
+    /// As [`PgStore::open_with_tls`], under `limits` instead of the defaults.
+    ///
+    /// # Errors
+    /// As [`PgStore::open_with_tls`].
+    pub async fn open_with_limits(
+        config: PgConfig,
+        tls: &PgTls,
+        clock: Arc<dyn Clock>,
+        pool_size: usize,
+        limits: PgLimits,
+    ) -> Result<Self, StoreError> {
         // Connecting (TCP, TLS, authentication) is bounded by the settings' `connect_timeout`,
         // else 10 s: a server that accepts and never answers must fail the call, not hang it.
         let connect = config
@@ -198,16 +259,19 @@ impl PgStore {
             Connector::Plain => Manager::new(config, NoTls),
             Connector::Tls(connector) => Manager::new(config, connector),
         };
-        // The default recycling (`Fast`) runs no SQL, so the session setting stays for the
-        // connection's life (`Clean` would `RESET ALL` it away).
+        // The default recycling (`Fast`) runs no SQL, so the session settings stay for the
+        // connection's life (`Clean` would `RESET ALL` them away).
+        let settings = Arc::new(limits.session_settings());
         let pool = Pool::builder(manager)
             .max_size(pool_size.max(1))
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .create_timeout(Some(connect))
-            .post_create(Hook::async_fn(|client, _| {
+            .wait_timeout(Some(limits.call_timeout))
+            .post_create(Hook::async_fn(move |client, _| {
+                let settings = settings.clone();
                 Box::pin(async move {
                     client
-                        .batch_execute(SESSION_SETTINGS)
+                        .batch_execute(&settings)
                         .await
                         .map_err(HookError::Backend)
                 })
@@ -220,6 +284,7 @@ impl PgStore {
         let store = Self {
             inner: Arc::new(Inner {
                 pool,
+                limits,
                 clock,
                 memory: Mutex::default(),
                 variables: Mutex::default(),
@@ -289,6 +354,32 @@ impl Inner {
         self.pool.get().await.map_err(pool_err(op))
     }
 
+    /// Runs one port call within [`PgLimits::call_timeout`]. A call past it is dropped where
+    /// it waits — its transaction, if one was open, is discarded with its connection
+    /// (`ops::OpenTransaction`) — and every idle pooled connection is closed, the dropped
+    /// call's among them: on a server that stopped answering they would all hang the next
+    /// call too, and new connections are what recovers.
+    async fn bounded<R>(
+        &self,
+        op: &'static str,
+        call: impl std::future::Future<Output = Result<R, StoreError>>,
+    ) -> Result<R, StoreError> {
+        match tokio::time::timeout(self.limits.call_timeout, call).await {
+            Ok(out) => out,
+            Err(_) => {
+                self.pool.retain(|_, _| false);
+                Err(StoreError::Database {
+                    op,
+                    reason: format!(
+                        "the database did not answer within {} ms; this process's idle \
+                         connections were closed and new ones will be opened",
+                        self.limits.call_timeout.as_millis()
+                    ),
+                })
+            }
+        }
+    }
+
     fn diag(&self, file: String, message: String) {
         self.diagnostics.push(file, message);
     }
@@ -306,9 +397,13 @@ impl Inner {
 #[async_trait]
 impl MemoryStore for PgStore {
     async fn search(&self, query: &MemoryQuery) -> Result<MemorySearchResult, StoreError> {
-        let now = self.inner.clock.now();
         self.inner
-            .read(&self.inner.memory, |t| t.search(query, now))
+            .bounded("search", async move {
+                let now = self.inner.clock.now();
+                self.inner
+                    .read(&self.inner.memory, |t| t.search(query, now))
+                    .await
+            })
             .await
     }
 
@@ -317,38 +412,42 @@ impl MemoryStore for PgStore {
         id: &MemoryId,
         scope: &ScopeKey,
     ) -> Result<Option<MemoryRecord>, StoreError> {
-        let now = self.inner.clock.now();
-        let touched = self
-            .inner
-            .write(&self.inner.memory, |t| {
-                Ok(t.read_live(scope, id, now).map(|_| {
-                    let touch = MemoryOp::Touch {
-                        scope: scope.clone(),
-                        id: id.clone(),
-                        at: now,
-                    };
-                    ((), touch)
-                }))
+        self.inner
+            .bounded("read", async move {
+                let now = self.inner.clock.now();
+                let touched = self
+                    .inner
+                    .write(&self.inner.memory, |t| {
+                        Ok(t.read_live(scope, id, now).map(|_| {
+                            let touch = MemoryOp::Touch {
+                                scope: scope.clone(),
+                                id: id.clone(),
+                                at: now,
+                            };
+                            ((), touch)
+                        }))
+                    })
+                    .await;
+                match touched {
+                    Ok(None) => Ok(None),
+                    Ok(Some(())) => {
+                        let m = self.inner.memory.lock().await;
+                        Ok(m.table.read_live(scope, id, now).cloned())
+                    }
+                    // Recording the access time is bookkeeping: a read still answers when it cannot be
+                    // written (a read-only role, a standby, a lock timeout), as FsStore's does.
+                    Err(e) => {
+                        self.inner.diag(
+                            "memory_ops".into(),
+                            format!("the access time of memory {id} was not recorded: {e}"),
+                        );
+                        self.inner
+                            .read(&self.inner.memory, |t| t.read_live(scope, id, now).cloned())
+                            .await
+                    }
+                }
             })
-            .await;
-        match touched {
-            Ok(None) => Ok(None),
-            Ok(Some(())) => {
-                let m = self.inner.memory.lock().await;
-                Ok(m.table.read_live(scope, id, now).cloned())
-            }
-            // Recording the access time is bookkeeping: a read still answers when it cannot be
-            // written (a read-only role, a standby, a lock timeout), as FsStore's does.
-            Err(e) => {
-                self.inner.diag(
-                    "memory_ops".into(),
-                    format!("the access time of memory {id} was not recorded: {e}"),
-                );
-                self.inner
-                    .read(&self.inner.memory, |t| t.read_live(scope, id, now).cloned())
-                    .await
-            }
-        }
+            .await
     }
 
     async fn put(
@@ -357,9 +456,13 @@ impl MemoryStore for PgStore {
         expected: Option<&Revision>,
         restore: bool,
     ) -> Result<MemoryRecord, StoreError> {
-        let now = self.inner.clock.now();
         self.inner
-            .write_memory(|t| t.prepare_put(write.clone(), expected, restore, now))
+            .bounded("put", async move {
+                let now = self.inner.clock.now();
+                self.inner
+                    .write_memory(|t| t.prepare_put(write.clone(), expected, restore, now))
+                    .await
+            })
             .await
     }
 
@@ -370,9 +473,13 @@ impl MemoryStore for PgStore {
         expected: &Revision,
         source: MemorySource,
     ) -> Result<MemoryRecord, StoreError> {
-        let now = self.inner.clock.now();
         self.inner
-            .write_memory(|t| t.prepare_forget(id, scope, expected, source.clone(), now))
+            .bounded("forget", async move {
+                let now = self.inner.clock.now();
+                self.inner
+                    .write_memory(|t| t.prepare_forget(id, scope, expected, source.clone(), now))
+                    .await
+            })
             .await
     }
 
@@ -381,9 +488,13 @@ impl MemoryStore for PgStore {
         scope: &ScopeKey,
         id: Option<&MemoryId>,
     ) -> Result<Vec<AuditEntry>, StoreError> {
-        let now = self.inner.clock.now();
         self.inner
-            .read(&self.inner.memory, |t| t.audit(scope, id, now))
+            .bounded("memory audit", async move {
+                let now = self.inner.clock.now();
+                self.inner
+                    .read(&self.inner.memory, |t| t.audit(scope, id, now))
+                    .await
+            })
             .await
     }
 }
@@ -396,7 +507,11 @@ impl VariableStore for PgStore {
         name: &VariableName,
     ) -> Result<Option<VariableRecord>, StoreError> {
         self.inner
-            .read(&self.inner.variables, |t| t.get(scope, name).cloned())
+            .bounded("get", async move {
+                self.inner
+                    .read(&self.inner.variables, |t| t.get(scope, name).cloned())
+                    .await
+            })
             .await
     }
 
@@ -407,14 +522,18 @@ impl VariableStore for PgStore {
         expected_scope: Option<&Revision>,
         source: MemorySource,
     ) -> Result<PatchOutcome, StoreError> {
-        let now = self.inner.clock.now();
         self.inner
-            .write(&self.inner.variables, |t| {
-                let op = t.prepare_patch(scope, changes, expected_scope, &source, now)?;
-                Ok(Some((VariableTable::outcome(&op), op)))
+            .bounded("patch", async move {
+                let now = self.inner.clock.now();
+                self.inner
+                    .write(&self.inner.variables, |t| {
+                        let op = t.prepare_patch(scope, changes, expected_scope, &source, now)?;
+                        Ok(Some((VariableTable::outcome(&op), op)))
+                    })
+                    .await?
+                    .ok_or_else(|| StoreError::Internal("a patch produced no operation".into()))
             })
-            .await?
-            .ok_or_else(|| StoreError::Internal("a patch produced no operation".into()))
+            .await
     }
 
     async fn list(
@@ -424,7 +543,11 @@ impl VariableStore for PgStore {
         limit: usize,
     ) -> Result<VariableListing, StoreError> {
         self.inner
-            .read(&self.inner.variables, |t| t.list(scope, prefix, limit))
+            .bounded("list", async move {
+                self.inner
+                    .read(&self.inner.variables, |t| t.list(scope, prefix, limit))
+                    .await
+            })
             .await
     }
 
@@ -433,20 +556,28 @@ impl VariableStore for PgStore {
         scope: &ScopeKey,
         source: MemorySource,
     ) -> Result<usize, StoreError> {
-        let now = self.inner.clock.now();
-        let cleared = self
-            .inner
-            .write(&self.inner.variables, |t| {
-                Ok(t.prepare_clear(scope, &source, now)
-                    .map(|op| (op.records.len(), op)))
+        self.inner
+            .bounded("clear scope", async move {
+                let now = self.inner.clock.now();
+                let cleared = self
+                    .inner
+                    .write(&self.inner.variables, |t| {
+                        Ok(t.prepare_clear(scope, &source, now)
+                            .map(|op| (op.records.len(), op)))
+                    })
+                    .await?;
+                Ok(cleared.unwrap_or(0))
             })
-            .await?;
-        Ok(cleared.unwrap_or(0))
+            .await
     }
 
     async fn variable_audit(&self, scope: &ScopeKey) -> Result<Vec<AuditEntry>, StoreError> {
         self.inner
-            .read(&self.inner.variables, |t| t.audit(scope))
+            .bounded("variable audit", async move {
+                self.inner
+                    .read(&self.inner.variables, |t| t.audit(scope))
+                    .await
+            })
             .await
     }
 }

@@ -34,13 +34,12 @@ macro_rules! catch_up_batch {
 }
 const CATCH_UP_BATCH: usize = catch_up_batch!();
 
-/// How long a write waits for another process's table lock before failing (retryable), and
-/// how its statements are planned: for their parameters. A prepared statement's cached generic
+/// How a write's statements are planned: for their parameters (how long it waits for another
+/// process's table lock is the connection's `lock_timeout`, [`super::PgLimits`]). A prepared statement's cached generic
 /// plan is made once per connection, often while the table is still small, and a write's
 /// `max(seq)` and catch-up would then scan the whole table until the next `ANALYZE` (0.4 ms per
 /// write on 8,000 rows instead of one index probe). Reads keep the cheaper cached plans.
-const WRITE_SETTINGS: &str =
-    "SET LOCAL lock_timeout = '10s'; SET LOCAL plan_cache_mode = force_custom_plan;";
+const WRITE_SETTINGS: &str = "SET LOCAL plan_cache_mode = force_custom_plan;";
 
 /// An operation table in the database mirrored by an engine table in this process: the
 /// PostgreSQL side of the [`OpTable`] seam.
@@ -224,12 +223,30 @@ impl Inner {
     ) -> Result<Option<R>, StoreError> {
         let mut m = mirror.lock().await;
         let client = self.client("write").await?;
+        // Nothing to write (a turn's end with no turn variables): catch up without any lock —
+        // the insert is not even prepared, which would wait for another host's table lock —
+        // and if there is still nothing to write, that is the answer as of that read (a write
+        // that lands after it is simply later).
+        if matches!(prepare(&m.table), Ok(None)) {
+            let select = client
+                .prepare_cached(T::SELECT)
+                .await
+                .map_err(db("catch up"))?;
+            let rows = client
+                .query(&select, &[&m.seq])
+                .await
+                .map_err(db("catch up"))?;
+            self.apply_batch(&client, &select, &rows, &mut m).await?;
+            if matches!(prepare(&m.table), Ok(None)) {
+                return Ok(None);
+            }
+        }
         let statements = Statements::prepare::<T>(&client).await?;
         // Until it is closed cleanly, the transaction's connection is discarded rather than
         // returned to the pool mid-transaction (an error, or this future being dropped).
         let tx = OpenTransaction::new(client);
-        // A refusal or a no-op decided on a mirror that may be behind is not final: only the
-        // locked path below decides those.
+        // A refusal decided on a mirror that may be behind is not final: only the locked path
+        // below decides one.
         if let Ok(Some((out, op))) = prepare(&m.table) {
             match self.append_if_current(&tx, &statements, &m, &op).await? {
                 Some(seq) => {

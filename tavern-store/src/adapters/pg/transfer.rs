@@ -52,7 +52,7 @@ impl Transfer for PgStore {
         let mut client = self.inner.client("load tables").await?;
         let tx = client.transaction().await.map_err(db("load tables"))?;
         tx.batch_execute(
-            "SET LOCAL lock_timeout = '10s';
+            "SET LOCAL lock_timeout = '10s'; SET LOCAL statement_timeout = 0;
              LOCK TABLE memory_ops IN EXCLUSIVE MODE; LOCK TABLE variable_ops IN EXCLUSIVE MODE",
         )
         .await
