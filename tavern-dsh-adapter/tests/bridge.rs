@@ -292,7 +292,7 @@ fn the_bridge_serves_a_whole_session_over_stdio() {
     let plain = p.call(15, "tool/call", json!({"tool": "memory_search", "args": {"query": "Kai"}, "callId": "c5", "session": "plain"}));
     assert_eq!(plain["result"]["error"]["code"], "unavailable");
 
-    p.notify("tool/cancel", json!({"callId": "c6"}));
+    p.notify("tool/cancel", json!({"callId": "c6", "session": "s1"}));
     let cancelled = p.call(16, "tool/call", json!({"tool": "variable_set", "args": {"name": "x", "value": 1}, "callId": "c6", "session": "s1"}));
     assert!(cancelled["result"]["error"]["message"]
         .as_str()
@@ -447,6 +447,148 @@ fn mcp_mode_serves_one_fixed_binding() {
     }
     drop(p.input);
     assert!(p.child.wait().unwrap().success());
+}
+
+fn mcp_peer(dir: &std::path::Path) -> Peer {
+    assets(&dir.join("assets"));
+    Peer::spawn(&[
+        "mcp",
+        "--data",
+        dir.join("data").to_str().unwrap(),
+        "--assets",
+        dir.join("assets").to_str().unwrap(),
+        "--session",
+        "mcp-1",
+        "--character",
+        "Mira",
+        "--chat",
+        "Mira - mcp",
+    ])
+}
+
+/// The answer to request `id`, skipping notifications.
+fn mcp_answer(p: &mut Peer, id: u64) -> Value {
+    loop {
+        let f = p.recv();
+        if f["id"] == json!(id) {
+            return f;
+        }
+        assert!(f.get("id").is_none(), "an answer to another request: {f}");
+    }
+}
+
+const INIT: &str = r#"{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}"#;
+
+/// #30 F15: JSON-RPC's codes for bad parameters, a notification or request before
+/// `initialize` that leaves the session able to start, and lone surrogates read as the bridge
+/// reads them.
+#[test]
+fn mcp_mode_answers_bad_messages_by_the_json_rpc_book() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = mcp_peer(dir.path());
+    // Before initialize: a notification is ignored, a request refused; neither ends the server.
+    p.send_raw(r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#);
+    p.send_raw(r#"{"jsonrpc": "2.0", "id": 90, "method": "ping"}"#);
+    let early = mcp_answer(&mut p, 90);
+    assert_eq!(early["error"]["code"], -32600, "{early}");
+    p.send_raw(INIT);
+    let init = mcp_answer(&mut p, 1);
+    assert_eq!(
+        init["result"]["serverInfo"]["name"], "agent-tavern",
+        "{init}"
+    );
+    p.send_raw(r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#);
+    for (id, params) in [
+        (2, "null"),
+        (3, r#"{"name": "variable_list", "arguments": [1]}"#),
+    ] {
+        p.send_raw(&format!(
+            r#"{{"jsonrpc": "2.0", "id": {id}, "method": "tools/call", "params": {params}}}"#
+        ));
+        let bad = mcp_answer(&mut p, id);
+        assert_eq!(bad["error"]["code"], -32602, "{params}: {bad}");
+    }
+    p.send_raw(
+        r#"{"jsonrpc": "2.0", "id": 4, "method": "logging/setLevel", "params": {"level": "loud"}}"#,
+    );
+    assert_eq!(mcp_answer(&mut p, 4)["error"]["code"], -32602);
+    // A lone surrogate escape (half an emoji, as JavaScript writes it) is read as U+FFFD.
+    p.send_raw(r#"{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "memory_write", "arguments": {"content": "half \ud83d an emoji"}}}"#);
+    let written = mcp_answer(&mut p, 5);
+    assert_eq!(written["result"]["isError"], false, "{written}");
+    p.send_raw(r#"{"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "memory_search", "arguments": {"query": "emoji"}}}"#);
+    let found = mcp_answer(&mut p, 6);
+    assert_eq!(
+        found["result"]["structuredContent"]["items"][0]["content"],
+        "half \u{fffd} an emoji"
+    );
+    drop(p.input);
+    assert!(p.child.wait().unwrap().success());
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
+/// #30 F6: a client that sends and never reads is stopped being read once a bounded number of
+/// answers wait, instead of growing the server (before: 189 MB after 1M pings).
+#[test]
+fn mcp_mode_stops_reading_a_client_that_does_not_read() {
+    use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = mcp_peer(dir.path());
+    p.send_raw(INIT);
+    mcp_answer(&mut p, 1);
+    p.send_raw(r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#);
+    let before = rss_kib(p.child.id());
+    // From here on nothing is read. Write pings until the pipe refuses more: the server has
+    // stopped reading. Before, it read (and queued an answer to) every one of them.
+    let flags = fcntl_getfl(&p.input).unwrap();
+    fcntl_setfl(&p.input, flags | OFlags::NONBLOCK).unwrap();
+    let mut sent = 0u64;
+    let refused = loop {
+        let line = format!(
+            "{{\"jsonrpc\": \"2.0\", \"id\": {}, \"method\": \"ping\"}}\n",
+            1000 + sent
+        );
+        match std::io::Write::write(&mut p.input, line.as_bytes()) {
+            Ok(n) if n == line.len() => sent += 1,
+            // A partial line or a full pipe: the server is not keeping up, by design.
+            Ok(_) => break true,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break true,
+            Err(e) => panic!("{e}"),
+        }
+        if sent > 1_000_000 {
+            break false;
+        }
+    };
+    assert!(
+        refused,
+        "the server read 1,000,000 pings that nobody read the answers of"
+    );
+    let after = rss_kib(p.child.id());
+    assert!(
+        after < before + 32 * 1024,
+        "the server grew from {before} KiB to {after} KiB after {sent} unread pings"
+    );
+    // It is still serving: reading the answers (in any order) lets it go on to the rest.
+    fcntl_setfl(&p.input, flags).unwrap();
+    let mut answered = std::collections::HashSet::new();
+    while answered.len() < 100 {
+        let f = p.recv();
+        if let Some(id) = f["id"].as_u64() {
+            assert_eq!(f["result"], json!({}), "{f}");
+            answered.insert(id);
+        }
+    }
+    let _ = p.child.kill();
+    let _ = p.child.wait();
 }
 
 /// A bad byte, a lone surrogate, an oversized frame or a late cancel in one frame never takes

@@ -181,68 +181,83 @@ impl McpServer {
     ) -> std::io::Result<()> {
         // Our own line transport: what the SDK must not see (batches, bad bytes, lines too
         // long) is answered here and the session goes on.
+        // Bounded: while OUTPUT_QUEUE answers wait for a client that does not read them, no
+        // more input is read (every answer is caused by input), instead of this process
+        // growing without limit.
         let (out_tx, mut out_rx) = mpsc::unbounded_channel::<String>();
-        let writer = tokio::spawn(async move {
-            while let Some(line) = out_rx.recv().await {
-                output.write_all(line.as_bytes()).await?;
-                output.write_all(b"\n").await?;
-                output.flush().await?;
-            }
-            Ok::<(), std::io::Error>(())
-        });
+        let backlog = Arc::new(Backlog::default());
+        let writer = {
+            let backlog = backlog.clone();
+            tokio::spawn(async move {
+                while let Some(line) = out_rx.recv().await {
+                    output.write_all(line.as_bytes()).await?;
+                    output.write_all(b"\n").await?;
+                    output.flush().await?;
+                    backlog.written();
+                }
+                Ok::<(), std::io::Error>(())
+            })
+        };
         let (in_tx, in_rx) = mpsc::channel::<RxJsonRpcMessage<RoleServer>>(64);
-        let direct = out_tx.clone();
+        let direct = Queued {
+            tx: out_tx.clone(),
+            backlog: backlog.clone(),
+        };
+        let read_backlog = backlog.clone();
         let reader = tokio::spawn(async move {
+            let backlog = read_backlog;
             let error = |id: Value, code: i32, message: String| {
                 json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
                     .to_string()
             };
+            let mut initialize_seen = false;
             loop {
+                backlog.below(OUTPUT_QUEUE).await;
                 let bytes = match read_line(&mut input, MAX_MESSAGE_BYTES).await? {
                     Line::End => break,
                     Line::TooLong { len, .. } => {
-                        let _ = direct.send(error(
-                            Value::Null,
-                            -32700,
-                            format!("a message of {len} bytes is over the limit of {MAX_MESSAGE_BYTES} bytes"),
-                        ));
+                        let message = format!(
+                            "a message of {len} bytes is over the limit of {MAX_MESSAGE_BYTES} bytes"
+                        );
+                        if direct.send(error(Value::Null, -32700, message)).is_err() {
+                            break;
+                        }
                         continue;
                     }
                     Line::Frame(b) => b,
                 };
-                let Ok(text) = std::str::from_utf8(&bytes) else {
-                    let _ =
-                        direct.send(error(Value::Null, -32700, "parse error: not utf-8".into()));
-                    continue;
-                };
-                if text.trim().is_empty() {
-                    continue;
-                }
-                let value: Value = match serde_json::from_str(text) {
-                    Ok(v) => v,
-                    Err(e) => {
-                        let _ =
-                            direct.send(error(Value::Null, -32700, format!("parse error: {e}")));
-                        continue;
-                    }
-                };
-                if value.is_array() {
-                    let _ = direct.send(error(
-                        Value::Null,
-                        -32600,
-                        "batches are not supported: send one message a line".into(),
-                    ));
-                    continue;
-                }
-                let id = value.get("id").cloned().unwrap_or(Value::Null);
-                match serde_json::from_value::<RxJsonRpcMessage<RoleServer>>(value) {
-                    Ok(message) => {
-                        if in_tx.send(message).await.is_err() {
-                            break;
+                let answer = match decode(&bytes) {
+                    Decoded::Skip => None,
+                    Decoded::Answer(id, code, message) => Some(error(id, code, message)),
+                    Decoded::Message(id, message) => {
+                        let is_request = id.is_some();
+                        let is_initialize = matches!(
+                            message.as_ref(),
+                            rmcp::model::JsonRpcMessage::Request(r)
+                                if matches!(r.request, rmcp::model::ClientRequest::InitializeRequest(_))
+                        );
+                        if !initialize_seen && !is_initialize {
+                            // Before `initialize` a notification is ignored and a request
+                            // refused; the session starts when `initialize` comes.
+                            id.filter(|_| is_request).map(|id| {
+                                error(
+                                    id,
+                                    -32600,
+                                    "the session is not initialized: send initialize first".into(),
+                                )
+                            })
+                        } else {
+                            initialize_seen = true;
+                            if in_tx.send(*message).await.is_err() {
+                                break;
+                            }
+                            None
                         }
                     }
-                    Err(e) => {
-                        let _ = direct.send(error(id, -32600, format!("invalid request: {e}")));
+                };
+                if let Some(line) = answer {
+                    if direct.send(line).is_err() {
+                        break;
                     }
                 }
             }
@@ -255,7 +270,10 @@ impl McpServer {
             )
             .boxed();
         let sink = futures::sink::unfold(
-            out_tx,
+            Queued {
+                tx: out_tx,
+                backlog,
+            },
             |tx, message: TxJsonRpcMessage<RoleServer>| async move {
                 let line = serde_json::to_string(&message).map_err(std::io::Error::other)?;
                 tx.send(line)
@@ -375,5 +393,138 @@ impl ServerHandler for McpServer {
                 json!(format!("agent-tavern serving session {}", self.agent)),
             ))
             .await;
+    }
+}
+
+/// Most answers waiting for a client that does not read them.
+const OUTPUT_QUEUE: usize = 256;
+
+/// Request methods this server knows: a message naming one with parameters the SDK cannot read
+/// is answered "invalid params" (-32602), not "invalid request".
+const KNOWN_METHODS: [&str; 5] = [
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "logging/setLevel",
+];
+
+/// What one line of input is.
+enum Decoded {
+    /// Nothing to do (a blank line).
+    Skip,
+    /// Answer with this error: `(id, code, message)`.
+    Answer(Value, i32, String),
+    /// A message for the SDK, with its id when it is a request.
+    Message(Option<Value>, Box<RxJsonRpcMessage<RoleServer>>),
+}
+
+/// Decodes one line as JSON-RPC: bad bytes, bad JSON, batches and bad messages get their
+/// JSON-RPC error codes; lone surrogate escapes (what JavaScript writes for half an emoji) are
+/// read as U+FFFD, as the bridge does.
+fn decode(bytes: &[u8]) -> Decoded {
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return Decoded::Answer(Value::Null, -32700, "parse error: not utf-8".into());
+    };
+    if text.trim().is_empty() {
+        return Decoded::Skip;
+    }
+    let value: Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(first) => {
+            match serde_json::from_str(&tavern_tools::assets::lenient::repair_surrogates(text)) {
+                Ok(v) => v,
+                Err(_) => {
+                    return Decoded::Answer(Value::Null, -32700, format!("parse error: {first}"))
+                }
+            }
+        }
+    };
+    if value.is_array() {
+        return Decoded::Answer(
+            Value::Null,
+            -32600,
+            "batches are not supported: send one message a line".into(),
+        );
+    }
+    let id = value.get("id").cloned();
+    let method = value
+        .get("method")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    match serde_json::from_value::<RxJsonRpcMessage<RoleServer>>(value) {
+        // The SDK reads a known method whose parameters it cannot read as a custom request,
+        // and would answer "method not found".
+        Ok(rmcp::model::JsonRpcMessage::Request(r))
+            if matches!(&r.request, rmcp::model::ClientRequest::CustomRequest(c)
+                if KNOWN_METHODS.contains(&c.method.as_str())) =>
+        {
+            Decoded::Answer(
+                id.unwrap_or(Value::Null),
+                -32602,
+                format!(
+                    "invalid params for {}",
+                    method.as_deref().unwrap_or_default()
+                ),
+            )
+        }
+        Ok(message) => Decoded::Message(id, Box::new(message)),
+        // A notification is never answered, not even with an error.
+        Err(_) if id.is_none() => Decoded::Skip,
+        Err(e) => {
+            let code = match &method {
+                Some(m) if KNOWN_METHODS.contains(&m.as_str()) => -32602,
+                _ => -32600,
+            };
+            let what = if code == -32602 {
+                "invalid params"
+            } else {
+                "invalid request"
+            };
+            Decoded::Answer(id.unwrap_or(Value::Null), code, format!("{what}: {e}"))
+        }
+    }
+}
+
+/// How many answers wait for the client, and a wake-up when one is written.
+#[derive(Default)]
+struct Backlog {
+    queued: std::sync::atomic::AtomicUsize,
+    written: tokio::sync::Notify,
+}
+
+impl Backlog {
+    fn written(&self) {
+        self.queued.fetch_sub(1, Ordering::SeqCst);
+        self.written.notify_waiters();
+    }
+
+    /// Waits until fewer than `limit` answers wait.
+    async fn below(&self, limit: usize) {
+        loop {
+            let written = self.written.notified();
+            tokio::pin!(written);
+            written.as_mut().enable();
+            if self.queued.load(Ordering::SeqCst) < limit {
+                return;
+            }
+            written.await;
+        }
+    }
+}
+
+/// The output queue, counting what it holds.
+#[derive(Clone)]
+struct Queued {
+    tx: mpsc::UnboundedSender<String>,
+    backlog: Arc<Backlog>,
+}
+
+impl Queued {
+    fn send(&self, line: String) -> Result<(), mpsc::error::SendError<String>> {
+        self.backlog.queued.fetch_add(1, Ordering::SeqCst);
+        self.tx.send(line).inspect_err(|_| {
+            self.backlog.queued.fetch_sub(1, Ordering::SeqCst);
+        })
     }
 }

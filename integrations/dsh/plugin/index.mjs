@@ -284,7 +284,7 @@ export async function apply(ctx, rawConfig) {
       },
       async execute(args, exec) {
         const callId = exec.callId
-        const onAbort = () => bridge.notify('tool/cancel', { callId })
+        const onAbort = () => bridge.notify('tool/cancel', { callId, session: exec.agent.id })
         exec.signal?.addEventListener?.('abort', onAbort, { once: true })
         try {
           return await bridge.call('tool/call', { tool: tool.name, args, callId, session: exec.agent.id })

@@ -110,6 +110,10 @@ pub struct SessionRef {
 pub struct CallRef {
     /// The host's call id.
     pub call_id: String,
+    /// The session the call belongs to (as in its `tool/call`). Without it (hosts before
+    /// issue 30) only a running call is cancelled, never a later one.
+    #[serde(default)]
+    pub session: Option<AgentId>,
 }
 
 /// `agent/created` parameters.

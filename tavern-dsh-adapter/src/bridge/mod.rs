@@ -256,7 +256,7 @@ impl Bridge {
                 }
             }
             Request::ToolCall(call) => {
-                if !lock(&self.calls).admit(&call.call_id) {
+                if !lock(&self.calls).admit(call.session.as_str(), &call.call_id) {
                     return Ok(
                         json!({"error": {"code": "unavailable", "message": format!("call {} was cancelled", call.call_id)}}),
                     );
@@ -265,7 +265,8 @@ impl Bridge {
                 Ok(self.run_call(call).await)
             }
             Request::ToolCancel(c) => {
-                let outcome = lock(&self.calls).cancel(&c.call_id);
+                let outcome =
+                    lock(&self.calls).cancel(c.session.as_ref().map(AgentId::as_str), &c.call_id);
                 Ok(json!({"cancelled": match outcome {
                     CancelOutcome::Aborted => "aborted",
                     CancelOutcome::Early => "before-start",
@@ -349,7 +350,8 @@ impl Bridge {
     async fn run_call(&self, call: frame::ToolCall) -> Value {
         let id = call.call_id.clone();
         let cancelled = || json!({"error": {"code": "unavailable", "message": format!("call {id} was cancelled")}});
-        let stop = lock(&self.calls).started(&id);
+        let session = call.session.as_str().to_owned();
+        let stop = lock(&self.calls).started(&session, &id);
         // The call runs on a task of its own, so a cancel is answered at once even while the
         // call blocks its thread in a store or file operation; the task is then aborted at its
         // next await (a store write under way completes durably, but the model is told the
@@ -378,7 +380,7 @@ impl Bridge {
                 None => cancelled(),
             },
         };
-        lock(&self.calls).finished(&id);
+        lock(&self.calls).finished(&session, &id);
         out
     }
 }
