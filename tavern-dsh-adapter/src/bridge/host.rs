@@ -31,6 +31,9 @@ pub const UNBOUND_MIRROR_EVENTS: usize = 32;
 /// recently seen is forgotten first.
 pub const UNBOUND_MIRROR_SESSIONS: usize = 256;
 
+/// Most running agents remembered beyond those AgentTavern serves.
+pub const UNMOUNTED_STATUSES: usize = 1024;
+
 /// The host as the sidecar knows it.
 #[derive(Debug)]
 pub struct BridgeHost {
@@ -88,9 +91,19 @@ impl BridgeHost {
         *lock(&self.sessions_root) = sessions_root;
     }
 
-    /// Records an `agent/status` notification.
+    /// Records an `agent/status` notification. Only running agents are remembered (idle is
+    /// what an unknown agent is); agents AgentTavern serves always, others up to
+    /// [`UNMOUNTED_STATUSES`], so statuses of agents never disposed cannot grow the bridge.
     pub fn set_running(&self, agent: &AgentId, running: bool) {
-        lock(&self.running).insert(agent.clone(), running);
+        let mut statuses = lock(&self.running);
+        if !running {
+            statuses.remove(agent);
+        } else if statuses.contains_key(agent)
+            || lock(&self.mounts).contains_key(agent)
+            || statuses.len() < UNMOUNTED_STATUSES
+        {
+            statuses.insert(agent.clone(), true);
+        }
     }
 
     /// Records a session event the plugin forwarded, so a replay can find it when the host's
@@ -280,6 +293,39 @@ fn read_log(path: &Path, tail: Option<Tail>, after: Option<u64>) -> Result<LogRe
 
 #[cfg(test)]
 mod tests {
+    /// #30 F11: statuses of agents that are never disposed do not accumulate.
+    #[test]
+    fn statuses_of_agents_never_disposed_stay_bounded() {
+        use super::*;
+        let host = BridgeHost::default();
+        for i in 0..50_000 {
+            let agent = AgentId::parse(format!("a{i}")).unwrap();
+            host.set_running(&agent, true);
+            if i % 2 == 0 {
+                host.set_running(&agent, false);
+            }
+        }
+        assert!(lock(&host.running).len() <= UNMOUNTED_STATUSES);
+        // An agent AgentTavern serves is remembered whatever the others did.
+        let ours = AgentId::parse("ours").unwrap();
+        let mount = AgentMount {
+            preset: "agent-tavern".into(),
+            sections: Vec::new(),
+            tools: Vec::new(),
+        };
+        lock(&host.mounts).insert(ours.clone(), mount);
+        host.set_running(&ours, true);
+        let idle = block_on(host.is_idle(&ours)).unwrap();
+        assert!(!idle, "a running agent of ours is not idle");
+    }
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
     use super::*;
 
     fn line(seq: u64) -> String {
