@@ -1042,6 +1042,38 @@ fn check_finds_corrupt_lines_and_set_aside_files_without_changing_anything() {
     );
 }
 
+/// #30 F10: a directory, a FIFO or a link to a device where a log or the state belongs is a
+/// problem `tavern check` names — without opening it (a FIFO would block, `/dev/zero` never
+/// end) — not "no problems".
+#[test]
+fn check_names_what_is_not_a_file_where_a_file_belongs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    drop(FsStore::open(&data, Arc::new(SystemClock)).unwrap());
+    let _ = std::fs::remove_file(data.join("memory.log"));
+    std::fs::create_dir(data.join("memory.log")).unwrap();
+    let _ = std::fs::remove_file(data.join("variables.log"));
+    let fifo = std::process::Command::new("mkfifo")
+        .arg(data.join("variables.log"))
+        .status()
+        .unwrap();
+    assert!(fifo.success());
+    std::os::unix::fs::symlink("/dev/zero", data.join("state.json")).unwrap();
+    let run = tavern(&data, &["--json", "check"]);
+    assert_eq!(run.code, 4, "{}", run.stdout);
+    let problems = run.json()["problems"].to_string();
+    for (file, what) in [
+        ("memory.log", "a directory"),
+        ("variables.log", "a FIFO"),
+        ("state.json", "a symbolic link"),
+    ] {
+        assert!(
+            problems.contains(file) && problems.contains(what),
+            "{file}: {problems}"
+        );
+    }
+}
+
 #[test]
 fn listings_page_past_one_search_and_show_every_memory() {
     let tmp = tempfile::tempdir().unwrap();

@@ -112,6 +112,15 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    /// A stored file cannot be opened by this process (its owner or mode): a configuration
+    /// problem, not damage — nothing was set aside or changed.
+    #[error("no access to {file} ({reason}): check its owner and mode; nothing was set aside")]
+    Access {
+        /// The file, relative to the root.
+        file: String,
+        /// What the system said.
+        reason: String,
+    },
     /// A stored file could not be understood and could not be skipped.
     #[error("corrupt data in {file}: {reason}")]
     Corrupt {

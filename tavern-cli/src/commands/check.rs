@@ -62,13 +62,20 @@ pub fn run(ctx: &Context) -> Result<Report, CliError> {
     }
     let root = &ctx.data;
     let mut docs: Vec<(String, Kind)> = Vec::new();
+    let mut findings_early: Vec<(String, String)> = Vec::new();
     for (name, kind) in [
         ("memory.log", Kind::MemoryLog),
         ("variables.log", Kind::VariableLog),
         ("state.json", Kind::State),
     ] {
-        if root.join(name).is_file() {
-            docs.push((name.to_owned(), kind));
+        match not_regular(&root.join(name)) {
+            // Never opened: a FIFO would block the check, a link to a device never end.
+            Some(what) => findings_early.push((
+                name.to_owned(),
+                format!("{what} where a file belongs; the store sets it aside when it next opens"),
+            )),
+            None if root.join(name).is_file() => docs.push((name.to_owned(), kind)),
+            None => {}
         }
     }
     let mut dirs = vec![
@@ -81,6 +88,9 @@ pub fn run(ctx: &Context) -> Result<Report, CliError> {
         }
     }
     let mut findings = Findings::default();
+    for (rel, what) in findings_early {
+        findings.problem(&rel, what);
+    }
     let mut leftovers = Vec::new();
     for name in list(root) {
         leftovers.push(name);
@@ -92,7 +102,14 @@ pub fn run(ctx: &Context) -> Result<Report, CliError> {
                 Kind::Chat => name.ends_with(".jsonl"),
                 _ => name.ends_with(".json"),
             };
-            if wanted && root.join(&rel).is_file() {
+            if let Some(what) = not_regular(&root.join(&rel)).filter(|_| wanted) {
+                findings.problem(
+                    &rel,
+                    format!(
+                        "{what} where a file belongs; the store sets it aside when it reads it"
+                    ),
+                );
+            } else if wanted && root.join(&rel).is_file() {
                 docs.push((rel, *kind));
             } else {
                 leftovers.push(rel);
@@ -329,6 +346,25 @@ struct HistoryLine {
     revision: Revision,
     #[allow(dead_code)]
     source: MemorySource,
+}
+
+/// What `path` is when it exists and is not a regular file (links are not followed).
+fn not_regular(path: &std::path::Path) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = std::fs::symlink_metadata(path).ok()?.file_type();
+    if t.is_file() {
+        None
+    } else if t.is_dir() {
+        Some("a directory")
+    } else if t.is_symlink() {
+        Some("a symbolic link")
+    } else if t.is_fifo() {
+        Some("a FIFO")
+    } else if t.is_char_device() || t.is_block_device() {
+        Some("a device")
+    } else {
+        Some("not a regular file")
+    }
 }
 
 /// The memory log: every version's revision is its content chained to the previous version's.

@@ -11,10 +11,19 @@ use crate::error::StoreError;
 /// the absolute path in their message, and no message may show one.
 pub(crate) fn io_err(op: &'static str, rel: &str) -> impl FnOnce(std::io::Error) -> StoreError {
     let file = rel.to_owned();
-    move |e| StoreError::Io {
-        op,
-        file,
-        source: pathless(&e),
+    move |e| {
+        // This process may not use the file (its owner or mode): configuration, not damage.
+        if matches!(e.raw_os_error(), Some(1 | 13)) {
+            return StoreError::Access {
+                file,
+                reason: pathless(&e).to_string(),
+            };
+        }
+        StoreError::Io {
+            op,
+            file,
+            source: pathless(&e),
+        }
     }
 }
 
@@ -101,6 +110,7 @@ pub(crate) fn write_atomic(root: &Path, rel: &str, bytes: &[u8]) -> Result<(), S
         .tempfile_in(&dir)
         .map_err(io_err("create temporary file for", rel))?;
     tmp.write_all(bytes).map_err(io_err("write", rel))?;
+    keep_owner_and_mode(&path, tmp.as_file(), rel)?;
     count_sync();
     tmp.as_file().sync_all().map_err(io_err("fsync", rel))?;
     tmp.persist(&path).map_err(|e| StoreError::Io {
@@ -109,6 +119,28 @@ pub(crate) fn write_atomic(root: &Path, rel: &str, bytes: &[u8]) -> Result<(), S
         source: pathless(&e.error),
     })?;
     sync_dir(&dir, rel)
+}
+
+/// Gives a replacement the mode and owner of the file it replaces, so that a compaction run by
+/// another user (root, typically) leaves a log its owner can still read.
+fn keep_owner_and_mode(path: &Path, tmp: &std::fs::File, rel: &str) -> Result<(), StoreError> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let Ok(old) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    tmp.set_permissions(std::fs::Permissions::from_mode(old.mode() & 0o7777))
+        .map_err(io_err("set the mode of", rel))?;
+    let ours = tmp.metadata().map_err(io_err("stat", rel))?;
+    if (ours.uid(), ours.gid()) != (old.uid(), old.gid()) {
+        // Only a privileged process can give a file away; one that is not writes what it owns
+        // (it could not otherwise have replaced the file in this directory's name).
+        match std::os::unix::fs::fchown(tmp, Some(old.uid()), Some(old.gid())) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(1) => {}
+            Err(e) => return Err(io_err("set the owner of", rel)(e)),
+        }
+    }
+    Ok(())
 }
 
 /// Reads a file, `None` if it does not exist.

@@ -144,9 +144,10 @@ pub struct CompactReport {
 }
 
 /// Whether an IO error will not go away by trying again (the file cannot be read as a log).
+/// Permission errors are not among them: they are configuration (`StoreError::Access`),
+/// reported, never set aside.
 fn persistent(e: &std::io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(1 | 13 | 20 | 21 | 40))
-        || e.kind() == std::io::ErrorKind::PermissionDenied
+    matches!(e.raw_os_error(), Some(20 | 21 | 40))
 }
 
 /// Most checkpoints kept in the read cache; past it the cache starts over.
