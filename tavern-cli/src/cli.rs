@@ -128,6 +128,10 @@ pub struct ImportArgs {
     /// Report what would be imported; change nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Largest file imported, in MiB; a larger one is reported and skipped (the largest real
+    /// card seen is about 2 MiB, the largest chat about 20 MiB).
+    #[arg(long, value_name = "MIB", default_value_t = 64)]
+    pub max_file_mib: u64,
 }
 
 /// A scope kind on the command line.

@@ -1074,6 +1074,91 @@ fn check_names_what_is_not_a_file_where_a_file_belongs() {
     }
 }
 
+/// #30 F7–F9: `import-st` takes a legal 240-byte card name, never follows a link (out of the
+/// folder, or to a device), and reports a file over the size limit; each of these is one line
+/// of the report, and every other file is imported.
+#[test]
+fn import_st_reports_what_it_will_not_read_and_imports_the_rest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let st = tmp.path().join("default-user");
+    let data = tmp.path().join("data");
+    let outside = tmp.path().join("elsewhere");
+    for d in ["characters", "chats/Mira", "worlds"] {
+        std::fs::create_dir_all(st.join(d)).unwrap();
+    }
+    std::fs::create_dir_all(&outside).unwrap();
+    let card = |name: &str| {
+        json!({"spec": "chara_card_v3", "spec_version": "3.0", "data": {"name": name, "first_mes": "Hello."}})
+            .to_string()
+    };
+    let long = "名".repeat(80);
+    assert_eq!(long.len(), 240);
+    std::fs::write(st.join(format!("characters/{long}.json")), card(&long)).unwrap();
+    std::fs::write(st.join("characters/Mira.json"), card("Mira")).unwrap();
+    std::fs::write(outside.join("Secret.json"), card("Secret")).unwrap();
+    std::os::unix::fs::symlink(
+        outside.join("Secret.json"),
+        st.join("characters/Secret.json"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("/dev/zero", st.join("characters/Zero.png")).unwrap();
+    std::fs::create_dir_all(outside.join("Theirs")).unwrap();
+    std::os::unix::fs::symlink(outside.join("Theirs"), st.join("chats/Theirs")).unwrap();
+    let header = r#"{"user_name":"User","character_name":"Mira","create_date":"2024-01-01@00h00m00s","chat_metadata":{}}"#;
+    let line =
+        r#"{"name":"Mira","is_user":false,"send_date":"2024-01-01@00h00m01s","mes":"Hello."}"#;
+    std::fs::write(
+        st.join("chats/Mira/small.jsonl"),
+        format!("{header}\n{line}\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        outside.join("Theirs/private.jsonl"),
+        format!("{header}\n{line}\n"),
+    )
+    .unwrap();
+    // Over a 1 MiB limit (sparse: nothing near that size is ever read).
+    let big = std::fs::File::create(st.join("chats/Mira/huge.jsonl")).unwrap();
+    big.set_len(3 << 20).unwrap();
+
+    let st_arg = st.to_str().unwrap();
+    let out = ok(
+        &data,
+        &["--json", "import-st", st_arg, "--max-file-mib", "1"],
+    )
+    .json();
+    let items = out["items"].as_array().unwrap();
+    let result = |source: &str| -> (String, String) {
+        let item = items
+            .iter()
+            .find(|i| i["source"] == source)
+            .unwrap_or_else(|| panic!("{source} is not in the report: {out}"));
+        (
+            item["result"].as_str().unwrap().to_owned(),
+            item["reason"].as_str().unwrap_or_default().to_owned(),
+        )
+    };
+    assert_eq!(result(&format!("characters/{long}.json")).0, "imported");
+    assert_eq!(result("characters/Mira.json").0, "imported");
+    assert_eq!(result("chats/Mira/small.jsonl").0, "imported");
+    for link in [
+        "characters/Secret.json",
+        "characters/Zero.png",
+        "chats/Theirs",
+    ] {
+        let (r, why) = result(link);
+        assert_eq!(r, "invalid", "{link}");
+        assert!(why.contains("symbolic link"), "{link}: {why}");
+    }
+    let (r, why) = result("chats/Mira/huge.jsonl");
+    assert_eq!(r, "invalid");
+    assert!(why.contains("over the 1 MiB limit"), "{why}");
+    // Nothing from outside the folder reached the store or the assets.
+    assert!(!data.join("assets/characters/Secret.json").exists());
+    let chats = ok(&data, &["--json", "chat", "ls", "--character", "Theirs"]).json();
+    assert_eq!(chats["chats"], json!([]), "{chats}");
+}
+
 #[test]
 fn listings_page_past_one_search_and_show_every_memory() {
     let tmp = tempfile::tempdir().unwrap();

@@ -312,3 +312,46 @@ async fn a_data_folder_parses_a_card_once_per_change_and_sees_every_change() {
     std::fs::remove_file(characters.join("Mira.json")).unwrap();
     assert!(assets.card(&mira).await.unwrap().is_none());
 }
+
+/// #30 F7: an asset larger than the limit is refused by name, never read; calls that miss the
+/// cache together share one parse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_over_the_size_limit_is_refused_and_concurrent_misses_parse_once() {
+    use std::sync::Arc;
+    use tavern_tools::assets::provider::{AssetProvider, DirAssets, Persona};
+    let dir = tempfile::tempdir().unwrap();
+    let characters = dir.path().join("characters");
+    std::fs::create_dir_all(&characters).unwrap();
+    let mira = tavern_core::CharacterName::parse("Mira").unwrap();
+    let text = serde_json::json!({"spec": "chara_card_v2", "spec_version": "2.0",
+        "data": {"name": "Mira", "description": "x".repeat(4000), "first_mes": "hi"}})
+    .to_string();
+    std::fs::write(characters.join("Mira.json"), &text).unwrap();
+    let small = DirAssets::new(dir.path(), Vec::new(), Persona::default()).with_max_bytes(1024);
+    let err = small.card(&mira).await.unwrap_err();
+    assert!(
+        matches!(err, AssetError::TooLarge { size, max: 1024, .. } if size == text.len() as u64),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("card Mira") && !err.to_string().contains('/'),
+        "{err}"
+    );
+    // Sixteen calls at once on a cold cache: one parsed card, shared by all.
+    let assets = DirAssets::new(dir.path(), Vec::new(), Persona::default());
+    let calls: Vec<_> = (0..16)
+        .map(|_| {
+            let assets = assets.clone();
+            let mira = mira.clone();
+            tokio::spawn(async move { assets.card(&mira).await.unwrap().unwrap() })
+        })
+        .collect();
+    let mut cards = Vec::new();
+    for c in calls {
+        cards.push(c.await.unwrap());
+    }
+    assert!(
+        cards.iter().all(|c| Arc::ptr_eq(c, &cards[0])),
+        "parsed more than once"
+    );
+}

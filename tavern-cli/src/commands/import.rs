@@ -86,8 +86,25 @@ fn sorted_entries(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// Whether `path` is a regular file (a link is not followed: a link out of the folder, or to a
+/// device, is never read).
+fn regular(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file())
+}
+
+/// Whether `path` is a directory itself (not a link to one).
+fn real_dir(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_dir())
+}
+
+fn has_ext(path: &Path, exts: &[&str]) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| exts.contains(&e.to_ascii_lowercase().as_str()))
+}
+
 fn ext_is(path: &Path, exts: &[&str]) -> bool {
-    path.is_file()
+    regular(path)
         && path
             .extension()
             .and_then(|e| e.to_str())
@@ -134,9 +151,29 @@ fn group_names(dir: &Path) -> BTreeMap<String, String> {
     out
 }
 
-fn candidates(dir: &Path) -> Vec<Candidate> {
+/// What the scan skipped: `(path relative to the folder, why)`.
+type Skipped = Vec<(String, String)>;
+
+/// A file that would be a candidate but is not a regular file: skipped, with the reason.
+fn not_followed(path: &Path, rel: String, exts: &[&str], skipped: &mut Skipped) -> bool {
+    if has_ext(path, exts) && !regular(path) {
+        let what = match std::fs::symlink_metadata(path) {
+            Ok(m) if m.file_type().is_symlink() => "a symbolic link (not followed)",
+            _ => "not a regular file",
+        };
+        skipped.push((rel, what.to_owned()));
+        return true;
+    }
+    false
+}
+
+fn candidates(dir: &Path, skipped: &mut Skipped) -> Vec<Candidate> {
     let mut out = Vec::new();
     for path in sorted_entries(&dir.join("characters")) {
+        let rel = format!("characters/{}", file_name(&path));
+        if not_followed(&path, rel, &["png", "json"], skipped) {
+            continue;
+        }
         if ext_is(&path, &["png", "json"]) {
             out.push(Candidate {
                 kind: "card",
@@ -147,6 +184,14 @@ fn candidates(dir: &Path) -> Vec<Candidate> {
         }
     }
     for path in sorted_entries(&dir.join("worlds")) {
+        if not_followed(
+            &path,
+            format!("worlds/{}", file_name(&path)),
+            &["json"],
+            skipped,
+        ) {
+            continue;
+        }
         if ext_is(&path, &["json"]) {
             out.push(Candidate {
                 kind: "world",
@@ -157,11 +202,21 @@ fn candidates(dir: &Path) -> Vec<Candidate> {
         }
     }
     for folder in sorted_entries(&dir.join("chats")) {
-        if !folder.is_dir() {
+        if !real_dir(&folder) {
+            if folder.is_dir() {
+                skipped.push((
+                    format!("chats/{}", file_name(&folder)),
+                    "a symbolic link (not followed)".to_owned(),
+                ));
+            }
             continue;
         }
         let character = file_name(&folder);
         for path in sorted_entries(&folder) {
+            let rel = format!("chats/{character}/{}", file_name(&path));
+            if not_followed(&path, rel, &["jsonl"], skipped) {
+                continue;
+            }
             if ext_is(&path, &["jsonl"]) {
                 out.push(Candidate {
                     kind: "chat",
@@ -174,6 +229,10 @@ fn candidates(dir: &Path) -> Vec<Candidate> {
     }
     let groups = group_names(dir);
     for path in sorted_entries(&dir.join("group chats")) {
+        let rel = format!("group chats/{}", file_name(&path));
+        if not_followed(&path, rel, &["jsonl"], skipped) {
+            continue;
+        }
         if ext_is(&path, &["jsonl"]) {
             let group = groups
                 .get(&stem(&path))
@@ -209,7 +268,9 @@ pub async fn run(ctx: &Context, args: &ImportArgs) -> Result<Report, CliError> {
             "{label} is not a SillyTavern user folder: it has no characters/, worlds/, chats/ or group chats/"
         )));
     }
-    let found = candidates(dir);
+    let mut skipped = Skipped::new();
+    let found = candidates(dir, &mut skipped);
+    let max_bytes = args.max_file_mib.saturating_mul(1024 * 1024);
     let stores = if args.dry_run {
         match backend::store_exists(ctx) {
             true => Some(backend::open(ctx, false).await?.stores()),
@@ -219,11 +280,33 @@ pub async fn run(ctx: &Context, args: &ImportArgs) -> Result<Report, CliError> {
         Some(backend::open(ctx, true).await?.stores())
     };
     let progress = Progress::bar(ctx, found.len() as u64, "importing");
-    let mut items = Vec::with_capacity(found.len());
+    let mut items = Vec::with_capacity(found.len() + skipped.len());
+    for (rel, why) in skipped {
+        items.push(Item {
+            kind: "skipped",
+            source: rel,
+            target: String::new(),
+            outcome: Outcome::Invalid(why),
+        });
+    }
     for c in found {
+        // One file that cannot be read (or is too large) is reported; the rest go on.
+        let bytes = match read_capped(&c.path, max_bytes, args.max_file_mib) {
+            Ok(bytes) => bytes,
+            Err(why) => {
+                items.push(Item {
+                    kind: c.kind,
+                    source: c.rel.clone(),
+                    target: String::new(),
+                    outcome: Outcome::Invalid(why),
+                });
+                progress.inc();
+                continue;
+            }
+        };
         let item = match c.kind {
-            "card" | "world" => import_asset(ctx, &c, args.dry_run)?,
-            _ => import_chat(stores.as_ref(), &c, args.dry_run).await?,
+            "card" | "world" => import_asset(ctx, &c, bytes, args.dry_run)?,
+            _ => import_chat(stores.as_ref(), &c, bytes, args.dry_run).await?,
         };
         tracing::info!(source = %item.source, result = item.outcome.label(), "import");
         items.push(item);
@@ -294,7 +377,38 @@ fn report(items: &[Item], dry_run: bool) -> Report {
     report
 }
 
-fn import_asset(ctx: &Context, c: &Candidate, dry_run: bool) -> Result<Item, CliError> {
+/// Reads a candidate whole, unless it is larger than `max` bytes (checked before reading: a
+/// sparse 2 GiB file is never loaded).
+fn read_capped(path: &Path, max: u64, max_mib: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot be read: {}", e.kind()))?;
+    let len = file
+        .metadata()
+        .map_err(|e| format!("cannot be read: {}", e.kind()))?
+        .len();
+    if len > max {
+        return Err(format!(
+            "{:.1} MiB, over the {max_mib} MiB limit (--max-file-mib)",
+            len as f64 / 1048576.0
+        ));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    // `take`: a file that grows while it is read still stops at the limit.
+    file.take(max.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot be read: {}", e.kind()))?;
+    if bytes.len() as u64 > max {
+        return Err(format!("over the {max_mib} MiB limit (--max-file-mib)"));
+    }
+    Ok(bytes)
+}
+
+fn import_asset(
+    ctx: &Context,
+    c: &Candidate,
+    bytes: Vec<u8>,
+    dry_run: bool,
+) -> Result<Item, CliError> {
     let folder = if c.kind == "card" {
         "characters"
     } else {
@@ -308,7 +422,6 @@ fn import_asset(ctx: &Context, c: &Candidate, dry_run: bool) -> Result<Item, Cli
         target: target.clone(),
         outcome,
     };
-    let bytes = std::fs::read(&c.path).map_err(CliError::io("read", c.rel.clone()))?;
     let stem = stem(&c.path);
     let valid = if c.kind == "card" {
         CharacterName::parse(stem.as_str())
@@ -362,7 +475,11 @@ fn stem_matches(path: &Path, stem: &str) -> bool {
 fn write_new(dir: &Path, name: &str, bytes: &[u8], label: &str) -> Result<(), CliError> {
     use std::io::Write;
     std::fs::create_dir_all(dir).map_err(CliError::io("create the folder of", label))?;
-    let tmp = dir.join(format!(".tmp-import-{}-{name}", std::process::id()));
+    // A short temporary name: a legal 240-byte card name plus a prefix would pass the file
+    // system's 255-byte limit.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".tmp-import-{}-{n}", std::process::id()));
     let written = std::fs::File::create(&tmp)
         .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
         .and_then(|()| std::fs::rename(&tmp, dir.join(name)));
@@ -376,6 +493,7 @@ fn write_new(dir: &Path, name: &str, bytes: &[u8], label: &str) -> Result<(), Cl
 async fn import_chat(
     stores: Option<&Arc<dyn AllStores>>,
     c: &Candidate,
+    bytes: Vec<u8>,
     dry_run: bool,
 ) -> Result<Item, CliError> {
     let folder = c.character.clone().unwrap_or_default();
@@ -400,7 +518,6 @@ async fn import_chat(
             return Ok(item);
         }
     };
-    let bytes = std::fs::read(&c.path).map_err(CliError::io("read", c.rel.clone()))?;
     let doc = match std::str::from_utf8(&bytes)
         .map_err(|_| "the file is not utf-8".to_owned())
         .and_then(|text| ChatDocument::parse(text).map_err(|e| e.to_string()))

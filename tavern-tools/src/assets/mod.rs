@@ -32,6 +32,16 @@ pub enum AssetError {
         /// What is wrong.
         reason: String,
     },
+    /// The file is larger than assets may be (`DirAssets::with_max_bytes`); it is not read.
+    #[error("{name} is {size} bytes, over the limit of {max} bytes for an asset")]
+    TooLarge {
+        /// The asset.
+        name: String,
+        /// Its size.
+        size: u64,
+        /// The limit.
+        max: u64,
+    },
     /// The JSON is not shaped like the asset it should be.
     #[error("{name} is not a {kind}: {reason}")]
     WrongShape {

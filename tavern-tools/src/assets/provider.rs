@@ -77,6 +77,10 @@ impl AssetProvider for MemAssets {
 /// Most parsed cards and world books [`DirAssets`] keeps; past it the cache starts over.
 pub const DIR_ASSETS_CACHED: usize = 256;
 
+/// The default largest card or world book file [`DirAssets`] reads: 32 MiB (the largest real
+/// card seen is about 2 MiB).
+pub const DEFAULT_MAX_ASSET_BYTES: u64 = 32 * 1024 * 1024;
+
 /// A SillyTavern-style data folder: `characters/<name>.png` or `.json`, `worlds/<name>.json`.
 /// Names are matched against existing file names only, never joined as paths, so no name can
 /// reach outside the folder.
@@ -92,6 +96,10 @@ pub struct DirAssets {
     global: Vec<String>,
     persona: Persona,
     cache: Arc<Mutex<Parsed>>,
+    /// Held while a changed file is read and parsed: calls that miss the cache together parse
+    /// it once, not once each (16 calls on a large card held 16 copies).
+    parsing: Arc<Mutex<()>>,
+    max_bytes: u64,
 }
 
 /// What [`DirAssets`] has read: the folders' listings and the parsed files, by stamp.
@@ -120,7 +128,17 @@ impl DirAssets {
             global,
             persona,
             cache: Arc::default(),
+            parsing: Arc::default(),
+            max_bytes: DEFAULT_MAX_ASSET_BYTES,
         }
+    }
+
+    /// The largest asset file read (default [`DEFAULT_MAX_ASSET_BYTES`]); a larger one is
+    /// [`AssetError::TooLarge`], never read.
+    #[must_use]
+    pub fn with_max_bytes(mut self, max: u64) -> Self {
+        self.max_bytes = max;
+        self
     }
 
     /// The file in `dir` whose stem is exactly `stem` with one of `exts`, from the folder's
@@ -160,6 +178,7 @@ impl DirAssets {
     /// Finds, stamps and (when changed) reads and parses one asset file. Blocking.
     fn load<T: Clone>(
         &self,
+        label: &str,
         dir: &'static str,
         stem: &str,
         exts: &[&str],
@@ -170,6 +189,13 @@ impl DirAssets {
             return Found::Missing;
         };
         let stamp = match std::fs::metadata(&path) {
+            Ok(m) if m.len() > self.max_bytes => {
+                return Found::Failed(AssetError::TooLarge {
+                    name: label.to_owned(),
+                    size: m.len(),
+                    max: self.max_bytes,
+                })
+            }
             Ok(m) => stamp_of(&m),
             // Gone since the listing: the parser names the asset in its error.
             Err(e) => {
@@ -179,15 +205,22 @@ impl DirAssets {
                 }
             }
         };
-        {
+        let cached = || {
             let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some((seen, parsed)) = slot(&mut cache).get(&path) {
-                if *seen == stamp {
-                    return Found::Parsed(parsed.clone());
-                }
-            }
+            slot(&mut cache)
+                .get(&path)
+                .filter(|(seen, _)| *seen == stamp)
+                .map(|(_, parsed)| parsed.clone())
+        };
+        if let Some(parsed) = cached() {
+            return Found::Parsed(parsed);
         }
-        match parse(std::fs::read(&path).map_err(|e| e.kind().to_string())) {
+        let _parsing = self.parsing.lock().unwrap_or_else(PoisonError::into_inner);
+        // Another call may have parsed it while this one waited.
+        if let Some(parsed) = cached() {
+            return Found::Parsed(parsed);
+        }
+        match parse(read_at_most(&path, self.max_bytes)) {
             Ok(parsed) => {
                 let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
                 let map = slot(&mut cache);
@@ -202,6 +235,19 @@ impl DirAssets {
     }
 }
 
+/// Reads a file, failing past `max` bytes (it may have grown since it was measured).
+fn read_at_most(path: &std::path::Path, max: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(max.saturating_add(1)).read_to_end(&mut bytes))
+        .map_err(|e| e.kind().to_string())?;
+    if bytes.len() as u64 > max {
+        return Err(format!("over the limit of {max} bytes for an asset"));
+    }
+    Ok(bytes)
+}
+
 #[async_trait]
 impl AssetProvider for DirAssets {
     async fn card(&self, character: &CharacterName) -> Result<Option<Arc<Card>>, AssetError> {
@@ -209,8 +255,10 @@ impl AssetProvider for DirAssets {
         let name = format!("card {character}");
         let bad = name.clone();
         // Stats, listings and file reads are blocking work: off the executor.
+        let label = name.clone();
         let found = tavern_store::blocking::off_executor(move || {
             me.load(
+                &label,
                 "characters",
                 &stem,
                 &["png", "json"],
@@ -236,9 +284,11 @@ impl AssetProvider for DirAssets {
     async fn world(&self, name: &str) -> Result<Option<WorldBook>, AssetError> {
         let (me, stem) = (self.clone(), name.to_owned());
         let label = format!("world {name}");
+        let shown = label.clone();
         let found = tavern_store::blocking::off_executor(move || {
             let book = stem.clone();
             me.load(
+                &shown,
                 "worlds",
                 &stem,
                 &["json"],
