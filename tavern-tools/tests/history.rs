@@ -170,3 +170,43 @@ async fn appends_by_another_writer_are_read_as_a_tail_and_the_cache_is_bounded()
         None
     );
 }
+
+/// #30 F7: a chat larger than history searches take is refused with the limit named — known
+/// from its revision, before anything is read or indexed — and one within it is searched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_over_the_history_limit_is_refused_before_it_is_read() {
+    use tavern_store::StoreError;
+    use tavern_tools::history::MAX_HISTORY_CHAT_BYTES;
+    let store = MemStore::new(Arc::new(ManualClock::new(Timestamp(0))));
+    let who = CharacterName::parse("Mira").unwrap();
+    let chat = ChatId::parse("long").unwrap();
+    let big = "fear ".repeat(usize::try_from(MAX_HISTORY_CHAT_BYTES).unwrap() / 5 + 1);
+    let line = ChatLine::parse(
+        &serde_json::json!({"name": "Mira", "is_user": false, "send_date": "May 8, 2023 1:56pm", "mes": big})
+            .to_string(),
+    )
+    .unwrap();
+    let rev = store
+        .rewrite_chat(&who, &chat, &[header(), line], None)
+        .await
+        .unwrap();
+    let cache = HistoryCache::new(2);
+    let err = cache
+        .with_index(&store, &who, &chat, |idx, _| idx.len())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::LimitExceeded { limit, .. } if limit.contains("history")),
+        "{err}"
+    );
+    // A chat within the limit is searched as always.
+    store
+        .rewrite_chat(&who, &chat, &[header(), message(1, &[2])], Some(&rev))
+        .await
+        .unwrap();
+    let n = cache
+        .with_index(&store, &who, &chat, |idx, _| idx.len())
+        .await
+        .unwrap();
+    assert_eq!(n, Some(1));
+}
