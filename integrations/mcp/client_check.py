@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import jsonschema
-import regress
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 try:  # the SDK renamed its error in 2.x
@@ -58,20 +57,40 @@ async def first(s, init):
     check(g(init, "serverInfo").name == "agent-tavern", "initialize names the server")
     tools = (await s.list_tools()).tools
     check(len(tools) == 14, f"fourteen tools listed ({len(tools)})")
-    meta = jsonschema.Draft7Validator(jsonschema.Draft7Validator.META_SCHEMA)
+    drafts = [jsonschema.Draft202012Validator, jsonschema.Draft7Validator]
     for t in tools:
         try:
-            meta.validate(g(t, "inputSchema"))
-            meta.validate(g(t, "outputSchema"))
-            # JSON Schema patterns are ECMA-262 regular expressions (Python's `re` is not one).
+            for draft in drafts:
+                draft.check_schema(g(t, "inputSchema"))
+                draft.check_schema(g(t, "outputSchema"))
+            # What a stock client does with a pattern: Python's `re` (no `\p{…}`), as the
+            # SDK's validator uses it when nothing else is installed.
             for p in patterns(g(t, "inputSchema")):
-                regress.Regex(p, "u")
+                re.compile(p)
             valid = True
-        except (jsonschema.ValidationError, regress.RegressError) as e:
+        except (jsonschema.SchemaError, re.error) as e:
             valid = False
             print(e, file=sys.stderr)
-        check(valid, f"{t.name}: input and output schemas are valid JSON Schema")
+        check(valid, f"{t.name}: schemas valid on Draft 2020-12 and 7, patterns compile in Python")
         check(bool(t.title) and t.annotations is not None, f"{t.name}: title and annotations")
+    # Client-side argument validation, as a harness does before calling: good arguments pass
+    # on both drafts, a Chinese variable name among them.
+    by_name = {t.name: t for t in tools}
+    samples = {
+        "variable_set": {"name": "basic.好感度", "value": 3},
+        "variable_get": {"name": "hp"},
+        "memory_write": {"content": "The lantern is blue."},
+        "memory_search": {"query": "lantern"},
+    }
+    for name, sample in samples.items():
+        try:
+            for draft in drafts:
+                draft(g(by_name[name], "inputSchema")).validate(sample)
+            ok = True
+        except (jsonschema.ValidationError, re.error) as e:
+            ok = False
+            print(e, file=sys.stderr)
+        check(ok, f"{name}: a valid call validates client-side on Draft 2020-12 and 7")
     ro = {t.name: g(t.annotations, "readOnlyHint") for t in tools}
     check(ro["memory_search"] is True and ro["memory_write"] is False, "readOnlyHint says which tools write")
     check(g(next(t for t in tools if t.name == "memory_forget").annotations, "destructiveHint") is True, "memory_forget is marked destructive")
@@ -87,6 +106,15 @@ async def first(s, init):
 
     bad = await s.call_tool("memory_write", {"content": "x", "sessionId": "other"})
     check(g(bad, "isError") is True and "invalid-arguments" in bad.content[0].text, "bad arguments are a tool error the model can read")
+    structured = g(bad, "structuredContent")
+    check(isinstance(structured, dict) and structured.get("error", {}).get("code") == "invalid-arguments",
+          "a tool error carries structuredContent with the declared error")
+    jsonschema.validate(structured, g(by_name["memory_write"], "outputSchema"))
+    check(True, "the tool error validates against the tool's outputSchema")
+    # A name the core refuses is refused by the server, with the rule in words.
+    bad_name = await s.call_tool("variable_get", {"name": "a b"})
+    check(g(bad_name, "isError") is True and "invalid-arguments" in bad_name.content[0].text,
+          "a variable name the rule refuses is refused by the server")
     try:
         await s.call_tool("no_such_tool", {})
         check(False, "an unknown tool is a protocol error")

@@ -23,9 +23,9 @@ use futures::StreamExt;
 // Logging is deprecated by the newest MCP revision (SEP-2577) but still what clients of the
 // revisions we negotiate read.
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode, ErrorData,
-    Implementation, JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
-    ServerConfig, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ErrorCode, ErrorData, Implementation,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
 };
 #[allow(deprecated)]
 use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam, SetLevelRequestParams};
@@ -299,7 +299,7 @@ impl McpServer {
             .take()
         {
             let e = json!({"error": {"code": "limit-exceeded", "message": format!("more than {CALLS_PER_MINUTE} tool calls a minute"), "limit": "tool calls per minute", "max": CALLS_PER_MINUTE}});
-            return CallToolResult::error(vec![ContentBlock::text(e.to_string())]);
+            return CallToolResult::structured_error(e);
         }
         let n = self.calls.fetch_add(1, Ordering::SeqCst);
         let call_id = format!("{}-{n}", self.call_prefix);
@@ -308,8 +308,9 @@ impl McpServer {
             .call_tool_in_turn(&self.agent, &call_id, name, &args, n + 1)
             .await;
         if out.get("error").is_some() {
-            // An error the model can act on: a tool error, not a protocol one.
-            CallToolResult::error(vec![ContentBlock::text(out.to_string())])
+            // An error the model can act on: a tool error, not a protocol one, structured as
+            // every tool's outputSchema declares it.
+            CallToolResult::structured_error(out)
         } else {
             CallToolResult::structured(out)
         }

@@ -13,10 +13,12 @@ use crate::error::ToolError;
 use crate::registry::ToolServices;
 use crate::tool::TypedTool;
 
-/// What a variable name may be, exactly as `VariableName` checks it: letters of any script
-/// (Unicode `Alphabetic`, so Hindi or Thai names with their vowel signs work), digits, `_`,
-/// `.`, `-`, starting with a letter or `_`, at most 64 characters.
-pub(crate) const NAME_PATTERN: &str = r"^[\p{Alphabetic}_][\p{Alphabetic}\p{N}_.-]{0,63}$";
+// What a variable name may be is `VariableName`'s rule: letters of any script (Unicode
+// `Alphabetic`, so Hindi or Thai names with their vowel signs work), digits, `_`, `.`, `-`,
+// starting with a letter or `_`, at most 64 characters. The schemas say it in words and bound
+// the length; they carry no `pattern`, because the rule needs `\p{…}`, which Python's `re`
+// (what the official Python SDK's validator uses) and other engines refuse, breaking every
+// call on the client. The server checks the full rule and names it in the error.
 
 // --- argument types ------------------------------------------------------------------------
 
@@ -25,7 +27,7 @@ pub(crate) const NAME_PATTERN: &str = r"^[\p{Alphabetic}_][\p{Alphabetic}\p{N}_.
 pub(crate) struct GetArgs {
     /// Variable name: letters (any script), digits, '_', '.', '-'; starts with a letter or
     /// '_' (e.g. hp, basic.好感度).
-    #[schemars(regex(pattern = NAME_PATTERN), length(min = 1, max = 64))]
+    #[schemars(length(min = 1, max = 64))]
     name: String,
     /// Scope kind (default chat); the session decides which chat and character it means.
     #[serde(default)]
@@ -37,7 +39,7 @@ pub(crate) struct GetArgs {
 pub(crate) struct SetArgs {
     /// Variable name: letters (any script), digits, '_', '.', '-'; starts with a letter or
     /// '_' (e.g. hp, basic.好感度).
-    #[schemars(regex(pattern = NAME_PATTERN), length(min = 1, max = 64))]
+    #[schemars(length(min = 1, max = 64))]
     name: String,
     /// Any JSON value: string, finite number, boolean, array, object or null (at most 32 KiB).
     #[schemars(schema_with = "any_value")]
@@ -58,7 +60,7 @@ pub(crate) struct SetArgs {
 pub(crate) struct Change {
     /// Variable name: letters (any script), digits, '_', '.', '-'; starts with a letter or
     /// '_'.
-    #[schemars(regex(pattern = NAME_PATTERN), length(min = 1, max = 64))]
+    #[schemars(length(min = 1, max = 64))]
     name: String,
     /// The new value (any JSON value); required unless `delete` is true.
     #[schemars(schema_with = "any_value")]
@@ -98,7 +100,7 @@ pub(crate) struct PatchArgs {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct DeleteArgs {
     /// Variable name.
-    #[schemars(regex(pattern = NAME_PATTERN), length(min = 1, max = 64))]
+    #[schemars(length(min = 1, max = 64))]
     name: String,
     /// Scope kind (default chat); the session decides which chat and character it means.
     #[serde(default)]
