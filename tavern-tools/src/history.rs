@@ -599,6 +599,17 @@ async fn chat_hits(
     Ok(found)
 }
 
+/// The start of `text` that fits `max_tokens` with the marker saying how much is shown.
+fn cut(text: &str, max_tokens: usize) -> String {
+    let total = text.chars().count();
+    // The marker's own cost, at its longest.
+    let marker = |shown: usize| format!(" […cut: {shown} of {total} characters shown]");
+    let room = max_tokens.saturating_sub(DefaultTokenEstimator.estimate(&marker(total)));
+    let (start, _) = crate::tools::fit(text, room);
+    let shown = start.chars().count();
+    format!("{start}{}", marker(shown))
+}
+
 /// Runs `tavern_history_search` for the calling session's chat.
 ///
 /// # Errors
@@ -656,20 +667,33 @@ pub(crate) async fn search(
             break;
         }
         let tokens = DefaultTokenEstimator.estimate(m.text()) + ITEM_OVERHEAD_TOKENS;
-        if used + tokens > args.max_tokens {
+        let text = if used + tokens <= args.max_tokens {
+            used += tokens;
+            m.text().to_owned()
+        } else if items.is_empty() {
+            // The first message alone is over the budget: its start, marked as cut, rather
+            // than nothing while the chat has messages.
+            truncated_by = Some(TruncatedBy::MaxTokens);
+            cut(
+                m.text(),
+                args.max_tokens.saturating_sub(ITEM_OVERHEAD_TOKENS),
+            )
+        } else {
             truncated_by = Some(TruncatedBy::MaxTokens);
             break;
-        }
-        used += tokens;
+        };
         items.push(HistoryItem {
             chat: chats[c].label,
             index: hit.index,
             name: m.name().to_owned(),
             is_user: m.is_user,
             send_date: m.send_date(),
-            text: m.text().to_owned(),
+            text,
             score: rounded(f64::from(hit.score)),
         });
+        if truncated_by.is_some() {
+            break;
+        }
     }
     if truncated_by.is_none() && items.len() < total {
         truncated_by = Some(TruncatedBy::Limit);

@@ -1284,7 +1284,12 @@ async fn typed_arguments_refuse_what_the_schema_refuses() {
         spec("memory_read")["properties"]["scope"]["enum"],
         json!(["chat", "character", "agent", "global"])
     );
-    assert!(spec("variable_set")["properties"]["name"]["pattern"].is_string());
+    // Names: bounded in length, checked by the server (no pattern: see
+    // `variable_names_are_checked_by_the_server_with_the_core_rule`).
+    assert_eq!(spec("variable_set")["properties"]["name"]["maxLength"], 64);
+    assert!(spec("variable_set")["properties"]["name"]
+        .get("pattern")
+        .is_none());
     assert!(spec("variable_set")["properties"]["value"]
         .get("type")
         .is_none());
@@ -1511,5 +1516,51 @@ fn the_memory_id_pattern_is_the_core_rule() {
     for id in ids {
         let core = tavern_core::MemoryId::parse(id.as_str()).is_ok();
         assert_eq!(core, re.find(&id).is_some(), "{id:?}");
+    }
+}
+
+/// #29 item 1: a listing never comes back empty while the chat has messages — when the newest
+/// message alone is over the token budget (a 4,773-character Chinese message, as in real
+/// chats), its start comes back marked as cut; a smaller budget cuts more, never to nothing.
+#[tokio::test]
+async fn a_message_over_the_budget_comes_back_cut_not_as_nothing() {
+    let h = harness().await;
+    let who = CharacterName::parse("Megumin").unwrap();
+    let chat = ChatId::parse("Megumin - 1").unwrap();
+    let long: String = "爆裂魔法是最强的魔法，"
+        .chars()
+        .cycle()
+        .take(4773)
+        .collect();
+    let lines: Vec<tavern_core::chat::ChatLine> = [
+        json!({"user_name": "白羽", "character_name": "Megumin", "create_date": "x", "chat_metadata": {}}),
+        json!({"name": "白羽", "is_user": true, "send_date": 1, "mes": "你好。"}),
+        json!({"name": "Megumin", "is_user": false, "send_date": 2, "mes": long}),
+    ]
+    .iter()
+    .map(|v| tavern_core::chat::ChatLine::parse(&v.to_string()).unwrap())
+    .collect();
+    h.store
+        .rewrite_chat(&who, &chat, &lines, None)
+        .await
+        .unwrap();
+    for max_tokens in [None, Some(4000), Some(200)] {
+        let mut args = json!({"query": ""});
+        if let Some(t) = max_tokens {
+            args["maxTokens"] = json!(t);
+        }
+        let v = h.ok("s3", "tavern_history_search", args).await;
+        let items = v["items"].as_array().unwrap();
+        assert_eq!(items.len(), 1, "{max_tokens:?}: {v}");
+        assert_eq!(items[0]["index"], 1, "the newest message");
+        let text = items[0]["text"].as_str().unwrap();
+        assert!(text.starts_with("爆裂魔法是最强的魔法"), "{text}");
+        assert!(text.ends_with("of 4773 characters shown]"), "{text}");
+        assert!(text.chars().count() < 4773);
+        assert_eq!(v["truncatedBy"], "max-tokens", "{v}");
+        let budget = max_tokens.unwrap_or(1000);
+        let spent =
+            tavern_core::TokenEstimator::estimate(&tavern_core::DefaultTokenEstimator, text);
+        assert!(spent <= budget, "{spent} tokens over a budget of {budget}");
     }
 }
