@@ -237,7 +237,7 @@ async fn character_get_reads_fields_persona_and_cuts_to_budget() {
 }
 
 #[tokio::test]
-async fn lore_search_reads_embedded_linked_and_global_books() {
+async fn lore_search_reads_the_linked_and_global_books() {
     let h = harness().await;
     let v = h
         .ok(
@@ -257,8 +257,9 @@ async fn lore_search_reads_embedded_linked_and_global_books() {
         .collect();
     assert_eq!(
         sources,
-        ["embedded", "card-linked", "global"],
-        "Eldoria is linked, so it is not loaded twice"
+        ["card-linked", "global"],
+        "Eldoria's file is linked: it is the character's book (not the embedded copy), and \
+         not loaded again as a global one"
     );
     let zh = h
         .ok("s1", "tavern_lore_search", json!({"query": "用塔罗牌占卜"}))
@@ -296,39 +297,71 @@ async fn lore_search_reads_embedded_linked_and_global_books() {
     assert_eq!(small["truncatedBy"], "max-tokens");
 }
 
-/// SillyTavern's "import embedded lorebook" writes the card's `character_book` out as a world
-/// file and links it (`extensions.world`): the Seraphina card embeds "Eldoria" (4 entries) and
-/// links the world "Eldoria" made from it. Each entry comes back once, from the card.
+/// #29 item 2, on a real user's folder: their Seraphina card links the world "Eldoria" and
+/// embeds the book it was made from; in their world file all four entries are disabled. As in
+/// SillyTavern the linked file is the character's book, so none of them is served, and what is
+/// served is labelled with where it came from; only with no linked file is the embedded copy
+/// used (labelled `embedded`).
 #[tokio::test]
-async fn a_book_embedded_and_linked_is_searched_once() {
-    let h = harness().await;
-    let v = h
-        .ok(
-            "s1",
-            "tavern_lore_search",
-            json!({"query": "the forest, the glade, the beasts and their magic", "limit": 20, "maxTokens": 4000}),
+async fn the_linked_world_file_wins_over_the_embedded_copy() {
+    use tavern_tools::assets::provider::DirAssets;
+    let folder = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/user-folder");
+    let search = |assets: DirAssets| async move {
+        let clock = Arc::new(ManualClock::new(T0));
+        let store = Arc::new(MemStore::new(clock.clone()));
+        let services = ToolServices {
+            memory: store.clone(),
+            variables: store.clone(),
+            chats: store.clone(),
+            assets: Arc::new(assets),
+            history: Default::default(),
+            ranker: Default::default(),
+        };
+        let registry = ToolRegistry::new(services, ToolLimits::default());
+        let (state, _) = normalize_state(&json!({"sessionBindings": {"u1": {
+            "character": "default_Seraphina", "chatId": "default_Seraphina - 1",
+            "architecture": "agent-tavern", "contextMode": "dsh-native"}}}));
+        let ctx = ToolContext::for_session(
+            &AgentId::parse("u1").unwrap(),
+            &SessionId::parse("u1").unwrap(),
+            &state,
+            1,
+            "call-1",
+            ToolLimits::default(),
+            T0,
         )
-        .await;
-    let items = v["items"].as_array().unwrap();
-    let eldoria: Vec<(i64, &str)> = items
-        .iter()
-        .filter(|i| i["book"] == "Eldoria")
-        .map(|i| (i["uid"].as_i64().unwrap(), i["source"].as_str().unwrap()))
-        .collect();
+        .unwrap();
+        let query = json!({"query": "the forest of eldoria, the glade, the beasts and their magic", "limit": 20, "maxTokens": 4000});
+        registry
+            .call(&ctx, "tavern_lore_search", &query)
+            .await
+            .unwrap()
+    };
+    let linked = search(DirAssets::new(&folder, Vec::new(), Persona::default())).await;
     assert_eq!(
-        eldoria,
-        [
-            (0, "embedded"),
-            (1, "embedded"),
-            (2, "embedded"),
-            (3, "embedded")
-        ],
-        "every Eldoria entry once, from the card's own book: {items:?}"
+        linked["items"],
+        json!([]),
+        "every entry is disabled in the user's world file"
     );
-    assert_eq!(v["duplicates"], 4, "the linked world's copies are skipped");
-    // The embedded book's name is "Eldoria" too, but a linked book with other entries still
-    // counts: only identical entries are merged.
-    assert_eq!(v["sourceCount"].as_u64().unwrap() as usize, items.len());
+    assert_eq!(
+        linked["source"]["books"],
+        json!([{"name": "Eldoria", "source": "card-linked", "entries": 4}])
+    );
+    // Without the world file (a folder with only the card), the embedded copy is the book.
+    let alone = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(alone.path().join("characters")).unwrap();
+    std::fs::copy(
+        folder.join("characters/default_Seraphina.png"),
+        alone.path().join("characters/default_Seraphina.png"),
+    )
+    .unwrap();
+    let embedded = search(DirAssets::new(alone.path(), Vec::new(), Persona::default())).await;
+    let items = embedded["items"].as_array().unwrap();
+    assert!(!items.is_empty(), "{embedded}");
+    assert!(items
+        .iter()
+        .all(|i| i["source"] == "embedded" && i["book"] == "Eldoria"));
+    assert_eq!(embedded["source"]["books"][0]["source"], "embedded");
 }
 
 /// `query: ""` does what docs/TOOLS.md says: the query activates and ranks nothing, so only

@@ -340,7 +340,7 @@ impl TypedTool for LoreSearch {
     type Args = LoreArgs;
     type Output = LoreOut;
     const NAME: &'static str = "tavern_lore_search";
-    const DESCRIPTION: &'static str = "Search the world lore (globally active books, the book the card links and the card's own book) as SillyTavern activates it. Entries whose keys appear in the query come first, then entries their content activates in turn, then entries that match its words.";
+    const DESCRIPTION: &'static str = "Search the world lore (the character's book — the world file the card links, or the book embedded in the card when there is no such file — and the globally active books) as SillyTavern activates it. Entries whose keys appear in the query come first, then entries their content activates in turn, then entries that match its words.";
     const WRITES: bool = false;
 
     async fn run(
@@ -352,18 +352,25 @@ impl TypedTool for LoreSearch {
         let l = ctx.limits();
         let mut books = Vec::new();
         let card = card(svc, ctx).await.ok();
-        if let Some(book) = card.as_deref().and_then(Card::embedded_book) {
-            books.push((LoreSource::Embedded, book));
-        }
         let linked = card
             .as_ref()
             .and_then(|c| c.linked_world().map(str::to_owned));
         let unavailable = |e: crate::assets::AssetError| ToolError::Unavailable {
             reason: e.to_string(),
         };
-        if let Some(name) = &linked {
-            if let Some(book) = svc.assets.world(name).await.map_err(unavailable)? {
-                books.push((LoreSource::CardLinked, book));
+        // As SillyTavern assembles it: the card's linked world file is the character's book
+        // (the user's edits — disabled entries, new ones — live there); the book embedded in
+        // the card is the copy that file was made from, used only when no such file exists.
+        let linked_book = match &linked {
+            Some(name) => svc.assets.world(name).await.map_err(unavailable)?,
+            None => None,
+        };
+        match linked_book {
+            Some(book) => books.push((LoreSource::CardLinked, book)),
+            None => {
+                if let Some(book) = card.as_deref().and_then(Card::embedded_book) {
+                    books.push((LoreSource::Embedded, book));
+                }
             }
         }
         for name in svc.assets.global_worlds().await {
