@@ -16,6 +16,7 @@ pub mod error;
 pub mod identity;
 pub mod ids;
 pub mod kernel;
+pub mod macros;
 pub mod mode_switch;
 pub mod normalize;
 pub mod record;

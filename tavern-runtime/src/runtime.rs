@@ -230,14 +230,31 @@ impl Runtime {
             })
             .await?;
         if Self::is_agent_tavern(&binding) {
+            let now = self.clock.now();
             let greeting = match self.assets.card(character).await {
-                Ok(Some(card)) => card
-                    .field("first_mes")
-                    .map(str::to_owned)
-                    .filter(|g| !g.trim().is_empty()),
+                Ok(Some(card)) => match card.field("first_mes").filter(|g| !g.trim().is_empty()) {
+                    // Written substituted, as SillyTavern saves a greeting.
+                    Some(text) => {
+                        let persona = self.assets.persona().await;
+                        let macros = tavern_core::macros::MacroContext {
+                            character: card.name(),
+                            user: &persona.name,
+                            persona: &persona.description,
+                            description: card.field("description").unwrap_or(""),
+                            scenario: card.field("scenario").unwrap_or(""),
+                            personality: card.field("personality").unwrap_or(""),
+                            now,
+                            utc_offset_minutes: 0,
+                            last_user_message: None,
+                            chat: chat.as_str(),
+                            seed: now.0.unsigned_abs(),
+                        };
+                        Some(tavern_core::macros::substitute(text, &macros))
+                    }
+                    None => None,
+                },
                 _ => None,
             };
-            let now = self.clock.now();
             let mut lines = vec![lines::header(&self.config.user_name, character, now)];
             if let Some(text) = &greeting {
                 lines.push(lines::greeting(session, character, text, now));

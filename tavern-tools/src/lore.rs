@@ -18,7 +18,7 @@
 //! `\d`; look-around; back-references), ignoring the entry's case and whole-word settings,
 //! against the text prefixed with `\x01` as SillyTavern scans it (so `^` does not match at the
 //! start). Its cost is bounded (`js_regex`): linear in the text, or for look-around and
-//! back-references at most [`js_regex::BACKTRACK_LIMIT`] steps per check — a key that gives up
+//! back-references at most 100,000 backtracking steps per check — a key that gives up
 //! does not match and is named in `warnings`. A key that does not compile or is longer than
 //! [`MAX_REGEX_SOURCE`] bytes is matched as plain text, as SillyTavern does with keys it cannot
 //! compile, and named in `warnings`. Compiled keys are cached. Plain keys match case-insensitively

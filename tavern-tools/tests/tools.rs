@@ -236,6 +236,32 @@ async fn character_get_reads_fields_persona_and_cuts_to_budget() {
     assert!(e.to_string().contains("maxTokens"), "{e}");
 }
 
+/// #29 item 4: card text comes back as SillyTavern shows it to a model, macros substituted
+/// with the character's and the persona's names (the real Seraphina card writes `{{char}}`
+/// in its description).
+#[tokio::test]
+async fn character_get_substitutes_sillytavern_macros() {
+    let h = harness().await;
+    let raw = Card::from_png("Seraphina", &fixture("cards/Seraphina.v2v3.book4.png")).unwrap();
+    assert!(raw.field("description").unwrap().contains("{{char}}"));
+    let v = h
+        .ok(
+            "s1",
+            "tavern_character_get",
+            json!({"fields": ["description", "scenario", "first_mes", "alternate_greetings", "persona"], "maxTokens": 4000}),
+        )
+        .await;
+    let text = v["fields"].to_string().to_lowercase();
+    assert!(
+        !text.contains("{{char}}") && !text.contains("{{user}}"),
+        "{text}"
+    );
+    assert!(v["fields"]["description"]
+        .as_str()
+        .unwrap()
+        .contains("Seraphina"));
+}
+
 #[tokio::test]
 async fn lore_search_reads_the_linked_and_global_books() {
     let h = harness().await;

@@ -384,7 +384,7 @@ enum TurnStore {
     /// FsStore in a directory (fsyncs counted).
     Files,
     /// PgStore in this database (statements counted).
-    Postgres(tavern_store::pg::PgConfig),
+    Postgres(Box<tavern_store::pg::PgConfig>),
 }
 
 /// Runs `turns` DSH turns (and 2,000 prompt requests) with the checkpoint saved per event or
@@ -419,7 +419,7 @@ fn dsh_turns(
         let (store, counter): (Arc<dyn AllStores>, Option<StatementCounter>) = match kind {
             TurnStore::Files => (Arc::new(FsStore::open(dir.join("store"), clock.clone())?), None),
             TurnStore::Postgres(config) => {
-                let store = tavern_store::pg::PgStore::open(config.clone(), clock.clone(), 8).await?;
+                let store = tavern_store::pg::PgStore::open((**config).clone(), clock.clone(), 8).await?;
                 (Arc::new(store), Some(StatementCounter::connect(config).await?))
             }
         };
@@ -631,7 +631,7 @@ fn main() -> Result<(), Error> {
     if let Some(i) = args.iter().position(|a| a == "--pg") {
         let settings = args.get(i + 1).ok_or("--pg needs connection settings")?;
         let config = tavern_store::pg::parse_settings(settings)?;
-        return turns_table(&TurnStore::Postgres(config));
+        return turns_table(&TurnStore::Postgres(Box::new(config)));
     }
     if args.iter().any(|a| a == "--turns-only") {
         return turns_table(&TurnStore::Files);

@@ -8,6 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use tavern_core::chat::{ChatDocument, ChatLine, SendDate};
+use tavern_core::macros::{self, MacroContext};
 use tavern_core::{ChatId, DefaultTokenEstimator, TokenEstimator};
 
 use super::{any_value, fit, rounded, Listing, TruncatedBy};
@@ -220,6 +221,14 @@ pub(crate) struct SceneOut {
     truncated_fields: Vec<&'static str>,
 }
 
+/// A seed for `{{random}}` from a call id: the same call draws the same.
+fn seed_of(call_id: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    call_id.hash(&mut h);
+    h.finish()
+}
+
 async fn card(svc: &ToolServices, ctx: &ToolContext) -> Result<Arc<Card>, ToolError> {
     let character = &ctx.binding().target().character;
     svc.assets
@@ -284,17 +293,37 @@ impl TypedTool for CharacterGet {
         let mut left = budget;
         let mut fields = Map::new();
         let mut cut = Vec::new();
+        let persona = svc.assets.persona().await;
+        let chat = ctx.binding().target().chat_id.to_string();
+        // SillyTavern's macros, as it substitutes them before the model sees card text.
+        let macros = MacroContext {
+            character: card.name(),
+            user: &persona.name,
+            persona: &persona.description,
+            description: card.field("description").unwrap_or(""),
+            scenario: card.field("scenario").unwrap_or(""),
+            personality: card.field("personality").unwrap_or(""),
+            now: ctx.now(),
+            utc_offset_minutes: 0,
+            last_user_message: None,
+            chat: &chat,
+            seed: seed_of(ctx.call_id()),
+        };
+        let sub = |text: &str| macros::substitute(text, &macros);
         for f in wanted {
             let value = match f {
-                "alternate_greetings" => json!(card.alternate_greetings()),
+                "alternate_greetings" => json!(card
+                    .alternate_greetings()
+                    .iter()
+                    .map(|g| sub(g))
+                    .collect::<Vec<_>>()),
                 "tags" => json!(card.tags()),
                 "group_members" => json!([]),
                 "persona" => {
-                    let p = svc.assets.persona().await;
-                    json!({"name": p.name, "description": p.description})
+                    json!({"name": persona.name, "description": sub(&persona.description)})
                 }
                 text if CARD_TEXT_FIELDS.contains(&text) => {
-                    json!(card.field(text).unwrap_or(""))
+                    json!(sub(card.field(text).unwrap_or("")))
                 }
                 _ => continue,
             };
