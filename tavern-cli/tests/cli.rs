@@ -451,13 +451,18 @@ fn import_list_search_export_and_reimport_is_idempotent() {
     assert!(text.contains("already-imported"), "{text}");
     assert_eq!(snapshot(&data), before);
 
-    // A chat that changed in SillyTavern since is a conflict, left alone.
+    // A chat continued in SillyTavern since is updated by appending (#29).
     let edited = st.join(format!("chats/Seraphina/{SERAPHINA_CHAT}.jsonl"));
     let mut text = std::fs::read_to_string(&edited).unwrap();
     text.push_str("\n{\"name\":\"You\",\"is_user\":true,\"send_date\":3,\"mes\":\"later\"}");
-    std::fs::write(&edited, text).unwrap();
+    std::fs::write(&edited, &text).unwrap();
     let third = ok(&data, &["--json", "import-st", st_arg]).json();
-    assert_eq!(third["summary"]["conflict"], 1, "{third}");
+    assert_eq!(third["summary"]["updated"], 1, "{third}");
+    // One that diverged (an earlier line edited) is a conflict, left alone.
+    let before = snapshot(&data);
+    std::fs::write(&edited, text.replacen("\"mes\":\"", "\"mes\":\"edited ", 1)).unwrap();
+    let fourth = ok(&data, &["--json", "import-st", st_arg]).json();
+    assert_eq!(fourth["summary"]["conflict"], 1, "{fourth}");
     assert_eq!(snapshot(&data), before);
 }
 
@@ -1157,6 +1162,100 @@ fn import_st_reports_what_it_will_not_read_and_imports_the_rest() {
     assert!(!data.join("assets/characters/Secret.json").exists());
     let chats = ok(&data, &["--json", "chat", "ls", "--character", "Theirs"]).json();
     assert_eq!(chats["chats"], json!([]), "{chats}");
+}
+
+/// #29 item 6: a chat continued in SillyTavern after its import is updated by appending on the
+/// next import (the stored copy being where the file begins); one that diverged stays a
+/// reported conflict, unchanged; a chat file outside a character folder is reported, not
+/// silently passed over.
+#[test]
+fn import_st_appends_what_was_added_to_a_chat_since_and_reports_the_rest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let st = tmp.path().join("default-user");
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(st.join("chats/Mira")).unwrap();
+    let header = r#"{"user_name":"User","character_name":"Mira","create_date":"2024-01-01@00h00m00s","chat_metadata":{}}"#;
+    let line = |i: usize| {
+        format!(
+            r#"{{"name":"Mira","is_user":false,"send_date":"2024-01-01@00h00m0{i}s","mes":"line {i} 第{i}行"}}"#
+        )
+    };
+    // Lines joined by newlines, none after the last: as SillyTavern writes a chat.
+    let write = |name: &str, n: usize| {
+        let lines: Vec<String> = std::iter::once(header.to_owned())
+            .chain((0..n).map(line))
+            .collect();
+        std::fs::write(st.join("chats/Mira").join(name), lines.join("\n")).unwrap();
+    };
+    write("kept.jsonl", 2);
+    write("diverged.jsonl", 2);
+    let st_arg = st.to_str().unwrap();
+    let first = ok(&data, &["--json", "import-st", st_arg]).json();
+    assert_eq!(first["summary"]["imported"], 2, "{first}");
+
+    // Continued in SillyTavern: three more lines. Edited in SillyTavern: a line replaced.
+    write("kept.jsonl", 5);
+    let mut diverged = std::fs::read_to_string(st.join("chats/Mira/diverged.jsonl")).unwrap();
+    diverged = diverged.replace("line 1 第1行", "an edited line");
+    std::fs::write(st.join("chats/Mira/diverged.jsonl"), &diverged).unwrap();
+    std::fs::write(
+        st.join("chats/loose.jsonl"),
+        format!("{header}\n{}\n", line(0)),
+    )
+    .unwrap();
+
+    let dry = ok(&data, &["--json", "import-st", st_arg, "--dry-run"]).json();
+    assert_eq!(dry["summary"]["wouldUpdate"], 1, "{dry}");
+    let second = ok(&data, &["--json", "import-st", st_arg]).json();
+    let item = |source: &str| {
+        second["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["source"] == source)
+            .cloned()
+            .unwrap_or_else(|| panic!("{source}: {second}"))
+    };
+    let kept = item("chats/Mira/kept.jsonl");
+    assert_eq!(
+        (kept["result"].clone(), kept["appended"].clone()),
+        (json!("updated"), json!(3))
+    );
+    assert_eq!(item("chats/Mira/diverged.jsonl")["result"], "conflict");
+    let loose = item("chats/loose.jsonl");
+    assert!(
+        loose["reason"]
+            .as_str()
+            .unwrap()
+            .contains("outside a character folder"),
+        "{loose}"
+    );
+    // The store's copy is now the file, byte for byte; the diverged one is as it was imported.
+    let shown = ok(&data, &["chat", "show", "Mira", "kept"]).stdout;
+    for i in 0..5 {
+        assert!(shown.contains(&format!("line {i} 第{i}行")), "{shown}");
+    }
+    let exported = tmp.path().join("kept.jsonl");
+    ok(
+        &data,
+        &[
+            "export",
+            "chat",
+            "Mira",
+            "kept",
+            "--out",
+            exported.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        std::fs::read(&exported).unwrap(),
+        std::fs::read(st.join("chats/Mira/kept.jsonl")).unwrap()
+    );
+    let other = ok(&data, &["chat", "show", "Mira", "diverged"]).stdout;
+    assert!(other.contains("line 1 第1行") && !other.contains("an edited line"));
+    // A third import changes nothing.
+    let third = ok(&data, &["--json", "import-st", st_arg]).json();
+    assert_eq!(third["summary"]["updated"], 0, "{third}");
 }
 
 #[test]

@@ -236,19 +236,8 @@ impl Runtime {
                     // Written substituted, as SillyTavern saves a greeting.
                     Some(text) => {
                         let persona = self.assets.persona().await;
-                        let macros = tavern_core::macros::MacroContext {
-                            character: card.name(),
-                            user: &persona.name,
-                            persona: &persona.description,
-                            description: card.field("description").unwrap_or(""),
-                            scenario: card.field("scenario").unwrap_or(""),
-                            personality: card.field("personality").unwrap_or(""),
-                            now,
-                            utc_offset_minutes: 0,
-                            last_user_message: None,
-                            chat: chat.as_str(),
-                            seed: now.0.unsigned_abs(),
-                        };
+                        let macros =
+                            card.macros(&persona, chat.as_str(), now, now.0.unsigned_abs());
                         Some(tavern_core::macros::substitute(text, &macros))
                     }
                     None => None,

@@ -56,14 +56,7 @@ async fn harness_with(state: serde_json::Value, limits: ToolLimits) -> Harness {
         name: "白羽".into(),
         description: "A traveler with a lantern.".into(),
     };
-    let services = ToolServices {
-        memory: store.clone(),
-        variables: store.clone(),
-        chats: store.clone(),
-        assets: Arc::new(assets),
-        history: Default::default(),
-        ranker: Default::default(),
-    };
+    let services = services(&store, assets);
     let sera = CharacterName::parse("Seraphina").unwrap();
     let main = ChatId::parse("Seraphina - 1").unwrap();
     let lines = vec![
@@ -113,6 +106,21 @@ fn default_state() -> Value {
         "st1": {"character": "Seraphina", "chatId": "Seraphina - 1", "architecture": "st"},
         "g1": {"character": "Party", "chatId": "p", "group": true, "architecture": "agent-tavern"}
     }})
+}
+
+/// Every store port on `store`, with `assets`.
+fn services(
+    store: &Arc<MemStore>,
+    assets: impl tavern_tools::assets::provider::AssetProvider + 'static,
+) -> ToolServices {
+    ToolServices {
+        memory: store.clone(),
+        variables: store.clone(),
+        chats: store.clone(),
+        assets: Arc::new(assets),
+        history: Default::default(),
+        ranker: Default::default(),
+    }
 }
 
 async fn harness() -> Harness {
@@ -333,17 +341,8 @@ async fn the_linked_world_file_wins_over_the_embedded_copy() {
     use tavern_tools::assets::provider::DirAssets;
     let folder = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/user-folder");
     let search = |assets: DirAssets| async move {
-        let clock = Arc::new(ManualClock::new(T0));
-        let store = Arc::new(MemStore::new(clock.clone()));
-        let services = ToolServices {
-            memory: store.clone(),
-            variables: store.clone(),
-            chats: store.clone(),
-            assets: Arc::new(assets),
-            history: Default::default(),
-            ranker: Default::default(),
-        };
-        let registry = ToolRegistry::new(services, ToolLimits::default());
+        let store = Arc::new(MemStore::new(Arc::new(ManualClock::new(T0))));
+        let registry = ToolRegistry::new(services(&store, assets), ToolLimits::default());
         let (state, _) = normalize_state(&json!({"sessionBindings": {"u1": {
             "character": "default_Seraphina", "chatId": "default_Seraphina - 1",
             "architecture": "agent-tavern", "contextMode": "dsh-native"}}}));

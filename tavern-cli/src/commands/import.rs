@@ -31,6 +31,11 @@ pub enum Outcome {
     WouldImport,
     /// Already there with identical content.
     AlreadyImported,
+    /// Continued in SillyTavern since it was imported: the stored copy was a prefix of the
+    /// file, and the new lines (this many) were appended.
+    Updated(usize),
+    /// Would be updated so (`--dry-run`).
+    WouldUpdate(usize),
     /// Something different is there; left alone.
     Conflict(String),
     /// The file is not valid; skipped.
@@ -43,6 +48,8 @@ impl Outcome {
             Self::Imported => "imported",
             Self::WouldImport => "would-import",
             Self::AlreadyImported => "already-imported",
+            Self::Updated(_) => "updated",
+            Self::WouldUpdate(_) => "would-update",
             Self::Conflict(_) => "conflict",
             Self::Invalid(_) => "invalid",
         }
@@ -202,6 +209,16 @@ fn candidates(dir: &Path, skipped: &mut Skipped) -> Vec<Candidate> {
         }
     }
     for folder in sorted_entries(&dir.join("chats")) {
+        if regular(&folder) && has_ext(&folder, &["jsonl"]) {
+            // SillyTavern keeps a character's chats in chats/<character>/: a file here names
+            // no character, so it cannot be placed.
+            skipped.push((
+                format!("chats/{}", file_name(&folder)),
+                "a chat outside a character folder: move it into chats/<character>/ to import it"
+                    .to_owned(),
+            ));
+            continue;
+        }
         if !real_dir(&folder) {
             if folder.is_dir() {
                 skipped.push((
@@ -324,9 +341,14 @@ fn report(items: &[Item], dry_run: bool) -> Report {
                 i.kind.to_owned(),
                 i.source.clone(),
                 i.outcome.label().to_owned(),
-                i.outcome
-                    .reason()
-                    .map_or_else(|| i.target.clone(), str::to_owned),
+                match &i.outcome {
+                    Outcome::Updated(n) | Outcome::WouldUpdate(n) => {
+                        format!("{} (+{n} lines)", i.target)
+                    }
+                    other => other
+                        .reason()
+                        .map_or_else(|| i.target.clone(), str::to_owned),
+                },
             ]
         })
         .collect();
@@ -335,6 +357,8 @@ fn report(items: &[Item], dry_run: bool) -> Report {
         "imported": count("imported"),
         "wouldImport": count("would-import"),
         "alreadyImported": count("already-imported"),
+        "updated": count("updated"),
+        "wouldUpdate": count("would-update"),
         "conflict": count("conflict"),
         "invalid": count("invalid"),
     });
@@ -346,9 +370,17 @@ fn report(items: &[Item], dry_run: bool) -> Report {
     text.push_str(&format!(
         "{}, {} already imported, {} conflicts, {} invalid{}\n",
         if dry_run {
-            format!("dry run: {} would be imported", count("would-import"))
+            format!(
+                "dry run: {} would be imported, {} updated",
+                count("would-import"),
+                count("would-update")
+            )
         } else {
-            format!("{} imported", count("imported"))
+            format!(
+                "{} imported, {} updated",
+                count("imported"),
+                count("updated")
+            )
         },
         count("already-imported"),
         count("conflict"),
@@ -363,6 +395,10 @@ fn report(items: &[Item], dry_run: bool) -> Report {
             "target": i.target,
             "result": i.outcome.label(),
             "reason": i.outcome.reason(),
+            "appended": match i.outcome {
+                Outcome::Updated(n) | Outcome::WouldUpdate(n) => Some(n),
+                _ => None,
+            },
         })).collect::<Vec<_>>(),
         "summary": summary,
     });
@@ -535,20 +571,39 @@ async fn import_chat(
         return Ok(item);
     };
     if let Some(existing) = stores.read_chat(&character, &chat).await? {
-        let same = existing.lines.len() == lines.len()
+        let prefix = existing.lines.len() <= lines.len()
             && existing
                 .lines
                 .iter()
                 .zip(&lines)
                 .all(|(a, b)| a.raw() == b.raw());
-        item.outcome = if same {
-            Outcome::AlreadyImported
-        } else {
-            Outcome::Conflict(format!(
-                "a different chat {chat} of {character} exists ({} lines stored, {} in the file)",
+        let added = lines.len() - existing.lines.len().min(lines.len());
+        item.outcome = match (prefix, added) {
+            (true, 0) => Outcome::AlreadyImported,
+            // Continued in SillyTavern since the import: the new lines are appended, at the
+            // revision just read (a chat changed meanwhile is a conflict, never overwritten).
+            (true, n) if dry_run => Outcome::WouldUpdate(n),
+            (true, n) => match stores
+                .append_lines(
+                    &character,
+                    &chat,
+                    &lines[existing.lines.len()..],
+                    &existing.revision,
+                )
+                .await
+            {
+                Ok(_) => Outcome::Updated(n),
+                Err(e) if e.is_conflict() => Outcome::Conflict(format!(
+                    "chat {chat} of {character} changed while it was being updated"
+                )),
+                Err(e) => return Err(e.into()),
+            },
+            (false, _) => Outcome::Conflict(format!(
+                "a different chat {chat} of {character} exists ({} lines stored, {} in the file, \
+                 and the stored ones are not where the file begins)",
                 existing.lines.len(),
                 lines.len()
-            ))
+            )),
         };
         return Ok(item);
     }

@@ -53,6 +53,30 @@ pub const CARD_TEXT_FIELDS: [&str; 10] = [
 ];
 
 impl Card {
+    /// What SillyTavern's macros stand for in this card's text (`tavern_core::macros`), with
+    /// `persona` as the user, `chat` for `{{pick}}` and `seed` for `{{random}}`.
+    pub fn macros<'a>(
+        &'a self,
+        persona: &'a super::provider::Persona,
+        chat: &'a str,
+        now: tavern_core::Timestamp,
+        seed: u64,
+    ) -> tavern_core::macros::MacroContext<'a> {
+        tavern_core::macros::MacroContext {
+            character: self.name(),
+            user: &persona.name,
+            persona: &persona.description,
+            description: self.field("description").unwrap_or(""),
+            scenario: self.field("scenario").unwrap_or(""),
+            personality: self.field("personality").unwrap_or(""),
+            now,
+            utc_offset_minutes: 0,
+            last_user_message: None,
+            chat,
+            seed,
+        }
+    }
+
     /// Reads a card from JSON bytes.
     ///
     /// # Errors

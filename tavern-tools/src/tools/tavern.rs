@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use tavern_core::chat::{ChatDocument, ChatLine, SendDate};
-use tavern_core::macros::{self, MacroContext};
+use tavern_core::macros;
 use tavern_core::{ChatId, DefaultTokenEstimator, TokenEstimator};
 
 use super::{any_value, fit, rounded, Listing, TruncatedBy};
@@ -296,19 +296,7 @@ impl TypedTool for CharacterGet {
         let persona = svc.assets.persona().await;
         let chat = ctx.binding().target().chat_id.to_string();
         // SillyTavern's macros, as it substitutes them before the model sees card text.
-        let macros = MacroContext {
-            character: card.name(),
-            user: &persona.name,
-            persona: &persona.description,
-            description: card.field("description").unwrap_or(""),
-            scenario: card.field("scenario").unwrap_or(""),
-            personality: card.field("personality").unwrap_or(""),
-            now: ctx.now(),
-            utc_offset_minutes: 0,
-            last_user_message: None,
-            chat: &chat,
-            seed: seed_of(ctx.call_id()),
-        };
+        let macros = card.macros(&persona, &chat, ctx.now(), seed_of(ctx.call_id()));
         let sub = |text: &str| macros::substitute(text, &macros);
         for f in wanted {
             let value = match f {
