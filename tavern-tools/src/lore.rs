@@ -205,6 +205,47 @@ pub struct LoreContext {
     pub character_ids: Vec<String>,
     /// The card's tags, for `characterFilter.tags` (compared case-insensitively).
     pub tags: Vec<String>,
+    /// What the other SillyTavern macros in returned content stand for (`{{persona}}`,
+    /// `{{description}}`, `{{time}}`, `{{pick}}`…; `tavern_core::macros`). Keys use only the
+    /// names above.
+    pub macros: MacroValues,
+}
+
+/// Values of SillyTavern's macros beyond the two names, owned (see [`LoreContext::macros`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MacroValues {
+    /// The persona's description.
+    pub persona: String,
+    /// The card's description.
+    pub description: String,
+    /// The card's scenario.
+    pub scenario: String,
+    /// The card's personality.
+    pub personality: String,
+    /// Now, in epoch milliseconds.
+    pub now_ms: i64,
+    /// The chat `{{pick}}` is stable in.
+    pub chat: String,
+}
+
+impl LoreContext {
+    /// The macro context of returned content.
+    fn macro_context(&self) -> tavern_core::macros::MacroContext<'_> {
+        let m = &self.macros;
+        tavern_core::macros::MacroContext {
+            character: &self.character,
+            user: &self.user,
+            persona: &m.persona,
+            description: &m.description,
+            scenario: &m.scenario,
+            personality: &m.personality,
+            now: tavern_core::Timestamp(m.now_ms),
+            utc_offset_minutes: 0,
+            last_user_message: None,
+            chat: &m.chat,
+            seed: u64::try_from(m.now_ms).unwrap_or(0),
+        }
+    }
 }
 
 /// One returned entry.
@@ -821,7 +862,7 @@ pub fn search_ranked<'a>(
             source: books[i].0,
             book,
             entry: e,
-            content: substitute(&e.content, ctx),
+            content: tavern_core::macros::substitute(&e.content, &ctx.macro_context()),
             primary,
             secondary,
             always_on: e.constant || e.decorators.iter().any(|d| d == "@@activate"),

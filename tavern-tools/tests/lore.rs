@@ -48,6 +48,7 @@ fn run_cases(cases: &str, min: usize) {
             user: c["user"].as_str().unwrap_or("").to_owned(),
             character_ids: strs(&c["characterIds"]),
             tags: strs(&c["tags"]),
+            ..LoreContext::default()
         };
         let books = vec![(LoreSource::Global, book)];
         let res = search_with(&books, case["query"].as_str().unwrap(), &opts, &ctx);
@@ -298,4 +299,30 @@ fn the_time_budget_stops_matching_honestly() {
         ..LoreOptions::default()
     };
     assert_eq!(search(&books, "a lantern", &unlimited).hits.len(), 1);
+}
+
+/// #29 item 4: returned content has SillyTavern's macros substituted as everywhere else —
+/// the names, the persona, the card's text, comments removed — while keys use the names only.
+#[test]
+fn returned_content_has_sillytavern_macros_substituted() {
+    let books = regex_book(&[(
+        1,
+        "lantern",
+        "{{char}} lends {{user}} a lantern.{{// for the author}} {{scenario}} ({{persona}}) {{unknown}}",
+    )]);
+    let ctx = LoreContext {
+        character: "Seraphina".into(),
+        user: "白羽".into(),
+        macros: tavern_tools::lore::MacroValues {
+            persona: "a traveler".into(),
+            scenario: "{{user}} is lost in the glade.".into(),
+            ..Default::default()
+        },
+        ..LoreContext::default()
+    };
+    let found = search_with(&books, "a lantern", &LoreOptions::default(), &ctx);
+    assert_eq!(
+        found.hits[0].content,
+        "Seraphina lends 白羽 a lantern. 白羽 is lost in the glade. (a traveler) {{unknown}}"
+    );
 }

@@ -406,6 +406,12 @@ impl TypedTool for LoreSearch {
         };
         let character = &ctx.binding().target().character;
         let persona = svc.assets.persona().await;
+        let field = |name: &str| {
+            card.as_ref()
+                .and_then(|c| c.field(name))
+                .unwrap_or("")
+                .to_owned()
+        };
         let who = LoreContext {
             character: card
                 .as_ref()
@@ -419,6 +425,14 @@ impl TypedTool for LoreSearch {
                 .as_ref()
                 .map(|c| c.tags().into_iter().map(str::to_owned).collect())
                 .unwrap_or_default(),
+            macros: lore::MacroValues {
+                persona: persona.description,
+                description: field("description"),
+                scenario: field("scenario"),
+                personality: field("personality"),
+                now_ms: ctx.now().0,
+                chat: ctx.binding().target().chat_id.to_string(),
+            },
         };
         let (query, ranker) = (a.query, svc.ranker.clone());
         // Key matching is CPU work bounded in time: off the executor, a few at a time.
