@@ -13,7 +13,9 @@ Exit codes:
   3  revision conflict: the record changed since the revision given; nothing was written
   4  `tavern check` found corrupt or set-aside data
 
-Data directory (--data, default: the per-user data directory, e.g. ~/.local/share/agent-tavern):
+Data directory (--data; default: $TAVERN_DATA, else the DSH plugin's store $DSH_HOME/agent-tavern
+(~/.dsh/agent-tavern) when it holds one, else the per-user data directory, e.g.
+~/.local/share/agent-tavern):
   the store (memory.log, variables.log, state.json, chats/, checkpoints/, prompts/) plus
   assets/characters and assets/worlds, where `tavern import-st` puts cards and world books.
   Run `tavern-bridge --data DIR --assets DIR/assets` to use them in sessions.";
@@ -23,7 +25,8 @@ Data directory (--data, default: the per-user data directory, e.g. ~/.local/shar
 #[derive(Debug, Parser)]
 #[command(name = "tavern", version, after_help = EXIT_CODES_HELP)]
 pub struct Cli {
-    /// The data directory (the store, plus `assets/`); default: the per-user data directory.
+    /// The data directory (the store, plus `assets/`); default: `TAVERN_DATA`, else the DSH
+    /// plugin's store when there is one, else the per-user data directory.
     #[arg(long, value_name = "DIR", global = true)]
     pub data: Option<PathBuf>,
     /// Keep memories, variables and chats in PostgreSQL instead of the data directory (which

@@ -1258,6 +1258,63 @@ fn import_st_appends_what_was_added_to_a_chat_since_and_reports_the_rest() {
     assert_eq!(third["summary"]["updated"], 0, "{third}");
 }
 
+/// #29 item 7: without `--data`, `tavern` finds the store the DSH plugin writes
+/// (`$DSH_HOME/agent-tavern`, `~/.dsh` by default) — after a DSH session, `tavern memory ls`
+/// shows its memories; `TAVERN_DATA` says otherwise; two stores are a question, not a guess.
+#[test]
+fn without_data_the_dsh_plugins_store_is_found() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let xdg = tmp.path().join("xdg");
+    let run = |envs: &[(&str, &Path)], args: &[&str]| {
+        let mut c = Command::cargo_bin("tavern").unwrap();
+        c.args(args)
+            .env_remove("RUST_LOG")
+            .env_remove("DSH_HOME")
+            .env_remove("TAVERN_DATA")
+            .env_remove("TAVERN_STORE")
+            .env("HOME", &home)
+            .env("XDG_DATA_HOME", &xdg);
+        for (k, v) in envs {
+            c.env(k, v);
+        }
+        let out = c.output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    };
+    let dsh_store = home.join(".dsh/agent-tavern");
+    remember(&dsh_store);
+    let (code, out, err) = run(&[], &["--json", "memory", "ls"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("m-glade"), "{out}");
+    // DSH_HOME moves DSH's home, and the store with it.
+    let moved = tmp.path().join("dsh-home");
+    std::fs::create_dir_all(&moved).unwrap();
+    std::fs::rename(&dsh_store, moved.join("agent-tavern")).unwrap();
+    let (code, out, err) = run(&[("DSH_HOME", &moved)], &["--json", "memory", "ls"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("m-glade"), "{out}");
+    // A per-user store as well: the user says which.
+    remember(&xdg.join("agent-tavern"));
+    let (code, _, err) = run(&[("DSH_HOME", &moved)], &["memory", "ls"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("two stores") && err.contains("--data"),
+        "{err}"
+    );
+    let (code, _, err) = run(
+        &[
+            ("DSH_HOME", &moved),
+            ("TAVERN_DATA", &moved.join("agent-tavern")),
+        ],
+        &["memory", "ls"],
+    );
+    assert_eq!(code, 0, "{err}");
+}
+
 #[test]
 fn listings_page_past_one_search_and_show_every_memory() {
     let tmp = tempfile::tempdir().unwrap();
