@@ -12,8 +12,13 @@
 //! `ſ` is not `\w` even under `i`), `.` stops at `\r`, U+2028 and U+2029 as well as `\n`, `\s`
 //! is JavaScript's list of spaces, `[` inside a class is a character, `{` that does not start
 //! a quantifier is a character, `\uD83D\uDE00` is one code point, `[^]` is any character and
-//! `[]` none. What has no bounded equivalent (a lone surrogate, an octal escape, a
-//! back-reference to a group that does not exist) is refused with the reason.
+//! `[]` none, Annex B's octal escapes (`\07`, `\1` with no group) are characters, named groups
+//! are numbered. What has no bounded equivalent (a lone surrogate, a quantified look-ahead) is
+//! refused with the reason. Checked against V8 itself (`tests/data/js_regex_v8_cases.json`,
+//! 363 cases): where they still differ is listed in the test, by kind — UTF-16 code units
+//! (astral characters outside `u`), Unicode case folding past JavaScript's non-unicode one
+//! (`ſ`, the Kelvin sign), `^`/`$` under `m` at `\r` and U+2028, and references to groups
+//! that did not take part.
 
 use std::fmt::Write as _;
 
@@ -125,9 +130,22 @@ fn needs_backtracking(pattern: &str) -> bool {
 /// the engine that will run it, with the same meaning.
 pub(crate) fn translate(pattern: &str, flags: &str) -> Result<String, String> {
     let chars: Vec<char> = pattern.chars().collect();
+    if let Some(c) = flags.chars().find(|c| flags.matches(*c).count() > 1) {
+        return Err(format!("the flag {c} is given twice"));
+    }
+    let (groups, names) = capture_groups(&chars);
+    if let Some((name, _)) = names
+        .iter()
+        .enumerate()
+        .find(|(i, (n, _))| names[..*i].iter().any(|(m, _)| m == n))
+        .map(|(_, g)| g)
+    {
+        return Err(format!("two groups are named {name}"));
+    }
     let mut t = Translator {
         backtracking: needs_backtracking(pattern),
-        groups: capture_groups(&chars),
+        groups,
+        names,
         chars,
         i: 0,
         out: String::with_capacity(pattern.len() * 2),
@@ -148,9 +166,11 @@ pub(crate) fn translate(pattern: &str, flags: &str) -> Result<String, String> {
     Ok(t.out)
 }
 
-/// How many capturing groups a pattern has (for telling back-references from escapes).
-fn capture_groups(chars: &[char]) -> usize {
+/// The capturing groups of a pattern: how many, and the number of each named one (for telling
+/// back-references from escapes, and for turning named references into numbered ones).
+fn capture_groups(chars: &[char]) -> (usize, Vec<(String, usize)>) {
     let (mut n, mut i, mut in_class) = (0, 0, false);
+    let mut names = Vec::new();
     while i < chars.len() {
         match chars[i] {
             '\\' => i += 1,
@@ -164,12 +184,16 @@ fn capture_groups(chars: &[char]) -> usize {
                 if rest.first() != Some(&'?') || named {
                     n += 1;
                 }
+                if named {
+                    let name: String = rest[2..].iter().take_while(|c| **c != '>').collect();
+                    names.push((name, n));
+                }
             }
             _ => {}
         }
         i += 1;
     }
-    n
+    (n, names)
 }
 
 struct Translator {
@@ -179,6 +203,9 @@ struct Translator {
     i: usize,
     out: String,
     groups: usize,
+    /// Named groups and their numbers (references to them are written as numbers: the
+    /// backtracking engine refuses names and numbers in one pattern).
+    names: Vec<(String, usize)>,
     unicode: bool,
     dot_all: bool,
 }
@@ -276,18 +303,53 @@ impl Translator {
             }
         }
         if self.starts_with("?<") {
-            let name: String = self.chars[self.i + 2..]
+            // A named group is numbered like any other; its references become numbers.
+            let name_len = self.chars[self.i + 2..]
                 .iter()
                 .take_while(|c| **c != '>')
-                .collect();
-            if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') || name.is_empty() {
-                return Err(format!("group name {name:?} is not supported"));
-            }
-            self.out.push_str(&format!("(?P<{name}>"));
-            self.i += 2 + name.chars().count() + 1;
+                .count();
+            self.out.push('(');
+            self.i += 2 + name_len + 1;
             return Ok(());
         }
         Err("unsupported group syntax".to_owned())
+    }
+
+    /// Whether a quantifier comes next (`*`, `+`, `?`, or a `{n…}` one).
+    fn quantifier_follows(&self) -> bool {
+        match self.peek(0) {
+            Some('*' | '+' | '?') => true,
+            Some('{') => {
+                let rest: String = self.chars[self.i + 1..].iter().take(24).collect();
+                let digits = rest.chars().take_while(char::is_ascii_digit).count();
+                digits > 0 && {
+                    let after: String = rest.chars().skip(digits).collect();
+                    after.starts_with('}') || after.starts_with(',')
+                }
+            }
+            _ => false,
+        }
+    }
+
+    /// Annex B's legacy octal escape, its first digit `first` already read: up to three octal
+    /// digits worth at most 0o377; `\8` and `\9` are those digits themselves.
+    fn legacy_octal(&mut self, first: char) -> char {
+        let Some(mut value) = first.to_digit(8) else {
+            return first;
+        };
+        let mut taken = 1;
+        while taken < 3 {
+            let Some(d) = self.peek(0).and_then(|c| c.to_digit(8)) else {
+                break;
+            };
+            if value * 8 + d > 0o377 {
+                break;
+            }
+            value = value * 8 + d;
+            self.i += 1;
+            taken += 1;
+        }
+        char::from_u32(value).unwrap_or('\0')
     }
 
     /// A code point from `\uHHHH` (already past the `u`), joining a surrogate pair.
@@ -398,6 +460,9 @@ impl Translator {
         };
         self.i += 1;
         match c {
+            'b' | 'B' if self.quantifier_follows() => {
+                return Err(format!("nothing to repeat after \\{c}"));
+            }
             'b' | 'B' if self.backtracking => {
                 // An ASCII word boundary spelled with look-around.
                 let w = "(?-i:[0-9A-Za-z_])";
@@ -419,28 +484,49 @@ impl Translator {
                     )
                     .collect();
                 let n: usize = digits.parse().unwrap_or(usize::MAX);
-                if n > self.groups {
-                    return Err(format!("\\{digits} is an octal escape or a missing group"));
+                if n <= self.groups {
+                    self.i += digits.len() - 1;
+                    let _ = write!(self.out, "(?:\\{n})");
+                } else if self.unicode {
+                    return Err(format!("\\{digits} names a group that does not exist"));
+                } else {
+                    // Annex B: not a reference, so an octal escape (or `\8`, `\9`: the digit).
+                    let ch = self.legacy_octal(c);
+                    push_literal(&mut self.out, ch);
                 }
-                self.i += digits.len() - 1;
-                let _ = write!(self.out, "(?:\\{n})");
             }
-            'k' if self.peek(0) == Some('<') => {
+            '0' if self.peek(0).is_some_and(|d| d.is_ascii_digit()) && !self.unicode => {
+                let ch = self.legacy_octal(c);
+                push_literal(&mut self.out, ch);
+            }
+            'k' if !self.names.is_empty() || self.unicode => {
+                if self.peek(0) != Some('<') {
+                    return Err("\\k without a group name".to_owned());
+                }
                 let name: String = self.chars[self.i + 1..]
                     .iter()
                     .take_while(|ch| **ch != '>')
                     .collect();
                 self.i += name.chars().count() + 2;
-                let _ = write!(self.out, "\\k<{name}>");
+                let Some(n) = self.names.iter().find(|(m, _)| *m == name).map(|(_, n)| *n) else {
+                    return Err(format!("no group is named {name}"));
+                };
+                let _ = write!(self.out, "(?:\\{n})");
             }
             _ => {
                 if let Some(set) = self.set_escape(c) {
-                    // Class escapes keep their ASCII meaning under `i` too.
-                    let _ = write!(self.out, "(?-i:[{set}])");
+                    // Class escapes keep their ASCII meaning under `i`, outside unicode mode;
+                    // in it `\w` under `i` takes ſ and K too, and `\p{Lu}` any case — what
+                    // case folding the class gives.
+                    if self.unicode {
+                        let _ = write!(self.out, "[{set}]");
+                    } else {
+                        let _ = write!(self.out, "(?-i:[{set}])");
+                    }
                 } else if let Some(ch) = self.char_escape(c)? {
                     push_literal(&mut self.out, ch);
                 } else if c == '0' {
-                    return Err("octal escapes are not supported".to_owned());
+                    return Err("octal escapes are not allowed in unicode mode".to_owned());
                 } else if c == 'c' {
                     // `\c` without a letter is a backslash and a `c` (Annex B).
                     push_literal(&mut self.out, '\\');
@@ -471,9 +557,17 @@ impl Translator {
             return Ok(ClassAtom::Char(ch));
         }
         if e.is_ascii_digit() {
-            return Err("octal escapes are not supported".to_owned());
+            if self.unicode {
+                return Err("octal escapes are not allowed in unicode mode".to_owned());
+            }
+            return Ok(ClassAtom::Char(self.legacy_octal(e)));
         }
         if e == 'c' {
+            // Annex B: in a class, `\c` also takes a digit or `_`.
+            if let Some(d) = self.peek(0).filter(|d| d.is_ascii_digit() || *d == '_') {
+                self.i += 1;
+                return Ok(ClassAtom::Char(char::from(d as u8 % 32)));
+            }
             // `[\c]` is a backslash and a `c`; push the `c` back for the next atom.
             self.i -= 1;
             return Ok(ClassAtom::Char('\\'));
