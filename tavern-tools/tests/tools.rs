@@ -1622,3 +1622,55 @@ async fn a_message_over_the_budget_comes_back_cut_not_as_nothing() {
         assert!(spent <= budget, "{spent} tokens over a budget of {budget}");
     }
 }
+
+/// #29 item 5: a session whose character has no card (as a group's has none) still reads the
+/// persona, and a headerless chat (as SillyTavern writes group chats) dates from its first
+/// message; card fields without a card are still "not found".
+#[tokio::test]
+async fn a_cardless_session_reads_the_persona_and_its_chat_date() {
+    let state = json!({"sessionBindings": {
+        "nc": {"character": "Party", "chatId": "p", "architecture": "agent-tavern", "contextMode": "dsh-native"}
+    }});
+    let h = harness_with(state, ToolLimits::default()).await;
+    let persona = h
+        .ok(
+            "nc",
+            "tavern_character_get",
+            json!({"fields": ["persona", "group_members"]}),
+        )
+        .await;
+    assert_eq!(persona["fields"]["persona"]["name"], "白羽", "{persona}");
+    assert_eq!(persona["source"]["spec"], "none");
+    assert_eq!(persona["source"]["character"], "Party");
+    let e = h
+        .err(
+            "nc",
+            "tavern_character_get",
+            json!({"fields": ["description"]}),
+        )
+        .await;
+    assert_eq!(e.code(), "not-found");
+    // A group chat as SillyTavern writes it: no header, the first line a system message.
+    let lines: Vec<tavern_core::chat::ChatLine> = [
+        r#"{"name":"SillyTavern System","is_user":false,"is_system":true,"is_group":true,"mes":"Group chat created.","send_date":"July 13, 2024 10:51am"}"#,
+        r#"{"name":"白羽","is_user":true,"send_date":"July 13, 2024 11:06am","mes":"Hello, all."}"#,
+    ]
+    .iter()
+    .map(|l| tavern_core::chat::ChatLine::parse(l).unwrap())
+    .collect();
+    h.store
+        .rewrite_chat(
+            &CharacterName::parse("Party").unwrap(),
+            &ChatId::parse("p").unwrap(),
+            &lines,
+            None,
+        )
+        .await
+        .unwrap();
+    let scene = h.ok("nc", "tavern_scene_get", json!({})).await;
+    assert_eq!(
+        scene["chat"]["createDate"], "July 13, 2024 10:51am",
+        "{scene}"
+    );
+    assert_eq!(scene["chat"]["messageCount"], 2);
+}

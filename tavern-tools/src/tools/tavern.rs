@@ -133,7 +133,8 @@ pub(crate) struct CardSource {
     /// Always `card`.
     kind: &'static str,
     character: String,
-    /// `v1`, `v2` or `v3`.
+    /// `v1`, `v2` or `v3`; `none` when only the persona or the group's members were asked
+    /// and no card was read (a group session has none).
     spec: &'static str,
 }
 
@@ -285,32 +286,57 @@ impl TypedTool for CharacterGet {
         a: CharacterArgs,
     ) -> Result<CharacterOut, ToolError> {
         let budget = a.max_tokens.unwrap_or(ctx.limits().default_tokens);
-        let card = card(svc, ctx).await?;
         let wanted: Vec<&'static str> = match &a.fields {
             Some(f) => f.iter().map(|f| f.label()).collect(),
             None => DEFAULT_FIELDS.to_vec(),
+        };
+        // The persona and the group's members need no card (a group session has none).
+        let needs_card = wanted
+            .iter()
+            .any(|f| !matches!(*f, "persona" | "group_members"));
+        let card = match card(svc, ctx).await {
+            Ok(card) => Some(card),
+            Err(e) if needs_card => return Err(e),
+            Err(_) => None,
         };
         let mut left = budget;
         let mut fields = Map::new();
         let mut cut = Vec::new();
         let persona = svc.assets.persona().await;
-        let chat = ctx.binding().target().chat_id.to_string();
+        let target = ctx.binding().target();
+        let chat = target.chat_id.to_string();
         // SillyTavern's macros, as it substitutes them before the model sees card text.
-        let macros = card.macros(&persona, &chat, ctx.now(), seed_of(ctx.call_id()));
+        let seed = seed_of(ctx.call_id());
+        let macros = match &card {
+            Some(card) => card.macros(&persona, &chat, ctx.now(), seed),
+            None => macros::MacroContext {
+                character: target.character.as_str(),
+                user: &persona.name,
+                persona: &persona.description,
+                description: "",
+                scenario: "",
+                personality: "",
+                now: ctx.now(),
+                utc_offset_minutes: 0,
+                last_user_message: None,
+                chat: &chat,
+                seed,
+            },
+        };
         let sub = |text: &str| macros::substitute(text, &macros);
         for f in wanted {
-            let value = match f {
-                "alternate_greetings" => json!(card
+            let value = match (f, &card) {
+                ("group_members", _) => json!([]),
+                ("persona", _) => {
+                    json!({"name": persona.name, "description": sub(&persona.description)})
+                }
+                ("alternate_greetings", Some(card)) => json!(card
                     .alternate_greetings()
                     .iter()
                     .map(|g| sub(g))
                     .collect::<Vec<_>>()),
-                "tags" => json!(card.tags()),
-                "group_members" => json!([]),
-                "persona" => {
-                    json!({"name": persona.name, "description": sub(&persona.description)})
-                }
-                text if CARD_TEXT_FIELDS.contains(&text) => {
+                ("tags", Some(card)) => json!(card.tags()),
+                (text, Some(card)) if CARD_TEXT_FIELDS.contains(&text) => {
                     json!(sub(card.field(text).unwrap_or("")))
                 }
                 _ => continue,
@@ -342,8 +368,10 @@ impl TypedTool for CharacterGet {
             truncated_fields: cut,
             source: CardSource {
                 kind: "card",
-                character: card.name().to_owned(),
-                spec: card.version().as_str(),
+                character: card
+                    .as_ref()
+                    .map_or_else(|| target.character.to_string(), |c| c.name().to_owned()),
+                spec: card.as_ref().map_or("none", |c| c.version().as_str()),
             },
         })
     }
@@ -584,7 +612,12 @@ impl TypedTool for SceneGet {
             chat: SceneChat {
                 id: target.chat_id.to_string(),
                 message_count: messages.len(),
-                create_date: header.get("create_date").cloned().unwrap_or(Value::Null),
+                // Headerless chats (SillyTavern's group chats) date from their first message.
+                create_date: header
+                    .get("create_date")
+                    .cloned()
+                    .or_else(|| messages.first().map(send_date_json))
+                    .unwrap_or(Value::Null),
                 last_message_date: messages.last().map(send_date_json).unwrap_or(Value::Null),
                 parent: doc
                     .as_ref()
