@@ -352,21 +352,7 @@ fn the_bridge_serves_a_whole_session_over_stdio() {
 #[test]
 fn mcp_mode_serves_one_fixed_binding() {
     let dir = tempfile::tempdir().unwrap();
-    assets(&dir.path().join("assets"));
-    let data = dir.path().join("data");
-    let mut p = Peer::spawn(&[
-        "mcp",
-        "--data",
-        data.to_str().unwrap(),
-        "--assets",
-        dir.path().join("assets").to_str().unwrap(),
-        "--session",
-        "mcp-1",
-        "--character",
-        "Mira",
-        "--chat",
-        "Mira - mcp",
-    ]);
+    let mut p = mcp_peer(dir.path());
     let rpc = |p: &mut Peer, id: u64, method: &str, params: Value| {
         p.send_raw(
             &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string(),

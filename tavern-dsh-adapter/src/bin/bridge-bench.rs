@@ -331,6 +331,14 @@ struct TurnFigures {
     prompt_p50_us: f64,
 }
 
+/// A two-worker runtime, as the bridge runs on this machine's two cores.
+fn runtime() -> Result<tokio::runtime::Runtime, Error> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
 fn percentile(times: &mut [f64], p: usize) -> f64 {
     times.sort_by(f64::total_cmp);
     times[(times.len() * p / 100).min(times.len() - 1)]
@@ -410,11 +418,7 @@ fn dsh_turns(
     std::fs::create_dir_all(assets_dir.join("characters"))?;
     std::fs::copy(&card, assets_dir.join("characters/Seraphina.png"))
         .map_err(|e| format!("../shared/fixtures/cards/Seraphina.v2v3.book4.png is needed: {e}"))?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    rt.block_on(async {
+    runtime()?.block_on(async {
         let clock = Arc::new(SystemClock);
         let (store, counter): (Arc<dyn AllStores>, Option<StatementCounter>) = match kind {
             TurnStore::Files => (Arc::new(FsStore::open(dir.join("store"), clock.clone())?), None),
@@ -540,11 +544,7 @@ fn hostile_lore(dir: &Path) -> Result<HostileLore, Error> {
     let assets_dir = dir.join("assets");
     std::fs::create_dir_all(assets_dir.join("characters"))?;
     std::fs::write(assets_dir.join("characters/Hostile.json"), card.to_string())?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    rt.block_on(async {
+    runtime()?.block_on(async {
         let clock = Arc::new(SystemClock);
         let store = Arc::new(FsStore::open(dir.join("store"), clock.clone())?);
         let host = Arc::new(BridgeHost::default());
