@@ -1315,6 +1315,63 @@ fn without_data_the_dsh_plugins_store_is_found() {
     assert_eq!(code, 0, "{err}");
 }
 
+/// #29 item 6: what an imported card or chat points at and is not there — a linked world, a
+/// branch's parent chat — is a warning, not silence; what is there is not.
+#[test]
+fn import_st_warns_about_missing_worlds_and_parents() {
+    let tmp = tempfile::tempdir().unwrap();
+    let st = tmp.path().join("default-user");
+    let data = tmp.path().join("data");
+    for d in ["characters", "worlds", "chats/Mira"] {
+        std::fs::create_dir_all(st.join(d)).unwrap();
+    }
+    let card = |name: &str, world: &str| {
+        json!({"spec": "chara_card_v3", "spec_version": "3.0", "data": {"name": name,
+            "first_mes": "Hello.", "extensions": {"world": world}}})
+        .to_string()
+    };
+    std::fs::write(st.join("characters/Mira.json"), card("Mira", "Gone World")).unwrap();
+    std::fs::write(st.join("characters/Kai.json"), card("Kai", "Eldoria")).unwrap();
+    std::fs::write(st.join("worlds/Eldoria.json"), r#"{"entries": {}}"#).unwrap();
+    let chat = |parent: &str| {
+        format!(
+            "{}\n{}",
+            json!({"user_name": "User", "character_name": "Mira", "create_date": "x", "chat_metadata": {"main_chat": parent}}),
+            r#"{"name":"Mira","is_user":false,"send_date":"x","mes":"Hi."}"#
+        )
+    };
+    std::fs::write(st.join("chats/Mira/root.jsonl"), chat("")).unwrap();
+    std::fs::write(st.join("chats/Mira/branch.jsonl"), chat("root")).unwrap();
+    std::fs::write(st.join("chats/Mira/orphan.jsonl"), chat("deleted long ago")).unwrap();
+    let run = ok(&data, &["import-st", st.to_str().unwrap()]);
+    let warnings: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("warning:"))
+        .collect();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("characters/Mira.json") && w.contains("\"Gone World\"")),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("chats/Mira/orphan.jsonl") && w.contains("\"deleted long ago\"")),
+        "{warnings:?}"
+    );
+    assert!(
+        !run.stderr.contains("Kai.json"),
+        "Eldoria is there: {warnings:?}"
+    );
+    assert!(
+        !run.stderr.contains("branch.jsonl"),
+        "root is there: {warnings:?}"
+    );
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+}
+
 #[test]
 fn listings_page_past_one_search_and_show_every_memory() {
     let tmp = tempfile::tempdir().unwrap();

@@ -297,6 +297,7 @@ pub async fn run(ctx: &Context, args: &ImportArgs) -> Result<Report, CliError> {
         Some(backend::open(ctx, true).await?.stores())
     };
     let progress = Progress::bar(ctx, found.len() as u64, "importing");
+    let mut found_links = Links::default();
     let mut items = Vec::with_capacity(found.len() + skipped.len());
     for (rel, why) in skipped {
         items.push(Item {
@@ -321,6 +322,7 @@ pub async fn run(ctx: &Context, args: &ImportArgs) -> Result<Report, CliError> {
                 continue;
             }
         };
+        note_links(&c, &bytes, &mut found_links);
         let item = match c.kind {
             "card" | "world" => import_asset(ctx, &c, bytes, args.dry_run)?,
             _ => import_chat(stores.as_ref(), &c, bytes, args.dry_run).await?,
@@ -330,7 +332,67 @@ pub async fn run(ctx: &Context, args: &ImportArgs) -> Result<Report, CliError> {
         progress.inc();
     }
     drop(progress);
-    Ok(report(&items, args.dry_run))
+    let mut report = report(&items, args.dry_run);
+    report
+        .warnings
+        .extend(missing_links(ctx, dir, stores.as_ref(), &found_links).await);
+    Ok(report)
+}
+
+/// What imported cards and chats point at that is not there: a card's linked world (its lore
+/// would be missing) and a branch's parent chat (history could not follow it), each one line.
+async fn missing_links(
+    ctx: &Context,
+    dir: &Path,
+    stores: Option<&Arc<dyn AllStores>>,
+    links: &Links,
+) -> Vec<String> {
+    let mut worlds: std::collections::BTreeSet<String> = sorted_entries(&dir.join("worlds"))
+        .iter()
+        .chain(sorted_entries(&ctx.assets_dir().join("worlds")).iter())
+        .filter(|p| has_ext(p, &["json"]))
+        .map(|p| stem(p))
+        .collect();
+    worlds.insert(String::new());
+    let mut out = Vec::new();
+    for (source, world) in &links.worlds {
+        if !worlds.contains(world) {
+            out.push(format!(
+                "{source} links the world {world:?}, which is neither in worlds/ nor imported: its lore will be missing"
+            ));
+        }
+    }
+    for (source, folder, parent) in &links.parents {
+        let here = dir
+            .join("chats")
+            .join(folder)
+            .join(format!("{parent}.jsonl"));
+        let stored = match (
+            stores,
+            CharacterName::parse(folder.as_str()),
+            ChatId::parse(parent.as_str()),
+        ) {
+            (Some(stores), Ok(c), Ok(p)) => {
+                stores.chat_revision(&c, &p).await.ok().flatten().is_some()
+            }
+            _ => false,
+        };
+        if !regular(&here) && !stored {
+            out.push(format!(
+                "{source} was branched from the chat {parent:?}, which is neither in chats/{folder}/ nor stored: history cannot follow it"
+            ));
+        }
+    }
+    out
+}
+
+/// What imported files point at, for [`missing_links`].
+#[derive(Default)]
+struct Links {
+    /// `(card, linked world)`.
+    worlds: Vec<(String, String)>,
+    /// `(chat, its folder, the chat it was branched from)`.
+    parents: Vec<(String, String, String)>,
 }
 
 fn report(items: &[Item], dry_run: bool) -> Report {
@@ -411,6 +473,33 @@ fn report(items: &[Item], dry_run: bool) -> Report {
         ));
     }
     report
+}
+
+/// Notes what a card or chat points at (a linked world, a branch's parent).
+fn note_links(c: &Candidate, bytes: &[u8], links: &mut Links) {
+    match c.kind {
+        "card" => {
+            if let Ok(info) = super::card::inspect(&c.rel, bytes) {
+                if let Some(world) = info.card.linked_world().filter(|w| !w.trim().is_empty()) {
+                    links.worlds.push((c.rel.clone(), world.to_owned()));
+                }
+            }
+        }
+        "chat" => {
+            let first = bytes.split(|b| *b == b'\n').next().unwrap_or_default();
+            let parent = serde_json::from_slice::<Value>(first).ok().and_then(|h| {
+                h.get("chat_metadata")?
+                    .get("main_chat")?
+                    .as_str()
+                    .filter(|p| !p.trim().is_empty())
+                    .map(str::to_owned)
+            });
+            if let (Some(parent), Some(folder)) = (parent, &c.character) {
+                links.parents.push((c.rel.clone(), folder.clone(), parent));
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Reads a candidate whole, unless it is larger than `max` bytes (checked before reading: a
