@@ -618,12 +618,12 @@ impl Translator {
                             // `[a-\d]`: the dash is a character (Annex B).
                             class_char(&mut body, lo);
                             class_char(&mut body, '-');
-                            push_set(&mut body, &set);
+                            body.push_str(&set);
                         }
                     }
                 }
                 ClassAtom::Char(c) => class_char(&mut body, c),
-                ClassAtom::Set(set) => push_set(&mut body, &set),
+                ClassAtom::Set(set) => body.push_str(&set),
             }
         }
         self.out.push('[');
@@ -634,11 +634,6 @@ impl Translator {
         self.out.push(']');
         Ok(())
     }
-}
-
-/// Adds a class escape to a class body (a negated one as a nested class: a union).
-fn push_set(body: &mut String, set: &str) {
-    body.push_str(set);
 }
 
 #[cfg(test)]

@@ -130,6 +130,9 @@ fn stem(path: &Path) -> String {
         .unwrap_or_default()
 }
 
+/// The largest `groups/*.json` read (1 MiB).
+const GROUP_FILE_MAX: u64 = 1024 * 1024;
+
 /// Chat id → group name, from `groups/*.json` (`{"name": …, "chats": [ids]}`).
 fn group_names(dir: &Path) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
@@ -137,7 +140,10 @@ fn group_names(dir: &Path) -> BTreeMap<String, String> {
         if !ext_is(&path, &["json"]) {
             continue;
         }
-        let Ok(v) = std::fs::read(&path).map(|b| serde_json::from_slice::<Value>(&b)) else {
+        // A group file is a few KiB; one over the limit is not a group file.
+        let Ok(v) =
+            read_capped(&path, GROUP_FILE_MAX, 1).map(|b| serde_json::from_slice::<Value>(&b))
+        else {
             continue;
         };
         let Ok(v) = v else { continue };
@@ -322,9 +328,9 @@ pub async fn run(ctx: &Context, args: &ImportArgs) -> Result<Report, CliError> {
                 continue;
             }
         };
-        note_links(&c, &bytes, &mut found_links);
+        note_parent(&c, &bytes, &mut found_links);
         let item = match c.kind {
-            "card" | "world" => import_asset(ctx, &c, bytes, args.dry_run)?,
+            "card" | "world" => import_asset(ctx, &c, bytes, args.dry_run, &mut found_links)?,
             _ => import_chat(stores.as_ref(), &c, bytes, args.dry_run).await?,
         };
         tracing::info!(source = %item.source, result = item.outcome.label(), "import");
@@ -475,30 +481,21 @@ fn report(items: &[Item], dry_run: bool) -> Report {
     report
 }
 
-/// Notes what a card or chat points at (a linked world, a branch's parent).
-fn note_links(c: &Candidate, bytes: &[u8], links: &mut Links) {
-    match c.kind {
-        "card" => {
-            if let Ok(info) = super::card::inspect(&c.rel, bytes) {
-                if let Some(world) = info.card.linked_world().filter(|w| !w.trim().is_empty()) {
-                    links.worlds.push((c.rel.clone(), world.to_owned()));
-                }
-            }
-        }
-        "chat" => {
-            let first = bytes.split(|b| *b == b'\n').next().unwrap_or_default();
-            let parent = serde_json::from_slice::<Value>(first).ok().and_then(|h| {
-                h.get("chat_metadata")?
-                    .get("main_chat")?
-                    .as_str()
-                    .filter(|p| !p.trim().is_empty())
-                    .map(str::to_owned)
-            });
-            if let (Some(parent), Some(folder)) = (parent, &c.character) {
-                links.parents.push((c.rel.clone(), folder.clone(), parent));
-            }
-        }
-        _ => {}
+/// Notes the chat a chat was branched from (its header's `chat_metadata.main_chat`).
+fn note_parent(c: &Candidate, bytes: &[u8], links: &mut Links) {
+    if c.kind != "chat" {
+        return;
+    }
+    let first = bytes.split(|b| *b == b'\n').next().unwrap_or_default();
+    let parent = serde_json::from_slice::<Value>(first).ok().and_then(|h| {
+        h.get("chat_metadata")?
+            .get("main_chat")?
+            .as_str()
+            .filter(|p| !p.trim().is_empty())
+            .map(str::to_owned)
+    });
+    if let (Some(parent), Some(folder)) = (parent, &c.character) {
+        links.parents.push((c.rel.clone(), folder.clone(), parent));
     }
 }
 
@@ -533,6 +530,7 @@ fn import_asset(
     c: &Candidate,
     bytes: Vec<u8>,
     dry_run: bool,
+    links: &mut Links,
 ) -> Result<Item, CliError> {
     let folder = if c.kind == "card" {
         "characters"
@@ -551,10 +549,12 @@ fn import_asset(
     let valid = if c.kind == "card" {
         CharacterName::parse(stem.as_str())
             .map_err(|e| e.to_string())
-            .and_then(|_| {
-                super::card::inspect(&c.rel, &bytes)
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
+            .and_then(|_| super::card::inspect(&c.rel, &bytes).map_err(|e| e.to_string()))
+            .map(|info| {
+                // What the card links, for `missing_links` (the card is parsed once, here).
+                if let Some(world) = info.card.linked_world().filter(|w| !w.trim().is_empty()) {
+                    links.worlds.push((c.rel.clone(), world.to_owned()));
+                }
             })
     } else {
         WorldBook::from_json(&stem, &bytes)
