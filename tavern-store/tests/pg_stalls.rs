@@ -1,7 +1,7 @@
 //! Nothing another host or the network does stalls a `PgStore` beyond its limits (issue 30,
 //! F1–F3, F13), on the throwaway cluster, with a fault proxy in front of it where a connection
 //! must freeze: another session holding a table lock; this store's own connection cut off
-//! between its lock and its commit; every existing connection black-holed. Each scenario's
+//! mid-write, and between a lock and a commit; every existing connection black-holed. Each scenario's
 //! calls are bounded by an outer liveness bound far above the limits under test, so a
 //! regression fails the test instead of hanging it.
 
@@ -131,21 +131,157 @@ async fn a_lock_held_elsewhere_bounds_writes_and_stops_nothing_else() {
     .unwrap();
 }
 
-/// F1: this store's connection is cut off after its `LOCK TABLE` reached the server and before
-/// its `COMMIT` did. The server ends that session after `idle_in_transaction` (its lock with
-/// it), so another host's write that waits for the lock succeeds; the cut-off call fails within
-/// `call_timeout`, nothing it wrote is committed, and the store works again on a new connection.
+/// F1: while this store's write waits for a lock another session holds, this store's reads of
+/// the same table are answered — the write holds the table's in-process mirror only to decide
+/// and to apply, never while the server waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_are_not_queued_behind_a_write_waiting_for_a_lock() {
+    let cluster = pg_support::cluster();
+    let config = cluster.fresh_database().await;
+    let store = open(
+        &config,
+        PgLimits {
+            lock_timeout: Duration::from_secs(50),
+            ..PgLimits::default()
+        },
+    )
+    .await;
+    let scope = agent("a1");
+    store
+        .set(&scope, &var("hp"), json!(1), None, MemorySource::system())
+        .await
+        .unwrap();
+    let holder = session(&config).await;
+    holder
+        .batch_execute("BEGIN; LOCK TABLE variable_ops IN EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let waiting = {
+        let (store, scope) = (store.clone(), scope.clone());
+        tokio::spawn(async move {
+            store
+                .set(&scope, &var("mp"), json!(2), None, MemorySource::system())
+                .await
+        })
+    };
+    // Until the server shows the write waiting for the lock.
+    let watcher = session(&config).await;
+    let waits = "SELECT count(*) FROM pg_stat_activity \
+                 WHERE wait_event_type = 'Lock' AND query LIKE 'LOCK TABLE variable_ops%'";
+    bounded("the write to wait for the lock", async {
+        while watcher
+            .query_one(waits, &[])
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+            == 0
+        {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let hp = bounded(
+        "a read beside the waiting write",
+        store.get(&scope, &var("hp")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(hp.map(|r| r.value), Some(json!(1)));
+    let still: i64 = watcher.query_one(waits, &[]).await.unwrap().get(0);
+    assert_eq!(
+        still, 1,
+        "the read was answered while the write still waited"
+    );
+    assert!(!waiting.is_finished());
+    holder.batch_execute("COMMIT").await.unwrap();
+    bounded("the write once the lock is gone", waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    let mp = store.get(&scope, &var("mp")).await.unwrap();
+    assert_eq!(mp.map(|r| r.value), Some(json!(2)));
+}
+
+/// F1: this store's connection is cut off just after the message with its `LOCK TABLE`
+/// reached the server. That message is the whole write (lock, conditional insert, commit), so
+/// the server runs it to the end without waiting for this process: another host's write gets
+/// the lock at once (within a `lock_timeout` far below the cut-off session's
+/// `idle_in_transaction`), and the cut-off call fails within `call_timeout` while its write is
+/// either wholly there or not at all. (Before, `BEGIN; LOCK` was a message of its own and the
+/// session sat on the lock until the server gave up on it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_cut_off_mid_write_holds_no_lock() {
+    let cluster = pg_support::cluster();
+    let config = cluster.fresh_database().await;
+    let proxy = proxy::Proxy::start(cluster.socket_dir(), cluster.port()).await;
+    let cut = open(
+        &through(&proxy, &config),
+        PgLimits {
+            idle_in_transaction: Duration::from_secs(600),
+            call_timeout: Duration::from_secs(3),
+            ..PgLimits::default()
+        },
+    )
+    .await;
+    let other = open(
+        &config,
+        PgLimits {
+            lock_timeout: Duration::from_secs(2),
+            ..PgLimits::default()
+        },
+    )
+    .await;
+    let scope = agent("a1");
+
+    proxy.freeze_after_lock();
+    let cut_write = {
+        let cut = cut.clone();
+        let scope = scope.clone();
+        tokio::spawn(async move {
+            cut.set(&scope, &var("sent"), json!(1), None, MemorySource::system())
+                .await
+        })
+    };
+    bounded("the freeze", proxy.frozen_on_trap()).await;
+    bounded(
+        "the other host's write",
+        other.set(&scope, &var("kept"), json!(2), None, MemorySource::system()),
+    )
+    .await
+    .expect("no lock is left behind by a host cut off mid-write");
+    let failed = bounded("the cut-off call", cut_write).await.unwrap();
+    let e = failed.expect_err("its answer never came back");
+    assert!(e.to_string().contains("did not answer"), "{e}");
+    proxy.disarm();
+    // The store recovers on a new connection, and both stores see one table.
+    let kept = bounded("a read after the cut", cut.get(&scope, &var("kept")))
+        .await
+        .unwrap();
+    assert_eq!(kept.map(|r| r.value), Some(json!(2)));
+    let sent = cut.get(&scope, &var("sent")).await.unwrap();
+    assert_eq!(sent, other.get(&scope, &var("sent")).await.unwrap());
+    if let Some(r) = sent {
+        assert_eq!(r.value, json!(1));
+    }
+}
+
+/// F1, the last resort: a write that keeps losing races decides under the table lock held
+/// across round trips (here at once: `unlocked_attempts: 0`, and another host wrote since this
+/// store last looked). Cut off between that `LOCK TABLE` and its `COMMIT`, the session is ended
+/// by the server after `idle_in_transaction` (its lock with it), so another host's write that
+/// waits for the lock succeeds; the cut-off call fails within `call_timeout`, nothing it wrote
+/// is committed, and the store works again on a new connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_cut_off_between_lock_and_commit_holds_nobody_for_long() {
     let cluster = pg_support::cluster();
     let config = cluster.fresh_database().await;
     let proxy = proxy::Proxy::start(cluster.socket_dir(), cluster.port()).await;
-    let via_proxy = through(&proxy, &config);
     let cut = open(
-        &via_proxy,
+        &through(&proxy, &config),
         PgLimits {
             idle_in_transaction: Duration::from_secs(1),
             call_timeout: Duration::from_secs(3),
+            unlocked_attempts: 0,
             ..PgLimits::default()
         },
     )
@@ -160,6 +296,17 @@ async fn a_host_cut_off_between_lock_and_commit_holds_nobody_for_long() {
     )
     .await;
     let scope = agent("a1");
+    // The cut-off store's first try finds the table moved on: it takes the locked path.
+    other
+        .set(
+            &scope,
+            &var("first"),
+            json!(0),
+            None,
+            MemorySource::system(),
+        )
+        .await
+        .unwrap();
 
     proxy.freeze_before_commit();
     let cut_write = {
@@ -170,7 +317,7 @@ async fn a_host_cut_off_between_lock_and_commit_holds_nobody_for_long() {
                 .await
         })
     };
-    bounded("the freeze", proxy.frozen_before_commit()).await;
+    bounded("the freeze", proxy.frozen_on_trap()).await;
     // The cut-off session holds the table lock now (as the server sees it) ...
     let watcher = session(&config).await;
     let held = "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \

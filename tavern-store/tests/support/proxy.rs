@@ -13,12 +13,21 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
 
+/// Where a link freezes itself in what the client sends, once armed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Trap {
+    None,
+    /// Just before the client's next simple-query `COMMIT` reaches the server.
+    BeforeCommit,
+    /// Just after the whole message holding the client's next `LOCK TABLE` reached it.
+    AfterLock,
+}
+
 /// One forwarded connection's switch.
 struct Link {
     frozen: AtomicBool,
-    /// Freeze just before the client's next `COMMIT` reaches the server.
-    before_commit: AtomicBool,
-    /// How many links froze themselves before a commit (shared by all links).
+    trap: Mutex<Trap>,
+    /// How many links froze themselves on a trap (shared by all links).
     froze: Arc<watch::Sender<usize>>,
 }
 
@@ -27,7 +36,7 @@ pub struct Proxy {
     dir: tempfile::TempDir,
     port: u16,
     links: Arc<Mutex<Vec<Arc<Link>>>>,
-    arm_commit: Arc<AtomicBool>,
+    armed: Arc<Mutex<Trap>>,
     froze: Arc<watch::Sender<usize>>,
     accept: tokio::task::JoinHandle<()>,
 }
@@ -42,6 +51,17 @@ impl Drop for Proxy {
 fn commit_at(buf: &[u8]) -> Option<usize> {
     const MSG: &[u8] = b"Q\0\0\0\x0bCOMMIT\0";
     buf.windows(MSG.len()).position(|w| w == MSG)
+}
+
+/// Where the simple-query message holding `LOCK TABLE` in `buf` ends: the nearest `Q` before
+/// it whose length reaches past it and whose text ends in NUL there.
+fn after_lock(buf: &[u8]) -> Option<usize> {
+    let lock = buf.windows(10).position(|w| w == b"LOCK TABLE")?;
+    (0..lock).rev().find_map(|q| {
+        let len = u32::from_be_bytes(buf.get(q + 1..q + 5)?.try_into().ok()?) as usize;
+        let end = q + 1 + len;
+        (buf[q] == b'Q' && end > lock && end <= buf.len() && buf[end - 1] == 0).then_some(end)
+    })
 }
 
 async fn pump(
@@ -61,13 +81,18 @@ async fn pump(
             std::future::pending::<()>().await;
         }
         let chunk = &buf[..n];
-        if client_side && link.before_commit.load(Ordering::SeqCst) {
-            if let Some(at) = commit_at(chunk) {
-                let _ = to.write_all(&chunk[..at]).await;
-                link.frozen.store(true, Ordering::SeqCst);
-                link.froze.send_modify(|n| *n += 1);
-                std::future::pending::<()>().await;
-            }
+        let trap = *link.trap.lock().unwrap();
+        let cut = match trap {
+            _ if !client_side => None,
+            Trap::None => None,
+            Trap::BeforeCommit => commit_at(chunk),
+            Trap::AfterLock => after_lock(chunk),
+        };
+        if let Some(at) = cut {
+            let _ = to.write_all(&chunk[..at]).await;
+            link.frozen.store(true, Ordering::SeqCst);
+            link.froze.send_modify(|n| *n += 1);
+            std::future::pending::<()>().await;
         }
         if to.write_all(chunk).await.is_err() {
             return;
@@ -82,10 +107,10 @@ impl Proxy {
         let listener = UnixListener::bind(dir.path().join(format!(".s.PGSQL.{port}"))).unwrap();
         let server: PathBuf = server_dir.join(format!(".s.PGSQL.{port}"));
         let links: Arc<Mutex<Vec<Arc<Link>>>> = Arc::default();
-        let arm_commit = Arc::new(AtomicBool::new(false));
+        let armed = Arc::new(Mutex::new(Trap::None));
         let froze = Arc::new(watch::channel(0usize).0);
         let accept = {
-            let (links, arm_commit, froze) = (links.clone(), arm_commit.clone(), froze.clone());
+            let (links, armed, froze) = (links.clone(), armed.clone(), froze.clone());
             tokio::spawn(async move {
                 while let Ok((client, _)) = listener.accept().await {
                     let Ok(upstream) = UnixStream::connect(&server).await else {
@@ -93,7 +118,7 @@ impl Proxy {
                     };
                     let link = Arc::new(Link {
                         frozen: AtomicBool::new(false),
-                        before_commit: AtomicBool::new(arm_commit.load(Ordering::SeqCst)),
+                        trap: Mutex::new(*armed.lock().unwrap()),
                         froze: froze.clone(),
                     });
                     links.lock().unwrap().push(link.clone());
@@ -108,7 +133,7 @@ impl Proxy {
             dir,
             port,
             links,
-            arm_commit,
+            armed,
             froze,
             accept,
         }
@@ -126,17 +151,34 @@ impl Proxy {
         }
     }
 
-    /// Every connection made so far (and every later one) freezes just before its next
-    /// `COMMIT` reaches the server: a host cut off between its lock and its commit.
-    pub fn freeze_before_commit(&self) {
-        self.arm_commit.store(true, Ordering::SeqCst);
+    fn arm(&self, trap: Trap) {
+        *self.armed.lock().unwrap() = trap;
         for link in self.links.lock().unwrap().iter() {
-            link.before_commit.store(true, Ordering::SeqCst);
+            *link.trap.lock().unwrap() = trap;
         }
     }
 
-    /// Waits until some connection froze itself before a commit.
-    pub async fn frozen_before_commit(&self) {
+    /// Every connection made so far (and every later one) freezes just before its next
+    /// `COMMIT` reaches the server: a host cut off between its lock and its commit.
+    pub fn freeze_before_commit(&self) {
+        self.arm(Trap::BeforeCommit);
+    }
+
+    /// Every connection made so far (and every later one) freezes just after the message
+    /// with its next `LOCK TABLE` reached the server: a host cut off mid-write, as early as
+    /// the server can see it.
+    pub fn freeze_after_lock(&self) {
+        self.arm(Trap::AfterLock);
+    }
+
+    /// Disarms the traps: connections from now on are forwarded normally (frozen ones stay
+    /// frozen).
+    pub fn disarm(&self) {
+        self.arm(Trap::None);
+    }
+
+    /// Waits until some connection froze itself on a trap.
+    pub async fn frozen_on_trap(&self) {
         let mut seen = self.froze.subscribe();
         seen.wait_for(|n| *n > 0).await.unwrap();
     }

@@ -4,11 +4,12 @@
 //! holding the same serialized operations the file store logs. Each process keeps the shared
 //! engine's tables (and so the one search index and ranking) in memory and catches up from the
 //! last sequence number it has seen before every read and write, as `FsStore` catches up from
-//! its logs. A write locks its operation table (`LOCK TABLE … IN EXCLUSIVE MODE`) in a
-//! transaction, catches up, checks the change against the caught-up table (compare-and-set),
-//! inserts one operation row and commits; writers are serialized, so sequence numbers become
-//! visible in order and a reader never skips one. A variable patch is one row (all or nothing)
-//! and carries its audit entries, as a memory operation carries its own.
+//! its logs. A write is decided against the caught-up table (compare-and-set) and sent as one
+//! message that locks its operation table (`LOCK TABLE … IN EXCLUSIVE MODE`), inserts the
+//! operation row only if no other row came first, and commits: the lock is held only while the
+//! server runs that message, never across a round trip to this process. Writers are serialized,
+//! so sequence numbers become visible in order and a reader never skips one. A variable patch is
+//! one row (all or nothing) and carries its audit entries, as a memory operation carries its own.
 //!
 //! Chats are rows of lines (their exact text, so SillyTavern lines come back byte for byte);
 //! state, checkpoints and prompts are JSON documents. Conditional writes run in transactions
@@ -88,14 +89,22 @@ pub struct PgLimits {
     /// Longest any one statement runs on the server.
     pub statement_timeout: std::time::Duration,
     /// Longest a transaction may sit idle between its statements: a host cut off between
-    /// `LOCK TABLE` and `COMMIT` loses its session (and its locks) after this long instead of
-    /// holding every other host's writes forever.
+    /// `LOCK TABLE` and `COMMIT` (only a write that kept losing races, a compaction or a copy
+    /// hold the lock across round trips) loses its session (and its locks) after this long
+    /// instead of holding every other host's writes forever.
     pub idle_in_transaction: std::time::Duration,
     /// Longest one port call may take on this side, waiting for a connection included. Past
     /// it the call fails, and the pool's idle connections are closed: a server that stopped
     /// answering (frozen, or a half-open connection) must not keep this process stuck on
     /// connections that will never answer, while new ones might.
     pub call_timeout: std::time::Duration,
+    /// How many times a write that lost a race (another host wrote since this process's last
+    /// catch-up) catches up and tries again in one message before it decides under a lock held
+    /// across round trips. A write normally holds its table lock only while the server runs
+    /// one message (lock, conditional insert, commit): a host cut off then holds nothing. Only
+    /// a write that keeps losing races locks the table for its decision, and a host cut off
+    /// there holds the lock until `idle_in_transaction`.
+    pub unlocked_attempts: u32,
 }
 
 impl Default for PgLimits {
@@ -106,6 +115,7 @@ impl Default for PgLimits {
             statement_timeout: Duration::from_secs(30),
             idle_in_transaction: Duration::from_secs(10),
             call_timeout: Duration::from_secs(40),
+            unlocked_attempts: 4,
         }
     }
 }
@@ -115,7 +125,8 @@ impl PgLimits {
     fn session_settings(&self) -> String {
         format!(
             "{SESSION_SETTINGS}; SET lock_timeout = '{}ms'; SET statement_timeout = '{}ms'; \
-             SET idle_in_transaction_session_timeout = '{}ms'",
+             SET idle_in_transaction_session_timeout = '{}ms'; \
+             SET standard_conforming_strings = on",
             self.lock_timeout.as_millis().max(1),
             self.statement_timeout.as_millis().max(1),
             self.idle_in_transaction.as_millis().max(1),

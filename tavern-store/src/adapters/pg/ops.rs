@@ -5,10 +5,13 @@
 //! A read is one round trip (the rows after the mirror's last sequence number), overlapped
 //! with the work it serves: the answer is computed on the mirror while the query is in flight
 //! and kept when no rows came back. A write prepares its operation against the mirror and
-//! sends, pipelined in one round trip, the table lock, an insert that only happens when the
-//! table has no rows the mirror lacks, and the commit. When another process wrote in between,
-//! nothing was inserted: the rows are caught up under the lock and the write is checked again
-//! (two more round trips), so compare-and-set is always decided on the whole table.
+//! sends one message: the table lock and an insert that only happens when the table has no rows
+//! the mirror lacks, one transaction the server runs without waiting for this process (so no
+//! lock is ever held across a round trip: a host cut off mid-write holds nothing). When another
+//! process wrote in between, nothing was inserted: the mirror catches up (no lock) and the write
+//! is decided and sent again; only a write that keeps losing races decides under the lock held
+//! across round trips (bounded by `idle_in_transaction`). Compare-and-set is always decided on
+//! the whole table.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -213,6 +216,12 @@ impl Inner {
     /// applied here. The decision is only ever kept when it was made on the whole table: the
     /// insert is conditional on the mirror having been current, under the table lock.
     ///
+    /// The lock is held only while the server runs one message (lock, conditional insert,
+    /// commit): a host cut off at any point holds nothing. A write that lost a race catches
+    /// up (no lock) and tries again, [`super::PgLimits::unlocked_attempts`] times; after that
+    /// it decides under the lock across round trips ([`Inner::write_locked`]), so a write
+    /// that keeps losing races still gets its turn.
+    ///
     /// Every row commits durably, access times too: a row that other processes saw and a
     /// crash then lost would let its sequence number be reused, and a mirror that already
     /// moved past it would never see the row that reuses it.
@@ -221,84 +230,93 @@ impl Inner {
         mirror: &Mutex<Mirror<T>>,
         prepare: impl Fn(&T) -> Result<Option<(R, T::Op)>, StoreError> + Send + Sync,
     ) -> Result<Option<R>, StoreError> {
+        // Decided on a mirror that may be behind, nothing is final but a success (the insert
+        // checks the mirror was current): a refusal, or nothing to write (a turn's end with no
+        // turn variables), is only the answer once decided on a mirror caught up since this
+        // call began — without any lock, as of that read (a write that lands after it is
+        // simply later).
+        let mut caught_up = false;
+        for _ in 0..=self.limits.unlocked_attempts {
+            // The mirror is held only to decide and to apply, never while the server runs
+            // the write (or waits for another host's lock): this process's reads and other
+            // writes go on meanwhile. Whoever holds both takes the mirror first, so a full
+            // pool never waits on itself.
+            let (decision, after) = {
+                let m = mirror.lock().await;
+                (prepare(&m.table), m.seq)
+            };
+            match decision {
+                Ok(Some((out, op))) => {
+                    let client = self.client("write").await?;
+                    let appended = self.append_if_current::<T>(&client, after, &op).await?;
+                    drop(client);
+                    if let Some(seq) = appended {
+                        let mut m = mirror.lock().await;
+                        // No row lies between `after` and `seq` (the insert required none after
+                        // `after`, under the lock): the mirror is still at `after`, or a
+                        // catch-up since has applied this very row.
+                        if m.seq < seq {
+                            m.table.apply_ops(vec![op]);
+                            m.seq = seq;
+                        }
+                        return Ok(Some(out));
+                    }
+                    // Another process (or another write here) came first: catch up, decide again.
+                }
+                other if caught_up => return other.map(|_| None),
+                _ => {}
+            }
+            self.read(mirror, |_| ()).await?;
+            caught_up = true;
+        }
         let mut m = mirror.lock().await;
         let client = self.client("write").await?;
-        // Nothing to write (a turn's end with no turn variables): catch up without any lock —
-        // the insert is not even prepared, which would wait for another host's table lock —
-        // and if there is still nothing to write, that is the answer as of that read (a write
-        // that lands after it is simply later).
-        if matches!(prepare(&m.table), Ok(None)) {
-            let select = client
-                .prepare_cached(T::SELECT)
-                .await
-                .map_err(db("catch up"))?;
-            let rows = client
-                .query(&select, &[&m.seq])
-                .await
-                .map_err(db("catch up"))?;
-            self.apply_batch(&client, &select, &rows, &mut m).await?;
-            if matches!(prepare(&m.table), Ok(None)) {
-                return Ok(None);
-            }
-        }
         let statements = Statements::prepare::<T>(&client).await?;
         // Until it is closed cleanly, the transaction's connection is discarded rather than
         // returned to the pool mid-transaction (an error, or this future being dropped).
-        let tx = OpenTransaction::new(client);
-        // A refusal decided on a mirror that may be behind is not final: only the locked path
-        // below decides one.
-        if let Ok(Some((out, op))) = prepare(&m.table) {
-            match self.append_if_current(&tx, &statements, &m, &op).await? {
-                Some(seq) => {
-                    tx.closed();
-                    m.table.apply_ops(vec![op]);
-                    m.seq = seq;
-                    return Ok(Some(out));
-                }
-                // Another process wrote first: catch up under the lock and check again.
-                None => drop(out),
-            }
-        }
-        self.write_locked(tx, &statements, &mut m, prepare).await
+        self.write_locked(OpenTransaction::new(client), &statements, &mut m, prepare)
+            .await
     }
 
-    /// One round trip: lock, insert `op` if the table has no row after the mirror's, commit.
-    /// The sequence number of the inserted row, or `None` when the mirror was behind and
-    /// nothing was inserted (the caller catches up under the lock and decides again).
+    /// One message, one round trip: lock, insert `op` if the table has no row after the
+    /// mirror's, commit — the simple protocol runs a message's statements as one transaction,
+    /// and the server reads a message whole before it runs any of it, so the lock is never
+    /// held waiting for this process. The sequence number of the inserted row, or `None` when
+    /// the mirror was behind and nothing was inserted.
     async fn append_if_current<T: OpsTable>(
         &self,
-        tx: &OpenTransaction,
-        statements: &Statements,
-        m: &Mirror<T>,
+        client: &Client,
+        after: i64,
         op: &T::Op,
     ) -> Result<Option<i64>, StoreError> {
         let text = encode(op, "an operation")?;
         let (scope, id) = T::keys(op);
-        let c = tx.client()?;
-        let values: [&(dyn ToSql + Sync); 4] = [&scope, &id, &text, &m.seq];
-        // A failed statement aborts the transaction; the pipelined COMMIT then rolls it back.
-        // `biased`: polled in the order written, and tokio-postgres queues each request on its
-        // first poll, so the server receives BEGIN (and the lock) before the insert — never
-        // the insert outside the transaction.
-        let begin = begin::<T>();
-        tx.begin();
-        let (begun, inserted, committed) = tokio::join!(
-            biased;
-            c.batch_execute(&begin),
-            c.query(&statements.insert, &values),
-            c.batch_execute("COMMIT")
+        let id = match &id {
+            Some(id) => literal(id)?,
+            None => "NULL".to_owned(),
+        };
+        // Built in one pass, values last: no value's text is ever read as SQL.
+        let sql = format!(
+            "{lock}; INSERT INTO {table} (scope, id, op) SELECT {scope}, {id}, {text}::json \
+             WHERE coalesce((SELECT max(seq) FROM {table}), 0) <= {after} RETURNING seq",
+            lock = T::LOCK,
+            table = T::NAME,
+            scope = literal(&scope)?,
+            text = literal(&text)?,
         );
-        // If the commit's outcome is unknown (the connection dropped), nothing is applied
-        // here: the next catch-up finds the row if it was committed.
-        committed.map_err(db("commit"))?;
-        tx.ended();
-        begun.map_err(db("write"))?;
-        let inserted = inserted.map_err(db("write"))?;
-        let Some(row) = inserted.first() else {
+        // If the outcome is unknown (the connection dropped), nothing is applied here: the
+        // next catch-up finds the row if it was committed.
+        let answer = client.simple_query(&sql).await.map_err(db("write"))?;
+        let Some(seq) = answer.iter().find_map(|a| match a {
+            tokio_postgres::SimpleQueryMessage::Row(row) => Some(row.get(0)),
+            _ => None,
+        }) else {
             return Ok(None);
         };
-        let seq: i64 = row.try_get(0).map_err(db("write"))?;
-        newer(seq, m.seq, T::NAME)?;
+        let seq: i64 = seq.and_then(|s| s.parse().ok()).ok_or_else(|| {
+            StoreError::Internal(format!("{} returned no sequence number", T::NAME))
+        })?;
+        newer(seq, after, T::NAME)?;
         Ok(Some(seq))
     }
 
@@ -393,6 +411,18 @@ pub(super) async fn insert_ops<T: OpsTable>(
         client.execute(&insert, &params).await.map_err(db(op))?;
     }
     Ok(())
+}
+
+/// `text` as an SQL string literal (the session runs with `standard_conforming_strings`, so
+/// only quotes are doubled). The server refuses NUL in text whichever way it is sent.
+fn literal(text: &str) -> Result<String, StoreError> {
+    if text.contains('\0') {
+        return Err(StoreError::Database {
+            op: "write",
+            reason: "text with a NUL character cannot be stored".into(),
+        });
+    }
+    Ok(format!("'{}'", text.replace('\'', "''")))
 }
 
 /// A row just inserted must come after every row the mirror has: a smaller sequence number

@@ -11,7 +11,8 @@
 //! - cold open of the store.
 //!
 //! `… --features bench,postgres --bin store-bench -- --backend postgres --pg SETTINGS` compares
-//! PgStore with FsStore instead (`postgres.rs`; SETTINGS name an empty database).
+//! PgStore with FsStore instead (`postgres.rs`; SETTINGS name an empty database); with
+//! `--faults [--seconds S]` it measures what one host's trouble costs the others (`faults.rs`).
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -167,6 +168,8 @@ fn arg(args: &[String], name: &str, default: usize) -> usize {
 }
 
 #[cfg(feature = "postgres")]
+mod faults;
+#[cfg(feature = "postgres")]
 mod postgres;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -182,6 +185,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some("postgres") => {
             let settings = value("--pg")
                 .ok_or("--backend postgres needs --pg SETTINGS naming an empty database")?;
+            if args.iter().any(|a| a == "--faults") {
+                let window = Duration::from_secs(arg(&args, "--seconds", 10) as u64);
+                let rows = faults::run(settings, window)?;
+                println!("| window | hosts B and C | of calm | the stuck host |");
+                println!("|---|---|---|---|");
+                for r in rows {
+                    println!("| {} | {} | {} | {} |", r[0], r[1], r[2], r[3]);
+                }
+                return Ok(());
+            }
             let rows = postgres::run(
                 settings,
                 arg(&args, "--records", 10_000),
