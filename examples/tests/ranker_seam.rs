@@ -55,7 +55,9 @@ fn open(dir: &Path, ranker: RankerRef) -> World {
     let mut assets = Arc::try_unwrap(tavern_examples::assets().unwrap()).unwrap();
     assets.worlds.insert(
         "Gates".into(),
-        WorldBook::from_json("Gates", WORLD.as_bytes()).unwrap(),
+        WorldBook::from_json("Gates", WORLD.as_bytes())
+            .unwrap()
+            .into(),
     );
     assets.global = vec!["Gates".into()];
     let config = RuntimeConfig {

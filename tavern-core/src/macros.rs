@@ -45,6 +45,31 @@ pub struct MacroContext<'a> {
     pub seed: u64,
 }
 
+/// The head of a macro's value worth keeping: a longer value could never be substituted in
+/// full (a text grows by at most [`MAX_GROWTH`]), so a caller that copies values (a 30 MiB card
+/// description, per search) need not copy more. Cut at a character boundary.
+pub fn value_head(value: &str) -> &str {
+    const KEEP: usize = MAX_GROWTH + 64 * 1024;
+    if value.len() <= KEEP {
+        return value;
+    }
+    let mut end = KEEP;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    &value[..end]
+}
+
+/// `text` with its macros substituted, borrowed when it has none (no `{` or `<`): a caller
+/// going over many texts copies only those that change.
+pub fn substitute_cow<'t>(text: &'t str, ctx: &MacroContext<'_>) -> std::borrow::Cow<'t, str> {
+    if text.contains(['{', '<']) {
+        std::borrow::Cow::Owned(substitute(text, ctx))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
 /// `text` with its macros substituted.
 pub fn substitute(text: &str, ctx: &MacroContext<'_>) -> String {
     let mut budget = MAX_GROWTH;

@@ -41,7 +41,7 @@ impl AssetProvider for FrozenAssets {
         Card::from_json(character.as_str(), card.to_string().as_bytes()).map(|c| Some(Arc::new(c)))
     }
 
-    async fn world(&self, _name: &str) -> Result<Option<WorldBook>, AssetError> {
+    async fn world(&self, _name: &str) -> Result<Option<Arc<WorldBook>>, AssetError> {
         Ok(None)
     }
 

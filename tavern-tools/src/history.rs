@@ -392,10 +392,11 @@ impl ChatEntry {
     }
 }
 
-/// The largest chat (in bytes of its file) history is searched in: 64 MiB (the largest real
-/// chat seen is about 20 MB). A larger one is refused with the limit named, rather than read
-/// and indexed whole on a search (a 200 MB chat took 13.6 s and 1.45 GB).
-pub const MAX_HISTORY_CHAT_BYTES: u64 = 64 * 1024 * 1024;
+/// The largest chat (in bytes of its file) a tool reads — history searches it, `tavern_scene_get`
+/// describes it: 64 MiB (the largest real chat seen is about 20 MB). A larger one is refused
+/// with the limit named, known from its revision before anything is read, rather than read and
+/// indexed whole on a call (a 200 MB chat took 13.6 s and 1.45 GB).
+pub const MAX_CHAT_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Cached history indexes, one per `(character, chat)`, at most a fixed number of chats (the
 /// least recently used is dropped first). Cheap to clone: clones share the cache.
@@ -484,11 +485,11 @@ impl HistoryCache {
         };
         // The revision says how large the chat is: too large, and it is not read at all.
         if let Some(bytes) = revision.content().map(|c| c.bytes) {
-            if bytes > MAX_HISTORY_CHAT_BYTES {
+            if bytes > MAX_CHAT_BYTES {
                 self.lock().entries.remove(&key);
                 return Err(StoreError::LimitExceeded {
                     limit: "chat bytes for a history search",
-                    max: usize::try_from(MAX_HISTORY_CHAT_BYTES).unwrap_or(usize::MAX),
+                    max: usize::try_from(MAX_CHAT_BYTES).unwrap_or(usize::MAX),
                     actual: usize::try_from(bytes).unwrap_or(usize::MAX),
                 });
             }

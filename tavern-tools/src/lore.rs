@@ -59,13 +59,14 @@
 //! Probability, sticky/cooldown/delay timers, scan depth and insertion position do not apply to
 //! a tool that answers queries: results are deterministic.
 
+use std::borrow::Borrow;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use tavern_core::{DefaultTokenEstimator, TokenEstimator};
 use tavern_search::rank::Candidate as RankCandidate;
-use tavern_search::{query_tokens, Bm25Index, RankerRef};
+use tavern_search::{query_tokens, RankerRef};
 use tavern_store::Truncation;
 
 use crate::assets::world::{LoreEntry, SelectiveLogic, WorldBook};
@@ -339,45 +340,6 @@ fn split_regex(key: &str) -> Option<(&str, &str)> {
 
 type Compiled = Result<Arc<JsRegex>, String>;
 
-/// Most lexical indexes of lore entries kept (one per distinct set of entries searched: the
-/// books of a character, as filtered for it).
-const LEXICAL_INDEXES: usize = 16;
-
-/// Lexical indexes of entry texts, newest last, by `(digest, count, bytes)` of the texts.
-type IndexCache = Mutex<Vec<((u64, usize, usize), Arc<Bm25Index>)>>;
-
-/// The BM25 index of `texts` (entry `i` is document `i`), built once per distinct set of
-/// texts among the last [`LEXICAL_INDEXES`]: a book is indexed when it changes, not on every
-/// search. Hashing the texts costs a fraction of tokenizing them.
-fn lexical_index(texts: &[String]) -> Arc<Bm25Index> {
-    use std::hash::{Hash, Hasher};
-    static CACHE: OnceLock<IndexCache> = OnceLock::new();
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    texts.hash(&mut h);
-    let key = (h.finish(), texts.len(), texts.iter().map(String::len).sum());
-    let cache = CACHE.get_or_init(Mutex::default);
-    {
-        let mut cache = cache.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(at) = cache.iter().position(|(k, _)| *k == key) {
-            let hit = cache.remove(at);
-            let index = hit.1.clone();
-            cache.push(hit);
-            return index;
-        }
-    }
-    let mut index = Bm25Index::new();
-    for (i, text) in texts.iter().enumerate() {
-        index.insert(u32::try_from(i).unwrap_or(u32::MAX), text);
-    }
-    let index = Arc::new(index);
-    let mut cache = cache.lock().unwrap_or_else(PoisonError::into_inner);
-    if cache.len() >= LEXICAL_INDEXES {
-        cache.remove(0);
-    }
-    cache.push((key, index.clone()));
-    index
-}
-
 fn regex_cache() -> &'static Mutex<HashMap<(String, String), Compiled>> {
     static CACHE: OnceLock<Mutex<HashMap<(String, String), Compiled>>> = OnceLock::new();
     CACHE.get_or_init(Mutex::default)
@@ -409,8 +371,22 @@ fn compile(pattern: &str, flags: &str) -> Compiled {
 /// A key after substitution and parsing.
 #[derive(Clone)]
 enum Key {
-    Regex { re: Arc<JsRegex>, sticky: bool },
-    Text(String),
+    Regex {
+        re: Arc<JsRegex>,
+        sticky: bool,
+    },
+    /// Plain text, as written and lowercased (folded once, not on every check).
+    Text {
+        text: String,
+        folded: String,
+    },
+}
+
+fn text_key(shown: &str) -> Key {
+    Key::Text {
+        text: shown.to_owned(),
+        folded: shown.to_lowercase(),
+    }
 }
 
 /// A parsed key and the text it was written as (after substitution).
@@ -435,10 +411,10 @@ fn parse_key(raw: &str, ctx: &LoreContext, warn: &mut dyn FnMut(String)) -> Opti
                 warn(format!(
                     "regular expression key {shown:?} cannot be used ({why}); matched as plain text"
                 ));
-                Key::Text(shown.clone())
+                text_key(&shown)
             }
         },
-        None => Key::Text(shown.clone()),
+        None => text_key(&shown),
     };
     Some(ParsedKey { shown, key })
 }
@@ -555,16 +531,16 @@ impl<'b> Buffer<'b> {
                     false
                 }
             },
-            Key::Text(k) => {
+            Key::Text { text, folded } => {
                 let (hay, needle) = if case_sensitive {
-                    (self.text.as_str(), k.clone())
+                    (self.text.as_str(), text.as_str())
                 } else {
-                    (self.folded.as_str(), k.to_lowercase())
+                    (self.folded.as_str(), folded.as_str())
                 };
                 if whole_words && needle.split_whitespace().count() <= 1 {
-                    contains_whole_word(hay, &needle)
+                    contains_whole_word(hay, needle)
                 } else {
-                    hay.contains(&needle)
+                    hay.contains(needle)
                 }
             }
         }
@@ -576,7 +552,7 @@ struct Candidate<'a> {
     source: LoreSource,
     book: &'a str,
     entry: &'a LoreEntry,
-    content: String,
+    content: std::borrow::Cow<'a, str>,
     primary: Vec<ParsedKey>,
     secondary: Vec<ParsedKey>,
     always_on: bool,
@@ -798,8 +774,8 @@ fn probes(pattern: &str) -> Vec<String> {
 
 /// Activates and ranks entries of `books` for `query`, with no character context (macros in
 /// keys become empty, character filters see no name or tag).
-pub fn search<'a>(
-    books: &'a [(LoreSource, WorldBook)],
+pub fn search<'a, B: Borrow<WorldBook>>(
+    books: &'a [(LoreSource, B)],
     query: &str,
     opts: &LoreOptions,
 ) -> LoreResult<'a> {
@@ -807,8 +783,8 @@ pub fn search<'a>(
 }
 
 /// Activates and ranks entries of `books` for `query` on behalf of `ctx` (see the module doc).
-pub fn search_with<'a>(
-    books: &'a [(LoreSource, WorldBook)],
+pub fn search_with<'a, B: Borrow<WorldBook>>(
+    books: &'a [(LoreSource, B)],
     query: &str,
     opts: &LoreOptions,
     ctx: &LoreContext,
@@ -818,8 +794,8 @@ pub fn search_with<'a>(
 
 /// [`search_with`], the entries no key activated ranked through `ranker` (which sees each
 /// lexical match's comment, keys and content, and gives its final score).
-pub fn search_ranked<'a>(
-    books: &'a [(LoreSource, WorldBook)],
+pub fn search_ranked<'a, B: Borrow<WorldBook>>(
+    books: &'a [(LoreSource, B)],
     query: &str,
     opts: &LoreOptions,
     ctx: &LoreContext,
@@ -827,16 +803,29 @@ pub fn search_ranked<'a>(
 ) -> LoreResult<'a> {
     let mut warnings = Vec::new();
     let mut duplicates = 0;
-    let mut seen: HashSet<(&[String], &[String], &str)> = HashSet::new();
+    let mut seen: rustc_hash::FxHashSet<(&[String], &[String], &str)> =
+        rustc_hash::FxHashSet::default();
     let mut cands: Vec<Candidate<'a>> = Vec::new();
-    let mut order: Vec<(usize, &'a str, &'a LoreEntry)> = books
+    let mut order: Vec<(usize, usize, &'a str, &'a LoreEntry)> = books
         .iter()
         .enumerate()
-        .flat_map(|(i, (_, b))| b.entries.iter().map(move |e| (i, b.name.as_str(), e)))
+        .flat_map(|(i, (_, b))| {
+            let b: &WorldBook = b.borrow();
+            b.entries
+                .iter()
+                .enumerate()
+                .map(move |(at, e)| (i, at, b.name.as_str(), e))
+        })
         .collect();
     // Earlier sources first, so a duplicate keeps its earliest source.
-    order.sort_by_key(|(i, _, _)| (books[*i].0, *i));
-    for (i, book, e) in order {
+    order.sort_by_key(|(i, _, _, _)| (books[*i].0, *i));
+    // Which candidate each entry of each book became, for the books' lexical indexes.
+    let mut candidate_of: Vec<Vec<Option<usize>>> = books
+        .iter()
+        .map(|(_, b)| vec![None; b.borrow().entries.len()])
+        .collect();
+    let macro_ctx = ctx.macro_context();
+    for (i, at, book, e) in order {
         if e.disabled || !passes_filter(e, ctx) {
             continue;
         }
@@ -858,11 +847,12 @@ pub fn search_ranked<'a>(
             .iter()
             .filter_map(|k| parse_key(k, ctx, &mut warn))
             .collect();
+        candidate_of[i][at] = Some(cands.len());
         cands.push(Candidate {
             source: books[i].0,
             book,
             entry: e,
-            content: tavern_core::macros::substitute(&e.content, &ctx.macro_context()),
+            content: tavern_core::macros::substitute_cow(&e.content, &macro_ctx),
             primary,
             secondary,
             always_on: e.constant || e.decorators.iter().any(|d| d == "@@activate"),
@@ -965,9 +955,23 @@ pub fn search_ranked<'a>(
     // Lexical ranking over entries no key activated.
     let mut scores = vec![0f64; cands.len()];
     if opts.lexical {
-        let texts: Vec<String> = cands
+        // Each book's index, kept with the book (its entries as written); only the matches
+        // are then shown to the ranker, as the model would see them.
+        let tokens = query_tokens(query);
+        let mut matched: Vec<(usize, f32)> = Vec::new();
+        for (b, (_, book)) in books.iter().enumerate() {
+            let index = book.borrow().lexical_index();
+            for (doc, score) in index.score(&tokens) {
+                let c = candidate_of.get(b).and_then(|of| of.get(doc as usize));
+                if let Some(&Some(c)) = c {
+                    matched.push((c, score));
+                }
+            }
+        }
+        let texts: Vec<String> = matched
             .iter()
-            .map(|c| {
+            .map(|&(c, _)| {
+                let c = &cands[c];
                 format!(
                     "{} {} {}",
                     c.entry.comment,
@@ -976,16 +980,13 @@ pub fn search_ranked<'a>(
                 )
             })
             .collect();
-        let index = lexical_index(&texts);
-        let mut found: Vec<RankCandidate<'_>> = index
-            .score(&query_tokens(query))
-            .into_iter()
-            .filter_map(|(doc, score)| {
-                Some(RankCandidate {
-                    doc,
-                    text: texts.get(doc as usize)?,
-                    score,
-                })
+        let mut found: Vec<RankCandidate<'_>> = matched
+            .iter()
+            .zip(&texts)
+            .map(|(&(c, score), text)| RankCandidate {
+                doc: u32::try_from(c).unwrap_or(u32::MAX),
+                text,
+                score,
             })
             .collect();
         // The ranker sees every lexical match (a book's entries, bounded by the book).
@@ -1091,7 +1092,7 @@ pub fn search_ranked<'a>(
             book: c.book,
             source: c.source,
             entry: c.entry,
-            content: c.content.clone(),
+            content: c.content.clone().into_owned(),
             reason: reasons[i].clone().unwrap_or(Reason::Lexical),
             score: scores[i],
             tokens,
@@ -1145,31 +1146,46 @@ mod tests {
         }
     }
 
+    /// A book is indexed once and the index is kept with it: every search of that book (and
+    /// every clone of it) uses the same index; a changed book is a new book, indexed anew.
     #[test]
-    fn an_index_of_the_same_entries_is_built_once_and_a_changed_entry_is_indexed_anew() {
-        let texts = |tag: &str| -> Vec<String> {
-            vec![
-                format!("gate {tag} the silver gate of the north"),
-                format!("lantern {tag} the keeper's blue lantern"),
-            ]
+    fn a_book_is_indexed_once_and_a_changed_book_anew() {
+        let book = |tag: &str| {
+            WorldBook::from_world_value(
+                "Gates",
+                &serde_json::json!({"entries": {
+                    "0": {"uid": 0, "key": ["gate"], "content": format!("{tag} the silver gate of the north")},
+                    "1": {"uid": 1, "key": ["lantern"], "content": format!("{tag} the keeper's blue lantern")},
+                }}),
+            )
+            .unwrap()
         };
-        let first = lexical_index(&texts("unique-1f3a"));
-        let again = lexical_index(&texts("unique-1f3a"));
-        assert!(
-            Arc::ptr_eq(&first, &again),
-            "the same entries reuse their index"
-        );
-        let changed = lexical_index(&texts("unique-2b7c"));
-        assert!(!Arc::ptr_eq(&first, &changed));
+        let first = Arc::new(book("unique"));
+        let books = [(LoreSource::Global, first.clone())];
+        let hits = |books: &[(LoreSource, Arc<WorldBook>)]| {
+            search(
+                books,
+                "where is the blue lantern kept",
+                &LoreOptions::default(),
+            )
+            .hits
+            .iter()
+            .map(|h| h.entry.uid)
+            .collect::<Vec<_>>()
+        };
+        assert_eq!(hits(&books), [1]);
+        let index = first.lexical_index();
+        assert_eq!(hits(&books), [1]);
+        assert!(Arc::ptr_eq(&index, &first.lexical_index()), "built once");
+        let changed = Arc::new(book("changed"));
+        assert!(!Arc::ptr_eq(&index, &changed.lexical_index()));
         assert_eq!(
-            changed.score(&query_tokens("lantern")).len(),
-            1,
-            "the new texts are what is indexed"
+            changed
+                .lexical_index()
+                .score(&query_tokens("changed"))
+                .len(),
+            2,
+            "the new entries are what is indexed"
         );
-        // Bounded: after as many other sets as the cache holds, the first is built again.
-        for i in 0..LEXICAL_INDEXES {
-            lexical_index(&texts(&format!("filler-{i}-9d4e")));
-        }
-        assert!(!Arc::ptr_eq(&first, &lexical_index(&texts("unique-1f3a"))));
     }
 }

@@ -272,6 +272,21 @@ async fn a_sillytavern_data_folder_serves_cards_and_worlds_by_name_only() {
         assert!(assets.world(hostile).await.unwrap().is_none(), "{hostile}");
     }
     assert_eq!(assets.global_worlds().await, ["Eldoria"]);
+    // #30 F7: a parsed book is shared, never copied per request (a 100,000-entry world was
+    // cloned whole by every lore search), and so is the card's embedded book and the books'
+    // lexical index.
+    let (a, b) = (
+        assets.world("Eldoria").await.unwrap().unwrap(),
+        assets.world("Eldoria").await.unwrap().unwrap(),
+    );
+    assert!(std::sync::Arc::ptr_eq(&a, &b));
+    assert!(std::sync::Arc::ptr_eq(
+        &a.lexical_index(),
+        &b.lexical_index()
+    ));
+    let card = assets.card(&sera).await.unwrap().unwrap();
+    let (e1, e2) = (card.embedded_book().unwrap(), card.embedded_book().unwrap());
+    assert!(std::sync::Arc::ptr_eq(&e1, &e2));
 }
 
 #[tokio::test]

@@ -176,11 +176,11 @@ async fn appends_by_another_writer_are_read_as_a_tail_and_the_cache_is_bounded()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chat_over_the_history_limit_is_refused_before_it_is_read() {
     use tavern_store::StoreError;
-    use tavern_tools::history::MAX_HISTORY_CHAT_BYTES;
+    use tavern_tools::history::MAX_CHAT_BYTES;
     let store = MemStore::new(Arc::new(ManualClock::new(Timestamp(0))));
     let who = CharacterName::parse("Mira").unwrap();
     let chat = ChatId::parse("long").unwrap();
-    let big = "fear ".repeat(usize::try_from(MAX_HISTORY_CHAT_BYTES).unwrap() / 5 + 1);
+    let big = "fear ".repeat(usize::try_from(MAX_CHAT_BYTES).unwrap() / 5 + 1);
     let line = ChatLine::parse(
         &serde_json::json!({"name": "Mira", "is_user": false, "send_date": "May 8, 2023 1:56pm", "mes": big})
             .to_string(),

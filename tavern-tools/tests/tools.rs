@@ -45,11 +45,15 @@ async fn harness_with(state: serde_json::Value, limits: ToolLimits) -> Harness {
     );
     assets.worlds.insert(
         "Eldoria".into(),
-        WorldBook::from_json("Eldoria", &fixture("worlds/Eldoria.json")).unwrap(),
+        WorldBook::from_json("Eldoria", &fixture("worlds/Eldoria.json"))
+            .unwrap()
+            .into(),
     );
     assets.worlds.insert(
         "tarot".into(),
-        WorldBook::from_json("tarot", &fixture("worlds/tarot.zh.json")).unwrap(),
+        WorldBook::from_json("tarot", &fixture("worlds/tarot.zh.json"))
+            .unwrap()
+            .into(),
     );
     assets.global = vec!["tarot".into(), "Eldoria".into()];
     assets.persona = Persona {
@@ -673,6 +677,30 @@ async fn scene_get_describes_the_chat() {
     assert_eq!(v["contextMode"], "dsh-native");
     let b = h.ok("s2", "tavern_scene_get", json!({})).await;
     assert_eq!(b["chat"]["parent"], "Seraphina - 1");
+}
+
+/// #30 F7: a chat over the limit tools read is refused by the scene tool with the limit named,
+/// before it is read.
+#[tokio::test]
+async fn scene_get_refuses_a_chat_over_the_read_limit() {
+    use tavern_tools::history::MAX_CHAT_BYTES;
+    let h = harness().await;
+    let sera = CharacterName::parse("Seraphina").unwrap();
+    let big = "a".repeat(usize::try_from(MAX_CHAT_BYTES).unwrap());
+    let line = tavern_core::chat::ChatLine::parse(
+        &json!({"name": "Seraphina", "is_user": false, "send_date": "May 8, 2023 1:56pm", "mes": big})
+            .to_string(),
+    )
+    .unwrap();
+    let id = ChatId::parse("Seraphina - 1").unwrap();
+    let current = h.store.chat_revision(&sera, &id).await.unwrap();
+    h.store
+        .rewrite_chat(&sera, &id, &[line], current.as_ref())
+        .await
+        .unwrap();
+    let e = h.err("s1", "tavern_scene_get", json!({})).await;
+    assert_eq!(e.code(), "limit-exceeded", "{e}");
+    assert!(e.to_string().contains("Seraphina - 1"), "{e}");
 }
 
 #[tokio::test]

@@ -14,7 +14,8 @@
 //! upper bound on its round trips, since pipelined statements share one), then stops.
 //!
 //! `--hostile-lore` runs only the table of 20 lore searches on exponential keys beside
-//! `status` (`docs/RELIABILITY.md`).
+//! `status`, `--big-assets` only the table of the largest world and card the defaults take
+//! (`docs/RELIABILITY.md`).
 //!
 //! `cargo run --release -p tavern-dsh-adapter --features bench --bin bridge-bench`
 
@@ -503,6 +504,184 @@ fn dsh_turns(
     })
 }
 
+/// A bridge in this process on a file store in `dir`, assets from `assets`, with agent `h1`
+/// announced and bound to `character`.
+async fn in_process_bridge(
+    dir: &Path,
+    assets: &Path,
+    global_worlds: Vec<String>,
+    character: &str,
+) -> Result<std::sync::Arc<tavern_dsh_adapter::bridge::Bridge>, Error> {
+    use std::sync::Arc;
+    use tavern_dsh_adapter::bridge::host::BridgeHost;
+    use tavern_dsh_adapter::bridge::Bridge;
+    use tavern_dsh_adapter::{Runtime, RuntimeConfig};
+    use tavern_store::fs::FsStore;
+    use tavern_store::SystemClock;
+    use tavern_tools::assets::provider::{DirAssets, Persona};
+
+    let clock = Arc::new(SystemClock);
+    let store = Arc::new(FsStore::open(dir.join("store"), clock.clone())?);
+    let host = Arc::new(BridgeHost::default());
+    let assets = Arc::new(DirAssets::new(assets, global_worlds, Persona::default()));
+    let runtime = Runtime::new(host.clone(), store, assets, clock, RuntimeConfig::default());
+    let bridge = Arc::new(Bridge::new(runtime, host));
+    bridge
+        .handle(&json!({"id": 1, "method": "handshake", "params": {"protocol": 1}}).to_string())
+        .await;
+    let bind = json!({"character": character, "chatId": format!("{character} - bench")});
+    bridge
+        .handle(
+            &json!({"id": 2, "method": "agent/created", "params": {"agent": "h1", "bind": bind}})
+                .to_string(),
+        )
+        .await;
+    Ok(bridge)
+}
+
+/// This process's resident memory now and at its peak since the last [`reset_peak_rss`], KiB.
+fn rss_now_and_peak() -> Result<(u64, u64), Error> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let field = |name: &str| -> Result<u64, Error> {
+        let line = status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .ok_or_else(|| format!("no {name} in /proc/self/status"))?;
+        Ok(line
+            .split_whitespace()
+            .nth(1)
+            .ok_or("bad status line")?
+            .parse()?)
+    };
+    Ok((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// Starts counting this process's peak resident memory afresh (Linux: `clear_refs` 5).
+fn reset_peak_rss() -> Result<(), Error> {
+    Ok(std::fs::write("/proc/self/clear_refs", "5")?)
+}
+
+/// Figures of large assets (issue 30, F7): the largest card and world the defaults take.
+struct BigAssets {
+    world_mib: f64,
+    entries: usize,
+    lore_first_ms: f64,
+    lore_first_peak_mib: f64,
+    lore_warm: (f64, f64),
+    lore_16: (f64, f64),
+    lore_peak_mib: f64,
+    card_mib: f64,
+    card_16: (f64, f64),
+    card_peak_mib: f64,
+}
+
+/// A world of 100,000 entries (global, under the 32 MiB asset cap) searched cold, warm, and
+/// 16 at once; a 30 MiB card read by 16 `tavern_character_get` at once: times and the growth
+/// of this process's peak resident memory over each stage.
+fn big_assets(dir: &Path) -> Result<BigAssets, Error> {
+    use std::sync::Arc;
+    const ENTRIES: usize = 100_000;
+    let assets_dir = dir.join("assets");
+    std::fs::create_dir_all(assets_dir.join("characters"))?;
+    std::fs::create_dir_all(assets_dir.join("worlds"))?;
+    let entries: serde_json::Map<String, Value> = (0..ENTRIES)
+        .map(|i| {
+            let entry = json!({"uid": i, "key": [format!("rune{i}")], "keysecondary": [],
+                "content": format!("Rune {i} is carved on the {} gate; it glows when spoken aloud.", ["north", "south", "east", "west"][i % 4]),
+                "constant": false, "selective": false, "disable": false, "order": 100});
+            (i.to_string(), entry)
+        })
+        .collect();
+    let world = json!({"entries": entries}).to_string();
+    std::fs::write(assets_dir.join("worlds/Runes.json"), &world)?;
+    // A card as large as the cap allows, less a little: one long description.
+    let card_bytes = 30 * 1024 * 1024;
+    let card = json!({"spec": "chara_card_v3", "spec_version": "3.0", "data": {"name": "Big",
+        "first_mes": "Hello.", "description": "The keeper of many runes. ".repeat(card_bytes / 26)}});
+    let card = card.to_string();
+    std::fs::write(assets_dir.join("characters/Big.json"), &card)?;
+    let stats = |v: &mut Vec<f64>| (percentile(v, 50), v.iter().copied().fold(0.0, f64::max));
+    runtime()?.block_on(async {
+        let bridge = in_process_bridge(dir, &assets_dir, vec!["Runes".into()], "Big").await?;
+        let call = |bridge: Arc<tavern_dsh_adapter::bridge::Bridge>, i: usize, tool: &'static str, args: Value| async move {
+            let t = Instant::now();
+            let frame = json!({"id": 100 + i, "method": "tool/call", "params": {"tool": tool, "args": args, "callId": format!("c{i}"), "session": "h1"}});
+            let out = bridge.handle(&frame.to_string()).await;
+            let text = format!("{out:?}");
+            if text.contains("\"error\"") {
+                return Err::<f64, String>(format!("{tool} failed: {text}"));
+            }
+            Ok(t.elapsed().as_secs_f64() * 1e3)
+        };
+        let lore = |i: usize| json!({"query": format!("I speak rune{} and rune{} aloud", i * 7 % ENTRIES, i * 13 % ENTRIES)});
+        let (base, _) = rss_now_and_peak()?;
+        reset_peak_rss()?;
+        let lore_first_ms = call(bridge.clone(), 0, "tavern_lore_search", lore(1)).await?;
+        let (after_first, first_peak) = rss_now_and_peak()?;
+        reset_peak_rss()?;
+        let mut warm = Vec::new();
+        for i in 1..11 {
+            warm.push(call(bridge.clone(), i, "tavern_lore_search", lore(i + 1)).await?);
+        }
+        let at_once: Vec<_> = (0..16)
+            .map(|i| tokio::spawn(call(bridge.clone(), 20 + i, "tavern_lore_search", lore(i + 20))))
+            .collect();
+        let mut lore_16 = Vec::new();
+        for s in at_once {
+            lore_16.push(s.await??);
+        }
+        let (after_lore, lore_peak) = rss_now_and_peak()?;
+        reset_peak_rss()?;
+        // A new turn: the 32 calls a turn allows are spent.
+        for event in [
+            json!({"type": "turn/end", "seq": 1, "time": 1, "data": {"turn": 1, "reason": {"kind": "completed"}}}),
+            json!({"type": "turn/start", "seq": 2, "time": 1, "data": {"turn": 2}}),
+        ] {
+            bridge.handle(&json!({"method": "event", "params": {"session": "h1", "event": event}}).to_string()).await;
+        }
+        let at_once: Vec<_> = (0..16)
+            .map(|i| tokio::spawn(call(bridge.clone(), 40 + i, "tavern_character_get", json!({"fields": ["name", "description"], "maxTokens": 200}))))
+            .collect();
+        let mut card_16 = Vec::new();
+        for s in at_once {
+            card_16.push(s.await??);
+        }
+        let (_, card_peak) = rss_now_and_peak()?;
+        let mib = |kib: u64| kib as f64 / 1024.0;
+        Ok::<BigAssets, Error>(BigAssets {
+            world_mib: world.len() as f64 / 1048576.0,
+            entries: ENTRIES,
+            lore_first_ms,
+            lore_first_peak_mib: mib(first_peak.saturating_sub(base)),
+            lore_warm: stats(&mut warm),
+            lore_16: stats(&mut lore_16),
+            lore_peak_mib: mib(lore_peak.saturating_sub(after_first)),
+            card_mib: card.len() as f64 / 1048576.0,
+            card_16: stats(&mut card_16),
+            card_peak_mib: mib(card_peak.saturating_sub(after_lore)),
+        })
+    })
+}
+
+fn big_assets_table() -> Result<(), Error> {
+    let dir = tempfile::tempdir()?;
+    let b = big_assets(dir.path())?;
+    println!("| large assets (issue 30 F7) | result | note |\n|---|---|---|");
+    println!(
+        "| lore search in a global world of {} entries ({:.1} MiB) | first {:.0} ms (parse and index), then p50 {:.1} ms, max {:.1} ms | 10 searches; peak memory +{:.0} MiB by the first (the parsed book, kept and shared) |",
+        b.entries, b.world_mib, b.lore_first_ms, b.lore_warm.0, b.lore_warm.1, b.lore_first_peak_mib
+    );
+    println!(
+        "| 16 such searches at once | p50 {:.0} ms, max {:.0} ms | peak memory +{:.0} MiB over the warm searches (two run at a time, a slot per core) |",
+        b.lore_16.0, b.lore_16.1, b.lore_peak_mib
+    );
+    println!(
+        "| 16 `tavern_character_get` at once on a {:.0} MiB card | p50 {:.0} ms, max {:.0} ms | peak memory +{:.0} MiB |\n",
+        b.card_mib, b.card_16.0, b.card_16.1, b.card_peak_mib
+    );
+    Ok(())
+}
+
 /// Figures of hostile lore searches beside `status`.
 struct HostileLore {
     status_calm: (f64, f64),
@@ -517,12 +696,7 @@ struct HostileLore {
 /// 200 times: `status` latency (p50, max) calm and under that load, and the searches' own.
 fn hostile_lore(dir: &Path) -> Result<HostileLore, Error> {
     use std::sync::Arc;
-    use tavern_dsh_adapter::bridge::host::BridgeHost;
     use tavern_dsh_adapter::bridge::Bridge;
-    use tavern_dsh_adapter::{Runtime, RuntimeConfig};
-    use tavern_store::fs::FsStore;
-    use tavern_store::SystemClock;
-    use tavern_tools::assets::provider::{DirAssets, Persona};
 
     let keys = [
         "/(a|a)*c/",
@@ -545,14 +719,7 @@ fn hostile_lore(dir: &Path) -> Result<HostileLore, Error> {
     std::fs::create_dir_all(assets_dir.join("characters"))?;
     std::fs::write(assets_dir.join("characters/Hostile.json"), card.to_string())?;
     runtime()?.block_on(async {
-        let clock = Arc::new(SystemClock);
-        let store = Arc::new(FsStore::open(dir.join("store"), clock.clone())?);
-        let host = Arc::new(BridgeHost::default());
-        let assets = Arc::new(DirAssets::new(&assets_dir, Vec::new(), Persona::default()));
-        let runtime = Runtime::new(host.clone(), store, assets, clock, RuntimeConfig::default());
-        let bridge = Arc::new(Bridge::new(runtime, host));
-        bridge.handle(&json!({"id": 1, "method": "handshake", "params": {"protocol": 1}}).to_string()).await;
-        bridge.handle(&json!({"id": 2, "method": "agent/created", "params": {"agent": "h1", "bind": {"character": "Hostile", "chatId": "Hostile - bench"}}}).to_string()).await;
+        let bridge = in_process_bridge(dir, &assets_dir, Vec::new(), "Hostile").await?;
         let status = |bridge: Arc<Bridge>| async move {
             let t = Instant::now();
             bridge.handle(&json!({"id": 3, "method": "status", "params": {}}).to_string()).await;
@@ -628,6 +795,9 @@ fn main() -> Result<(), Error> {
     if args.iter().any(|a| a == "--hostile-lore") {
         return hostile_lore_table();
     }
+    if args.iter().any(|a| a == "--big-assets") {
+        return big_assets_table();
+    }
     if let Some(i) = args.iter().position(|a| a == "--pg") {
         let settings = args.get(i + 1).ok_or("--pg needs connection settings")?;
         let config = tavern_store::pg::parse_settings(settings)?;
@@ -638,6 +808,7 @@ fn main() -> Result<(), Error> {
     }
     turns_table(&TurnStore::Files)?;
     hostile_lore_table()?;
+    big_assets_table()?;
     let bridge: PathBuf = std::env::current_exe()?.with_file_name("tavern-bridge");
     if !bridge.is_file() {
         return Err(

@@ -32,7 +32,9 @@ pub fn assets() -> Arc<MemAssets> {
     );
     a.worlds.insert(
         "Eldoria".into(),
-        WorldBook::from_json("Eldoria", &fixture("worlds/Eldoria.json")).unwrap(),
+        WorldBook::from_json("Eldoria", &fixture("worlds/Eldoria.json"))
+            .unwrap()
+            .into(),
     );
     a.persona = Persona {
         name: "Kai".into(),

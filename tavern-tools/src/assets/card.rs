@@ -32,10 +32,19 @@ impl CardVersion {
 }
 
 /// A character card.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Card {
     raw: Value,
     version: CardVersion,
+    /// The embedded book, parsed on first use and shared: a shared card is not parsed again
+    /// per lore search.
+    embedded: std::sync::OnceLock<Option<std::sync::Arc<WorldBook>>>,
+}
+
+impl PartialEq for Card {
+    fn eq(&self, other: &Self) -> bool {
+        self.raw == other.raw && self.version == other.version
+    }
 }
 
 /// Card text fields a tool may ask for.
@@ -137,7 +146,11 @@ impl Card {
             _ if raw.get("data").is_some_and(Value::is_object) => CardVersion::V2,
             _ => CardVersion::V1,
         };
-        let card = Self { raw, version };
+        let card = Self {
+            raw,
+            version,
+            embedded: std::sync::OnceLock::new(),
+        };
         if card.field("name").is_none_or(|n| n.trim().is_empty()) {
             return Err(AssetError::WrongShape {
                 name: name.to_owned(),
@@ -202,17 +215,23 @@ impl Card {
             .filter(|w| !w.trim().is_empty())
     }
 
-    /// The embedded `character_book`, if any.
-    pub fn embedded_book(&self) -> Option<WorldBook> {
-        let book = self
-            .data()
-            .get("character_book")
-            .filter(|b| b.is_object())?;
-        let name = book
-            .get("name")
-            .and_then(Value::as_str)
-            .filter(|n| !n.trim().is_empty())
-            .map_or_else(|| format!("{} (embedded)", self.name()), str::to_owned);
-        WorldBook::from_character_book(&name, book).ok()
+    /// The embedded `character_book`, if any (parsed once per card, then shared).
+    pub fn embedded_book(&self) -> Option<std::sync::Arc<WorldBook>> {
+        self.embedded
+            .get_or_init(|| {
+                let book = self
+                    .data()
+                    .get("character_book")
+                    .filter(|b| b.is_object())?;
+                let name = book
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .filter(|n| !n.trim().is_empty())
+                    .map_or_else(|| format!("{} (embedded)", self.name()), str::to_owned);
+                WorldBook::from_character_book(&name, book)
+                    .ok()
+                    .map(std::sync::Arc::new)
+            })
+            .clone()
     }
 }

@@ -32,11 +32,12 @@ pub trait AssetProvider: Send + Sync {
     /// [`AssetError`] when the card exists but cannot be read.
     async fn card(&self, character: &CharacterName) -> Result<Option<Arc<Card>>, AssetError>;
 
-    /// A world book by name, if there is one.
+    /// A world book by name, if there is one (shared: a book is parsed once per change, and a
+    /// large one is never copied per request).
     ///
     /// # Errors
     /// [`AssetError`] when the book exists but cannot be read.
-    async fn world(&self, name: &str) -> Result<Option<WorldBook>, AssetError>;
+    async fn world(&self, name: &str) -> Result<Option<Arc<WorldBook>>, AssetError>;
 
     /// Names of the globally active world books, in activation order.
     async fn global_worlds(&self) -> Vec<String>;
@@ -51,7 +52,7 @@ pub struct MemAssets {
     /// Cards by character name.
     pub cards: BTreeMap<String, Card>,
     /// World books by name.
-    pub worlds: BTreeMap<String, WorldBook>,
+    pub worlds: BTreeMap<String, Arc<WorldBook>>,
     /// Globally active book names.
     pub global: Vec<String>,
     /// The persona.
@@ -63,7 +64,7 @@ impl AssetProvider for MemAssets {
     async fn card(&self, character: &CharacterName) -> Result<Option<Arc<Card>>, AssetError> {
         Ok(self.cards.get(character.as_str()).cloned().map(Arc::new))
     }
-    async fn world(&self, name: &str) -> Result<Option<WorldBook>, AssetError> {
+    async fn world(&self, name: &str) -> Result<Option<Arc<WorldBook>>, AssetError> {
         Ok(self.worlds.get(name).cloned())
     }
     async fn global_worlds(&self) -> Vec<String> {
@@ -107,7 +108,7 @@ pub struct DirAssets {
 struct Parsed {
     listings: HashMap<&'static str, (FileStamp, Vec<PathBuf>)>,
     cards: HashMap<PathBuf, (FileStamp, Arc<Card>)>,
-    worlds: HashMap<PathBuf, (FileStamp, WorldBook)>,
+    worlds: HashMap<PathBuf, (FileStamp, Arc<WorldBook>)>,
 }
 
 /// How one asset file turned out.
@@ -281,7 +282,7 @@ impl AssetProvider for DirAssets {
         }
     }
 
-    async fn world(&self, name: &str) -> Result<Option<WorldBook>, AssetError> {
+    async fn world(&self, name: &str) -> Result<Option<Arc<WorldBook>>, AssetError> {
         let (me, stem) = (self.clone(), name.to_owned());
         let label = format!("world {name}");
         let shown = label.clone();
@@ -298,7 +299,7 @@ impl AssetProvider for DirAssets {
                         name: format!("world {book}"),
                         reason,
                     })?;
-                    WorldBook::from_json(&book, &bytes)
+                    WorldBook::from_json(&book, &bytes).map(Arc::new)
                 },
             )
         })

@@ -144,17 +144,24 @@ pub struct LoreEntry {
     pub delay_until_recursion: u32,
     /// Which characters the entry is for (`None`: every character).
     pub character_filter: Option<CharacterFilter>,
-    /// The entry as read, for fields this model does not use.
-    pub raw: Map<String, Value>,
 }
 
 /// A world book.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct WorldBook {
     /// Its name (file name without extension, or the embedded book's name).
     pub name: String,
     /// Entries by uid.
     pub entries: Vec<LoreEntry>,
+    /// The lexical index of the entries, built on the first search that needs it and kept
+    /// with the book: a shared book is indexed once per version, not per search.
+    lexical: std::sync::OnceLock<std::sync::Arc<tavern_search::Bm25Index>>,
+}
+
+impl PartialEq for WorldBook {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && self.entries == other.entries
+    }
 }
 
 fn strings(v: Option<&Value>) -> Vec<String> {
@@ -214,6 +221,38 @@ fn delay_level(v: Option<&Value>) -> u32 {
 }
 
 impl WorldBook {
+    /// A book of `entries`.
+    #[must_use]
+    pub fn new(name: &str, entries: Vec<LoreEntry>) -> Self {
+        Self {
+            name: name.to_owned(),
+            entries,
+            lexical: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The lexical index of the entries (entry `i` is document `i`: its comment, keys and
+    /// content as written), built once per book.
+    pub fn lexical_index(&self) -> std::sync::Arc<tavern_search::Bm25Index> {
+        self.lexical
+            .get_or_init(|| {
+                let texts: Vec<String> = self
+                    .entries
+                    .iter()
+                    .map(|e| format!("{} {} {}", e.comment, e.keys.join(" "), e.content))
+                    .collect();
+                let docs: Vec<(u32, u32, &str)> = texts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| (u32::try_from(i).unwrap_or(u32::MAX), 0, t.as_str()))
+                    .collect();
+                let mut index = tavern_search::Bm25Index::new();
+                index.insert_many(&docs);
+                std::sync::Arc::new(index)
+            })
+            .clone()
+    }
+
     /// Reads a SillyTavern world file.
     ///
     /// # Errors
@@ -249,10 +288,7 @@ impl WorldBook {
             .map(|(i, e)| world_entry(i, e))
             .collect();
         out.sort_by_key(|e| e.uid);
-        Ok(Self {
-            name: name.to_owned(),
-            entries: out,
-        })
+        Ok(Self::new(name, out))
     }
 
     /// Reads a card's embedded `character_book`.
@@ -274,10 +310,7 @@ impl WorldBook {
             .map(|(i, e)| book_entry(i, e))
             .collect();
         out.sort_by_key(|e| e.uid);
-        Ok(Self {
-            name: name.to_owned(),
-            entries: out,
-        })
+        Ok(Self::new(name, out))
     }
 }
 
@@ -305,7 +338,6 @@ fn world_entry(index: usize, e: &Map<String, Value>) -> LoreEntry {
         prevent_recursion: flag(e.get("preventRecursion")).unwrap_or(false),
         delay_until_recursion: delay_level(e.get("delayUntilRecursion")),
         character_filter: CharacterFilter::from_value(e.get("characterFilter")),
-        raw: e.clone(),
     }
 }
 
@@ -342,7 +374,6 @@ fn book_entry(index: usize, e: &Map<String, Value>) -> LoreEntry {
         character_filter: CharacterFilter::from_value(
             ext_get("character_filter").or_else(|| e.get("characterFilter")),
         ),
-        raw: e.clone(),
     }
 }
 

@@ -172,20 +172,52 @@ pub(crate) fn any_value(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 pub(crate) fn fit(text: &str, max_tokens: usize) -> (String, bool) {
     use tavern_core::{DefaultTokenEstimator, TokenEstimator};
     let e = DefaultTokenEstimator;
-    if e.estimate(text) <= max_tokens {
+    // Every character costs at least a quarter token, so what fits is shorter than this: the
+    // work and memory of a cut depend on the budget, never on the text (a 30 MiB field).
+    let (head, long) = prefix_chars(text, max_tokens.saturating_add(1).saturating_mul(4));
+    if !long && e.estimate(text) <= max_tokens {
         return (text.to_owned(), false);
     }
-    // Binary search on the character count.
-    let chars: Vec<char> = text.chars().collect();
-    let (mut lo, mut hi) = (0usize, chars.len());
+    // Binary search on the character count, over the head's character boundaries.
+    let ends: Vec<usize> = head.char_indices().map(|(i, c)| i + c.len_utf8()).collect();
+    let (mut lo, mut hi) = (0usize, ends.len());
+    let end_of = |n: usize| if n == 0 { 0 } else { ends[n - 1] };
     while lo < hi {
         let mid = (lo + hi).div_ceil(2);
-        let s: String = chars[..mid].iter().collect();
-        if e.estimate(&s) <= max_tokens {
+        if e.estimate(&head[..end_of(mid)]) <= max_tokens {
             lo = mid;
         } else {
             hi = mid - 1;
         }
     }
-    (chars[..lo].iter().collect(), true)
+    (head[..end_of(lo)].to_owned(), true)
+}
+
+/// The first `chars` characters of `text`, and whether anything was left out.
+pub(crate) fn prefix_chars(text: &str, chars: usize) -> (&str, bool) {
+    match text.char_indices().nth(chars) {
+        Some((at, _)) => (&text[..at], true),
+        None => (text, false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cut keeps exactly what fits, however long the text: the same answer as cutting the
+    /// whole text, found within a head of the budget's size.
+    #[test]
+    fn fit_cuts_long_texts_to_the_budget() {
+        use tavern_core::{DefaultTokenEstimator, TokenEstimator};
+        let long = format!("{}{}", "风".repeat(3), "a".repeat(4_000_000));
+        let (kept, cut) = fit(&long, 10);
+        assert!(cut);
+        assert_eq!(kept, format!("风风风{}", "a".repeat(28)));
+        assert!(DefaultTokenEstimator.estimate(&kept) <= 10);
+        assert_eq!(fit("short", 10), ("short".to_owned(), false));
+        assert_eq!(fit("", 0), (String::new(), false));
+        assert_eq!(prefix_chars("风风风", 2), ("风风", true));
+        assert_eq!(prefix_chars("风风", 2), ("风风", false));
+    }
 }

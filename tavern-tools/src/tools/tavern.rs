@@ -11,7 +11,7 @@ use tavern_core::chat::{ChatDocument, ChatLine, SendDate};
 use tavern_core::macros;
 use tavern_core::{ChatId, DefaultTokenEstimator, TokenEstimator};
 
-use super::{any_value, fit, rounded, Listing, TruncatedBy};
+use super::{any_value, fit, prefix_chars, rounded, Listing, TruncatedBy};
 use crate::assets::card::{Card, CARD_TEXT_FIELDS};
 use crate::assets::world::WorldBook;
 use crate::context::ToolContext;
@@ -250,6 +250,20 @@ async fn chat(
     id: &ChatId,
 ) -> Result<Option<ChatDocument>, ToolError> {
     let character = &ctx.binding().target().character;
+    // Too large, and it is not read at all (its revision says how large it is).
+    let bytes = svc
+        .chats
+        .chat_revision(character, id)
+        .await?
+        .and_then(|r| r.content())
+        .map_or(0, |c| c.bytes);
+    if bytes > crate::history::MAX_CHAT_BYTES {
+        return Err(ToolError::LimitExceeded {
+            limit: format!("chat bytes a tool reads (chat {id})"),
+            max: usize::try_from(crate::history::MAX_CHAT_BYTES).unwrap_or(usize::MAX),
+            actual: usize::try_from(bytes).unwrap_or(usize::MAX),
+        });
+    }
     let Some(file) = svc.chats.read_chat(character, id).await? else {
         return Ok(None);
     };
@@ -325,19 +339,32 @@ impl TypedTool for CharacterGet {
         };
         let sub = |text: &str| macros::substitute(text, &macros);
         for f in wanted {
+            // A card field is cut to a head before its macros are substituted: what can fit
+            // the budget left is far shorter (a quarter token a character at least, and
+            // macros grow a text by a bounded amount), so a 30 MiB field costs a call what a
+            // short one does. What was left out marks the field as cut.
+            let head_chars = left.saturating_add(1).saturating_mul(16);
+            let mut head_cut = false;
             let value = match (f, &card) {
                 ("group_members", _) => json!([]),
                 ("persona", _) => {
                     json!({"name": persona.name, "description": sub(&persona.description)})
                 }
-                ("alternate_greetings", Some(card)) => json!(card
-                    .alternate_greetings()
-                    .iter()
-                    .map(|g| sub(g))
-                    .collect::<Vec<_>>()),
+                ("alternate_greetings", Some(card)) => {
+                    let greetings = card.alternate_greetings();
+                    // Whole or not at all: plainly too long ones are not substituted at all.
+                    let raw: usize = greetings.iter().map(|g| g.len()).sum();
+                    if raw > head_chars.saturating_mul(4) {
+                        cut.push(f);
+                        continue;
+                    }
+                    json!(greetings.iter().map(|g| sub(g)).collect::<Vec<_>>())
+                }
                 ("tags", Some(card)) => json!(card.tags()),
                 (text, Some(card)) if CARD_TEXT_FIELDS.contains(&text) => {
-                    json!(sub(card.field(text).unwrap_or("")))
+                    let (head, long) = prefix_chars(card.field(text).unwrap_or(""), head_chars);
+                    head_cut = long;
+                    json!(sub(head))
                 }
                 _ => continue,
             };
@@ -346,7 +373,7 @@ impl TypedTool for CharacterGet {
                 Value::String(text) => {
                     let (kept, was_cut) = fit(&text, left);
                     left = left.saturating_sub(DefaultTokenEstimator.estimate(&kept));
-                    if was_cut {
+                    if was_cut || head_cut {
                         cut.push(f);
                     }
                     fields.insert(f.into(), json!(kept));
@@ -434,11 +461,10 @@ impl TypedTool for LoreSearch {
         };
         let character = &ctx.binding().target().character;
         let persona = svc.assets.persona().await;
+        // Values copied for the search (it runs off this task): no more of each than a
+        // macro could ever use.
         let field = |name: &str| {
-            card.as_ref()
-                .and_then(|c| c.field(name))
-                .unwrap_or("")
-                .to_owned()
+            macros::value_head(card.as_ref().and_then(|c| c.field(name)).unwrap_or("")).to_owned()
         };
         let who = LoreContext {
             character: card
@@ -470,7 +496,7 @@ impl TypedTool for LoreSearch {
 
 /// Searches `books` and shapes the answer (owned, so it can leave the blocking pool).
 fn lore_out(
-    books: &[(LoreSource, WorldBook)],
+    books: &[(LoreSource, Arc<WorldBook>)],
     query: &str,
     opts: &LoreOptions,
     who: &LoreContext,
