@@ -463,6 +463,45 @@ fn mcp_answer(p: &mut Peer, id: u64) -> Value {
     }
 }
 
+/// #30 F7: `--max-asset-mib` caps what is read from `--assets`: a card over it is refused by
+/// name with the limit, unread.
+#[test]
+fn a_card_over_the_asset_limit_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    assets(&dir.path().join("assets"));
+    let big = json!({"spec": "chara_card_v2", "spec_version": "2.0", "data": {"name": "Mira",
+        "first_mes": "Hello.", "description": "x".repeat(2 * 1024 * 1024)}});
+    std::fs::write(
+        dir.path().join("assets/characters/Mira.json"),
+        big.to_string(),
+    )
+    .unwrap();
+    let mut p = Peer::spawn(&[
+        "mcp",
+        "--data",
+        dir.path().join("data").to_str().unwrap(),
+        "--assets",
+        dir.path().join("assets").to_str().unwrap(),
+        "--max-asset-mib",
+        "1",
+        "--session",
+        "mcp-1",
+        "--character",
+        "Mira",
+        "--chat",
+        "Mira - mcp",
+    ]);
+    p.send_raw(INIT);
+    mcp_answer(&mut p, 1);
+    p.send_raw(r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#);
+    p.send_raw(r#"{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "tavern_character_get", "arguments": {}}}"#);
+    let r = mcp_answer(&mut p, 2);
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    let text = r["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("Mira") && text.contains("1048576"), "{text}");
+    assert!(!text.contains(dir.path().to_str().unwrap()), "{text}");
+}
+
 const INIT: &str = r#"{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}"#;
 
 /// #30 F15: JSON-RPC's codes for bad parameters, a notification or request before

@@ -14,7 +14,9 @@ use tavern_dsh_adapter::{Runtime, RuntimeConfig};
 use tavern_runtime::mcp::McpServer;
 use tavern_store::fs::FsStore;
 use tavern_store::{AllStores, SystemClock};
-use tavern_tools::assets::provider::{AssetProvider, DirAssets, MemAssets, Persona};
+use tavern_tools::assets::provider::{
+    AssetProvider, DirAssets, MemAssets, Persona, DEFAULT_MAX_ASSET_BYTES,
+};
 
 /// AgentTavern for agent hosts: SillyTavern-style roleplay tools, memories, variables and chat
 /// projection behind a sidecar protocol or MCP.
@@ -69,6 +71,10 @@ struct Common {
     /// A world book that is active in every chat (repeatable); must exist under `--assets`.
     #[arg(long = "world", value_name = "NAME", global = true)]
     worlds: Vec<String>,
+    /// The largest card or world book file read from `--assets`, in MiB; a larger one is
+    /// refused by name, never read (the largest real card seen is about 2 MiB).
+    #[arg(long, value_name = "MIB", default_value_t = DEFAULT_MAX_ASSET_BYTES / (1024 * 1024), global = true)]
+    max_asset_mib: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -116,11 +122,10 @@ fn assets(common: &Common) -> Result<Arc<dyn AssetProvider>, String> {
             return Err(format!("--world {w}: no worlds/{w}.json under --assets"));
         }
     }
-    Ok(Arc::new(DirAssets::new(
-        dir,
-        common.worlds.clone(),
-        persona,
-    )))
+    Ok(Arc::new(
+        DirAssets::new(dir, common.worlds.clone(), persona)
+            .with_max_bytes(common.max_asset_mib.saturating_mul(1024 * 1024)),
+    ))
 }
 
 /// The store the command line names: PostgreSQL with `--store`, else the files under `--data`.
