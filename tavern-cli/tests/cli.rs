@@ -466,6 +466,68 @@ fn import_list_search_export_and_reimport_is_idempotent() {
     assert_eq!(snapshot(&data), before);
 }
 
+/// #29 item 3: a user folder's `settings.json` (built as SillyTavern writes it: no public one
+/// was found) gives its personas to the import — only the persona fields are kept, never the
+/// API settings and proxies beside them — and a second import finds them already there.
+#[test]
+fn import_st_keeps_the_personas_of_settings_json_and_nothing_else() {
+    let tmp = tempfile::tempdir().unwrap();
+    let st = st_folder(tmp.path());
+    let data = tmp.path().join("data");
+    let settings = json!({
+        "username": "Kai",
+        "user_avatar": "user-default.png",
+        "main_api": "openai",
+        "proxies": [{"name": "mine", "url": "https://proxy.example", "password": "hunter2"}],
+        "power_user": {
+            "personas": {"user-default.png": "白羽", "1700000000000-knight.png": "Sir Aldous"},
+            "persona_descriptions": {
+                "user-default.png": {"description": "一名来自北方的旅人。", "position": 0, "depth": 2, "role": 0},
+            },
+            "default_persona": "1700000000000-knight.png",
+            "persona_description": "",
+        },
+    });
+    std::fs::write(st.join("settings.json"), settings.to_string()).unwrap();
+    let first = ok(&data, &["--json", "import-st", st.to_str().unwrap()]).json();
+    let item = first["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["kind"] == "settings")
+        .unwrap()
+        .clone();
+    assert_eq!(item["result"], "imported", "{item}");
+    assert_eq!(item["target"], "assets/settings.json");
+    let kept = std::fs::read_to_string(data.join("assets/settings.json")).unwrap();
+    assert!(
+        kept.contains("Sir Aldous") && kept.contains("一名来自北方的旅人。"),
+        "{kept}"
+    );
+    assert!(
+        !kept.contains("hunter2") && !kept.contains("proxy") && !kept.contains("openai"),
+        "{kept}"
+    );
+    let again = ok(&data, &["--json", "import-st", st.to_str().unwrap()]).json();
+    assert!(again["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|i| i["kind"] == "settings" && i["result"] == "already-imported"));
+    // Not an object: reported, the rest imported.
+    std::fs::write(st.join("settings.json"), "[1]").unwrap();
+    let bad = ok(&data, &["--json", "import-st", st.to_str().unwrap()]).json();
+    let item = bad["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["kind"] == "settings")
+        .unwrap()
+        .clone();
+    assert_eq!(item["result"], "invalid", "{item}");
+    assert!(item["reason"].as_str().unwrap().contains("settings.json"));
+}
+
 #[test]
 fn bad_input_is_one_error_line_a_nonzero_exit_and_changes_nothing() {
     let tmp = tempfile::tempdir().unwrap();

@@ -310,6 +310,8 @@ async fn tavern_mode_prompts_are_per_session_literal_and_survive_restart() {
         .unwrap()
         .unwrap();
     assert!(kernel.contains("You are Seraphina"));
+    // The user is the chat's persona (the assets' "Kai"), not the configured fallback name.
+    assert!(kernel.contains("in a roleplay with Kai"), "{kernel}");
     assert!(
         !kernel.contains(dir.path().to_str().unwrap()),
         "no paths in the kernel"

@@ -398,11 +398,26 @@ impl Runtime {
                     || IdentitySummary::from_card(&json!({"name": character.as_str()})),
                     |c| IdentitySummary::from_card(c.raw()),
                 );
-                let persona = self.assets.persona().await;
+                // The chat's persona (its lock, else the user's default), as SillyTavern
+                // picks it; the configured user name when there is none.
+                let target = binding.target();
+                let head = self
+                    .stores
+                    .read_chat_head(&target.character, &target.chat_id)
+                    .await
+                    .ok()
+                    .flatten();
+                let persona = self
+                    .assets
+                    .chat_persona(tavern_tools::assets::personas::persona_lock(head.as_ref()))
+                    .await;
+                let user_name = Some(persona.name.clone())
+                    .filter(|n| !n.trim().is_empty())
+                    .unwrap_or_else(|| self.config.user_name.clone());
                 let input = KernelInput {
                     character,
                     identity,
-                    user_name: self.config.user_name.clone(),
+                    user_name,
                     persona_summary: Some(persona.description).filter(|d| !d.trim().is_empty()),
                     session,
                     binding,

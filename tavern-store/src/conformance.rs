@@ -815,6 +815,29 @@ pub async fn chats(f: &Fixture) {
     assert_ne!(r2, r1);
 }
 
+/// A chat's first line comes back alone, blank lines before it skipped; no chat and an empty
+/// chat have none.
+pub async fn chat_heads(f: &Fixture) {
+    let s = &f.store;
+    let ch = CharacterName::parse("Mira").unwrap();
+    let id = ChatId::parse("head").unwrap();
+    assert_eq!(s.read_chat_head(&ch, &id).await.unwrap(), None);
+    let header = ChatLine::parse(
+        r#"{"user_name":"Kai","character_name":"Mira","chat_metadata":{"persona":"knight.png"}}"#,
+    )
+    .unwrap();
+    let message = ChatLine::parse(r#"{"name":"Kai","is_user":true,"mes":"你好"}"#).unwrap();
+    s.rewrite_chat(&ch, &id, &[header.clone(), message.clone()], None)
+        .await
+        .unwrap();
+    assert_eq!(s.read_chat_head(&ch, &id).await.unwrap(), Some(header));
+    let rev = s.chat_revision(&ch, &id).await.unwrap();
+    s.rewrite_chat(&ch, &id, &[message.clone()], rev.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(s.read_chat_head(&ch, &id).await.unwrap(), Some(message));
+}
+
 /// Chat revisions are the content's: the same lines give the same revision in every adapter
 /// ([`ChatRevision::of_lines`]), whichever way they got there, and a revision issued for the
 /// first lines of a chat (by any store) reads back as an append of the rest.
@@ -1020,7 +1043,7 @@ macro_rules! store_conformance_tests {
             memory_crud_and_cas, memory_concurrent_cas_exactly_one_wins,
             variable_concurrent_increments_lose_nothing, memory_ttl, memory_access_time,
             memory_search, variables_cas, variables_patch_atomic, variables_limits_list_clear,
-            scopes_are_isolated, state_updates_compose, chats, chat_revisions_are_content,
+            scopes_are_isolated, state_updates_compose, chats, chat_revisions_are_content, chat_heads,
             checkpoints, prompts,
             survives_reopen);
     };

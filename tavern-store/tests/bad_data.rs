@@ -293,3 +293,52 @@ async fn temp_files_of_interrupted_writes_are_removed_when_stale() {
     assert_eq!(diags.len(), 1);
     assert_eq!(diags[0].file, "prompts/.tmp-crashed");
 }
+
+/// A chat's head is read without the rest: blank lines before it are skipped as a whole read
+/// skips them; a first line past the cap is refused with the limit named, not read whole; a
+/// first line that is not one JSON object is corrupt, named by its line.
+#[tokio::test]
+async fn a_chat_head_is_read_alone_within_its_cap() {
+    use tavern_store::chat::MAX_CHAT_HEAD_BYTES;
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let (mira, id) = (
+        CharacterName::parse("Mira").unwrap(),
+        ChatId::parse("head").unwrap(),
+    );
+    let line =
+        tavern_core::chat::ChatLine::parse(r#"{"name":"Kai","is_user":true,"mes":"hi"}"#).unwrap();
+    store.rewrite_chat(&mira, &id, &[line], None).await.unwrap();
+    let path = std::fs::read_dir(dir.path().join("chats").join("Mira"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .unwrap();
+    std::fs::write(
+        &path,
+        "\n\r\n{\"chat_metadata\":{\"persona\":\"k.png\"}}\n{\"mes\":\"x\"}\n",
+    )
+    .unwrap();
+    let head = store.read_chat_head(&mira, &id).await.unwrap().unwrap();
+    assert_eq!(head.object()["chat_metadata"]["persona"], "k.png");
+    assert_eq!(
+        Some(head),
+        store
+            .read_chat(&mira, &id)
+            .await
+            .unwrap()
+            .unwrap()
+            .lines
+            .into_iter()
+            .next()
+    );
+    let mut huge = format!("{{\"mes\":\"{}", "a".repeat(MAX_CHAT_HEAD_BYTES));
+    huge.push_str("\"}\n");
+    std::fs::write(&path, huge).unwrap();
+    let e = store.read_chat_head(&mira, &id).await.unwrap_err();
+    assert!(matches!(e, StoreError::LimitExceeded { .. }), "{e}");
+    std::fs::write(&path, "not json\n").unwrap();
+    let e = store.read_chat_head(&mira, &id).await.unwrap_err();
+    assert!(e.to_string().contains("line 1"), "{e}");
+    no_absolute_paths(&dir, &e.to_string());
+}

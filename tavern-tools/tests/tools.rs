@@ -248,6 +248,130 @@ async fn character_get_reads_fields_persona_and_cuts_to_budget() {
     assert!(e.to_string().contains("maxTokens"), "{e}");
 }
 
+/// #29 item 3: personas as SillyTavern keeps them in a user folder's `settings.json` (built
+/// here as SillyTavern writes it: no public one was found): a chat locked to a persona
+/// (`chat_metadata.persona`) shows that persona, a chat without a lock the one selected last;
+/// `{{user}}` in card text becomes the chat's persona; a changed `settings.json` is read again.
+#[tokio::test]
+async fn personas_come_from_settings_json_and_the_chat_lock() {
+    let mut h = harness().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("characters")).unwrap();
+    std::fs::write(
+        dir.path().join("characters/Seraphina.png"),
+        fixture("cards/Seraphina.v2v3.book4.png"),
+    )
+    .unwrap();
+    let settings = |selected: &str| {
+        json!({
+            "username": "Kai",
+            "user_avatar": selected,
+            "power_user": {
+                "personas": {"user-default.png": "白羽", "1700000000000-knight.png": "Sir Aldous"},
+                "persona_descriptions": {
+                    "user-default.png": {"description": "一名来自北方的旅人。", "position": 0},
+                    "1700000000000-knight.png": {"description": "A knight sworn to {{char}}.", "position": 0},
+                },
+                "default_persona": null,
+            },
+        })
+        .to_string()
+    };
+    std::fs::write(
+        dir.path().join("settings.json"),
+        settings("user-default.png"),
+    )
+    .unwrap();
+    let assets = tavern_tools::assets::provider::DirAssets::new(
+        dir.path(),
+        Vec::new(),
+        Persona {
+            name: "User".into(),
+            description: String::new(),
+        },
+    );
+    h.registry = ToolRegistry::new(services(&h.store, assets), ToolLimits::default());
+    let persona = |v: &Value| v["fields"]["persona"].clone();
+    let ask = json!({"fields": ["persona"]});
+    // Not locked: the persona selected last.
+    let v = h.ok("s2", "tavern_character_get", ask.clone()).await;
+    assert_eq!(
+        persona(&v),
+        json!({"name": "白羽", "description": "一名来自北方的旅人。"})
+    );
+    // Locked to the knight in the chat's header.
+    let sera = CharacterName::parse("Seraphina").unwrap();
+    let main = ChatId::parse("Seraphina - 1").unwrap();
+    let mut lines = h
+        .store
+        .read_chat(&sera, &main)
+        .await
+        .unwrap()
+        .unwrap()
+        .lines;
+    lines[0] = tavern_core::chat::ChatLine::parse(
+        r#"{"user_name":"Sir Aldous","character_name":"Seraphina","chat_metadata":{"persona":"1700000000000-knight.png"}}"#,
+    )
+    .unwrap();
+    let rev = h.store.chat_revision(&sera, &main).await.unwrap();
+    h.store
+        .rewrite_chat(&sera, &main, &lines, rev.as_ref())
+        .await
+        .unwrap();
+    let v = h
+        .ok(
+            "s1",
+            "tavern_character_get",
+            json!({"fields": ["persona", "description"]}),
+        )
+        .await;
+    assert_eq!(
+        persona(&v),
+        json!({"name": "Sir Aldous", "description": "A knight sworn to Seraphina."})
+    );
+    let description = v["fields"]["description"].as_str().unwrap();
+    assert!(!description.contains("{{user}}"), "{description}");
+    // The other chat follows a new selection once settings.json changes.
+    std::fs::write(
+        dir.path().join("settings.json"),
+        settings("1700000000000-knight.png"),
+    )
+    .unwrap();
+    let v = h.ok("s2", "tavern_character_get", ask).await;
+    assert_eq!(persona(&v)["name"], "Sir Aldous");
+}
+
+/// #29 item 3: the Character's Note (`extensions.depth_prompt`) is served as data — its text,
+/// depth and role — from a real card that has one (NarrativeWeaver, from a user's folder);
+/// a card without one has no such field.
+#[tokio::test]
+async fn character_get_serves_the_characters_note_as_data() {
+    let mut h = harness().await;
+    let mut assets = MemAssets::default();
+    assets.cards.insert(
+        "Seraphina".into(),
+        Card::from_png(
+            "Seraphina",
+            &fixture("user-folder/characters/NarrativeWeaver.png"),
+        )
+        .unwrap(),
+    );
+    assets.cards.insert(
+        "Megumin".into(),
+        Card::from_png("Megumin", &fixture("cards/Megumin.v1.png")).unwrap(),
+    );
+    h.registry = ToolRegistry::new(services(&h.store, assets), ToolLimits::default());
+    let ask = json!({"fields": ["name", "character_note"]});
+    let v = h.ok("s1", "tavern_character_get", ask.clone()).await;
+    assert_eq!(
+        v["fields"]["character_note"],
+        json!({"text": "asdfasdfasdfasdfsadfasdfasfsaf", "depth": 2, "role": "system"})
+    );
+    let none = h.ok("s3", "tavern_character_get", ask).await;
+    assert!(none["fields"].get("character_note").is_none(), "{none}");
+    assert_eq!(none["fields"]["name"], "Megumin");
+}
+
 /// #29 item 4: card text comes back as SillyTavern shows it to a model, macros substituted
 /// with the character's and the persona's names (the real Seraphina card writes `{{char}}`
 /// in its description).

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use tavern_core::chat::{ChatDocument, ChatLine};
 use tavern_core::{CharacterName, ChatId};
 use tavern_store::AllStores;
+use tavern_tools::assets::personas::Personas;
 use tavern_tools::assets::world::WorldBook;
 
 use crate::cli::ImportArgs;
@@ -66,7 +67,7 @@ impl Outcome {
 /// One file of the folder and what became of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Item {
-    /// `card`, `world`, `chat` or `group-chat`.
+    /// `card`, `world`, `chat`, `group-chat` or `settings`.
     pub kind: &'static str,
     /// The file, relative to the imported folder.
     pub source: String,
@@ -338,6 +339,10 @@ pub async fn run(ctx: &Context, args: &ImportArgs) -> Result<Report, CliError> {
         progress.inc();
     }
     drop(progress);
+    if let Some(item) = import_settings(ctx, dir, args.max_file_mib, args.dry_run)? {
+        tracing::info!(source = %item.source, result = item.outcome.label(), "import");
+        items.push(item);
+    }
     let mut report = report(&items, args.dry_run);
     report
         .warnings
@@ -590,6 +595,58 @@ fn import_asset(
     }
     write_new(&dest_dir, &name, &bytes, &target)?;
     Ok(item(Outcome::Imported))
+}
+
+/// The personas of the folder's `settings.json` (names, descriptions, the default and the
+/// selection), kept as `assets/settings.json` — only those fields: the rest of the file holds
+/// API settings and proxies, which stay in the user's folder. A later import replaces them
+/// (the user's current choice); `None` when the folder has no `settings.json`.
+fn import_settings(
+    ctx: &Context,
+    dir: &Path,
+    max_mib: u64,
+    dry_run: bool,
+) -> Result<Option<Item>, CliError> {
+    let path = dir.join("settings.json");
+    let Ok(meta) = std::fs::symlink_metadata(&path) else {
+        return Ok(None);
+    };
+    let target = "assets/settings.json";
+    let item = |outcome| Item {
+        kind: "settings",
+        source: "settings.json".into(),
+        target: target.into(),
+        outcome,
+    };
+    if !meta.is_file() {
+        return Ok(Some(item(Outcome::Invalid(
+            "not a regular file (links are not followed)".into(),
+        ))));
+    }
+    let bytes = match read_capped(&path, max_mib.saturating_mul(1024 * 1024), max_mib) {
+        Ok(bytes) => bytes,
+        Err(why) => return Ok(Some(item(Outcome::Invalid(why)))),
+    };
+    let personas = match Personas::from_settings(&bytes) {
+        Ok(p) if p.by_avatar.is_empty() && p.username.is_none() => {
+            return Ok(Some(item(Outcome::Invalid(
+                "it names no persona and no user name".into(),
+            ))))
+        }
+        Ok(p) => p,
+        Err(e) => return Ok(Some(item(Outcome::Invalid(e.to_string())))),
+    };
+    let kept = serde_json::to_vec_pretty(&personas.to_settings())
+        .map_err(|e| CliError::Failed(format!("settings.json: {e}")))?;
+    let dest_dir = ctx.assets_dir();
+    if std::fs::read(dest_dir.join("settings.json")).is_ok_and(|have| have == kept) {
+        return Ok(Some(item(Outcome::AlreadyImported)));
+    }
+    if dry_run {
+        return Ok(Some(item(Outcome::WouldImport)));
+    }
+    write_new(&dest_dir, "settings.json", &kept, target)?;
+    Ok(Some(item(Outcome::Imported)))
 }
 
 fn stem_matches(path: &Path, stem: &str) -> bool {

@@ -117,6 +117,26 @@ pub trait ChatStore: Send + Sync {
         chat: &ChatId,
     ) -> Result<Option<ChatFile>, StoreError>;
 
+    /// The chat's first line (a SillyTavern header: the chat's metadata — its persona lock,
+    /// author's note, chat lorebook), or `None` if the chat does not exist or has no line.
+    /// Blank lines before it are skipped, as [`ChatStore::read_chat`] skips them. An adapter
+    /// that can reads only that line, so the cost does not grow with the chat; the default
+    /// reads the chat.
+    ///
+    /// # Errors
+    /// As [`ChatStore::read_chat`]; [`StoreError::LimitExceeded`] for a first line over
+    /// [`MAX_CHAT_HEAD_BYTES`] when the adapter reads only the head.
+    async fn read_chat_head(
+        &self,
+        character: &CharacterName,
+        chat: &ChatId,
+    ) -> Result<Option<ChatLine>, StoreError> {
+        Ok(self
+            .read_chat(character, chat)
+            .await?
+            .and_then(|f| f.lines.into_iter().next()))
+    }
+
     /// The chat's current revision without reading its lines (cheap for long chats).
     ///
     /// # Errors
@@ -196,6 +216,10 @@ pub(crate) fn check_not_empty(lines: &[ChatLine]) -> Result<(), StoreError> {
 ///
 /// # Errors
 /// [`StoreError::Corrupt`] naming `file` and the 1-based line.
+/// The longest first line [`ChatStore::read_chat_head`] reads: 4 MiB (a header holds the
+/// chat's metadata; SillyTavern's are a few KiB).
+pub const MAX_CHAT_HEAD_BYTES: usize = 4 * 1024 * 1024;
+
 pub(crate) fn parse_lines(file: &str, text: &str) -> Result<Vec<ChatLine>, StoreError> {
     text.split('\n')
         .map(|l| l.strip_suffix('\r').unwrap_or(l))

@@ -93,6 +93,9 @@ macro_rules! forward {
             async fn read_chat_since(&self, c: &CharacterName, id: &ChatId, since: &ChatRevision) -> Result<Option<ChatChange>, StoreError> {
                 (**self).read_chat_since(c, id, since).await
             }
+            async fn read_chat_head(&self, c: &CharacterName, id: &ChatId) -> Result<Option<ChatLine>, StoreError> {
+                (**self).read_chat_head(c, id).await
+            }
             async fn chat_revision(&self, c: &CharacterName, id: &ChatId) -> Result<Option<ChatRevision>, StoreError> {
                 (**self).chat_revision(c, id).await
             }

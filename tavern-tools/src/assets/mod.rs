@@ -3,6 +3,7 @@
 
 pub mod card;
 pub mod lenient;
+pub mod personas;
 pub mod png;
 pub mod provider;
 pub mod world;

@@ -10,6 +10,7 @@ use tavern_core::CharacterName;
 use tavern_store::fs::{stamp_of, FileStamp};
 
 use super::card::Card;
+use super::personas::Personas;
 use super::world::WorldBook;
 use super::AssetError;
 
@@ -44,6 +45,14 @@ pub trait AssetProvider: Send + Sync {
 
     /// The active persona.
     async fn persona(&self) -> Persona;
+
+    /// The persona of a chat locked to `locked` (its header's `chat_metadata.persona`, an
+    /// avatar file name), as SillyTavern picks it; a provider without personas answers
+    /// [`AssetProvider::persona`].
+    async fn chat_persona(&self, locked: Option<&str>) -> Persona {
+        let _ = locked;
+        self.persona().await
+    }
 }
 
 /// Assets held in memory (tests, embedding hosts that load assets themselves).
@@ -108,6 +117,8 @@ pub struct DirAssets {
 struct Parsed {
     listings: HashMap<&'static str, (FileStamp, Vec<PathBuf>)>,
     cards: HashMap<PathBuf, (FileStamp, Arc<Card>)>,
+    /// `settings.json`'s personas by the file's stamp (`None`: unreadable, or no personas).
+    settings: Option<(FileStamp, Option<Arc<Personas>>)>,
     worlds: HashMap<PathBuf, (FileStamp, Arc<WorldBook>)>,
 }
 
@@ -236,6 +247,32 @@ impl DirAssets {
     }
 }
 
+impl DirAssets {
+    /// The personas of the folder's `settings.json` (a SillyTavern user folder's, or the part
+    /// of it `tavern import-st` keeps), read again only when the file changed. Blocking.
+    fn personas(&self) -> Option<Arc<Personas>> {
+        let path = self.root.join("settings.json");
+        let meta = std::fs::metadata(&path).ok().filter(|m| m.is_file())?;
+        let stamp = stamp_of(&meta);
+        {
+            let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some((seen, parsed)) = &cache.settings {
+                if *seen == stamp {
+                    return parsed.clone();
+                }
+            }
+        }
+        let parsed = read_at_most(&path, self.max_bytes)
+            .ok()
+            .and_then(|bytes| Personas::from_settings(&bytes).ok())
+            .filter(|p| p.resolve(None).is_some() || !p.by_avatar.is_empty())
+            .map(Arc::new);
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        cache.settings = Some((stamp, parsed.clone()));
+        parsed
+    }
+}
+
 /// Reads a file, failing past `max` bytes (it may have grown since it was measured).
 fn read_at_most(path: &std::path::Path, max: u64) -> Result<Vec<u8>, String> {
     use std::io::Read;
@@ -320,6 +357,19 @@ impl AssetProvider for DirAssets {
     }
 
     async fn persona(&self) -> Persona {
-        self.persona.clone()
+        self.chat_persona(None).await
+    }
+
+    /// The folder's `settings.json` decides when it names a persona (the user's own choice in
+    /// SillyTavern); the persona this provider was made with otherwise.
+    async fn chat_persona(&self, locked: Option<&str>) -> Persona {
+        let me = self.clone();
+        let personas = tavern_store::blocking::off_executor(move || me.personas())
+            .await
+            .ok()
+            .flatten();
+        personas
+            .and_then(|p| p.resolve(locked))
+            .unwrap_or_else(|| self.persona.clone())
     }
 }

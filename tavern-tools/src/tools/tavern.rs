@@ -13,6 +13,7 @@ use tavern_core::{ChatId, DefaultTokenEstimator, TokenEstimator};
 
 use super::{any_value, fit, prefix_chars, rounded, Listing, TruncatedBy};
 use crate::assets::card::{Card, CARD_TEXT_FIELDS};
+use crate::assets::provider::Persona;
 use crate::assets::world::WorldBook;
 use crate::context::ToolContext;
 use crate::error::ToolError;
@@ -30,7 +31,8 @@ fn object_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 // --- argument types ------------------------------------------------------------------------
 
 /// A field `tavern_character_get` serves: the card's text fields, and `alternate_greetings`,
-/// `tags`, `persona`, `group_members`.
+/// `tags`, `persona`, `group_members`, `character_note` (the card's Character's Note,
+/// `extensions.depth_prompt`: its text, depth and role, as data).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Field {
@@ -48,6 +50,7 @@ pub(crate) enum Field {
     Tags,
     Persona,
     GroupMembers,
+    CharacterNote,
 }
 
 impl Field {
@@ -67,6 +70,7 @@ impl Field {
             Self::Tags => "tags",
             Self::Persona => "persona",
             Self::GroupMembers => "group_members",
+            Self::CharacterNote => "character_note",
         }
     }
 }
@@ -75,7 +79,7 @@ impl Field {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct CharacterArgs {
     /// Which fields (default name, description, personality, scenario).
-    #[schemars(length(min = 1, max = 14))]
+    #[schemars(length(min = 1, max = 15))]
     fields: Option<Vec<Field>>,
     max_tokens: Option<usize>,
 }
@@ -274,6 +278,22 @@ async fn chat(
         })
 }
 
+/// The persona of the session's chat: the one its header locks it to
+/// (`chat_metadata.persona`), else the user's default, as SillyTavern picks it. Only the
+/// chat's first line is read.
+pub(crate) async fn chat_persona(svc: &ToolServices, ctx: &ToolContext) -> Persona {
+    let target = ctx.binding().target();
+    let head = svc
+        .chats
+        .read_chat_head(&target.character, &target.chat_id)
+        .await
+        .ok()
+        .flatten();
+    svc.assets
+        .chat_persona(crate::assets::personas::persona_lock(head.as_ref()))
+        .await
+}
+
 fn send_date_json(line: &ChatLine) -> Value {
     match line.send_date() {
         Some(SendDate::Millis(ms)) => json!(ms),
@@ -316,7 +336,7 @@ impl TypedTool for CharacterGet {
         let mut left = budget;
         let mut fields = Map::new();
         let mut cut = Vec::new();
-        let persona = svc.assets.persona().await;
+        let persona = chat_persona(svc, ctx).await;
         let target = ctx.binding().target();
         let chat = target.chat_id.to_string();
         // SillyTavern's macros, as it substitutes them before the model sees card text.
@@ -361,6 +381,26 @@ impl TypedTool for CharacterGet {
                     json!(greetings.iter().map(|g| sub(g)).collect::<Vec<_>>())
                 }
                 ("tags", Some(card)) => json!(card.tags()),
+                ("character_note", Some(card)) => {
+                    // As SillyTavern reads it: no note, or an empty one, is none.
+                    let note = card.data().pointer("/extensions/depth_prompt");
+                    let text = note
+                        .and_then(|n| n.get("prompt"))
+                        .and_then(Value::as_str)
+                        .filter(|t| !t.trim().is_empty());
+                    match text {
+                        Some(text) if text.len() <= head_chars.saturating_mul(4) => json!({
+                            "text": sub(text),
+                            "depth": note.and_then(|n| n.get("depth")).and_then(Value::as_u64).unwrap_or(4),
+                            "role": note.and_then(|n| n.get("role")).and_then(Value::as_str).unwrap_or("system"),
+                        }),
+                        Some(_) => {
+                            cut.push(f);
+                            continue;
+                        }
+                        None => continue,
+                    }
+                }
                 (text, Some(card)) if CARD_TEXT_FIELDS.contains(&text) => {
                     let (head, long) = prefix_chars(card.field(text).unwrap_or(""), head_chars);
                     head_cut = long;
@@ -460,7 +500,7 @@ impl TypedTool for LoreSearch {
             ..LoreOptions::default()
         };
         let character = &ctx.binding().target().character;
-        let persona = svc.assets.persona().await;
+        let persona = chat_persona(svc, ctx).await;
         // Values copied for the search (it runs off this task): no more of each than a
         // macro could ever use.
         let field = |name: &str| {
@@ -595,7 +635,7 @@ impl TypedTool for SceneGet {
         let target = ctx.binding().target();
         let doc = chat(svc, ctx, &target.chat_id).await?;
         let card = card(svc, ctx).await.ok();
-        let persona = svc.assets.persona().await;
+        let persona = chat_persona(svc, ctx).await;
         let header = doc
             .as_ref()
             .and_then(|d| d.header.as_ref())

@@ -401,6 +401,54 @@ impl Inner {
         chat_file(&rel, bytes, digest).map(Some)
     }
 
+    /// The first non-blank line, reading no more of the file than it takes.
+    fn read_chat_head(
+        &self,
+        character: &CharacterName,
+        chat: &ChatId,
+    ) -> Result<Option<ChatLine>, StoreError> {
+        use std::io::{BufRead, Read};
+        let rel = chat_rel(character, chat);
+        let Some(file) = open_existing(&under(&self.root, &rel), &rel)? else {
+            return Ok(None);
+        };
+        let cap = crate::ports::chat::MAX_CHAT_HEAD_BYTES;
+        let mut reader = std::io::BufReader::new(file.take(cap as u64 + 1));
+        let mut line = Vec::new();
+        let mut number = 0;
+        loop {
+            line.clear();
+            number += 1;
+            let n = reader
+                .read_until(b'\n', &mut line)
+                .map_err(io_err("read", &rel))?;
+            if n == 0 {
+                return Ok(None);
+            }
+            if line.last() != Some(&b'\n') && reader.get_ref().limit() == 0 {
+                return Err(StoreError::LimitExceeded {
+                    limit: "bytes of a chat's first line",
+                    max: cap,
+                    actual: cap + 1,
+                });
+            }
+            let text = std::str::from_utf8(&line).map_err(|e| StoreError::Corrupt {
+                file: format!("{rel} line {number}"),
+                reason: format!("not UTF-8: {e}"),
+            })?;
+            let text = text.trim_end_matches('\n').trim_end_matches('\r');
+            if text.trim().is_empty() {
+                continue;
+            }
+            return ChatLine::parse(text)
+                .map(Some)
+                .map_err(|e| StoreError::Corrupt {
+                    file: format!("{rel} line {number}"),
+                    reason: e.to_string(),
+                });
+        }
+    }
+
     /// Nothing when the file is the version `since` names; only the lines after it when this
     /// process appended them to that version (it reads just those); otherwise the whole file,
     /// still answered as an append when its bytes up to `since`'s length are the content
@@ -566,6 +614,15 @@ impl ChatStore for FsStore {
     ) -> Result<Option<ChatFile>, StoreError> {
         let (character, chat) = (character.clone(), chat.clone());
         self.run(move |s| s.read_chat(&character, &chat)).await
+    }
+
+    async fn read_chat_head(
+        &self,
+        character: &CharacterName,
+        chat: &ChatId,
+    ) -> Result<Option<ChatLine>, StoreError> {
+        let (character, chat) = (character.clone(), chat.clone());
+        self.run(move |s| s.read_chat_head(&character, &chat)).await
     }
 
     async fn read_chat_since(
