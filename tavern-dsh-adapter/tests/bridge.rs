@@ -463,6 +463,38 @@ fn mcp_answer(p: &mut Peer, id: u64) -> Value {
     }
 }
 
+/// #29 item 3: a folder-less setup's persona comes from `--user` and `--persona-description`
+/// (the plugin's `user` and `personaDescription` settings).
+#[test]
+fn the_persona_of_a_folder_less_setup_comes_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = Peer::spawn(&[
+        "mcp",
+        "--data",
+        dir.path().join("data").to_str().unwrap(),
+        "--user",
+        "白羽",
+        "--persona-description",
+        "一名来自北方的旅人。",
+        "--session",
+        "mcp-1",
+        "--character",
+        "Mira",
+        "--chat",
+        "Mira - mcp",
+    ]);
+    p.send_raw(INIT);
+    mcp_answer(&mut p, 1);
+    p.send_raw(r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#);
+    p.send_raw(r#"{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "tavern_character_get", "arguments": {"fields": ["persona"]}}}"#);
+    let r = mcp_answer(&mut p, 2);
+    assert_eq!(
+        r["result"]["structuredContent"]["fields"]["persona"],
+        json!({"name": "白羽", "description": "一名来自北方的旅人。"}),
+        "{r}"
+    );
+}
+
 /// #30 F7: `--max-asset-mib` caps what is read from `--assets`: a card over it is refused by
 /// name with the limit, unread.
 #[test]

@@ -47,7 +47,8 @@ export const settings = {
   storePasswordFile: { type: 'string', default: '', description: 'A file whose first line is the PostgreSQL password, to keep it out of `store`.' },
   storeCaFile: { type: 'string', default: '', description: 'A PEM file of CA certificates trusted (besides the Mozilla roots) when `store` says sslmode=require.' },
   assets: { type: 'string', default: () => join(dshHome(), 'agent-tavern-assets'), description: 'A SillyTavern-style folder with characters/ and worlds/.' },
-  user: { type: 'string', default: 'User', description: "The user's display name in chats." },
+  user: { type: 'string', default: 'User', description: "The user's display name in chats (a SillyTavern settings.json in assets with personas wins over it)." },
+  personaDescription: { type: 'string', default: '', description: "The user's persona description, for a setup without a SillyTavern settings.json in assets." },
   worlds: { type: 'array', default: () => [], description: 'World books active in every chat (names under assets/worlds).' },
   character: { type: 'string', default: '', description: 'Bind new sessions whose id matches bindPattern to a chat with this character (empty: bind nothing).' },
   chatPrefix: { type: 'string', default: '', description: 'Prefix of the chat names of new sessions (default: the character).' },
@@ -105,6 +106,7 @@ function startBridge(path, config, logger, onExit) {
   const store = config.store || process.env.TAVERN_STORE || ''
   const args = store ? [] : ['--data', config.data]
   args.push('--user', config.user ?? 'User')
+  if (config.personaDescription) args.push('--persona-description', config.personaDescription)
   if (config.storePasswordFile) args.push('--store-password-file', config.storePasswordFile)
   if (config.storeCaFile) args.push('--store-ca-file', config.storeCaFile)
   if (config.assets && existsSync(config.assets)) args.push('--assets', config.assets)

@@ -65,9 +65,12 @@ struct Common {
     /// A SillyTavern user folder (`characters/`, `worlds/`) to read cards and world books from.
     #[arg(long, value_name = "DIR", global = true)]
     assets: Option<PathBuf>,
-    /// The user's display name.
+    /// The user's display name (a `settings.json` in `--assets` with personas wins over it).
     #[arg(long, value_name = "NAME", default_value = "User", global = true)]
     user: String,
+    /// The user's persona description, for a setup without a SillyTavern `settings.json`.
+    #[arg(long, value_name = "TEXT", default_value = "", global = true)]
+    persona_description: String,
     /// A world book that is active in every chat (repeatable); must exist under `--assets`.
     #[arg(long = "world", value_name = "NAME", global = true)]
     worlds: Vec<String>,
@@ -100,7 +103,7 @@ struct McpArgs {
 fn assets(common: &Common) -> Result<Arc<dyn AssetProvider>, String> {
     let persona = Persona {
         name: common.user.clone(),
-        description: String::new(),
+        description: common.persona_description.clone(),
     };
     let Some(dir) = &common.assets else {
         if let Some(w) = common.worlds.first() {
