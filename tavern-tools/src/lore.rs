@@ -8,7 +8,8 @@
 //! Decorator lines are not part of the returned content. When the same entry (same keys,
 //! secondary keys and content) is reached through two books — a card's embedded book and the
 //! world file SillyTavern's "import embedded lorebook" made from it — it is searched once, from
-//! the earlier source (embedded before card-linked before global); `duplicates` counts the rest.
+//! the earlier source (chat before embedded before card-linked before the character's extra
+//! books before global); `duplicates` counts the rest.
 //!
 //! **Keys.** `{{char}}`, `{{user}}`, `<BOT>`, `<CHAR>` and `<USER>` (any case) are replaced by
 //! the character's and the persona's names, then the key is trimmed; an empty key never
@@ -87,10 +88,14 @@ const MATCHER: &str = "\u{1}";
 /// Where a book comes from; earlier sources win ties.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum LoreSource {
+    /// The book bound to the chat (`chat_metadata.world_info`): SillyTavern puts it first.
+    Chat,
     /// The card's embedded `character_book`.
     Embedded,
     /// The book the card links by name (`extensions.world`).
     CardLinked,
+    /// One of the character's extra books (SillyTavern's `world_info.charLore`).
+    CharacterExtra,
     /// A globally active book.
     Global,
 }
@@ -99,8 +104,10 @@ impl LoreSource {
     /// The label in tool results.
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::Chat => "chat",
             Self::Embedded => "embedded",
             Self::CardLinked => "card-linked",
+            Self::CharacterExtra => "character",
             Self::Global => "global",
         }
     }

@@ -341,6 +341,106 @@ async fn personas_come_from_settings_json_and_the_chat_lock() {
     assert_eq!(persona(&v)["name"], "Sir Aldous");
 }
 
+/// #29 item 2: lore as SillyTavern assembles it from a user folder — the chat's own book
+/// (`chat_metadata.world_info`), the card's linked world, the character's extra books and the
+/// global selection of `settings.json` (built as SillyTavern writes it: no public one was
+/// found), each labelled with its source and each book once.
+#[tokio::test]
+async fn lore_reads_the_chat_book_the_extra_books_and_the_global_selection() {
+    let mut h = harness().await;
+    let dir = tempfile::tempdir().unwrap();
+    for (from, to) in [
+        ("cards/Seraphina.v2v3.book4.png", "characters/Seraphina.png"),
+        ("worlds/Eldoria.json", "worlds/Eldoria.json"),
+        ("worlds/tarot.zh.json", "worlds/tarot.json"),
+        ("worlds/Toaru.2023.json", "worlds/Toaru.json"),
+        ("worlds/KoboldAI_Sample.json", "worlds/Kobold.json"),
+    ] {
+        let to = dir.path().join(to);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::write(to, fixture(from)).unwrap();
+    }
+    let settings = json!({"world_info_settings": {"world_info": {
+        "globalSelect": ["Kobold", "Eldoria"],
+        "charLore": [{"name": "Seraphina", "extraBooks": ["Toaru", "tarot", "Missing"]}],
+    }}});
+    std::fs::write(dir.path().join("settings.json"), settings.to_string()).unwrap();
+    let assets =
+        tavern_tools::assets::provider::DirAssets::new(dir.path(), Vec::new(), Persona::default());
+    h.registry = ToolRegistry::new(services(&h.store, assets), ToolLimits::default());
+    // The chat binds the tarot book.
+    let sera = CharacterName::parse("Seraphina").unwrap();
+    let main = ChatId::parse("Seraphina - 1").unwrap();
+    let mut lines = h
+        .store
+        .read_chat(&sera, &main)
+        .await
+        .unwrap()
+        .unwrap()
+        .lines;
+    lines[0] = tavern_core::chat::ChatLine::parse(
+        r#"{"user_name":"白羽","character_name":"Seraphina","chat_metadata":{"world_info":"tarot"}}"#,
+    )
+    .unwrap();
+    let rev = h.store.chat_revision(&sera, &main).await.unwrap();
+    h.store
+        .rewrite_chat(&sera, &main, &lines, rev.as_ref())
+        .await
+        .unwrap();
+    let v = h
+        .ok(
+            "s1",
+            "tavern_lore_search",
+            json!({"query": "塔罗牌 Tokiwadai AAA Eldoria", "limit": 20, "maxTokens": 4000}),
+        )
+        .await;
+    let books: Vec<(String, String)> = v["source"]["books"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["name"].as_str().unwrap().to_owned(),
+                b["source"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let pair = |n: &str, s: &str| (n.to_owned(), s.to_owned());
+    assert_eq!(
+        books,
+        [
+            pair("tarot", "chat"),
+            pair("Eldoria", "card-linked"),
+            pair("Toaru", "character"),
+            pair("Kobold", "global"),
+        ],
+        "{v}"
+    );
+    let sources: Vec<&str> = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["source"].as_str().unwrap())
+        .collect();
+    for s in ["chat", "character", "global"] {
+        assert!(sources.contains(&s), "{s}: {sources:?}");
+    }
+    // Another chat of the character, with no book of its own: the tarot book is an extra one.
+    let v = h
+        .ok(
+            "s2",
+            "tavern_lore_search",
+            json!({"query": "塔罗牌", "limit": 20}),
+        )
+        .await;
+    assert_eq!(v["source"]["books"][0]["name"], "Eldoria", "{v}");
+    assert!(v["source"]["books"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|b| b["name"] == "tarot" && b["source"] == "character"));
+}
+
 /// #29 item 3: the Character's Note (`extensions.depth_prompt`) is served as data — its text,
 /// depth and role — from a real card that has one (NarrativeWeaver, from a user's folder);
 /// a card without one has no such field.

@@ -598,7 +598,8 @@ fn import_asset(
 }
 
 /// The personas of the folder's `settings.json` (names, descriptions, the default and the
-/// selection), kept as `assets/settings.json` — only those fields: the rest of the file holds
+/// selection) and its active world books (global, and each character's extra books), kept as
+/// `assets/settings.json` — only those fields: the rest of the file holds
 /// API settings and proxies, which stay in the user's folder. A later import replaces them
 /// (the user's current choice); `None` when the folder has no `settings.json`.
 fn import_settings(
@@ -628,9 +629,9 @@ fn import_settings(
         Err(why) => return Ok(Some(item(Outcome::Invalid(why)))),
     };
     let personas = match Personas::from_settings(&bytes) {
-        Ok(p) if p.by_avatar.is_empty() && p.username.is_none() => {
+        Ok(p) if p.by_avatar.is_empty() && p.username.is_none() && p.lore == Default::default() => {
             return Ok(Some(item(Outcome::Invalid(
-                "it names no persona and no user name".into(),
+                "it names no persona, no user name and no active world book".into(),
             ))))
         }
         Ok(p) => p,

@@ -5,6 +5,10 @@
 //! names no persona is the user name (`username`) with the folder-less description
 //! (`power_user.persona_description`).
 //!
+//! The same file says which world books are active ([`LoreSelection`]): the global selection
+//! (`world_info_settings.world_info.globalSelect`) and each character's extra books
+//! (`world_info_settings.world_info.charLore`, by the card's file name without extension).
+//!
 //! Only these fields are read, and [`Personas::to_settings`] writes only them: a `settings.json`
 //! also holds API settings and proxies, which never leave the user's folder.
 
@@ -14,6 +18,15 @@ use serde_json::{json, Map, Value};
 
 use super::provider::Persona;
 use super::AssetError;
+
+/// The world books a `settings.json` makes active.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LoreSelection {
+    /// Globally active books, in order (`globalSelect`).
+    pub global: Vec<String>,
+    /// Each character's extra books (`charLore`), by the card's file name without extension.
+    pub extra: BTreeMap<String, Vec<String>>,
+}
 
 /// The personas of a `settings.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -29,6 +42,51 @@ pub struct Personas {
     pub username: Option<String>,
     /// `power_user.persona_description`: the description when the selection names no persona.
     pub description: String,
+    /// The world books it makes active.
+    pub lore: LoreSelection,
+}
+
+fn names(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .filter(|n| !n.trim().is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl LoreSelection {
+    fn from_world_info(wi: Option<&Value>) -> Self {
+        let extra = wi
+            .and_then(|w| w.get("charLore"))
+            .and_then(Value::as_array)
+            .map(|list| {
+                list.iter()
+                    .filter_map(|c| {
+                        let name = c.get("name")?.as_str()?.to_owned();
+                        let books = names(c.get("extraBooks"));
+                        (!books.is_empty()).then_some((name, books))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self {
+            global: names(wi.and_then(|w| w.get("globalSelect"))),
+            extra,
+        }
+    }
+
+    fn to_world_info(&self) -> Value {
+        let char_lore: Vec<Value> = self
+            .extra
+            .iter()
+            .map(|(name, books)| json!({"name": name, "extraBooks": books}))
+            .collect();
+        json!({"globalSelect": self.global, "charLore": char_lore})
+    }
 }
 
 fn text(v: Option<&Value>) -> Option<String> {
@@ -85,6 +143,10 @@ impl Personas {
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_owned(),
+            lore: LoreSelection::from_world_info(
+                top.get("world_info_settings")
+                    .and_then(|w| w.get("world_info")),
+            ),
         })
     }
 
@@ -129,6 +191,7 @@ impl Personas {
                 "default_persona": self.default_avatar,
                 "persona_description": self.description,
             },
+            "world_info_settings": {"world_info": self.lore.to_world_info()},
         })
     }
 }
@@ -164,7 +227,21 @@ mod tests {
                 "default_persona": null,
                 "persona_description": "unused while a persona is selected",
             },
+            "world_info_settings": {"world_info": {
+                "globalSelect": ["Eldoria"],
+                "charLore": [{"name": "Seraphina", "extraBooks": ["tarot", ""]}, {"name": "Nobody", "extraBooks": []}],
+            }},
         })
+    }
+
+    #[test]
+    fn the_lore_selection_is_read() {
+        let p = Personas::from_settings(settings().to_string().as_bytes()).unwrap();
+        assert_eq!(p.lore.global, ["Eldoria"]);
+        assert_eq!(
+            p.lore.extra,
+            BTreeMap::from([("Seraphina".to_owned(), vec!["tarot".to_owned()])])
+        );
     }
 
     #[test]

@@ -43,6 +43,13 @@ pub trait AssetProvider: Send + Sync {
     /// Names of the globally active world books, in activation order.
     async fn global_worlds(&self) -> Vec<String>;
 
+    /// Names of a character's extra world books (SillyTavern's `charLore`), beside the one
+    /// its card links; none by default.
+    async fn character_worlds(&self, character: &CharacterName) -> Vec<String> {
+        let _ = character;
+        Vec::new()
+    }
+
     /// The active persona.
     async fn persona(&self) -> Persona;
 
@@ -248,8 +255,18 @@ impl DirAssets {
 }
 
 impl DirAssets {
-    /// The personas of the folder's `settings.json` (a SillyTavern user folder's, or the part
-    /// of it `tavern import-st` keeps), read again only when the file changed. Blocking.
+    /// [`DirAssets::personas`], off the executor.
+    async fn settings(&self) -> Option<Arc<Personas>> {
+        let me = self.clone();
+        tavern_store::blocking::off_executor(move || me.personas())
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// The personas and world book selection of the folder's `settings.json` (a SillyTavern
+    /// user folder's, or the part of it `tavern import-st` keeps), read again only when the
+    /// file changed. Blocking.
     fn personas(&self) -> Option<Arc<Personas>> {
         let path = self.root.join("settings.json");
         let meta = std::fs::metadata(&path).ok().filter(|m| m.is_file())?;
@@ -265,7 +282,6 @@ impl DirAssets {
         let parsed = read_at_most(&path, self.max_bytes)
             .ok()
             .and_then(|bytes| Personas::from_settings(&bytes).ok())
-            .filter(|p| p.resolve(None).is_some() || !p.by_avatar.is_empty())
             .map(Arc::new);
         let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
         cache.settings = Some((stamp, parsed.clone()));
@@ -352,8 +368,25 @@ impl AssetProvider for DirAssets {
         }
     }
 
+    /// The books given when this provider was made, then the folder's `settings.json`
+    /// selection (`globalSelect`), each once.
     async fn global_worlds(&self) -> Vec<String> {
-        self.global.clone()
+        let mut out = self.global.clone();
+        if let Some(settings) = self.settings().await {
+            for name in &settings.lore.global {
+                if !out.contains(name) {
+                    out.push(name.clone());
+                }
+            }
+        }
+        out
+    }
+
+    async fn character_worlds(&self, character: &CharacterName) -> Vec<String> {
+        self.settings()
+            .await
+            .and_then(|s| s.lore.extra.get(character.as_str()).cloned())
+            .unwrap_or_default()
     }
 
     async fn persona(&self) -> Persona {
@@ -363,12 +396,8 @@ impl AssetProvider for DirAssets {
     /// The folder's `settings.json` decides when it names a persona (the user's own choice in
     /// SillyTavern); the persona this provider was made with otherwise.
     async fn chat_persona(&self, locked: Option<&str>) -> Persona {
-        let me = self.clone();
-        let personas = tavern_store::blocking::off_executor(move || me.personas())
+        self.settings()
             .await
-            .ok()
-            .flatten();
-        personas
             .and_then(|p| p.resolve(locked))
             .unwrap_or_else(|| self.persona.clone())
     }

@@ -156,7 +156,7 @@ pub(crate) enum LoreReason {
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub(crate) struct LoreItem {
     book: String,
-    /// `embedded`, `card-linked` or `global`.
+    /// `chat`, `embedded`, `card-linked`, `character` or `global`.
     source: &'static str,
     uid: i64,
     comment: String,
@@ -470,27 +470,62 @@ impl TypedTool for LoreSearch {
         let unavailable = |e: crate::assets::AssetError| ToolError::Unavailable {
             reason: e.to_string(),
         };
-        // As SillyTavern assembles it: the card's linked world file is the character's book
-        // (the user's edits — disabled entries, new ones — live there); the book embedded in
-        // the card is the copy that file was made from, used only when no such file exists.
+        // As SillyTavern assembles it (`getSortedEntries`): the chat's own book first, unless
+        // it is globally active; the card's linked world file is the character's book (the
+        // user's edits — disabled entries, new ones — live there), the book embedded in the
+        // card only the copy that file was made from, used when no such file exists; then the
+        // character's extra books and the global ones. A book comes once, from its first
+        // source; a missing one is skipped, as SillyTavern skips it.
+        let globals = svc.assets.global_worlds().await;
+        let target = ctx.binding().target();
+        let head = svc
+            .chats
+            .read_chat_head(&target.character, &target.chat_id)
+            .await
+            .ok()
+            .flatten();
+        let chat_book = head
+            .as_ref()
+            .and_then(|h| h.object().get("chat_metadata")?.get("world_info")?.as_str())
+            .filter(|n| !n.trim().is_empty() && !globals.iter().any(|g| g == n))
+            .map(str::to_owned);
+        let mut taken: Vec<String> = Vec::new();
+        if let Some(name) = &chat_book {
+            if let Some(book) = svc.assets.world(name).await.map_err(unavailable)? {
+                books.push((LoreSource::Chat, book));
+                taken.push(name.clone());
+            }
+        }
         let linked_book = match &linked {
+            Some(name) if taken.contains(name) => None,
             Some(name) => svc.assets.world(name).await.map_err(unavailable)?,
             None => None,
         };
-        match linked_book {
-            Some(book) => books.push((LoreSource::CardLinked, book)),
-            None => {
+        match (linked_book, &linked) {
+            (Some(book), Some(name)) => {
+                books.push((LoreSource::CardLinked, book));
+                taken.push(name.clone());
+            }
+            _ if linked.as_ref().is_some_and(|n| taken.contains(n)) => {}
+            _ => {
                 if let Some(book) = card.as_deref().and_then(Card::embedded_book) {
                     books.push((LoreSource::Embedded, book));
                 }
             }
         }
-        for name in svc.assets.global_worlds().await {
-            if Some(&name) == linked.as_ref() {
-                continue;
-            }
-            if let Some(book) = svc.assets.world(&name).await.map_err(unavailable)? {
-                books.push((LoreSource::Global, book));
+        let extras = svc.assets.character_worlds(&target.character).await;
+        for (source, names) in [
+            (LoreSource::CharacterExtra, extras),
+            (LoreSource::Global, globals),
+        ] {
+            for name in names {
+                if taken.contains(&name) {
+                    continue;
+                }
+                if let Some(book) = svc.assets.world(&name).await.map_err(unavailable)? {
+                    books.push((source, book));
+                    taken.push(name);
+                }
             }
         }
         let opts = LoreOptions {
