@@ -832,7 +832,7 @@ pub async fn chat_heads(f: &Fixture) {
         .unwrap();
     assert_eq!(s.read_chat_head(&ch, &id).await.unwrap(), Some(header));
     let rev = s.chat_revision(&ch, &id).await.unwrap();
-    s.rewrite_chat(&ch, &id, &[message.clone()], rev.as_ref())
+    s.rewrite_chat(&ch, &id, std::slice::from_ref(&message), rev.as_ref())
         .await
         .unwrap();
     assert_eq!(s.read_chat_head(&ch, &id).await.unwrap(), Some(message));
