@@ -250,14 +250,15 @@ fn import_list_search_export_and_reimport_is_idempotent() {
 
     // A dry run on a new data directory creates nothing.
     let dry = ok(&data, &["--json", "import-st", st_arg, "--dry-run"]).json();
-    assert_eq!(dry["summary"]["wouldImport"], 7, "{dry}");
+    // 2 cards, 2 worlds, the group file, 3 chats.
+    assert_eq!(dry["summary"]["wouldImport"], 8, "{dry}");
     assert!(
         !data.exists(),
         "a dry run must not create the data directory"
     );
 
     let first = ok(&data, &["--json", "import-st", st_arg]).json();
-    assert_eq!(first["summary"]["imported"], 7, "{first}");
+    assert_eq!(first["summary"]["imported"], 8, "{first}");
     assert_eq!(first["summary"]["invalid"], 1);
     let broken = first["items"]
         .as_array()
@@ -276,6 +277,7 @@ fn import_list_search_export_and_reimport_is_idempotent() {
         "characters/Megumin.png",
         "worlds/Eldoria.json",
         "worlds/tarot.zh.json",
+        "groups/1700000000000.json",
     ] {
         assert!(data.join("assets").join(f).is_file(), "{f}");
     }
@@ -445,7 +447,7 @@ fn import_list_search_export_and_reimport_is_idempotent() {
     let before = snapshot(&data);
     let second = ok(&data, &["--json", "import-st", st_arg]).json();
     assert_eq!(second["summary"]["imported"], 0, "{second}");
-    assert_eq!(second["summary"]["alreadyImported"], 7);
+    assert_eq!(second["summary"]["alreadyImported"], 8);
     assert_eq!(snapshot(&data), before);
     let text = ok(&data, &["import-st", st_arg, "--dry-run"]).stdout;
     assert!(text.contains("already-imported"), "{text}");

@@ -441,6 +441,89 @@ async fn lore_reads_the_chat_book_the_extra_books_and_the_global_selection() {
         .any(|b| b["name"] == "tarot" && b["source"] == "character"));
 }
 
+/// #29 item 5: a session bound to a group's chat (as MCP mode binds one: the spec keeps a host's
+/// group sessions `st`, without tools) gets what a member needs from the group file: its
+/// members (names from their cards, muted ones marked), the group's author's note and its chat
+/// lorebook (kept in the group file: group chats are headerless). The "Party" group file is
+/// built as SillyTavern writes one (its `group-chats.js` fields); the other is a real one from a
+/// user's folder, whose members' cards are not there.
+#[tokio::test]
+async fn a_group_session_gets_its_members_note_and_chat_book() {
+    let mut h = harness().await;
+    let dir = tempfile::tempdir().unwrap();
+    for (from, to) in [
+        ("cards/Seraphina.v2v3.book4.png", "characters/Seraphina.png"),
+        ("cards/Megumin.v1.png", "characters/Megumin.png"),
+        ("worlds/tarot.zh.json", "worlds/tarot.json"),
+        (
+            "user-folder/groups/1720882292647.json",
+            "groups/1720882292647.json",
+        ),
+    ] {
+        let to = dir.path().join(to);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::write(to, fixture(from)).unwrap();
+    }
+    let party = json!({"id": "1700000000001", "name": "Party", "members": ["Seraphina.png", "Megumin.png"],
+        "disabled_members": ["Megumin.png"], "chat_id": "p", "chats": ["p"],
+        "chat_metadata": {"note_prompt": "Keep the party together.", "world_info": "tarot"}});
+    std::fs::write(
+        dir.path().join("groups/1700000000001.json"),
+        party.to_string(),
+    )
+    .unwrap();
+    let assets =
+        tavern_tools::assets::provider::DirAssets::new(dir.path(), Vec::new(), Persona::default());
+    h.registry = ToolRegistry::new(services(&h.store, assets), ToolLimits::default());
+    let bind = |session: &str, group: &str, chat: &str| {
+        let mut state = default_state();
+        state["sessionBindings"][session] =
+            json!({"character": group, "chatId": chat, "architecture": "agent-tavern"});
+        tavern_core::normalize_state(&state).0
+    };
+    h.state = bind("g1", "Party", "p");
+    let v = h
+        .ok(
+            "g1",
+            "tavern_character_get",
+            json!({"fields": ["group_members"]}),
+        )
+        .await;
+    assert_eq!(
+        v["fields"]["group_members"],
+        json!([
+            {"name": "Seraphina", "character": "Seraphina", "muted": false, "card": true},
+            {"name": "Megumin", "character": "Megumin", "muted": true, "card": true},
+        ])
+    );
+    let scene = h.ok("g1", "tavern_scene_get", json!({})).await;
+    assert_eq!(scene["note"], "Keep the party together.", "{scene}");
+    let lore = h
+        .ok("g1", "tavern_lore_search", json!({"query": "塔罗牌"}))
+        .await;
+    assert_eq!(lore["source"]["books"][0]["name"], "tarot", "{lore}");
+    assert_eq!(lore["source"]["books"][0]["source"], "chat");
+    // The real group: eight members whose cards are elsewhere, all muted.
+    h.state = bind(
+        "g2",
+        "ZzGroup: Conversational Real Life",
+        "2024-7-22@06h24m10s",
+    );
+    let v = h
+        .ok(
+            "g2",
+            "tavern_character_get",
+            json!({"fields": ["group_members"]}),
+        )
+        .await;
+    let members = v["fields"]["group_members"].as_array().unwrap();
+    assert_eq!(members.len(), 8);
+    assert_eq!(
+        members[1],
+        json!({"name": "Tony Stark_1", "character": "Tony Stark_1", "muted": true, "card": false})
+    );
+}
+
 /// #29 item 3: the Character's Note (`extensions.depth_prompt`) is served as data — its text,
 /// depth and role — from a real card that has one (NarrativeWeaver, from a user's folder);
 /// a card without one has no such field.

@@ -1,6 +1,7 @@
-//! `tavern import-st DIR`: a SillyTavern user folder into the data directory. Cards and world
-//! books are validated and copied to `<data>/assets/{characters,worlds}` (where
-//! `tavern-bridge --assets` finds them by name); chats go through the chat store byte-exact.
+//! `tavern import-st DIR`: a SillyTavern user folder into the data directory. Cards, world
+//! books and group files are validated and copied to `<data>/assets/{characters,worlds,groups}`
+//! (where `tavern-bridge --assets` finds them by name), the persona and book selection of
+//! `settings.json` to `<data>/assets/settings.json`; chats go through the chat store byte-exact.
 //! Idempotent: what exists identically is skipped, what exists differently is a conflict and
 //! left alone; `--dry-run` writes nothing.
 
@@ -12,6 +13,7 @@ use serde_json::{json, Value};
 use tavern_core::chat::{ChatDocument, ChatLine};
 use tavern_core::{CharacterName, ChatId};
 use tavern_store::AllStores;
+use tavern_tools::assets::group::{Group, MAX_GROUP_FILE_BYTES};
 use tavern_tools::assets::personas::Personas;
 use tavern_tools::assets::world::WorldBook;
 
@@ -67,7 +69,7 @@ impl Outcome {
 /// One file of the folder and what became of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Item {
-    /// `card`, `world`, `chat`, `group-chat` or `settings`.
+    /// `card`, `world`, `group`, `chat`, `group-chat` or `settings`.
     pub kind: &'static str,
     /// The file, relative to the imported folder.
     pub source: String,
@@ -131,9 +133,6 @@ fn stem(path: &Path) -> String {
         .unwrap_or_default()
 }
 
-/// The largest `groups/*.json` read (1 MiB).
-const GROUP_FILE_MAX: u64 = 1024 * 1024;
-
 /// Chat id → group name, from `groups/*.json` (`{"name": …, "chats": [ids]}`).
 fn group_names(dir: &Path) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
@@ -142,8 +141,8 @@ fn group_names(dir: &Path) -> BTreeMap<String, String> {
             continue;
         }
         // A group file is a few KiB; one over the limit is not a group file.
-        let Ok(v) =
-            read_capped(&path, GROUP_FILE_MAX, 1).map(|b| serde_json::from_slice::<Value>(&b))
+        let Ok(v) = read_capped(&path, MAX_GROUP_FILE_BYTES, 1)
+            .map(|b| serde_json::from_slice::<Value>(&b))
         else {
             continue;
         };
@@ -210,6 +209,24 @@ fn candidates(dir: &Path, skipped: &mut Skipped) -> Vec<Candidate> {
             out.push(Candidate {
                 kind: "world",
                 rel: format!("worlds/{}", file_name(&path)),
+                path,
+                character: None,
+            });
+        }
+    }
+    for path in sorted_entries(&dir.join("groups")) {
+        if not_followed(
+            &path,
+            format!("groups/{}", file_name(&path)),
+            &["json"],
+            skipped,
+        ) {
+            continue;
+        }
+        if ext_is(&path, &["json"]) {
+            out.push(Candidate {
+                kind: "group",
+                rel: format!("groups/{}", file_name(&path)),
                 path,
                 character: None,
             });
@@ -331,7 +348,9 @@ pub async fn run(ctx: &Context, args: &ImportArgs) -> Result<Report, CliError> {
         };
         note_parent(&c, &bytes, &mut found_links);
         let item = match c.kind {
-            "card" | "world" => import_asset(ctx, &c, bytes, args.dry_run, &mut found_links)?,
+            "card" | "world" | "group" => {
+                import_asset(ctx, &c, bytes, args.dry_run, &mut found_links)?
+            }
             _ => import_chat(stores.as_ref(), &c, bytes, args.dry_run).await?,
         };
         tracing::info!(source = %item.source, result = item.outcome.label(), "import");
@@ -537,10 +556,10 @@ fn import_asset(
     dry_run: bool,
     links: &mut Links,
 ) -> Result<Item, CliError> {
-    let folder = if c.kind == "card" {
-        "characters"
-    } else {
-        "worlds"
+    let folder = match c.kind {
+        "card" => "characters",
+        "group" => "groups",
+        _ => "worlds",
     };
     let name = file_name(&c.path);
     let target = format!("assets/{folder}/{name}");
@@ -561,6 +580,17 @@ fn import_asset(
                     links.worlds.push((c.rel.clone(), world.to_owned()));
                 }
             })
+    } else if c.kind == "group" {
+        // Group files are named by id; the tools find a group by the name inside.
+        if bytes.len() as u64 > MAX_GROUP_FILE_BYTES {
+            Err(format!(
+                "over {MAX_GROUP_FILE_BYTES} bytes: not a SillyTavern group file"
+            ))
+        } else {
+            Group::from_json(&c.rel, &bytes)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }
     } else {
         WorldBook::from_json(&stem, &bytes)
             .map(|_| ())

@@ -2,6 +2,7 @@
 //! world info books (current, old and KoboldAI shapes, and books embedded in cards).
 
 pub mod card;
+pub mod group;
 pub mod lenient;
 pub mod personas;
 pub mod png;

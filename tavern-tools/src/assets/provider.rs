@@ -10,6 +10,7 @@ use tavern_core::CharacterName;
 use tavern_store::fs::{stamp_of, FileStamp};
 
 use super::card::Card;
+use super::group::{Group, MAX_GROUP_FILE_BYTES};
 use super::personas::Personas;
 use super::world::WorldBook;
 use super::AssetError;
@@ -42,6 +43,15 @@ pub trait AssetProvider: Send + Sync {
 
     /// Names of the globally active world books, in activation order.
     async fn global_worlds(&self) -> Vec<String>;
+
+    /// A group by name (the name its chats are filed under), if there is one; none by default.
+    ///
+    /// # Errors
+    /// [`AssetError`] when the group's file exists but cannot be read.
+    async fn group(&self, name: &str) -> Result<Option<Arc<Group>>, AssetError> {
+        let _ = name;
+        Ok(None)
+    }
 
     /// Names of a character's extra world books (SillyTavern's `charLore`), beside the one
     /// its card links; none by default.
@@ -98,7 +108,8 @@ pub const DIR_ASSETS_CACHED: usize = 256;
 /// card seen is about 2 MiB).
 pub const DEFAULT_MAX_ASSET_BYTES: u64 = 32 * 1024 * 1024;
 
-/// A SillyTavern-style data folder: `characters/<name>.png` or `.json`, `worlds/<name>.json`.
+/// A SillyTavern-style data folder: `characters/<name>.png` or `.json`, `worlds/<name>.json`,
+/// `groups/<id>.json`, and a `settings.json` with the user's personas and active books.
 /// Names are matched against existing file names only, never joined as paths, so no name can
 /// reach outside the folder.
 ///
@@ -124,6 +135,9 @@ pub struct DirAssets {
 struct Parsed {
     listings: HashMap<&'static str, (FileStamp, Vec<PathBuf>)>,
     cards: HashMap<PathBuf, (FileStamp, Arc<Card>)>,
+    /// The groups of `groups/` by name, by the folder's stamp (SillyTavern replaces a group
+    /// file by renaming, which changes the folder).
+    groups: Option<(FileStamp, Arc<GroupsByName>)>,
     /// `settings.json`'s personas by the file's stamp (`None`: unreadable, or no personas).
     settings: Option<(FileStamp, Option<Arc<Personas>>)>,
     worlds: HashMap<PathBuf, (FileStamp, Arc<WorldBook>)>,
@@ -254,7 +268,56 @@ impl DirAssets {
     }
 }
 
+/// Groups by the name their chats are filed under.
+type GroupsByName = HashMap<String, Arc<Group>>;
+
+/// Most group files [`DirAssets`] reads from `groups/`.
+pub const DIR_ASSETS_GROUPS: usize = 1024;
+
 impl DirAssets {
+    /// The folder's groups by name (at most [`DIR_ASSETS_GROUPS`] files of at most 1 MiB
+    /// each; unreadable ones are left out), read again only when the folder changed. Blocking.
+    fn groups(&self) -> Arc<GroupsByName> {
+        let folder = self.root.join("groups");
+        let Some(stamp) = std::fs::metadata(&folder).ok().map(|m| stamp_of(&m)) else {
+            return Arc::default();
+        };
+        {
+            let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some((seen, groups)) = &cache.groups {
+                if *seen == stamp {
+                    return groups.clone();
+                }
+            }
+        }
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&folder)
+            .map(|rd| rd.filter_map(Result::ok).map(|e| e.path()).collect())
+            .unwrap_or_default();
+        files.sort();
+        let mut groups = HashMap::new();
+        for path in files.iter().take(DIR_ASSETS_GROUPS) {
+            // Regular files only: a link or a device is never read.
+            let regular = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file());
+            if !regular || path.extension().and_then(|e| e.to_str()) != Some("json") {
+                continue;
+            }
+            let label = format!(
+                "group {}",
+                path.file_stem().and_then(|s| s.to_str()).unwrap_or("?")
+            );
+            if let Some(g) = read_at_most(path, MAX_GROUP_FILE_BYTES)
+                .ok()
+                .and_then(|b| Group::from_json(&label, &b).ok())
+            {
+                groups.entry(g.name.clone()).or_insert_with(|| Arc::new(g));
+            }
+        }
+        let groups = Arc::new(groups);
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        cache.groups = Some((stamp, groups.clone()));
+        groups
+    }
+
     /// [`DirAssets::personas`], off the executor.
     async fn settings(&self) -> Option<Arc<Personas>> {
         let me = self.clone();
@@ -380,6 +443,17 @@ impl AssetProvider for DirAssets {
             }
         }
         out
+    }
+
+    async fn group(&self, name: &str) -> Result<Option<Arc<Group>>, AssetError> {
+        let me = self.clone();
+        let groups = tavern_store::blocking::off_executor(move || me.groups())
+            .await
+            .map_err(|reason| AssetError::BadJson {
+                name: format!("group {name}"),
+                reason,
+            })?;
+        Ok(groups.get(name).cloned())
     }
 
     async fn character_worlds(&self, character: &CharacterName) -> Vec<String> {

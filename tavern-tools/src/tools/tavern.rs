@@ -278,6 +278,57 @@ async fn chat(
         })
 }
 
+/// The session's group: the group its chat is filed under, for a session bound to a group's
+/// chat (group chats are `st` sessions for a host; a session of MCP mode, say, bound to a
+/// group's chat is one whose "character" names a group and no card). `None` otherwise.
+async fn session_group(
+    svc: &ToolServices,
+    ctx: &ToolContext,
+) -> Result<Option<Arc<crate::assets::group::Group>>, ToolError> {
+    let target = ctx.binding().target();
+    if !target.group
+        && svc
+            .assets
+            .card(&target.character)
+            .await
+            .ok()
+            .flatten()
+            .is_some()
+    {
+        return Ok(None);
+    }
+    svc.assets
+        .group(target.character.as_str())
+        .await
+        .map_err(|e| ToolError::Unavailable {
+            reason: e.to_string(),
+        })
+}
+
+/// The group's members as the model needs them: each one's name (from its card, when the
+/// card is there), character id and whether the group has it muted. `[]` outside a group.
+async fn group_members(svc: &ToolServices, ctx: &ToolContext) -> Result<Value, ToolError> {
+    use crate::assets::group::Group;
+    let Some(group) = session_group(svc, ctx).await? else {
+        return Ok(json!([]));
+    };
+    let mut out = Vec::with_capacity(group.members.len());
+    for avatar in &group.members {
+        let character = Group::member_character(avatar);
+        let card = match tavern_core::CharacterName::parse(character) {
+            Ok(name) => svc.assets.card(&name).await.ok().flatten(),
+            Err(_) => None,
+        };
+        out.push(json!({
+            "name": card.as_ref().map_or(character, |c| c.name()),
+            "character": character,
+            "muted": group.disabled.contains(avatar),
+            "card": card.is_some(),
+        }));
+    }
+    Ok(json!(out))
+}
+
 /// The persona of the session's chat: the one its header locks it to
 /// (`chat_metadata.persona`), else the user's default, as SillyTavern picks it. Only the
 /// chat's first line is read.
@@ -358,6 +409,11 @@ impl TypedTool for CharacterGet {
             },
         };
         let sub = |text: &str| macros::substitute(text, &macros);
+        let members = if wanted.contains(&"group_members") {
+            group_members(svc, ctx).await?
+        } else {
+            Value::Null
+        };
         for f in wanted {
             // A card field is cut to a head before its macros are substituted: what can fit
             // the budget left is far shorter (a quarter token a character at least, and
@@ -366,7 +422,7 @@ impl TypedTool for CharacterGet {
             let head_chars = left.saturating_add(1).saturating_mul(16);
             let mut head_cut = false;
             let value = match (f, &card) {
-                ("group_members", _) => json!([]),
+                ("group_members", _) => members.clone(),
                 ("persona", _) => {
                     json!({"name": persona.name, "description": sub(&persona.description)})
                 }
@@ -484,9 +540,12 @@ impl TypedTool for LoreSearch {
             .await
             .ok()
             .flatten();
+        // A group's chats are headerless: its chat lorebook is in the group file.
+        let group = session_group(svc, ctx).await?;
         let chat_book = head
             .as_ref()
             .and_then(|h| h.object().get("chat_metadata")?.get("world_info")?.as_str())
+            .or_else(|| group.as_ref()?.chat_metadata.get("world_info")?.as_str())
             .filter(|n| !n.trim().is_empty() && !globals.iter().any(|g| g == n))
             .map(str::to_owned);
         let mut taken: Vec<String> = Vec::new();
@@ -692,10 +751,20 @@ impl TypedTool for SceneGet {
                 .unwrap_or(""),
             half,
         );
+        // A group keeps its chat metadata (the author's note) in its group file: its chats
+        // are headerless.
+        let group = session_group(svc, ctx).await.ok().flatten();
         let note_raw = header
             .get("chat_metadata")
             .and_then(|m| m.get("note_prompt"))
             .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+            .or_else(|| {
+                group
+                    .as_ref()
+                    .and_then(|g| g.chat_metadata.get("note_prompt"))
+                    .and_then(Value::as_str)
+            })
             .unwrap_or("");
         let (note, n_cut) = fit(note_raw, budget - half);
         let cut: Vec<&'static str> = [("scenario", s_cut), ("note", n_cut)]
