@@ -18,7 +18,7 @@
 import { spawn } from 'node:child_process'
 import { createInterface } from 'node:readline'
 import { timingSafeEqual } from 'node:crypto'
-import { existsSync, readFileSync, realpathSync, statSync } from 'node:fs'
+import { existsSync, readdirSync, readFileSync, realpathSync, statSync } from 'node:fs'
 import { homedir } from 'node:os'
 import { delimiter, dirname, isAbsolute, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -203,6 +203,60 @@ function runningRelease() {
   return ''
 }
 
+/** Edit distance, for "did you mean" (names are short: a plain table is fine). */
+function distance(a, b) {
+  const row = Array.from({ length: b.length + 1 }, (_, j) => j)
+  for (let i = 1; i <= a.length; i++) {
+    let prev = row[0]
+    row[0] = i
+    for (let j = 1; j <= b.length; j++) {
+      const kept = row[j]
+      row[j] = Math.min(row[j] + 1, row[j - 1] + 1, prev + (a[i - 1] === b[j - 1] ? 0 : 1))
+      prev = kept
+    }
+  }
+  return row[b.length]
+}
+
+/** The names (file stems) of a folder's files with these extensions; [] when it is missing. */
+function stems(dir, exts) {
+  try {
+    return readdirSync(dir)
+      .filter((f) => exts.some((e) => f.toLowerCase().endsWith(e)))
+      .map((f) => f.slice(0, f.lastIndexOf('.')))
+      .sort()
+  } catch {
+    return []
+  }
+}
+
+/**
+ * What a user should hear at start (#29): a missing assets folder, a `character` with no card
+ * (with the nearest names), and one line saying AgentTavern is on, with what.
+ */
+export function startupReport(config, toolCount) {
+  const warnings = []
+  const assetsThere = existsSync(config.assets) && statSync(config.assets).isDirectory()
+  const cards = assetsThere ? stems(join(config.assets, 'characters'), ['.png', '.json']) : []
+  const worlds = assetsThere ? stems(join(config.assets, 'worlds'), ['.json']) : []
+  if (!assetsThere) {
+    warnings.push(`the assets folder ${config.assets} does not exist: no cards or world books (set \`assets\`, or run tavern import-st)`)
+  }
+  if (config.character && !cards.includes(config.character)) {
+    const near = cards
+      .map((name) => [distance(name.toLowerCase(), config.character.toLowerCase()), name])
+      .sort((a, b) => a[0] - b[0] || a[1].localeCompare(b[1]))
+      .slice(0, 3)
+      .map(([, name]) => name)
+    warnings.push(`no card for character ${JSON.stringify(config.character)} in the assets folder` +
+      (near.length ? `; nearest: ${near.join(', ')}` : '') + ' (sessions are bound to it without a card)')
+  }
+  const store = config.store || process.env.TAVERN_STORE ? 'a PostgreSQL store' : `the store at ${config.data}`
+  const binding = config.character ? `new sessions bound to ${config.character}` : 'no automatic binding'
+  const info = `agent-tavern is on: ${toolCount} tools, ${store}, ${cards.length} cards and ${worlds.length} world books in ${config.assets}, ${binding}`
+  return { warnings, info }
+}
+
 /** Says once, where an operator sees it (the host's log and stderr), that AgentTavern is off. */
 function off(logger, format, ...args) {
   const line = format.replace(/%[sd]/g, () => String(args.shift()))
@@ -273,6 +327,10 @@ export async function apply(ctx, rawConfig) {
     off(logger, 'agent-tavern is off: the bridge did not start (%s)', e.message)
     return
   }
+
+  const report = startupReport(config, hello.tools.length)
+  for (const w of report.warnings) logger.warn?.('agent-tavern: %s', w)
+  logger.info?.('%s', report.info)
 
   for (const tool of hello.tools) {
     ctx.effect(() => ctx.tools.register({

@@ -6,11 +6,11 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { fileURLToPath } from 'node:url'
-import { mkdtempSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 
-import { apply } from '../index.mjs'
+import { apply, startupReport } from '../index.mjs'
 
 function fakeHost() {
   const handlers = new Map()
@@ -126,4 +126,24 @@ test('a route body that stalls is given up on, and frees its slot', async () => 
     assert.equal(res.body.error, 'timeout')
   }
   host.dispose()
+})
+
+test('a missing assets folder or a mistyped character is a warning at start, with the nearest names', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'tavern-plugin-'))
+  const missing = startupReport({ assets: join(dir, 'none'), data: dir, character: '' }, 14)
+  assert.equal(missing.warnings.length, 1)
+  assert.match(missing.warnings[0], /assets folder .* does not exist/)
+  assert.match(missing.info, /^agent-tavern is on: 14 tools, the store at .*, 0 cards and 0 world books in .*, no automatic binding$/)
+
+  mkdirSync(join(dir, 'characters'))
+  mkdirSync(join(dir, 'worlds'))
+  for (const f of ['Mira.json', 'Seraphina.png', 'Megumin.png']) writeFileSync(join(dir, 'characters', f), '{}')
+  writeFileSync(join(dir, 'worlds', 'Eldoria.json'), '{}')
+  const typo = startupReport({ assets: dir, data: dir, character: 'Mirra' }, 14)
+  assert.equal(typo.warnings.length, 1, typo.warnings.join('\n'))
+  assert.match(typo.warnings[0], /no card for character "Mirra".*nearest: Mira, /)
+  assert.match(typo.info, /3 cards and 1 world books in .*, new sessions bound to Mirra$/)
+
+  const fine = startupReport({ assets: dir, data: dir, character: 'Mira' }, 14)
+  assert.deepEqual(fine.warnings, [])
 })
