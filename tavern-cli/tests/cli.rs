@@ -491,14 +491,17 @@ fn import_st_keeps_the_personas_of_settings_json_and_nothing_else() {
         },
     });
     std::fs::write(st.join("settings.json"), settings.to_string()).unwrap();
+    let settings_item = |report: &Value| {
+        report["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["kind"] == "settings")
+            .unwrap()
+            .clone()
+    };
     let first = ok(&data, &["--json", "import-st", st.to_str().unwrap()]).json();
-    let item = first["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["kind"] == "settings")
-        .unwrap()
-        .clone();
+    let item = settings_item(&first);
     assert_eq!(item["result"], "imported", "{item}");
     assert_eq!(item["target"], "assets/settings.json");
     let kept = std::fs::read_to_string(data.join("assets/settings.json")).unwrap();
@@ -511,21 +514,11 @@ fn import_st_keeps_the_personas_of_settings_json_and_nothing_else() {
         "{kept}"
     );
     let again = ok(&data, &["--json", "import-st", st.to_str().unwrap()]).json();
-    assert!(again["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|i| i["kind"] == "settings" && i["result"] == "already-imported"));
+    assert_eq!(settings_item(&again)["result"], "already-imported");
     // Not an object: reported, the rest imported.
     std::fs::write(st.join("settings.json"), "[1]").unwrap();
     let bad = ok(&data, &["--json", "import-st", st.to_str().unwrap()]).json();
-    let item = bad["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["kind"] == "settings")
-        .unwrap()
-        .clone();
+    let item = settings_item(&bad);
     assert_eq!(item["result"], "invalid", "{item}");
     assert!(item["reason"].as_str().unwrap().contains("settings.json"));
 }

@@ -64,6 +64,21 @@ async fn session(config: &PgConfig) -> tavern_store::pg::PgClient {
     client
 }
 
+/// `store.set(scope, name, value)` in a task of its own (a write that will be held up).
+fn spawn_set(
+    store: &PgStore,
+    scope: &ScopeKey,
+    name: &str,
+    value: serde_json::Value,
+) -> tokio::task::JoinHandle<Result<tavern_core::VariableRecord, StoreError>> {
+    let (store, scope, name) = (store.clone(), scope.clone(), var(name));
+    tokio::spawn(async move {
+        store
+            .set(&scope, &name, value, None, MemorySource::system())
+            .await
+    })
+}
+
 fn lock_error(e: &StoreError) -> bool {
     e.to_string().contains("lock timeout")
 }
@@ -156,14 +171,7 @@ async fn reads_are_not_queued_behind_a_write_waiting_for_a_lock() {
         .batch_execute("BEGIN; LOCK TABLE variable_ops IN EXCLUSIVE MODE")
         .await
         .unwrap();
-    let waiting = {
-        let (store, scope) = (store.clone(), scope.clone());
-        tokio::spawn(async move {
-            store
-                .set(&scope, &var("mp"), json!(2), None, MemorySource::system())
-                .await
-        })
-    };
+    let waiting = spawn_set(&store, &scope, "mp", json!(2));
     // Until the server shows the write waiting for the lock.
     let watcher = session(&config).await;
     let waits = "SELECT count(*) FROM pg_stat_activity \
@@ -234,14 +242,7 @@ async fn a_host_cut_off_mid_write_holds_no_lock() {
     let scope = agent("a1");
 
     proxy.freeze_after_lock();
-    let cut_write = {
-        let cut = cut.clone();
-        let scope = scope.clone();
-        tokio::spawn(async move {
-            cut.set(&scope, &var("sent"), json!(1), None, MemorySource::system())
-                .await
-        })
-    };
+    let cut_write = spawn_set(&cut, &scope, "sent", json!(1));
     bounded("the freeze", proxy.frozen_on_trap()).await;
     bounded(
         "the other host's write",
@@ -309,14 +310,7 @@ async fn a_host_cut_off_between_lock_and_commit_holds_nobody_for_long() {
         .unwrap();
 
     proxy.freeze_before_commit();
-    let cut_write = {
-        let cut = cut.clone();
-        let scope = scope.clone();
-        tokio::spawn(async move {
-            cut.set(&scope, &var("lost"), json!(1), None, MemorySource::system())
-                .await
-        })
-    };
+    let cut_write = spawn_set(&cut, &scope, "lost", json!(1));
     bounded("the freeze", proxy.frozen_on_trap()).await;
     // The cut-off session holds the table lock now (as the server sees it) ...
     let watcher = session(&config).await;

@@ -157,6 +157,25 @@ impl Harness {
             .unwrap_or_else(|e| panic!("{name}: {e}"))
     }
 
+    /// Replaces the header of `Seraphina - 1` (session `s1`'s chat) with `raw`.
+    async fn set_main_header(&self, raw: &str) {
+        let sera = CharacterName::parse("Seraphina").unwrap();
+        let main = ChatId::parse("Seraphina - 1").unwrap();
+        let mut lines = self
+            .store
+            .read_chat(&sera, &main)
+            .await
+            .unwrap()
+            .unwrap()
+            .lines;
+        lines[0] = tavern_core::chat::ChatLine::parse(raw).unwrap();
+        let rev = self.store.chat_revision(&sera, &main).await.unwrap();
+        self.store
+            .rewrite_chat(&sera, &main, &lines, rev.as_ref())
+            .await
+            .unwrap();
+    }
+
     async fn err(&self, session: &str, name: &str, args: Value) -> ToolError {
         self.clock.advance(1);
         self.call(session, name, args).await.expect_err(name)
@@ -300,24 +319,10 @@ async fn personas_come_from_settings_json_and_the_chat_lock() {
         json!({"name": "白羽", "description": "一名来自北方的旅人。"})
     );
     // Locked to the knight in the chat's header.
-    let sera = CharacterName::parse("Seraphina").unwrap();
-    let main = ChatId::parse("Seraphina - 1").unwrap();
-    let mut lines = h
-        .store
-        .read_chat(&sera, &main)
-        .await
-        .unwrap()
-        .unwrap()
-        .lines;
-    lines[0] = tavern_core::chat::ChatLine::parse(
+    h.set_main_header(
         r#"{"user_name":"Sir Aldous","character_name":"Seraphina","chat_metadata":{"persona":"1700000000000-knight.png"}}"#,
     )
-    .unwrap();
-    let rev = h.store.chat_revision(&sera, &main).await.unwrap();
-    h.store
-        .rewrite_chat(&sera, &main, &lines, rev.as_ref())
-        .await
-        .unwrap();
+    .await;
     let v = h
         .ok(
             "s1",
@@ -369,24 +374,10 @@ async fn lore_reads_the_chat_book_the_extra_books_and_the_global_selection() {
         tavern_tools::assets::provider::DirAssets::new(dir.path(), Vec::new(), Persona::default());
     h.registry = ToolRegistry::new(services(&h.store, assets), ToolLimits::default());
     // The chat binds the tarot book.
-    let sera = CharacterName::parse("Seraphina").unwrap();
-    let main = ChatId::parse("Seraphina - 1").unwrap();
-    let mut lines = h
-        .store
-        .read_chat(&sera, &main)
-        .await
-        .unwrap()
-        .unwrap()
-        .lines;
-    lines[0] = tavern_core::chat::ChatLine::parse(
+    h.set_main_header(
         r#"{"user_name":"白羽","character_name":"Seraphina","chat_metadata":{"world_info":"tarot"}}"#,
     )
-    .unwrap();
-    let rev = h.store.chat_revision(&sera, &main).await.unwrap();
-    h.store
-        .rewrite_chat(&sera, &main, &lines, rev.as_ref())
-        .await
-        .unwrap();
+    .await;
     let v = h
         .ok(
             "s1",
@@ -1008,6 +999,19 @@ async fn scene_get_refuses_a_chat_over_the_read_limit() {
     let e = h.err("s1", "tavern_scene_get", json!({})).await;
     assert_eq!(e.code(), "limit-exceeded", "{e}");
     assert!(e.to_string().contains("Seraphina - 1"), "{e}");
+}
+
+/// #29 item 4: the scene's scenario and author's note come back with SillyTavern's macros
+/// substituted, as a model sees them there.
+#[tokio::test]
+async fn scene_get_substitutes_macros_in_the_note() {
+    let h = harness().await;
+    h.set_main_header(
+        r#"{"user_name":"白羽","character_name":"Seraphina","chat_metadata":{"note_prompt":"Stay close to {{user}}, {{char}}. {{// hidden}}"}}"#,
+    )
+    .await;
+    let v = h.ok("s1", "tavern_scene_get", json!({})).await;
+    assert_eq!(v["note"], "Stay close to 白羽, Seraphina. ", "{v}");
 }
 
 #[tokio::test]

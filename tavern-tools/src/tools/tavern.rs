@@ -329,17 +329,22 @@ async fn group_members(svc: &ToolServices, ctx: &ToolContext) -> Result<Value, T
     Ok(json!(out))
 }
 
+/// The first line of the session's chat (its header, when it has one): `None` when there is
+/// no chat or it cannot be read — the header only refines what a tool shows.
+async fn chat_head(svc: &ToolServices, ctx: &ToolContext) -> Option<ChatLine> {
+    let target = ctx.binding().target();
+    svc.chats
+        .read_chat_head(&target.character, &target.chat_id)
+        .await
+        .ok()
+        .flatten()
+}
+
 /// The persona of the session's chat: the one its header locks it to
 /// (`chat_metadata.persona`), else the user's default, as SillyTavern picks it. Only the
 /// chat's first line is read.
 pub(crate) async fn chat_persona(svc: &ToolServices, ctx: &ToolContext) -> Persona {
-    let target = ctx.binding().target();
-    let head = svc
-        .chats
-        .read_chat_head(&target.character, &target.chat_id)
-        .await
-        .ok()
-        .flatten();
+    let head = chat_head(svc, ctx).await;
     svc.assets
         .chat_persona(crate::assets::personas::persona_lock(head.as_ref()))
         .await
@@ -534,12 +539,7 @@ impl TypedTool for LoreSearch {
         // source; a missing one is skipped, as SillyTavern skips it.
         let globals = svc.assets.global_worlds().await;
         let target = ctx.binding().target();
-        let head = svc
-            .chats
-            .read_chat_head(&target.character, &target.chat_id)
-            .await
-            .ok()
-            .flatten();
+        let head = chat_head(svc, ctx).await;
         // A group's chats are headerless: its chat lorebook is in the group file.
         let group = session_group(svc, ctx).await?;
         let chat_book = head
@@ -745,7 +745,22 @@ impl TypedTool for SceneGet {
             }
         }
         let half = budget / 2;
-        let (scenario, s_cut) = fit(
+        // Macros substituted as SillyTavern shows the text to a model (#29 item 4), on a
+        // budget-sized head of it.
+        let chat_name = target.chat_id.to_string();
+        let seed = seed_of(ctx.call_id());
+        let shown = |text: &str, tokens: usize| -> (String, bool) {
+            let (head, long) = prefix_chars(text, tokens.saturating_add(1).saturating_mul(16));
+            let text = match &card {
+                Some(c) => {
+                    macros::substitute(head, &c.macros(&persona, &chat_name, ctx.now(), seed))
+                }
+                None => head.to_owned(),
+            };
+            let (kept, cut) = fit(&text, tokens);
+            (kept, cut || long)
+        };
+        let (scenario, s_cut) = shown(
             card.as_ref()
                 .and_then(|c| c.field("scenario"))
                 .unwrap_or(""),
@@ -766,7 +781,7 @@ impl TypedTool for SceneGet {
                     .and_then(Value::as_str)
             })
             .unwrap_or("");
-        let (note, n_cut) = fit(note_raw, budget - half);
+        let (note, n_cut) = shown(note_raw, budget - half);
         let cut: Vec<&'static str> = [("scenario", s_cut), ("note", n_cut)]
             .into_iter()
             .filter(|c| c.1)
