@@ -203,6 +203,36 @@ impl ChatStore for PgStore {
             .await
     }
 
+    /// One row: the chat's first line.
+    async fn read_chat_head(
+        &self,
+        character: &CharacterName,
+        chat: &ChatId,
+    ) -> Result<Option<ChatLine>, StoreError> {
+        self.inner
+            .bounded("read chat head", async move {
+                let client = self.inner.client("read chat head").await?;
+                let row = client
+                    .query_opt(
+                        "SELECT line FROM chat_lines WHERE character = $1 AND chat = $2
+                         ORDER BY n LIMIT 1",
+                        &[&character.as_str(), &chat.as_str()],
+                    )
+                    .await
+                    .map_err(db("read chat head"))?;
+                let Some(row) = row else { return Ok(None) };
+                Ok(parse_rows(
+                    std::slice::from_ref(&row),
+                    0,
+                    0,
+                    &chat_name(character, chat),
+                )?
+                .into_iter()
+                .next())
+            })
+            .await
+    }
+
     async fn read_chat_since(
         &self,
         character: &CharacterName,
