@@ -283,6 +283,38 @@ async fn writes_are_decided_on_the_whole_table_not_on_a_stale_copy() {
     );
 }
 
+/// Writes are sent as literals in one message: quotes, backslashes, JSON escapes and
+/// non-ASCII text come back exactly, through the other store too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hostile_text_round_trips_through_the_one_message_write() {
+    let (a, b, _, _) = two_stores().await;
+    let scope = agent("a1");
+    let text =
+        "it's C:\\new \\' ''; DROP TABLE memory_ops; -- \"quoted\" \\u0000 $$ E'x' 银色大门 🗝️";
+    a.put(write("hostile", scope.clone(), text), None, false)
+        .await
+        .unwrap();
+    a.set(
+        &scope,
+        &var("note"),
+        json!(text),
+        None,
+        MemorySource::system(),
+    )
+    .await
+    .unwrap();
+    for s in [&a, &b] {
+        let m = s
+            .read(&MemoryId::parse("hostile").unwrap(), &scope)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.content, text);
+        let v = s.get(&scope, &var("note")).await.unwrap().unwrap();
+        assert_eq!(v.value, json!(text));
+    }
+}
+
 /// 8 writers, half through each store, race CAS updates of one variable: every acknowledged
 /// write is found (in the value and the audit), and each revision has exactly one successor.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

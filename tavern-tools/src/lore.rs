@@ -1195,4 +1195,31 @@ mod tests {
             "the new entries are what is indexed"
         );
     }
+
+    /// Macros are not words of an entry: `{{user}}` does not make an entry a lexical match for
+    /// "user", nor `<BOT>` for "bot".
+    #[test]
+    fn macros_are_left_out_of_the_lexical_index() {
+        let book = WorldBook::from_world_value(
+            "Gates",
+            &serde_json::json!({"entries": {
+                "0": {"uid": 0, "key": ["gate"], "content": "{{user}} waits by the gate with <BOT>."},
+                "1": {"uid": 1, "key": ["lantern"], "content": "The user manual of the lantern."},
+            }}),
+        )
+        .unwrap();
+        let index = book.lexical_index();
+        let docs = |q: &str| {
+            let mut d: Vec<u32> = index
+                .score(&query_tokens(q))
+                .into_iter()
+                .map(|h| h.0)
+                .collect();
+            d.sort_unstable();
+            d
+        };
+        assert_eq!(docs("user"), [1]);
+        assert!(docs("bot").is_empty());
+        assert_eq!(docs("waits"), [0]);
+    }
 }

@@ -164,6 +164,33 @@ impl PartialEq for WorldBook {
     }
 }
 
+/// `text` without SillyTavern's macros (`{{…}}`, `<USER>`, `<BOT>`, `<CHAR>`), for indexing:
+/// what they stand for differs per chat, and their names are not words of the entry.
+fn without_macros(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find("{{") {
+        out.push_str(&rest[..open]);
+        match rest[open + 2..].find("}}") {
+            Some(close) => {
+                out.push(' ');
+                rest = &rest[open + 2 + close + 2..];
+            }
+            None => {
+                rest = &rest[open..];
+                break;
+            }
+        }
+    }
+    out.push_str(rest);
+    for tag in ["<USER>", "<BOT>", "<CHAR>", "<user>", "<bot>", "<char>"] {
+        if out.contains(tag) {
+            out = out.replace(tag, " ");
+        }
+    }
+    out
+}
+
 fn strings(v: Option<&Value>) -> Vec<String> {
     match v {
         Some(Value::Array(a)) => a
@@ -232,14 +259,16 @@ impl WorldBook {
     }
 
     /// The lexical index of the entries (entry `i` is document `i`: its comment, keys and
-    /// content as written), built once per book.
+    /// content as written, macros left out — `{{user}}` is nobody's word), built once per book.
     pub fn lexical_index(&self) -> std::sync::Arc<tavern_search::Bm25Index> {
         self.lexical
             .get_or_init(|| {
                 let texts: Vec<String> = self
                     .entries
                     .iter()
-                    .map(|e| format!("{} {} {}", e.comment, e.keys.join(" "), e.content))
+                    .map(|e| {
+                        without_macros(&format!("{} {} {}", e.comment, e.keys.join(" "), e.content))
+                    })
                     .collect();
                 let docs: Vec<(u32, u32, &str)> = texts
                     .iter()

@@ -197,6 +197,10 @@ struct Inner {
     clock: Arc<dyn Clock>,
     memory: Mutex<Mirror<MemoryTable>>,
     variables: Mutex<Mirror<VariableTable>>,
+    /// This process's writers of each table, one at a time: writes decided together at the same
+    /// mirror would race each other for nothing (one wins per round trip).
+    memory_writers: Mutex<()>,
+    variable_writers: Mutex<()>,
     diagnostics: Diagnostics,
     /// The state as this process last read it, by the row version it read (`docs`).
     state: std::sync::Mutex<docs::CachedState>,
@@ -299,6 +303,8 @@ impl PgStore {
                 clock,
                 memory: Mutex::default(),
                 variables: Mutex::default(),
+                memory_writers: Mutex::default(),
+                variable_writers: Mutex::default(),
                 diagnostics: Diagnostics::default(),
                 state: std::sync::Mutex::default(),
             }),

@@ -62,6 +62,8 @@ pub(super) trait OpsTable: OpTable {
     const INSERT: &'static str;
     /// The scope and record id an operation is about (columns for people reading the table).
     fn keys(op: &Self::Op) -> (String, Option<String>);
+    /// This process's writer gate of the table.
+    fn writers(inner: &Inner) -> &Mutex<()>;
 }
 
 impl OpsTable for MemoryTable {
@@ -74,6 +76,9 @@ impl OpsTable for MemoryTable {
     const INSERT: &'static str =
         "INSERT INTO memory_ops (scope, id, op) SELECT $1, $2, $3::text::json
          WHERE coalesce((SELECT max(seq) FROM memory_ops), 0) <= $4 RETURNING seq";
+    fn writers(inner: &Inner) -> &Mutex<()> {
+        &inner.memory_writers
+    }
     fn keys(op: &MemoryOp) -> (String, Option<String>) {
         match op {
             MemoryOp::Put { record, .. } | MemoryOp::Snapshot { record, .. } => {
@@ -94,6 +99,9 @@ impl OpsTable for VariableTable {
     const INSERT: &'static str =
         "INSERT INTO variable_ops (scope, id, op) SELECT $1, $2, $3::text::json
          WHERE coalesce((SELECT max(seq) FROM variable_ops), 0) <= $4 RETURNING seq";
+    fn writers(inner: &Inner) -> &Mutex<()> {
+        &inner.variable_writers
+    }
     fn keys(op: &VariableOp) -> (String, Option<String>) {
         (op.scope.to_string(), None)
     }
@@ -235,6 +243,9 @@ impl Inner {
         // turn variables), is only the answer once decided on a mirror caught up since this
         // call began — without any lock, as of that read (a write that lands after it is
         // simply later).
+        // One writer of this table at a time in this process (held across the server's answer,
+        // unlike the mirror): only other hosts make a write lose a race.
+        let _writer = T::writers(self).lock().await;
         let mut caught_up = false;
         for _ in 0..=self.limits.unlocked_attempts {
             // The mirror is held only to decide and to apply, never while the server runs
@@ -247,9 +258,14 @@ impl Inner {
             };
             match decision {
                 Ok(Some((out, op))) => {
-                    let client = self.client("write").await?;
-                    let appended = self.append_if_current::<T>(&client, after, &op).await?;
-                    drop(client);
+                    // Dropped before the answer (a cancelled call), the connection is discarded,
+                    // not pooled with a write in flight that may wait for another host's lock.
+                    let tx = OpenTransaction::new(self.client("write").await?);
+                    tx.begin();
+                    let appended = self.append_if_current::<T>(tx.client()?, after, &op).await;
+                    tx.ended();
+                    tx.closed();
+                    let appended = appended?;
                     if let Some(seq) = appended {
                         let mut m = mirror.lock().await;
                         // No row lies between `after` and `seq` (the insert required none after
@@ -413,8 +429,9 @@ pub(super) async fn insert_ops<T: OpsTable>(
     Ok(())
 }
 
-/// `text` as an SQL string literal (the session runs with `standard_conforming_strings`, so
-/// only quotes are doubled). The server refuses NUL in text whichever way it is sent.
+/// `text` as an SQL escape-string literal (`E'…'`, backslashes and quotes doubled), which reads
+/// the same whatever `standard_conforming_strings` says (a pooler may not keep the session's
+/// setting). The server refuses NUL in text whichever way it is sent.
 fn literal(text: &str) -> Result<String, StoreError> {
     if text.contains('\0') {
         return Err(StoreError::Database {
@@ -422,7 +439,10 @@ fn literal(text: &str) -> Result<String, StoreError> {
             reason: "text with a NUL character cannot be stored".into(),
         });
     }
-    Ok(format!("'{}'", text.replace('\'', "''")))
+    Ok(format!(
+        "E'{}'",
+        text.replace('\\', "\\\\").replace('\'', "''")
+    ))
 }
 
 /// A row just inserted must come after every row the mirror has: a smaller sequence number
@@ -529,5 +549,21 @@ impl Drop for OpenTransaction {
                 drop(deadpool_postgres::Object::take(client));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::literal;
+
+    #[test]
+    fn literals_escape_quotes_and_backslashes_and_refuse_nul() {
+        assert_eq!(literal("it's").unwrap(), "E'it''s'");
+        assert_eq!(literal(r"C:\new").unwrap(), r"E'C:\\new'");
+        assert_eq!(
+            literal(r"\'; DROP TABLE x; --").unwrap(),
+            r"E'\\''; DROP TABLE x; --'"
+        );
+        assert!(literal("a\0b").is_err());
     }
 }
