@@ -41,7 +41,7 @@ pub fn assets() -> Result<Arc<MemAssets>, Box<dyn std::error::Error>> {
     let mut a = MemAssets::default();
     a.cards.insert(
         "Mira".into(),
-        Card::from_json("Mira", MIRA_CARD.as_bytes())?,
+        Card::from_json("Mira", MIRA_CARD.as_bytes())?.into(),
     );
     a.persona = Persona {
         name: "Kai".into(),

@@ -38,10 +38,12 @@ async fn harness_with(state: serde_json::Value, limits: ToolLimits) -> Harness {
     let store = Arc::new(MemStore::new(clock.clone()));
     let mut assets = MemAssets::default();
     let sera = Card::from_png("Seraphina", &fixture("cards/Seraphina.v2v3.book4.png")).unwrap();
-    assets.cards.insert("Seraphina".into(), sera);
+    assets.cards.insert("Seraphina".into(), sera.into());
     assets.cards.insert(
         "Megumin".into(),
-        Card::from_png("Megumin", &fixture("cards/Megumin.v1.png")).unwrap(),
+        Card::from_png("Megumin", &fixture("cards/Megumin.v1.png"))
+            .unwrap()
+            .into(),
     );
     assets.worlds.insert(
         "Eldoria".into(),
@@ -528,11 +530,14 @@ async fn character_get_serves_the_characters_note_as_data() {
             "Seraphina",
             &fixture("user-folder/characters/NarrativeWeaver.png"),
         )
-        .unwrap(),
+        .unwrap()
+        .into(),
     );
     assets.cards.insert(
         "Megumin".into(),
-        Card::from_png("Megumin", &fixture("cards/Megumin.v1.png")).unwrap(),
+        Card::from_png("Megumin", &fixture("cards/Megumin.v1.png"))
+            .unwrap()
+            .into(),
     );
     h.registry = ToolRegistry::new(services(&h.store, assets), ToolLimits::default());
     let ask = json!({"fields": ["name", "character_note"]});

@@ -28,7 +28,9 @@ pub fn assets() -> Arc<MemAssets> {
     let mut a = MemAssets::default();
     a.cards.insert(
         "Seraphina".into(),
-        Card::from_png("Seraphina", &fixture("cards/Seraphina.v2v3.book4.png")).unwrap(),
+        Card::from_png("Seraphina", &fixture("cards/Seraphina.v2v3.book4.png"))
+            .unwrap()
+            .into(),
     );
     a.worlds.insert(
         "Eldoria".into(),

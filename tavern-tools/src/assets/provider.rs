@@ -76,7 +76,7 @@ pub trait AssetProvider: Send + Sync {
 #[derive(Debug, Clone, Default)]
 pub struct MemAssets {
     /// Cards by character name.
-    pub cards: BTreeMap<String, Card>,
+    pub cards: BTreeMap<String, Arc<Card>>,
     /// World books by name.
     pub worlds: BTreeMap<String, Arc<WorldBook>>,
     /// Globally active book names.
@@ -88,7 +88,7 @@ pub struct MemAssets {
 #[async_trait]
 impl AssetProvider for MemAssets {
     async fn card(&self, character: &CharacterName) -> Result<Option<Arc<Card>>, AssetError> {
-        Ok(self.cards.get(character.as_str()).cloned().map(Arc::new))
+        Ok(self.cards.get(character.as_str()).cloned())
     }
     async fn world(&self, name: &str) -> Result<Option<Arc<WorldBook>>, AssetError> {
         Ok(self.worlds.get(name).cloned())

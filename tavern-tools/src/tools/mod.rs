@@ -193,6 +193,37 @@ pub(crate) fn fit(text: &str, max_tokens: usize) -> (String, bool) {
     (head[..end_of(lo)].to_owned(), true)
 }
 
+/// The first `chars` characters of `text` (longer by the rest of a macro the cut would split,
+/// when its `}}` is near: a head never ends inside `{{…}}`, whose raw text — a `{{// comment}}`
+/// say — SillyTavern never shows), and whether anything was left out.
+pub(crate) fn macro_head(text: &str, chars: usize) -> (&str, bool) {
+    /// How far past the cut a macro's end is looked for.
+    const MACRO_REACH: usize = 64 * 1024;
+    let (head, long) = prefix_chars(text, chars);
+    if !long {
+        return (head, false);
+    }
+    let open = head.rfind("{{");
+    let closed = head.rfind("}}");
+    let Some(open) = open.filter(|o| closed.is_none_or(|c| c < *o)) else {
+        return (head, true);
+    };
+    let rest = &text[head.len()..];
+    let reach = rest
+        .char_indices()
+        .take_while(|(i, _)| *i <= MACRO_REACH)
+        .last()
+        .map_or(0, |(i, c)| i + c.len_utf8());
+    match rest[..reach].find("}}") {
+        Some(end) => {
+            let end = head.len() + end + 2;
+            (&text[..end], end < text.len())
+        }
+        // Too far to tell: leave the unclosed macro out.
+        None => (&text[..open], true),
+    }
+}
+
 /// The first `chars` characters of `text`, and whether anything was left out.
 pub(crate) fn prefix_chars(text: &str, chars: usize) -> (&str, bool) {
     match text.char_indices().nth(chars) {
@@ -219,5 +250,17 @@ mod tests {
         assert_eq!(fit("", 0), (String::new(), false));
         assert_eq!(prefix_chars("风风风", 2), ("风风", true));
         assert_eq!(prefix_chars("风风", 2), ("风风", false));
+    }
+
+    /// A head never ends inside a macro: it takes the macro whole when its end is near, and
+    /// leaves it out when it is not.
+    #[test]
+    fn macro_heads_do_not_split_a_macro() {
+        assert_eq!(macro_head("ab{{// note}}cd", 4), ("ab{{// note}}", true));
+        assert_eq!(macro_head("ab{{user}}", 4), ("ab{{user}}", false));
+        assert_eq!(macro_head("ab{{x}}cd{{y}}", 7), ("ab{{x}}", true));
+        let far = format!("ab{{{{// {}}}}}", "x".repeat(70_000));
+        assert_eq!(macro_head(&far, 4), ("ab", true));
+        assert_eq!(macro_head("short", 10), ("short", false));
     }
 }

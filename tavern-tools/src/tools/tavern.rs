@@ -11,7 +11,7 @@ use tavern_core::chat::{ChatDocument, ChatLine, SendDate};
 use tavern_core::macros;
 use tavern_core::{ChatId, DefaultTokenEstimator, TokenEstimator};
 
-use super::{any_value, fit, prefix_chars, rounded, Listing, TruncatedBy};
+use super::{any_value, fit, macro_head, rounded, Listing, TruncatedBy};
 use crate::assets::card::{Card, CARD_TEXT_FIELDS};
 use crate::assets::provider::Persona;
 use crate::assets::world::WorldBook;
@@ -463,7 +463,7 @@ impl TypedTool for CharacterGet {
                     }
                 }
                 (text, Some(card)) if CARD_TEXT_FIELDS.contains(&text) => {
-                    let (head, long) = prefix_chars(card.field(text).unwrap_or(""), head_chars);
+                    let (head, long) = macro_head(card.field(text).unwrap_or(""), head_chars);
                     head_cut = long;
                     json!(sub(head))
                 }
@@ -750,7 +750,7 @@ impl TypedTool for SceneGet {
         let chat_name = target.chat_id.to_string();
         let seed = seed_of(ctx.call_id());
         let shown = |text: &str, tokens: usize| -> (String, bool) {
-            let (head, long) = prefix_chars(text, tokens.saturating_add(1).saturating_mul(16));
+            let (head, long) = macro_head(text, tokens.saturating_add(1).saturating_mul(16));
             let text = match &card {
                 Some(c) => {
                     macros::substitute(head, &c.macros(&persona, &chat_name, ctx.now(), seed))
