@@ -796,3 +796,141 @@ fn a_slow_session_does_not_stall_another() {
     assert_eq!(second["id"], 5, "{second}");
     p.finish();
 }
+
+/// A SillyTavern user continues their own chat from the host (#29): the bridge binds the
+/// session to the existing chat (nothing written at binding: no greeting, no header), writes
+/// the turn into the user's folder where SillyTavern keeps it, and a mistyped chat id is an
+/// error naming the nearest chat, never a new chat.
+#[test]
+fn a_session_continues_an_existing_sillytavern_chat_in_the_users_folder() {
+    const CHAT: &str = "Seraphina - 2024-09-19@20h03m29s";
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures");
+    let st = dir.path().join("SillyTavern/data/default-user");
+    std::fs::create_dir_all(st.join("characters")).unwrap();
+    std::fs::create_dir_all(st.join("chats/default_Seraphina")).unwrap();
+    std::fs::copy(
+        fixtures.join("user-folder/characters/default_Seraphina.png"),
+        st.join("characters/default_Seraphina.png"),
+    )
+    .unwrap();
+    let file = st.join(format!("chats/default_Seraphina/{CHAT}.jsonl"));
+    let original = std::fs::read(fixtures.join(format!("chats/{CHAT}.jsonl"))).unwrap();
+    std::fs::write(&file, &original).unwrap();
+    let data = dir.path().join("data");
+    let mut p = Peer::spawn(&[
+        "--data",
+        data.to_str().unwrap(),
+        "--assets",
+        st.to_str().unwrap(),
+        "--chat-folder",
+        st.to_str().unwrap(),
+    ]);
+    p.call(1, "handshake", json!({"protocol": 1}));
+
+    let typo = p.call(
+        2,
+        "agent/created",
+        json!({"agent": "s0", "bind": {"character": "default_Seraphina", "chatId": "Seraphina - 2024-09-19@20h03m29", "existing": true}}),
+    );
+    let message = typo["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("no chat") && message.contains(&format!("nearest: {CHAT}")),
+        "{typo}"
+    );
+    let bound = p.call(
+        3,
+        "agent/created",
+        json!({"agent": "s1", "bind": {"character": "default_Seraphina", "chatId": CHAT, "existing": true}}),
+    );
+    assert_eq!(bound["result"]["mounted"], true, "{bound}");
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        original,
+        "binding writes nothing into a continued chat"
+    );
+
+    // The model reads the chat's own history.
+    let history = p.call(
+        4,
+        "tool/call",
+        json!({"tool": "tavern_history_search", "args": {"query": ""}, "callId": "c1", "session": "s1"}),
+    );
+    let last: Value = serde_json::from_str(
+        std::str::from_utf8(&original)
+            .unwrap()
+            .lines()
+            .last()
+            .unwrap(),
+    )
+    .unwrap();
+    let head: String = last["mes"].as_str().unwrap().chars().take(40).collect();
+    assert!(
+        history["result"]["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["text"].as_str().unwrap().contains(&head)),
+        "{history}"
+    );
+
+    let turn = [
+        ev(0, "turn/start", json!({"turn": 1})),
+        ev(1, "step/start", json!({"turn": 1, "step": 1})),
+        ev(
+            2,
+            "user/message",
+            json!({"role": "user", "source": {"kind": "user"}, "content": [{"type": "text", "text": "我从村子回来了。"}]}),
+        ),
+        ev(
+            3,
+            "assistant/message",
+            json!({"turn": 1, "step": 1, "message": {"role": "assistant", "content": [{"type": "text", "text": "Welcome back to the glade."}]}}),
+        ),
+        ev(4, "step/end", json!({"turn": 1, "step": 1})),
+        ev(
+            5,
+            "turn/end",
+            json!({"turn": 1, "reason": {"kind": "completed"}}),
+        ),
+    ];
+    for e in &turn {
+        p.notify("event", json!({"session": "s1", "event": e}));
+    }
+    p.notify("agent/status", json!({"agent": "s1", "status": "idle"}));
+    assert_eq!(
+        p.call(5, "status", json!({}))["result"]["pending"],
+        json!([])
+    );
+    p.finish();
+
+    let text = std::fs::read(&file).unwrap();
+    assert!(
+        text.starts_with(&original),
+        "every byte the chat had is kept"
+    );
+    let added: Vec<Value> = std::str::from_utf8(&text[original.len()..])
+        .unwrap()
+        .strip_prefix('\n')
+        .unwrap()
+        .split('\n')
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(added.len(), 2, "{added:?}");
+    assert_eq!(added[0]["is_user"], true);
+    assert_eq!(added[0]["mes"], "我从村子回来了。");
+    assert_eq!(added[1]["mes"], "Welcome back to the glade.");
+    assert_eq!(
+        added[1]["name"], last["name"],
+        "the reply is the character's"
+    );
+    assert!(
+        !data.join("chats").read_dir().unwrap().any(|_| true),
+        "no chat under --data"
+    );
+    assert!(
+        !st.join("chats/default_Seraphina/Seraphina - 2024-09-19@20h03m29.jsonl")
+            .exists(),
+        "a mistyped chat id creates nothing"
+    );
+}

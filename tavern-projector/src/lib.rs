@@ -11,4 +11,6 @@ pub mod plan;
 pub mod projector;
 
 pub use event::{EventKind, HostEvent};
-pub use projector::{ChatProjector, Outcome, ProjectorConfig, ProjectorError};
+pub use projector::{
+    ChatProjector, Outcome, ProjectorConfig, ProjectorError, SpeakerNames, Speakers,
+};

@@ -23,23 +23,13 @@ fn extra(block: Map<String, Value>) -> Map<String, Value> {
     extra
 }
 
-/// The card's greeting as the chat's first message (not a model turn, so no event seq).
-pub fn greeting(
-    session: &SessionId,
-    character: &CharacterName,
-    text: &str,
-    now: Timestamp,
-) -> ChatLine {
+/// The card's greeting as the chat's first message (not a model turn, so no event seq),
+/// spoken by `name`, the card's display name.
+pub fn greeting(session: &SessionId, name: &str, text: &str, now: Timestamp) -> ChatLine {
     let mut at = Map::new();
     at.insert("sessionId".into(), json!(session.as_str()));
     at.insert("greeting".into(), json!(true));
-    message_line(
-        character.as_str(),
-        false,
-        &SendDate::Millis(now.0),
-        text,
-        extra(at),
-    )
+    message_line(name, false, &SendDate::Millis(now.0), text, extra(at))
 }
 
 /// Where a projected message came from: its idempotency key `(session, event seq)` plus the

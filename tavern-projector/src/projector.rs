@@ -109,6 +109,25 @@ pub struct ProjectorConfig {
     pub checkpoint_every_event: bool,
 }
 
+/// Who speaks in a chat's projected lines: the names SillyTavern writes in each line's `name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Speakers {
+    /// The user's line name (the chat's persona).
+    pub user: String,
+    /// The character's line name (the card's display name, not its file name).
+    pub character: String,
+}
+
+/// Resolves a chat's [`Speakers`] when lines are written (once per append). A continued
+/// SillyTavern chat names its character by the card's `name` (`Seraphina`), which may differ
+/// from the card's file (`default_Seraphina`), and its user by the chat's persona.
+#[async_trait::async_trait]
+pub trait SpeakerNames: Send + Sync {
+    /// The names for lines of `binding`'s chat. Never fails: a name it cannot resolve falls
+    /// back to what the projector would use alone.
+    async fn speakers(&self, binding: &SessionBinding) -> Speakers;
+}
+
 impl ProjectorConfig {
     /// Settings with `user_name` and the defaults.
     pub fn new(user_name: impl Into<String>) -> Self {
@@ -155,6 +174,8 @@ pub struct ChatProjector {
     /// at the latest at turn end), and recently saved ones, so an event costs no checkpoint
     /// read (a save's compare-and-set still catches another projector of the session).
     known: Mutex<HashMap<SessionId, Known>>,
+    /// Names for projected lines; `None`: the configured user name and the character id.
+    speakers: Option<Arc<dyn SpeakerNames>>,
 }
 
 impl std::fmt::Debug for ChatProjector {
@@ -181,6 +202,25 @@ impl ChatProjector {
             buffers: Mutex::default(),
             gates: Mutex::default(),
             known: Mutex::default(),
+            speakers: None,
+        }
+    }
+
+    /// Lines name their speakers as `names` resolves them (default: the configured user
+    /// name and the binding's character id).
+    #[must_use]
+    pub fn with_speaker_names(mut self, names: Arc<dyn SpeakerNames>) -> Self {
+        self.speakers = Some(names);
+        self
+    }
+
+    async fn speakers(&self, binding: &SessionBinding) -> Speakers {
+        match &self.speakers {
+            Some(names) => names.speakers(binding).await,
+            None => Speakers {
+                user: self.config.user_name.clone(),
+                character: binding.target().character.to_string(),
+            },
         }
     }
 
@@ -652,11 +692,16 @@ impl ChatProjector {
         })
     }
 
-    fn line_for(&self, session: &SessionId, binding: &SessionBinding, p: &PlannedLine) -> ChatLine {
+    fn line_for(
+        session: &SessionId,
+        binding: &SessionBinding,
+        names: &Speakers,
+        p: &PlannedLine,
+    ) -> ChatLine {
         let speaker = if p.is_user {
-            self.config.user_name.as_str()
+            names.user.as_str()
         } else {
-            binding.target().character.as_str()
+            names.character.as_str()
         };
         let provenance = lines::Provenance {
             session,
@@ -683,12 +728,13 @@ impl ChatProjector {
         let err = Self::store_err(session);
         let target = binding.target();
         let (character, chat) = (&target.character, &target.chat_id);
+        let names = self.speakers(binding).await;
         // The common case: nobody touched the chat since our last write, so append at the
         // revision the checkpoint remembers (the store checks it) without reading anything.
         if let Some(known) = checkpoint.and_then(|c| c.chat_revision.as_deref()) {
             let raw: Vec<ChatLine> = lines
                 .iter()
-                .map(|p| self.line_for(session, binding, p))
+                .map(|p| Self::line_for(session, binding, &names, p))
                 .collect();
             match self
                 .chats
@@ -709,7 +755,7 @@ impl ChatProjector {
             {
                 Some(rev) => rev,
                 None => {
-                    let header = lines::header(&self.config.user_name, character, self.clock.now());
+                    let header = lines::header(&names.user, character, self.clock.now());
                     match self
                         .chats
                         .rewrite_chat(character, chat, &[header], None)
@@ -754,7 +800,7 @@ impl ChatProjector {
             }
             let raw: Vec<ChatLine> = todo
                 .iter()
-                .map(|p| self.line_for(session, binding, p))
+                .map(|p| Self::line_for(session, binding, &names, p))
                 .collect();
             match self
                 .chats

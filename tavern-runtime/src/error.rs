@@ -42,4 +42,25 @@ pub enum RuntimeError {
     /// The session has no binding.
     #[error("session {0} is not bound to a tavern chat")]
     NotBound(String),
+    /// An existing chat was asked for and there is none by that id.
+    #[error(
+        "no chat {chat:?} of character {character:?}{}",
+        nearest_names(nearest)
+    )]
+    NoSuchChat {
+        /// The character.
+        character: String,
+        /// The chat id asked for.
+        chat: String,
+        /// The character's chats nearest to it (at most three), for "did you mean".
+        nearest: Vec<String>,
+    },
+}
+
+fn nearest_names(nearest: &[String]) -> String {
+    if nearest.is_empty() {
+        " (the character has no chats)".to_owned()
+    } else {
+        format!("; nearest: {}", nearest.join(", "))
+    }
 }

@@ -12,6 +12,7 @@ pub mod host;
 pub mod line;
 pub mod mcp;
 pub mod runtime;
+mod speakers;
 pub mod tavern_mode;
 
 pub use error::RuntimeError;

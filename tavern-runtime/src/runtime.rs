@@ -26,6 +26,7 @@ use crate::host::{
     AgentMount, HostPort, LoggedEvent, PromptSection, TavernLogEvent, ToolDefinition,
     UnreadableEvent,
 };
+use crate::speakers::ChatSpeakers;
 use crate::tavern_mode::{TavernModePreset, PERSONA_SECTION};
 
 /// The kernel's section name.
@@ -90,6 +91,7 @@ pub struct Runtime {
     assets: Arc<dyn AssetProvider>,
     registry: ToolRegistry,
     projector: ChatProjector,
+    speakers: Arc<ChatSpeakers>,
     clock: Arc<dyn Clock>,
     config: RuntimeConfig,
     /// The turn in progress per session (dropped at turn end and disposal, so it stays as
@@ -122,6 +124,11 @@ impl Runtime {
             history: Default::default(),
             ranker: config.ranker.clone(),
         };
+        let speakers = Arc::new(ChatSpeakers {
+            stores: stores.clone(),
+            assets: assets.clone(),
+            user_name: config.user_name.clone(),
+        });
         let projector = ChatProjector::new(
             stores.clone(),
             stores.clone(),
@@ -130,13 +137,15 @@ impl Runtime {
                 user_name: config.user_name.clone(),
                 checkpoint_every_event: config.checkpoint_every_event,
             },
-        );
+        )
+        .with_speaker_names(speakers.clone());
         Self {
             registry: ToolRegistry::new(services, config.limits),
             host,
             stores,
             assets,
             projector,
+            speakers,
             clock,
             config,
             turns: Mutex::default(),
@@ -197,6 +206,50 @@ impl Runtime {
         b.architecture() == TavernArchitecture::AgentTavern && !b.target().group
     }
 
+    /// Binds a session to a chat that already exists — a SillyTavern chat the user continues
+    /// from this host — with the defaults for new sessions. Nothing is written: the chat's
+    /// lines, header and persona lock stay as they are, and the session's messages are
+    /// appended after them. Several sessions may continue one chat; their lines interleave
+    /// in the order they are projected, each exactly once.
+    ///
+    /// # Errors
+    /// [`RuntimeError::NoSuchChat`] (with the nearest chat ids) when the chat does not exist;
+    /// a session that is already bound is a conflict; store failures.
+    pub async fn bind_existing_chat(
+        &self,
+        session: &SessionId,
+        character: &CharacterName,
+        chat: &ChatId,
+    ) -> Result<SessionBinding, RuntimeError> {
+        if self.stores.chat_revision(character, chat).await?.is_none() {
+            let chats = self.stores.list_chats(character).await?;
+            return Err(RuntimeError::NoSuchChat {
+                character: character.to_string(),
+                chat: chat.to_string(),
+                nearest: nearest_chats(chat.as_str(), &chats),
+            });
+        }
+        let target = BindingTarget {
+            character: character.clone(),
+            chat_id: chat.clone(),
+            group: false,
+        };
+        Ok(self
+            .stores
+            .update(|state: &mut TavernState| {
+                if state.binding(session).is_some() {
+                    return Err(RuntimeError::Conflict {
+                        session: session.to_string(),
+                        reason: "the session is already bound".into(),
+                    });
+                }
+                let b = SessionBinding::new_for_chat(target.clone(), state);
+                state.set_binding(session.clone(), b.clone());
+                Ok(b)
+            })
+            .await?)
+    }
+
     /// Binds a new chat to a session with the defaults for new sessions (group chats: `st`)
     /// and, for agent-tavern, records the card's greeting in the chat and the host log without
     /// counting it as a model turn.
@@ -231,11 +284,11 @@ impl Runtime {
             .await?;
         if Self::is_agent_tavern(&binding) {
             let now = self.clock.now();
+            let persona = self.speakers.persona(&binding).await;
             let greeting = match self.assets.card(character).await {
                 Ok(Some(card)) => match card.field("first_mes").filter(|g| !g.trim().is_empty()) {
                     // Written substituted, as SillyTavern saves a greeting.
                     Some(text) => {
-                        let persona = self.assets.persona().await;
                         let macros =
                             card.macros(&persona, chat.as_str(), now, now.0.unsigned_abs());
                         Some(tavern_core::macros::substitute(text, &macros))
@@ -244,9 +297,10 @@ impl Runtime {
                 },
                 _ => None,
             };
-            let mut lines = vec![lines::header(&self.config.user_name, character, now)];
+            let mut lines = vec![lines::header(&persona.name, character, now)];
             if let Some(text) = &greeting {
-                lines.push(lines::greeting(session, character, text, now));
+                let name = self.speakers.character_name(&binding).await;
+                lines.push(lines::greeting(session, &name, text, now));
             }
             if self.stores.chat_revision(character, chat).await?.is_none() {
                 self.stores
@@ -400,24 +454,11 @@ impl Runtime {
                 );
                 // The chat's persona (its lock, else the user's default), as SillyTavern
                 // picks it; the configured user name when there is none.
-                let target = binding.target();
-                let head = self
-                    .stores
-                    .read_chat_head(&target.character, &target.chat_id)
-                    .await
-                    .ok()
-                    .flatten();
-                let persona = self
-                    .assets
-                    .chat_persona(tavern_tools::assets::personas::persona_lock(head.as_ref()))
-                    .await;
-                let user_name = Some(persona.name.clone())
-                    .filter(|n| !n.trim().is_empty())
-                    .unwrap_or_else(|| self.config.user_name.clone());
+                let persona = self.speakers.persona(&binding).await;
                 let input = KernelInput {
                     character,
                     identity,
-                    user_name,
+                    user_name: persona.name,
                     persona_summary: Some(persona.description).filter(|d| !d.trim().is_empty()),
                     session,
                     binding,
@@ -893,4 +934,25 @@ impl Runtime {
     pub fn stores(&self) -> &Arc<dyn AllStores> {
         &self.stores
     }
+}
+
+/// The three chat ids nearest to `wanted` (case-insensitive edit distance), for an error
+/// message. Chat ids are at most a few hundred bytes, so this is bounded by the chat count.
+fn nearest_chats(wanted: &str, chats: &[ChatId]) -> Vec<String> {
+    let wanted = wanted.to_lowercase();
+    let mut scored: Vec<(usize, &str)> = chats
+        .iter()
+        .map(|c| {
+            (
+                strsim::levenshtein(&wanted, &c.as_str().to_lowercase()),
+                c.as_str(),
+            )
+        })
+        .collect();
+    scored.sort();
+    scored
+        .into_iter()
+        .take(3)
+        .map(|(_, c)| c.to_owned())
+        .collect()
 }

@@ -138,6 +138,12 @@ pub enum StoreError {
         /// What the database or the connection said.
         reason: String,
     },
+    /// The store cannot be set up as asked (a chat folder that is not a directory).
+    #[error("store setup: {reason}")]
+    Setup {
+        /// What is wrong, naming the setting (never an absolute path).
+        reason: String,
+    },
     /// An invariant of the store broke (a bug, not bad input or bad data): a worker thread
     /// panicked, an encoder failed on our own types, an operation produced nothing.
     #[error("internal store error: {0}")]

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use tavern_store::clock::ManualClock;
 use tavern_store::conformance::{Fixture, T0};
-use tavern_store::fs::FsStore;
+use tavern_store::fs::{FsOptions, FsStore};
 use tavern_store::mem::MemStore;
 use tavern_store::AllStores;
 
@@ -45,6 +45,32 @@ fn fs() -> Fixture {
     }
 }
 
+/// Chats in a separate (SillyTavern) folder; reopening names no folder, so it must come from
+/// the store's record.
+fn fs_chat_folder() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let root = dir.path().join("store");
+    let st = dir.path().join("SillyTavern/data/default-user");
+    std::fs::create_dir_all(&st).unwrap();
+    let options = FsOptions::default().with_chat_folder(&st);
+    let store = Arc::new(FsStore::open_with(&root, clock.clone(), options).unwrap());
+    let reopen_clock = clock.clone();
+    Fixture {
+        store: Arc::new(store),
+        clock,
+        reopen: Some(Box::new(move || {
+            let store = FsStore::open(&root, reopen_clock.clone()).unwrap();
+            assert!(
+                !root.join("chats").read_dir().unwrap().any(|_| true),
+                "no chat is kept under the store's root"
+            );
+            Arc::new(store) as Arc<dyn AllStores>
+        })),
+        guard: Some(Box::new(dir)),
+    }
+}
+
 mod mem_store {
     tavern_store::store_conformance_tests!(super::mem());
 }
@@ -55,6 +81,10 @@ mod boxed_mem_store {
 
 mod fs_store {
     tavern_store::store_conformance_tests!(super::fs());
+}
+
+mod fs_store_chats_in_a_sillytavern_folder {
+    tavern_store::store_conformance_tests!(super::fs_chat_folder());
 }
 
 #[cfg(feature = "postgres")]

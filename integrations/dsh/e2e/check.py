@@ -145,8 +145,29 @@ check(bool(bundle) and "AgentTavern roleplay kernel" in bundle[0]["body"]["messa
 added = tool_results(bundle[-1]) if bundle else []
 check(bool(added) and added[0].get("content") == "The gate is silver.", "and its tools work")
 
-# --- the plugin's `store`: PostgreSQL instead of the files under `data` --------------------------
 import os
+# --- a SillyTavern chat continued from DSH, written into the user's folder ---------------------
+st_name = "Seraphina - 2024-09-19@20h03m29s"
+with open(os.path.join(os.path.dirname(__file__), "../../../../shared/fixtures/chats", st_name + ".jsonl"), "rb") as f:
+    original = f.read()
+with open(f"{work}/st/chats/default_Seraphina/{st_name}.jsonl", "rb") as f:
+    continued = f.read()
+check(continued.startswith(original + b"\n"), "the user's SillyTavern chat keeps every byte it had")
+new_lines = [json.loads(l) for l in continued[len(original) + 1:].decode("utf-8").split("\n")]
+check(any(l.get("is_user") and "back from the village" in l.get("mes", "") for l in new_lines)
+      and any(not l.get("is_user") and "Welcome back to the glade" in l.get("mes", "") for l in new_lines),
+      "and gains the turn, the user's message and the reply")
+check(bool(new_lines) and new_lines[0].get("is_user") and not any("chat_metadata" in l for l in new_lines),
+      "no greeting or new header is written into a continued chat: the user's message comes first")
+check(continued[-1:] != b"\n", "SillyTavern style, no trailing newline")
+check(not glob.glob(f"{work}/data-st/chats/*/*.jsonl"), "nothing of the chat is kept under `data`")
+st_requests = requests(9, "e2e-st-1")
+history = tool_results(st_requests[-1]) if st_requests else []
+last_original = json.loads(original.decode("utf-8").split("\n")[-1])["mes"]
+check(bool(history) and any(last_original[:40] in m.get("text", "") for m in history[0].get("items", [])),
+      "the model reads the chat's own history through its tools")
+
+# --- the plugin's `store`: PostgreSQL instead of the files under `data` --------------------------
 in_pg = requests(8, "e2e-pg-1")
 pg_results = tool_results(in_pg[-1]) if in_pg else []
 check(bool(pg_results) and pg_results[0].get("content") == "The bridge is made of oak.",

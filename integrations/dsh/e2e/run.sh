@@ -212,6 +212,27 @@ cat > "$work/bundle.patch.yml" <<YAML
 YAML
 run 6 "$here/script-6.json" '[{sessionId: e2e-bundle-1, messages: ["Remember that the gate is silver."]}]' "$work/bundle.patch.yml"
 
+# A SillyTavern user's own chat, continued from DSH and written straight into their folder
+# (`chat` + `chatFolder`): a real card and a real chat where SillyTavern keeps them.
+echo "e2e: continue a SillyTavern chat in its own folder"
+st_chat="Seraphina - 2024-09-19@20h03m29s"
+mkdir -p "$work/st/characters" "$work/st/chats/default_Seraphina"
+cp "$repo/../shared/fixtures/user-folder/characters/default_Seraphina.png" "$work/st/characters/"
+cp "$repo/../shared/fixtures/chats/$st_chat.jsonl" "$work/st/chats/default_Seraphina/"
+cat > "$work/st.patch.yml" <<YAML
+- id: agent-tavern
+  config:
+    bridge: $bridge
+    data: $work/data-st
+    assets: $work/st
+    chatFolder: $work/st
+    character: default_Seraphina
+    chat: '$st_chat'
+    bindPattern: '^e2e-'
+    sessionsRoot: $work/home/sessions-raw
+YAML
+run 9 "$here/script-9.json" '[{sessionId: e2e-st-1, messages: ["I am back from the village."]}]' "$work/st.patch.yml"
+
 # The plugin's `store`: a PostgreSQL database instead of the files under `data`.
 echo "e2e: PostgreSQL store"
 bash "$repo/scripts/ensure-postgres.sh"

@@ -51,6 +51,8 @@ export const settings = {
   personaDescription: { type: 'string', default: '', description: "The user's persona description, for a setup without a SillyTavern settings.json in assets." },
   worlds: { type: 'array', default: () => [], description: 'World books active in every chat (names under assets/worlds).' },
   character: { type: 'string', default: '', description: 'Bind new sessions whose id matches bindPattern to a chat with this character (empty: bind nothing).' },
+  chat: { type: 'string', default: '', description: "Continue this existing chat of `character` (a SillyTavern chat id, e.g. 'Seraphina - 2024-09-19@20h03m29s') in new sessions instead of starting a chat per session; the session's messages are appended to it. Empty: a new chat per session." },
+  chatFolder: { type: 'string', default: '', description: 'A SillyTavern user folder (e.g. SillyTavern/data/default-user) to write chats into, where SillyTavern opens them (chats/<character>/<chat>.jsonl); a running SillyTavern\'s own saves are detected, never overwritten. Usually the same folder as `assets`. Empty: chats stay in `data`.' },
   chatPrefix: { type: 'string', default: '', description: 'Prefix of the chat names of new sessions (default: the character).' },
   bindPattern: { type: 'string', default: '.*', description: 'Which new session ids are bound to character.' },
   sessionsRoot: { type: 'string', default: () => join(dshHome(), 'sessions-raw'), description: "Where DSH keeps raw session logs (replay after a restart)." },
@@ -110,6 +112,7 @@ function startBridge(path, config, logger, onExit) {
   if (config.storePasswordFile) args.push('--store-password-file', config.storePasswordFile)
   if (config.storeCaFile) args.push('--store-ca-file', config.storeCaFile)
   if (config.assets && existsSync(config.assets)) args.push('--assets', config.assets)
+  if (config.chatFolder && !store) args.push('--chat-folder', config.chatFolder)
   for (const world of config.worlds ?? []) args.push('--world', world)
   const env = store ? { ...process.env, TAVERN_STORE: store } : process.env
   const child = spawn(path, args, { stdio: ['pipe', 'pipe', 'inherit'], env })
@@ -251,8 +254,19 @@ export function startupReport(config, toolCount) {
     warnings.push(`no card for character ${JSON.stringify(config.character)} in the assets folder` +
       (near.length ? `; nearest: ${near.join(', ')}` : '') + ' (sessions are bound to it without a card)')
   }
-  const store = config.store || process.env.TAVERN_STORE ? 'a PostgreSQL store' : `the store at ${config.data}`
-  const binding = config.character ? `new sessions bound to ${config.character}` : 'no automatic binding'
+  const pg = Boolean(config.store || process.env.TAVERN_STORE)
+  if (config.chat && !config.character) {
+    warnings.push(`\`chat\` (${JSON.stringify(config.chat)}) needs \`character\`, the card whose chat it is; no session is bound`)
+  }
+  if (config.chatFolder && pg) {
+    warnings.push('`chatFolder` is ignored with a PostgreSQL store: chats stay in the database')
+  } else if (config.chatFolder && !(existsSync(config.chatFolder) && statSync(config.chatFolder).isDirectory())) {
+    warnings.push(`the chat folder ${config.chatFolder} does not exist: the bridge will not start (set \`chatFolder\` to a SillyTavern user folder, e.g. SillyTavern/data/default-user)`)
+  }
+  const store = pg ? 'a PostgreSQL store' : `the store at ${config.data}` + (config.chatFolder ? ` with chats in ${config.chatFolder}` : '')
+  const binding = !config.character
+    ? 'no automatic binding'
+    : config.chat ? `new sessions continue ${config.character}'s chat ${JSON.stringify(config.chat)}` : `new sessions bound to ${config.character}`
   const info = `agent-tavern is on: ${toolCount} tools, ${store}, ${cards.length} cards and ${worlds.length} world books in ${config.assets}, ${binding}`
   return { warnings, info }
 }
@@ -316,7 +330,7 @@ export async function apply(ctx, rawConfig) {
       .catch((e) => logger.warn?.('agent-tavern: restarted bridge failed its handshake: %s', e.message))
   })
   bridge = launch()
-  ctx.effect(() => () => { disposed = true; bridge.stop() })
+  ctx.effect(() => () => { disposed = true; return bridge.stop() })
 
   let hello
   try {
@@ -364,9 +378,13 @@ export async function apply(ctx, rawConfig) {
   // AgentTavern did not mount get empty text, and empty sections are dropped.
   const prompts = new Map()
   const bindable = new RegExp(config.bindPattern ?? '.*')
-  const bind = (id) => config.character && bindable.test(id)
-    ? { character: config.character, chatId: `${config.chatPrefix || config.character} - ${id}`.slice(0, 80) }
-    : undefined
+  const bind = (id) => {
+    if (!config.character || !bindable.test(id)) return undefined
+    // An existing chat is continued as it is (the bridge refuses one that does not exist,
+    // naming the nearest); otherwise each session gets its own new chat.
+    if (config.chat) return { character: config.character, chatId: config.chat, existing: true }
+    return { character: config.character, chatId: `${config.chatPrefix || config.character} - ${id}`.slice(0, 80) }
+  }
   const ours = new Set(hello.tools.map((t) => t.name))
   ctx.effect(() => ctx.systemPrompt.variable('tavern_persona', (c) => prompts.get(c?.scope?.id)?.persona ?? ''))
   ctx.effect(() => ctx.systemPrompt.variable('tavern_kernel', (c) => prompts.get(c?.scope?.id)?.kernel ?? ''))

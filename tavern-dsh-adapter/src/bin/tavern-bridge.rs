@@ -12,8 +12,8 @@ use tavern_dsh_adapter::bridge::host::BridgeHost;
 use tavern_dsh_adapter::bridge::{Bridge, BridgeConfig, DEFAULT_MAX_FRAME_BYTES};
 use tavern_dsh_adapter::{Runtime, RuntimeConfig};
 use tavern_runtime::mcp::McpServer;
-use tavern_store::fs::FsStore;
-use tavern_store::{AllStores, SystemClock};
+use tavern_store::fs::{FsOptions, FsStore};
+use tavern_store::{AllStores, ChatStore, SystemClock};
 use tavern_tools::assets::provider::{
     AssetProvider, DirAssets, MemAssets, Persona, DEFAULT_MAX_ASSET_BYTES,
 };
@@ -74,6 +74,11 @@ struct Common {
     /// A world book that is active in every chat (repeatable); must exist under `--assets`.
     #[arg(long = "world", value_name = "NAME", global = true)]
     worlds: Vec<String>,
+    /// Write chats into this SillyTavern user folder (`chats/<character>/<chat>.jsonl`, where
+    /// SillyTavern opens them) instead of under --data; the store remembers it. Usually the
+    /// same folder as --assets.
+    #[arg(long, value_name = "DIR", global = true)]
+    chat_folder: Option<PathBuf>,
     /// The largest card or world book file read from `--assets`, in MiB; a larger one is
     /// refused by name, never read (the largest real card seen is about 2 MiB).
     #[arg(long, value_name = "MIB", default_value_t = DEFAULT_MAX_ASSET_BYTES / (1024 * 1024), global = true)]
@@ -139,6 +144,11 @@ async fn open_store(
     #[cfg(feature = "postgres")]
     // An empty TAVERN_STORE (common in env files) means no database.
     if let Some(settings) = common.store.as_ref().filter(|s| !s.trim().is_empty()) {
+        if common.chat_folder.is_some() {
+            return Err(
+                "--chat-folder keeps chats in files; it cannot be used with --store".into(),
+            );
+        }
         return open_postgres(
             settings,
             common.store_password_file.as_deref(),
@@ -150,7 +160,11 @@ async fn open_store(
     let data = common.data.as_ref().ok_or(
         "--data DIR (or --store postgres://…) is required: where memories, variables and chats are kept",
     )?;
-    let store = FsStore::open(data, clock).map_err(|e| e.to_string())?;
+    let mut options = FsOptions::default();
+    if let Some(dir) = &common.chat_folder {
+        options = options.with_chat_folder(dir);
+    }
+    let store = FsStore::open_with(data, clock, options).map_err(|e| format!("--data: {e}"))?;
     for d in store.diagnostics() {
         tracing::warn!(file = %d.file, "{}", d.message);
     }
@@ -187,7 +201,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         user_name: cli.common.user.clone(),
         ..RuntimeConfig::default()
     };
-    let runtime = Runtime::new(host.clone(), store, assets, clock, config);
+    let runtime = Runtime::new(host.clone(), store.clone(), assets, clock, config);
     let (stdin, stdout) = (
         tokio::io::BufReader::new(tokio::io::stdin()),
         tokio::io::stdout(),
@@ -200,10 +214,21 @@ async fn run(cli: Cli) -> Result<(), String> {
                 let chat = ChatId::parse(chat).map_err(|e| format!("--chat: {e}"))?;
                 let state = runtime.state().await.map_err(|e| e.to_string())?;
                 if state.binding(&session).is_none() {
-                    runtime
-                        .new_chat(&session, &character, &chat, false)
+                    // An existing chat (an imported or SillyTavern one) is continued as it is;
+                    // only a new one is created with the card's greeting.
+                    let exists = store
+                        .chat_revision(&character, &chat)
                         .await
-                        .map_err(|e| e.to_string())?;
+                        .map_err(|e| e.to_string())?
+                        .is_some();
+                    if exists {
+                        runtime
+                            .bind_existing_chat(&session, &character, &chat)
+                            .await
+                    } else {
+                        runtime.new_chat(&session, &character, &chat, false).await
+                    }
+                    .map_err(|e| e.to_string())?;
                 }
             }
             let agent = tavern_core::AgentId::parse(session.as_str()).map_err(|e| e.to_string())?;

@@ -133,6 +133,11 @@ pub struct Bind {
     pub character: CharacterName,
     /// The chat.
     pub chat_id: ChatId,
+    /// Continue this chat, which must exist (a SillyTavern chat the user goes on with):
+    /// nothing is written to it at binding, and a missing chat is an error naming the
+    /// nearest ones. `false` (the default): a new chat, created with the card's greeting.
+    #[serde(default)]
+    pub existing: bool,
 }
 
 /// `agent/status` parameters.

@@ -200,10 +200,17 @@ impl Bridge {
                         .map_err(runtime_err)?;
                     let state = self.runtime.state().await.map_err(runtime_err)?;
                     if state.binding(&s).is_none() {
-                        self.runtime
-                            .new_chat(&s, &bind.character, &bind.chat_id, false)
-                            .await
-                            .map_err(runtime_err)?;
+                        if bind.existing {
+                            self.runtime
+                                .bind_existing_chat(&s, &bind.character, &bind.chat_id)
+                                .await
+                                .map_err(runtime_err)?;
+                        } else {
+                            self.runtime
+                                .new_chat(&s, &bind.character, &bind.chat_id, false)
+                                .await
+                                .map_err(runtime_err)?;
+                        }
                     }
                 }
                 let decision = self

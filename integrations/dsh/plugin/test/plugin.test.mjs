@@ -6,7 +6,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { fileURLToPath } from 'node:url'
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 
@@ -25,7 +25,7 @@ function fakeHost() {
     systemPrompt: { variable: () => () => {}, section: () => () => {} },
     tools: { register: () => () => {} },
   }
-  return { ctx, handlers, warnings, routes, dispose: () => disposers.forEach((d) => d()) }
+  return { ctx, handlers, warnings, routes, dispose: () => Promise.all(disposers.map((d) => d())) }
 }
 
 /** A request the route's handler reads: headers, a loopback socket, and a body that arrives
@@ -146,4 +146,36 @@ test('a missing assets folder or a mistyped character is a warning at start, wit
 
   const fine = startupReport({ assets: dir, data: dir, character: 'Mira' }, 14)
   assert.deepEqual(fine.warnings, [])
+})
+
+test('`chat` continues an existing chat in every new session; `chatFolder` goes to the bridge', async () => {
+  const host = fakeHost()
+  const bridge = fileURLToPath(new URL('./fake-bridge.mjs', import.meta.url))
+  const data = mkdtempSync(join(tmpdir(), 'tavern-plugin-'))
+  const log = join(data, 'bridge.log')
+  process.env.FAKE_BRIDGE_LOG = log
+  try {
+    await apply(host.ctx, {
+      bridge, data, assets: data, chatFolder: data, hostVersion: '0.1.0-rc.8',
+      character: 'default_Seraphina', chat: 'Seraphina - 2024-09-19@20h03m29s', bindPattern: '^e2e-',
+    })
+    await host.handlers.get('agent/created')({ agent: { id: 'e2e-1', session: { events: [] } } })
+    await host.handlers.get('agent/created')({ agent: { id: 'other', session: { events: [] } } })
+    // Stopping waits for the bridge to answer `shutdown`, after every frame before it.
+    await host.dispose()
+  } finally {
+    delete process.env.FAKE_BRIDGE_LOG
+  }
+  const frames = readFileSync(log, 'utf8').trim().split('\n').map((l) => JSON.parse(l))
+  const argv = frames.find((f) => f.argv).argv
+  assert.deepEqual(argv.slice(argv.indexOf('--chat-folder'), argv.indexOf('--chat-folder') + 2), ['--chat-folder', data])
+  const created = frames.filter((f) => f.agent)
+  assert.deepEqual(created.find((f) => f.agent === 'e2e-1').bind,
+    { character: 'default_Seraphina', chatId: 'Seraphina - 2024-09-19@20h03m29s', existing: true })
+  assert.equal(created.find((f) => f.agent === 'other').bind, undefined, 'bindPattern still decides')
+
+  const noCharacter = startupReport({ assets: data, data, character: '', chat: 'x' }, 14)
+  assert.match(noCharacter.warnings.join('\n'), /`chat` \("x"\) needs `character`/)
+  const missingFolder = startupReport({ assets: data, data, character: '', chatFolder: join(data, 'nope') }, 14)
+  assert.match(missingFolder.warnings.join('\n'), /chat folder .* does not exist/)
 })

@@ -146,7 +146,7 @@ impl Inner {
     /// escaped) to readable names (`chats/Mira/c.jsonl`). A chat whose readable name is already
     /// taken stays where it is, with a diagnostic; old lock files are removed. Runs at open.
     pub(super) fn migrate_legacy_chat_names(&self) {
-        let chats = self.root.join("chats");
+        let chats = self.chat_root.join("chats");
         let Ok(entries) = std::fs::read_dir(&chats) else {
             return;
         };
@@ -184,7 +184,7 @@ impl Inner {
 
     /// Moves legacy-named chat files of `chats/<source>` into `chats/<target>`.
     fn migrate_legacy_chat_files(&self, source: &str, target: &str) {
-        let chats = self.root.join("chats");
+        let chats = self.chat_root.join("chats");
         let Ok(entries) = std::fs::read_dir(chats.join(source)) else {
             return;
         };
@@ -238,7 +238,7 @@ impl Inner {
         chat: &ChatId,
     ) -> Result<Option<ChatRevision>, StoreError> {
         let rel = chat_rel(character, chat);
-        match open_existing(&under(&self.root, &rel), &rel)? {
+        match open_existing(&under(&self.chat_root, &rel), &rel)? {
             Some(mut f) => self.revision_of(&mut f, &rel).map(Some),
             None => Ok(None),
         }
@@ -285,7 +285,7 @@ impl Inner {
 
     /// The append record next to chat `rel` (in its lock file), if there is a readable one.
     fn read_record(&self, rel: &str) -> Option<String> {
-        let path = under(&self.root, &record_rel(rel)?);
+        let path = under(&self.chat_root, &record_rel(rel)?);
         // Only a regular file: opening a FIFO for reading would wait for a writer.
         if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
             return None;
@@ -352,7 +352,7 @@ impl Inner {
     /// Characters with a chat folder, by name (folders this layout would not write are
     /// skipped).
     pub(super) fn chat_characters(&self) -> Result<Vec<CharacterName>, StoreError> {
-        let entries = match std::fs::read_dir(under(&self.root, "chats")) {
+        let entries = match std::fs::read_dir(under(&self.chat_root, "chats")) {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(io_err("list", "chats")(e)),
@@ -370,7 +370,7 @@ impl Inner {
 
     fn list_chats(&self, character: &CharacterName) -> Result<Vec<ChatId>, StoreError> {
         let rel = format!("chats/{}", encode_readable(character.as_str()));
-        let entries = match std::fs::read_dir(under(&self.root, &rel)) {
+        let entries = match std::fs::read_dir(under(&self.chat_root, &rel)) {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(io_err("list", &rel)(e)),
@@ -391,7 +391,7 @@ impl Inner {
         chat: &ChatId,
     ) -> Result<Option<ChatFile>, StoreError> {
         let rel = chat_rel(character, chat);
-        let Some(mut file) = open_existing(&under(&self.root, &rel), &rel)? else {
+        let Some(mut file) = open_existing(&under(&self.chat_root, &rel), &rel)? else {
             return Ok(None);
         };
         let meta = file.metadata().map_err(io_err("stat", &rel))?;
@@ -409,7 +409,7 @@ impl Inner {
     ) -> Result<Option<ChatLine>, StoreError> {
         use std::io::{BufRead, Read};
         let rel = chat_rel(character, chat);
-        let Some(file) = open_existing(&under(&self.root, &rel), &rel)? else {
+        let Some(file) = open_existing(&under(&self.chat_root, &rel), &rel)? else {
             return Ok(None);
         };
         let cap = crate::ports::chat::MAX_CHAT_HEAD_BYTES;
@@ -460,7 +460,7 @@ impl Inner {
         since: &ChatRevision,
     ) -> Result<Option<ChatChange>, StoreError> {
         let rel = chat_rel(character, chat);
-        let Some(mut file) = open_existing(&under(&self.root, &rel), &rel)? else {
+        let Some(mut file) = open_existing(&under(&self.chat_root, &rel), &rel)? else {
             return Ok(None);
         };
         let meta = file.metadata().map_err(io_err("stat", &rel))?;
@@ -497,12 +497,12 @@ impl Inner {
         expected: &ChatRevision,
     ) -> Result<ChatRevision, StoreError> {
         let rel = chat_rel(character, chat);
-        let path = under(&self.root, &rel);
+        let path = under(&self.chat_root, &rel);
         let conflict = || StoreError::Conflict {
             target: chat_target(character, chat),
             current: None,
         };
-        let lock = FileLock::acquire(&self.root, &lock_rel(character, chat), true)?;
+        let lock = FileLock::acquire(&self.chat_root, &lock_rel(character, chat), true)?;
         let Some(mut file) = open_existing(&path, &rel)? else {
             return Err(StoreError::NotFound {
                 target: chat_target(character, chat),
@@ -541,7 +541,7 @@ impl Inner {
             // forget what this process saw meanwhile (it may include them).
             let _ = out.set_len(len).and_then(|()| out.sync_data());
             self.chat_digests.forget(&rel);
-            clear_record(&self.root, &lock, &lock_rel(character, chat));
+            clear_record(&self.chat_root, &lock, &lock_rel(character, chat));
             return Err(e);
         }
         // Another program may have renamed a new file over the path while we wrote: then our
@@ -559,7 +559,7 @@ impl Inner {
                     .remember(&rel, Known::new(&after, next, &end, Some(digest)));
                 // For other processes sharing the folder; only ever saves them reads, so a
                 // failure to write it changes nothing else.
-                if is_regular(&self.root, &lock_rel(character, chat)) {
+                if is_regular(&self.chat_root, &lock_rel(character, chat)) {
                     write_record(lock.file(), &self.chat_digests.record(&rel));
                 }
                 return Ok(ChatRevision::of_content(&next));
@@ -578,11 +578,11 @@ impl Inner {
     ) -> Result<ChatRevision, StoreError> {
         check_not_empty(lines)?;
         ensure_dir(
-            &self.root,
+            &self.chat_root,
             &format!("chats/{}", encode_readable(character.as_str())),
         )?;
         let rel = chat_rel(character, chat);
-        let lock = FileLock::acquire(&self.root, &lock_rel(character, chat), true)?;
+        let lock = FileLock::acquire(&self.chat_root, &lock_rel(character, chat), true)?;
         if self.chat_revision_now(character, chat)?.as_ref() != expected {
             return Err(StoreError::Conflict {
                 target: chat_target(character, chat),
@@ -590,9 +590,9 @@ impl Inner {
             });
         }
         // No version recorded before describes what comes next.
-        clear_record(&self.root, &lock, &lock_rel(character, chat));
+        clear_record(&self.chat_root, &lock, &lock_rel(character, chat));
         self.chat_digests.forget(&rel);
-        write_atomic(&self.root, &rel, joined(lines, false).as_bytes())?;
+        write_atomic(&self.chat_root, &rel, joined(lines, false).as_bytes())?;
         self.chat_revision_now(character, chat)?
             .ok_or_else(|| StoreError::NotFound {
                 target: chat_target(character, chat),

@@ -16,11 +16,13 @@
 mod atomic;
 mod chat;
 mod chat_digests;
+mod chat_folder;
 mod log;
 mod names;
 mod transfer;
 
 pub use atomic::{dir_syncs_issued, stamp_of, syncs_issued, FileStamp};
+pub use chat_folder::{FsOptions, CHAT_FOLDER_RECORD};
 pub use log::verify_line;
 
 use std::collections::HashMap;
@@ -168,6 +170,8 @@ pub struct FsStore {
 /// The store's state and its blocking operations.
 struct Inner {
     root: PathBuf,
+    /// Where `chats/` lives: the root, or a SillyTavern user folder ([`FsOptions::chat_folder`]).
+    chat_root: PathBuf,
     clock: Arc<dyn Clock>,
     memory: Mutex<Logged<MemoryTable>>,
     variables: Mutex<Logged<VariableTable>>,
@@ -199,10 +203,27 @@ impl FsStore {
     /// # Errors
     /// IO failures creating or reading the root.
     pub fn open(root: impl AsRef<Path>, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
+        Self::open_with(root, clock, FsOptions::default())
+    }
+
+    /// [`FsStore::open`] with options: chats kept in a SillyTavern user folder.
+    ///
+    /// # Errors
+    /// IO failures creating or reading the root; [`StoreError::InvalidInput`] when the chat
+    /// folder named (or the one the store recorded earlier) is not a directory.
+    pub fn open_with(
+        root: impl AsRef<Path>,
+        clock: Arc<dyn Clock>,
+        options: FsOptions,
+    ) -> Result<Self, StoreError> {
         let root = root.as_ref().to_path_buf();
         std::fs::create_dir_all(&root).map_err(io_err("create", "store root"))?;
         for dir in ["chats", "checkpoints", "prompts"] {
             ensure_dir(&root, dir)?;
+        }
+        let chat_root = chat_folder::resolve(&root, options.chat_folder.as_deref())?;
+        if chat_root != root {
+            ensure_dir(&chat_root, "chats")?;
         }
         let fail_next_sync = Arc::new(AtomicBool::new(false));
         let fail_next_write = Arc::new(AtomicBool::new(false));
@@ -237,6 +258,7 @@ impl FsStore {
                 table: VariableTable::new(),
             }),
             root,
+            chat_root,
             clock,
             diagnostics: Diagnostics::new(early),
             state: Mutex::default(),
@@ -246,7 +268,11 @@ impl FsStore {
             fail_next_write,
         };
         inner.remove_stale_temp_files();
-        inner.migrate_legacy_chat_names();
+        // The earlier escaped layout was only ever written under the store's own root; a
+        // SillyTavern folder's names are never touched.
+        if inner.chat_root == inner.root {
+            inner.migrate_legacy_chat_names();
+        }
         inner.load_log(&inner.memory, MEMORY_LOG)?;
         inner.load_log(&inner.variables, VARIABLE_LOG)?;
         // A log that has grown far beyond its state (updates, access times) is compacted so
@@ -388,21 +414,21 @@ impl Inner {
     /// may belong to another process writing right now.
     fn remove_stale_temp_files(&self) {
         let hour = std::time::Duration::from_secs(3600);
-        let mut dirs = vec![
-            String::new(),
-            "prompts".to_owned(),
-            "checkpoints".to_owned(),
+        let mut dirs: Vec<(&Path, String)> = vec![
+            (&self.root, String::new()),
+            (&self.root, "prompts".to_owned()),
+            (&self.root, "checkpoints".to_owned()),
         ];
-        if let Ok(chats) = std::fs::read_dir(self.root.join("chats")) {
+        if let Ok(chats) = std::fs::read_dir(self.chat_root.join("chats")) {
             dirs.extend(
                 chats
                     .filter_map(Result::ok)
                     .filter_map(|e| e.file_name().into_string().ok())
-                    .map(|n| format!("chats/{n}")),
+                    .map(|n| (self.chat_root.as_path(), format!("chats/{n}"))),
             );
         }
-        for rel_dir in dirs {
-            let Ok(entries) = std::fs::read_dir(atomic::under(&self.root, &rel_dir)) else {
+        for (base, rel_dir) in dirs {
+            let Ok(entries) = std::fs::read_dir(atomic::under(base, &rel_dir)) else {
                 continue;
             };
             for entry in entries.filter_map(Result::ok) {
@@ -413,6 +439,7 @@ impl Inner {
                     .and_then(|m| m.modified().ok())
                     .and_then(|t| t.elapsed().ok())
                     .is_some_and(|age| age > hour);
+                // Only our own temp names: SillyTavern's (write-file-atomic) are left alone.
                 if name.starts_with(".tmp-") && old && std::fs::remove_file(entry.path()).is_ok() {
                     let rel = if rel_dir.is_empty() {
                         name
