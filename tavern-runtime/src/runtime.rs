@@ -234,8 +234,7 @@ impl Runtime {
             chat_id: chat.clone(),
             group: false,
         };
-        Ok(self
-            .stores
+        self.stores
             .update(|state: &mut TavernState| {
                 if state.binding(session).is_some() {
                     return Err(RuntimeError::Conflict {
@@ -247,7 +246,7 @@ impl Runtime {
                 state.set_binding(session.clone(), b.clone());
                 Ok(b)
             })
-            .await?)
+            .await
     }
 
     /// Binds a new chat to a session with the defaults for new sessions (group chats: `st`)

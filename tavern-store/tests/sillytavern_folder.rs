@@ -76,7 +76,7 @@ async fn appends_land_in_the_users_own_chat_and_sillytavern_edits_are_never_over
     // Our append: the user's file, its bytes kept, one line more in SillyTavern's style.
     let ours = line("User", true, "我回来了。");
     let rev = store
-        .append_lines(&who, &chat, &[ours.clone()], &before.revision)
+        .append_lines(&who, &chat, std::slice::from_ref(&ours), &before.revision)
         .await
         .unwrap();
     let mut want = fixture_chat();
@@ -88,7 +88,10 @@ async fn appends_land_in_the_users_own_chat_and_sillytavern_edits_are_never_over
     let theirs = line("Seraphina", false, "Welcome back.").raw().to_owned();
     sillytavern_saves(&file, &theirs);
     let late = line("User", true, "written against the old revision");
-    match store.append_lines(&who, &chat, &[late.clone()], &rev).await {
+    match store
+        .append_lines(&who, &chat, std::slice::from_ref(&late), &rev)
+        .await
+    {
         Err(StoreError::Conflict { .. }) => {}
         other => panic!("a SillyTavern save must be detected, got {other:?}"),
     }
@@ -99,7 +102,7 @@ async fn appends_land_in_the_users_own_chat_and_sillytavern_edits_are_never_over
         "SillyTavern's line kept"
     );
     store
-        .append_lines(&who, &chat, &[late.clone()], &now.revision)
+        .append_lines(&who, &chat, std::slice::from_ref(&late), &now.revision)
         .await
         .unwrap();
     let text = String::from_utf8(std::fs::read(&file).unwrap()).unwrap();
