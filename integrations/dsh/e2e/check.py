@@ -167,6 +167,16 @@ last_original = json.loads(original.decode("utf-8").split("\n")[-1])["mes"]
 check(bool(history) and any(last_original[:40] in m.get("text", "") for m in history[0].get("items", [])),
       "the model reads the chat's own history through its tools")
 
+st_tools = {t["function"]["name"] for r in st_requests for t in r["body"]["tools"]}
+check(bool(st_tools) and all(n.startswith(("tavern_", "memory_", "variable_")) for n in st_tools),
+      f"with roleplay.patch.yml the model sees only AgentTavern's tools: {sorted(st_tools)}")
+check(bool(glob.glob(f"{work}/home/sessions/*/e2e-st-1/session.jsonl.zstd")),
+      "stock DSH kept that session as a zstd log under sessions/")
+with open(f"{work}/replay-st.json", encoding="utf-8") as f:
+    replay = json.load(f)
+check(replay["alreadyPresent"] >= 2 and replay["appended"] == 0 and replay["waiting"] == 0
+      and replay["status"] == "ok", f"tavern chat replay reads the stock log whole, in order: {replay}")
+
 # --- the plugin's `store`: PostgreSQL instead of the files under `data` --------------------------
 in_pg = requests(8, "e2e-pg-1")
 pg_results = tool_results(in_pg[-1]) if in_pg else []

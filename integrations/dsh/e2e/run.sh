@@ -32,7 +32,7 @@ case "$node_version" in v22.*) ;; *) echo "e2e: node 22 expected, got $node_vers
 # The plugin's own tests (a fake host context, a strict fake bridge) on the host's node.
 node --test "$repo"/integrations/dsh/plugin/test/*.test.mjs
 
-(cd "$repo" && cargo build --quiet -p tavern-dsh-adapter --bin tavern-bridge)
+(cd "$repo" && cargo build --quiet -p tavern-dsh-adapter --bin tavern-bridge && cargo build --quiet -p tavern-cli --bin tavern)
 bridge="$repo/target/debug/tavern-bridge"
 
 work=$(mktemp -d)
@@ -219,7 +219,11 @@ st_chat="Seraphina - 2024-09-19@20h03m29s"
 mkdir -p "$work/st/characters" "$work/st/chats/default_Seraphina"
 cp "$repo/../shared/fixtures/user-folder/characters/default_Seraphina.png" "$work/st/characters/"
 cp "$repo/../shared/fixtures/chats/$st_chat.jsonl" "$work/st/chats/default_Seraphina/"
+# This run keeps stock DSH's session logs (zstd frames, packed chunk rows, under sessions/),
+# and the plugin's default sessionsRoot, which must match them.
 cat > "$work/st.patch.yml" <<YAML
+- id: session-persistence-jsonl
+  config: { root: !!js dshHomePath('sessions'), compression: zstd, packChunks: true }
 - id: agent-tavern
   config:
     bridge: $bridge
@@ -229,9 +233,16 @@ cat > "$work/st.patch.yml" <<YAML
     character: default_Seraphina
     chat: '$st_chat'
     bindPattern: '^e2e-'
-    sessionsRoot: $work/home/sessions-raw
 YAML
-run 9 "$here/script-9.json" '[{sessionId: e2e-st-1, messages: ["I am back from the village."]}]' "$work/st.patch.yml"
+# The roleplay patch the plugin ships: none of DSH's coding tools in this host.
+run 9 "$here/script-9.json" '[{sessionId: e2e-st-1, messages: ["I am back from the village."]}]' "$work/st.patch.yml" "$repo/integrations/dsh/plugin/roleplay.patch.yml"
+# `tavern chat replay` reads that stock log: with the projector's checkpoint lost (as after a
+# crash), every event is found again, in order, nothing missing (a chunk row left packed would
+# leave a gap and events waiting), and the lines already in the chat are not written twice.
+rm -f "$work/data-st/checkpoints/"*
+"$repo/target/debug/tavern" --json --data "$work/data-st" chat replay e2e-st-1 \
+  --sessions-root "$work/home/sessions" > "$work/replay-st.json" \
+  || { echo "e2e: tavern chat replay of the stock log failed" >&2; cat "$work/replay-st.json" >&2; exit 1; }
 
 # The plugin's `store`: a PostgreSQL database instead of the files under `data`.
 echo "e2e: PostgreSQL store"

@@ -55,7 +55,7 @@ export const settings = {
   chatFolder: { type: 'string', default: '', description: 'A SillyTavern user folder (e.g. SillyTavern/data/default-user) to write chats into, where SillyTavern opens them (chats/<character>/<chat>.jsonl); a running SillyTavern\'s own saves are detected, never overwritten. Usually the same folder as `assets`. Empty: chats stay in `data`.' },
   chatPrefix: { type: 'string', default: '', description: 'Prefix of the chat names of new sessions (default: the character).' },
   bindPattern: { type: 'string', default: '.*', description: 'Which new session ids are bound to character.' },
-  sessionsRoot: { type: 'string', default: () => join(dshHome(), 'sessions-raw'), description: "Where DSH keeps raw session logs (replay after a restart)." },
+  sessionsRoot: { type: 'string', default: () => join(dshHome(), 'sessions'), description: "Where DSH keeps session logs, read to catch up after a restart: stock DSH's sessions/ under the DSH home (zstd logs are read as they are). Set it when a patch moves `session-persistence-jsonl`'s root." },
   routeToken: { type: 'string', default: '', description: "Bearer token admitting callers of the tavern-mode route (empty: loopback only)." },
   hostVersion: { type: 'string', default: '', description: 'The DSH release (default: read from the running launcher), reported to the bridge; releases known not to work are refused.' },
   restarts: { type: 'number', default: 3, description: 'How often a bridge that dies is started again before AgentTavern turns itself off.' },

@@ -254,18 +254,9 @@ async fn status(stores: &dyn AllStores, only: Option<&SessionId>) -> Result<Repo
     Ok(Report::new(text, json!({ "sessions": items })))
 }
 
-/// The host's log of `session`: `<root>/<any>/<session>/session.jsonl`.
+/// The host's log of `session`: `<root>/<any>/<session>/session.jsonl[.zstd]`.
 fn session_log_exists(root: &Path, session: &SessionId) -> bool {
-    std::fs::read_dir(root)
-        .map(|rd| {
-            rd.filter_map(Result::ok).any(|e| {
-                e.path()
-                    .join(session.as_str())
-                    .join("session.jsonl")
-                    .is_file()
-            })
-        })
-        .unwrap_or(false)
+    tavern_dsh_adapter::dsh::session_log::find(root, session.as_str()).is_some()
 }
 
 async fn replay(ctx: &Context, session: &SessionId, root: &Path) -> Result<Report, CliError> {
@@ -275,7 +266,7 @@ async fn replay(ctx: &Context, session: &SessionId, root: &Path) -> Result<Repor
     }
     if !session_log_exists(root, session) {
         return Err(CliError::NotFound(format!(
-            "no session log of {session} under {label} (looked for {label}/*/{session}/session.jsonl)"
+            "no session log of {session} under {label} (looked for {label}/*/{session}/session.jsonl and session.jsonl.zstd)"
         )));
     }
     let stores = backend::open(ctx, false).await?.stores();

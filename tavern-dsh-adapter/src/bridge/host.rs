@@ -14,6 +14,8 @@ use tavern_store::fs::FileStamp;
 use tavern_projector::HostEvent;
 use tavern_runtime::{AgentMount, HostError, HostPort, LoggedEvent, TavernLogEvent};
 
+use crate::dsh::session_log;
+
 use crate::dsh::event::decode_logged;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -163,15 +165,9 @@ impl BridgeHost {
         lock(&self.mounts).get(agent).cloned()
     }
 
-    /// Finds `<root>/<anything>/<session>/session.jsonl` (DSH's raw JSONL layout).
+    /// Finds `<root>/<project>/<session>/session.jsonl[.zstd]` (DSH's layout).
     fn log_file(root: &Path, session: &SessionId) -> Option<PathBuf> {
-        for entry in std::fs::read_dir(root).ok()?.filter_map(Result::ok) {
-            let candidate = entry.path().join(session.as_str()).join("session.jsonl");
-            if candidate.is_file() {
-                return Some(candidate);
-            }
-        }
-        None
+        crate::dsh::session_log::find(root, session.as_str())
     }
 }
 
@@ -261,30 +257,37 @@ fn read_log(path: &Path, tail: Option<Tail>, after: Option<u64>) -> Result<LogRe
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes)
         .map_err(|e| e.kind().to_string())?;
+    // Stock DSH compresses each append batch as a zstd frame of whole lines; the next read
+    // starts after the last whole frame.
+    let (bytes, consumed) = if session_log::is_zstd(path) {
+        let decoded = session_log::decode_frames(&bytes)?;
+        (decoded.text, decoded.consumed)
+    } else {
+        let complete = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        (bytes, complete as u64)
+    };
     let complete = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
     let mut events = Vec::new();
     for line in bytes[..complete].split(|b| *b == b'\n') {
         let Ok(v) = serde_json::from_slice::<Value>(line) else {
             continue;
         };
-        if let Some(seq) = v.get("seq").and_then(Value::as_u64) {
+        for (seq, event) in session_log::expand_row(v) {
             last_seq = Some(last_seq.map_or(seq, |l: u64| l.max(seq)));
-            events.push((seq, v));
+            events.push((seq, event));
         }
     }
     // A last line without its newline yet counts when it parses, but the next read starts
     // before it again.
     if let Ok(v) = serde_json::from_slice::<Value>(&bytes[complete..]) {
-        if let Some(seq) = v.get("seq").and_then(Value::as_u64) {
-            events.push((seq, v));
-        }
+        events.extend(session_log::expand_row(v));
     }
     Ok(LogRead {
         events,
         tail: Tail {
             path: path.to_path_buf(),
             stamp,
-            offset: offset + complete as u64,
+            offset: offset + consumed,
             last_seq,
         },
         incremental: start.is_some(),

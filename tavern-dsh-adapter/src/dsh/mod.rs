@@ -2,6 +2,7 @@
 //! envelope and the facts of the releases it runs on. Nothing outside this crate knows them.
 
 pub mod event;
+pub mod session_log;
 
 use tavern_core::HostFacts;
 
