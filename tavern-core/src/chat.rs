@@ -24,6 +24,122 @@ pub enum SendDate {
     Text(String),
 }
 
+impl SendDate {
+    /// The moment as epoch milliseconds: milliseconds as they are; text in SillyTavern's
+    /// forms — `September 19, 2024 8:03pm` (the writer's local time, read with `zone`), ISO
+    /// `2024-09-19T20:03:29.118Z` (local time when it names no zone), or digits of
+    /// milliseconds. `None` for text in no form it knows.
+    pub fn millis(&self, zone: &dyn crate::UtcOffsets) -> Option<i64> {
+        let text = match self {
+            Self::Millis(ms) => return Some(*ms),
+            Self::Text(t) => t.trim(),
+        };
+        if !text.is_empty() && text.len() <= 16 && text.bytes().all(|b| b.is_ascii_digit()) {
+            return text.parse().ok();
+        }
+        let (local, explicit) =
+            parse_iso(text).or_else(|| parse_humanized(text).map(|l| (l, None)))?;
+        Some(match explicit {
+            Some(offset_ms) => local - offset_ms,
+            // Local time: the offset at that moment (the offset barely moves in a day, so the
+            // guess from the local reading is right outside the hour a clock changes).
+            None => local - i64::from(zone.minutes_at(crate::Timestamp(local))) * 60_000,
+        })
+    }
+}
+
+/// `YYYY-MM-DD[T ]HH:MM[:SS[.fff]][Z|±hh:mm]`: (local milliseconds as if UTC, the explicit
+/// offset in milliseconds when one is written).
+fn parse_iso(text: &str) -> Option<(i64, Option<i64>)> {
+    let b = text.as_bytes();
+    if b.len() < 16
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !matches!(b[10], b'T' | b' ')
+        || b[13] != b':'
+    {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let s = text.get(r)?;
+        s.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| s.parse().ok())?
+    };
+    let (year, month, day, hour, minute) = (
+        num(0..4)?,
+        num(5..7)?,
+        num(8..10)?,
+        num(11..13)?,
+        num(14..16)?,
+    );
+    let mut rest = &text[16..];
+    let mut ms = 0i64;
+    if let Some(r) = rest.strip_prefix(':') {
+        let secs: String = r.chars().take_while(char::is_ascii_digit).collect();
+        ms += secs.parse::<i64>().ok()? * 1000;
+        rest = &r[secs.len()..];
+        if let Some(r) = rest.strip_prefix('.') {
+            let frac: String = r.chars().take_while(char::is_ascii_digit).collect();
+            let first3: String = frac.chars().chain("000".chars()).take(3).collect();
+            ms += first3.parse::<i64>().ok()?;
+            rest = &r[frac.len()..];
+        }
+    }
+    let local = civil_millis(year, month, day, hour, minute)? + ms;
+    let explicit = match rest {
+        "" => None,
+        "Z" | "z" => Some(0),
+        zone => Some(i64::from(crate::FixedOffset::parse(zone)?.0) * 60_000),
+    };
+    Some((local, explicit))
+}
+
+/// SillyTavern's `humanizedDateTime` reading: `September 19, 2024 8:03pm` (also `8:03 pm`,
+/// `20:03`), local milliseconds as if UTC.
+fn parse_humanized(text: &str) -> Option<i64> {
+    let mut words = text.split([' ', ',']).filter(|w| !w.is_empty());
+    let month_word = words.next()?;
+    let month = crate::calendar::MONTHS.iter().position(|m| {
+        m.eq_ignore_ascii_case(month_word)
+            || (month_word.len() >= 3 && m[..3].eq_ignore_ascii_case(month_word))
+    })?;
+    let day: i64 = words.next()?.parse().ok()?;
+    let year: i64 = words.next()?.parse().ok()?;
+    let clock: String = words.collect::<Vec<_>>().concat().to_ascii_lowercase();
+    let (clock, pm) = match (clock.strip_suffix("pm"), clock.strip_suffix("am")) {
+        (Some(c), _) => (c.to_owned(), Some(true)),
+        (_, Some(c)) => (c.to_owned(), Some(false)),
+        _ => (clock, None),
+    };
+    let (h, m) = clock.split_once(':')?;
+    let (mut hour, minute): (i64, i64) = (h.parse().ok()?, m.parse().ok()?);
+    match pm {
+        Some(true) if hour < 12 => hour += 12,
+        Some(false) if hour == 12 => hour = 0,
+        _ => {}
+    }
+    civil_millis(year, i64::try_from(month + 1).ok()?, day, hour, minute)
+}
+
+/// Milliseconds of a civil date and time read as UTC; `None` out of range.
+fn civil_millis(year: i64, month: i64, day: i64, hour: i64, minute: i64) -> Option<i64> {
+    if !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || !(0..24).contains(&hour)
+        || !(0..60).contains(&minute)
+        || !(0..=9999).contains(&year)
+    {
+        return None;
+    }
+    let days = crate::calendar::days_from_civil(
+        year,
+        u32::try_from(month).ok()?,
+        u32::try_from(day).ok()?,
+    );
+    Some(days * 86_400_000 + hour * 3_600_000 + minute * 60_000)
+}
+
 /// One line of a chat: its original text and its parsed object.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatLine {
@@ -338,6 +454,39 @@ pub fn header_line(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn send_dates_in_every_sillytavern_form_become_moments() {
+        use crate::FixedOffset;
+        let utc = FixedOffset(0);
+        let beijing = FixedOffset(480);
+        // 2024-09-19 20:03 UTC.
+        let at = 1_726_776_180_000;
+        let text = |t: &str| SendDate::Text(t.to_owned());
+        assert_eq!(SendDate::Millis(5).millis(&utc), Some(5));
+        assert_eq!(text("September 19, 2024 8:03pm").millis(&utc), Some(at));
+        // Written in Beijing, local time: eight hours earlier in UTC.
+        assert_eq!(text("September 20, 2024 4:03am").millis(&beijing), Some(at));
+        assert_eq!(text("Sep 19, 2024 8:03 PM").millis(&utc), Some(at));
+        assert_eq!(
+            text("September 19, 2024 12:00am").millis(&utc),
+            Some(at - 20 * 3_600_000 - 180_000)
+        );
+        assert_eq!(text("2024-09-19T20:03:00.000Z").millis(&beijing), Some(at));
+        assert_eq!(text("2024-09-20T04:03:00+08:00").millis(&utc), Some(at));
+        assert_eq!(text("2024-09-19 20:03").millis(&utc), Some(at));
+        assert_eq!(text("1726776180000").millis(&utc), Some(at));
+        for bad in [
+            "",
+            "yesterday",
+            "Smarch 3, 2024 1:00pm",
+            "2024-13-01T00:00Z",
+            "September 19, 2024 25:00",
+        ] {
+            assert_eq!(text(bad).millis(&utc), None, "{bad}");
+        }
+    }
+
     use super::*;
 
     #[test]

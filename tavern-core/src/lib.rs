@@ -39,5 +39,5 @@ pub use record::{
 };
 pub use revision::Revision;
 pub use scope::{Scope, ScopeKey, WritePolicy};
-pub use time::Timestamp;
+pub use time::{FixedOffset, Timestamp, UtcOffsets};
 pub use tokens::{DefaultTokenEstimator, TokenEstimator};

@@ -165,11 +165,12 @@ fn macro_value(
         "time" => return Some(time_of_day(local(ctx))),
         "date" => return Some(date(local(ctx))),
         "weekday" => return Some(weekday(local(ctx))),
+        // SillyTavern says "just now" when the chat has no earlier user message.
         "idle_duration" => {
-            let idle = ctx
-                .last_user_message
-                .map_or(0, |t| ctx.now.0.saturating_sub(t.0));
-            return Some(humanize(idle));
+            return Some(ctx.last_user_message.map_or_else(
+                || "just now".to_owned(),
+                |t| humanize(ctx.now.0.saturating_sub(t.0)),
+            ));
         }
         _ => {}
     }

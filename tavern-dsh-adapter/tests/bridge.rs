@@ -934,3 +934,83 @@ fn a_session_continues_an_existing_sillytavern_chat_in_the_users_folder() {
         "a mistyped chat id creates nothing"
     );
 }
+
+/// `{{time}}` shows the user's local time: `--utc-offset local` (the default) follows the
+/// system's zone (`TZ`), a fixed offset overrides it, and a bad value is refused at start.
+#[test]
+fn time_macros_follow_the_users_zone() {
+    let dir = tempfile::tempdir().unwrap();
+    let assets_dir = dir.path().join("assets");
+    std::fs::create_dir_all(assets_dir.join("characters")).unwrap();
+    let card = json!({"spec": "chara_card_v2", "spec_version": "2.0",
+        "data": {"name": "Mira", "description": "", "scenario": "{{time}}"}});
+    std::fs::write(assets_dir.join("characters/Mira.json"), card.to_string()).unwrap();
+    // The minutes past midnight `{{time}}` shows, for a bridge in `tz` with `extra` flags.
+    let shown = |n: usize, tz: &str, extra: &[&str]| -> i64 {
+        let data = dir.path().join(format!("data-{n}"));
+        let mut args = vec![
+            "--data",
+            data.to_str().unwrap(),
+            "--assets",
+            assets_dir.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let mut child = Command::new(BRIDGE)
+            .args(&args)
+            .env("TZ", tz)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut p = Peer {
+            input: child.stdin.take().unwrap(),
+            output: BufReader::new(child.stdout.take().unwrap()),
+            child,
+        };
+        p.call(1, "handshake", json!({"protocol": 1}));
+        p.call(
+            2,
+            "agent/created",
+            json!({"agent": "s1", "bind": {"character": "Mira", "chatId": "Mira - 1"}}),
+        );
+        let got = p.call(
+            3,
+            "tool/call",
+            json!({"tool": "tavern_character_get", "args": {"fields": ["scenario"]}, "callId": "c1", "session": "s1"}),
+        );
+        p.finish();
+        let text = got["result"]["fields"]["scenario"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let (clock, half) = text.split_once(' ').unwrap();
+        let (h, m) = clock.split_once(':').unwrap();
+        let h: i64 = h.parse::<i64>().unwrap() % 12 + if half == "PM" { 12 } else { 0 };
+        h * 60 + m.parse::<i64>().unwrap()
+    };
+    let apart = |a: i64, b: i64| (b - a).rem_euclid(24 * 60);
+    let utc = shown(1, "UTC", &[]);
+    // Kathmandu is UTC+5:45 all year; a minute may turn between the two bridges.
+    let kathmandu = shown(2, "Asia/Kathmandu", &[]);
+    assert!(
+        matches!(apart(utc, kathmandu), 345 | 346),
+        "{utc} vs {kathmandu}"
+    );
+    let fixed = shown(3, "Asia/Kathmandu", &["--utc-offset", "-03:00"]);
+    assert!(matches!(apart(fixed, utc), 180 | 181), "{utc} vs {fixed}");
+
+    let bad = Command::new(BRIDGE)
+        .args([
+            "--data",
+            dir.path().join("d").to_str().unwrap(),
+            "--utc-offset",
+            "Mars/Olympus",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("--utc-offset \"Mars/Olympus\""), "{err}");
+}

@@ -50,6 +50,9 @@ pub struct RuntimeConfig {
     /// [`tavern_projector::ProjectorConfig::checkpoint_every_event`]); off by default, on to
     /// measure the old behaviour.
     pub checkpoint_every_event: bool,
+    /// The user's offset from UTC, for SillyTavern's time macros (UTC by default; a program
+    /// passes the system's zone).
+    pub zone: Arc<dyn tavern_core::UtcOffsets>,
 }
 
 impl Default for RuntimeConfig {
@@ -60,6 +63,7 @@ impl Default for RuntimeConfig {
             tavern_mode: TavernModePreset::default(),
             ranker: RankerRef::default(),
             checkpoint_every_event: false,
+            zone: Arc::new(tavern_core::FixedOffset(0)),
         }
     }
 }
@@ -123,6 +127,7 @@ impl Runtime {
             assets: assets.clone(),
             history: Default::default(),
             ranker: config.ranker.clone(),
+            zone: config.zone.clone(),
         };
         let speakers = Arc::new(ChatSpeakers {
             stores: stores.clone(),
@@ -288,8 +293,9 @@ impl Runtime {
                 Ok(Some(card)) => match card.field("first_mes").filter(|g| !g.trim().is_empty()) {
                     // Written substituted, as SillyTavern saves a greeting.
                     Some(text) => {
-                        let macros =
+                        let mut macros =
                             card.macros(&persona, chat.as_str(), now, now.0.unsigned_abs());
+                        macros.utc_offset_minutes = self.config.zone.minutes_at(now);
                         Some(tavern_core::macros::substitute(text, &macros))
                     }
                     None => None,

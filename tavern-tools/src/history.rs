@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde_json::{json, Value};
 use tavern_core::calendar::{day_words as day_words_of, MONTHS};
 use tavern_core::chat::{ChatLine, SendDate};
-use tavern_core::{CharacterName, ChatId, DefaultTokenEstimator, TokenEstimator};
+use tavern_core::{CharacterName, ChatId, DefaultTokenEstimator, Timestamp, TokenEstimator};
 use tavern_search::rank::Candidate as RankCandidate;
 use tavern_search::{query_tokens, Bm25Index, RankerRef};
 use tavern_store::{ChatChange, ChatFile, ChatStore, StoreError};
@@ -56,6 +56,7 @@ struct Message {
     date_end: usize,
     date: Date,
     is_user: bool,
+    is_system: bool,
 }
 
 /// How a message's send date was written.
@@ -83,6 +84,7 @@ impl Message {
             date_end: text.len() + date_text.len(),
             date,
             is_user: line.is_user(),
+            is_system: line.is_system(),
         }
     }
 
@@ -215,6 +217,29 @@ impl HistoryIndex {
         }
         let doc = u32::try_from(i).unwrap_or(u32::MAX);
         self.index.insert_fields(doc, 0, &fields);
+    }
+
+    /// When the user last wrote before the chat's newest message — what SillyTavern's
+    /// `{{idle_duration}}` counts from: skipping system messages, the newest user message
+    /// older than the newest message. `None` (SillyTavern says "just now") when there is
+    /// none or its date cannot be read.
+    pub fn previous_user_message(&self, zone: &dyn tavern_core::UtcOffsets) -> Option<Timestamp> {
+        let mut past_newest = false;
+        for m in self.messages.iter().rev() {
+            if m.is_system {
+                continue;
+            }
+            if m.is_user && past_newest {
+                let date = match m.date {
+                    Date::None => return None,
+                    Date::Millis(ms) => SendDate::Millis(ms),
+                    Date::Text => SendDate::Text(m.date_text().to_owned()),
+                };
+                return date.millis(zone).map(Timestamp);
+            }
+            past_newest = true;
+        }
+        None
     }
 
     /// Appends messages (chat lines other than the header), re-indexing the message before

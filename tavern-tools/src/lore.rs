@@ -232,6 +232,10 @@ pub struct MacroValues {
     pub personality: String,
     /// Now, in epoch milliseconds.
     pub now_ms: i64,
+    /// The user's offset from UTC now, in minutes.
+    pub utc_offset_minutes: i32,
+    /// When the user wrote before the chat's newest message (`{{idle_duration}}`).
+    pub last_user_ms: Option<i64>,
     /// The chat `{{pick}}` is stable in.
     pub chat: String,
 }
@@ -248,8 +252,8 @@ impl LoreContext {
             scenario: &m.scenario,
             personality: &m.personality,
             now: tavern_core::Timestamp(m.now_ms),
-            utc_offset_minutes: 0,
-            last_user_message: None,
+            utc_offset_minutes: m.utc_offset_minutes,
+            last_user_message: m.last_user_ms.map(tavern_core::Timestamp),
             chat: &m.chat,
             seed: u64::try_from(m.now_ms).unwrap_or(0),
         }

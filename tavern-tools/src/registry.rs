@@ -34,6 +34,9 @@ pub struct ToolServices {
     /// The ranker memory, history and lore searches hand their lexical candidates through
     /// ([`tavern_search::rank`]; lexical by default).
     pub ranker: RankerRef,
+    /// The user's offset from UTC (`{{time}}`, `{{date}}`, and SillyTavern's local-time send
+    /// dates for `{{idle_duration}}`); UTC by default.
+    pub zone: Arc<dyn tavern_core::UtcOffsets>,
 }
 
 impl std::fmt::Debug for ToolServices {

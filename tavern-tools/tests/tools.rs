@@ -126,6 +126,7 @@ fn services(
         assets: Arc::new(assets),
         history: Default::default(),
         ranker: Default::default(),
+        zone: std::sync::Arc::new(tavern_core::FixedOffset(0)),
     }
 }
 
@@ -2017,4 +2018,106 @@ async fn a_cardless_session_reads_the_persona_and_its_chat_date() {
         "{scene}"
     );
     assert_eq!(scene["chat"]["messageCount"], 2);
+}
+
+/// #29 item 4: `{{idle_duration}}` counts from the user's message before the chat's newest one,
+/// read from SillyTavern's local-time send dates in the user's zone, and `{{time}}`/`{{date}}`
+/// show the user's local time (card fields and the scene; lore reads the same values).
+#[tokio::test]
+async fn idle_duration_and_local_time_follow_the_chat_and_the_users_zone() {
+    // 2026-12-03 15:05 UTC: 23:05 in Beijing, a Thursday.
+    let clock = Arc::new(ManualClock::new(Timestamp(1_796_310_300_000)));
+    let store = Arc::new(MemStore::new(clock.clone()));
+    let mut assets = MemAssets::default();
+    // The smallest card SillyTavern writes (spec v2), its scenario using the time macros.
+    let card = json!({"spec": "chara_card_v2", "spec_version": "2.0", "data": {
+        "name": "Mira", "description": "A lantern keeper.",
+        "scenario": "{{user}} was away {{idle_duration}}; it is {{time}}, {{weekday}} {{date}}."}});
+    assets.cards.insert(
+        "Mira".into(),
+        Card::from_json("Mira", card.to_string().as_bytes())
+            .unwrap()
+            .into(),
+    );
+    assets.persona = Persona {
+        name: "白羽".into(),
+        description: String::new(),
+    };
+    let mut services = services(&store, assets);
+    services.zone = Arc::new(tavern_core::FixedOffset(480));
+    let (mira, chat) = (
+        CharacterName::parse("Mira").unwrap(),
+        ChatId::parse("Mira - 1").unwrap(),
+    );
+    let lines: Vec<_> = [
+        r#"{"user_name":"白羽","character_name":"Mira","create_date":"2026-11-30@20h00m00s","chat_metadata":{}}"#,
+        // Written in Beijing on December 1 at 9:00 (01:00 UTC), 2 days 14 hours ago.
+        r#"{"name":"白羽","is_user":true,"is_system":false,"send_date":"December 1, 2026 9:00am","mes":"Goodnight."}"#,
+        r#"{"name":"Mira","is_user":false,"is_system":false,"send_date":"December 1, 2026 9:01am","mes":"Sleep well."}"#,
+        r#"{"name":"System","is_user":false,"is_system":true,"send_date":"December 3, 2026 11:04pm","mes":"(a note)"}"#,
+        // The newest message, just sent: not what idle time counts from.
+        r#"{"name":"白羽","is_user":true,"is_system":false,"send_date":"December 3, 2026 11:05pm","mes":"I'm back."}"#,
+    ]
+    .iter()
+    .map(|l| tavern_core::chat::ChatLine::parse(l).unwrap())
+    .collect();
+    store
+        .rewrite_chat(&mira, &chat, &lines, None)
+        .await
+        .unwrap();
+    let state = json!({"sessionBindings": {"s1": {"character": "Mira", "chatId": "Mira - 1", "architecture": "agent-tavern", "contextMode": "dsh-native"}}});
+    let h = Harness {
+        registry: ToolRegistry::new(services, ToolLimits::default()),
+        store,
+        state: normalize_state(&state).0,
+        clock,
+        turn: 1,
+    };
+    let want = "白羽 was away 3 days; it is 11:05 PM, Thursday December 3, 2026.";
+    let card = h
+        .ok(
+            "s1",
+            "tavern_character_get",
+            json!({"fields": ["scenario"]}),
+        )
+        .await;
+    assert_eq!(card["fields"]["scenario"], want, "{card}");
+    let scene = h.ok("s1", "tavern_scene_get", json!({})).await;
+    assert_eq!(scene["scenario"], want, "{scene}");
+
+    // A chat with no earlier user message: SillyTavern's "just now".
+    let fresh = ChatId::parse("Mira - 1").unwrap();
+    let only = vec![lines[0].clone(), lines[4].clone()];
+    let rev = h.store.chat_revision(&mira, &fresh).await.unwrap();
+    h.store
+        .rewrite_chat(&mira, &fresh, &only, rev.as_ref())
+        .await
+        .unwrap();
+    let card = h
+        .ok(
+            "s1",
+            "tavern_character_get",
+            json!({"fields": ["scenario"]}),
+        )
+        .await;
+    assert!(
+        card["fields"]["scenario"]
+            .as_str()
+            .unwrap()
+            .starts_with("白羽 was away just now;"),
+        "{card}"
+    );
+}
+
+/// Newer SillyTavern writes `"user_name": "unused"` in a chat's header: the scene names the
+/// chat's persona, never "unused".
+#[tokio::test]
+async fn scene_user_is_the_persona_when_the_header_says_unused() {
+    let h = harness().await;
+    h.set_main_header(
+        r#"{"user_name":"unused","character_name":"unused","create_date":"2024-09-19@20h03m29s","chat_metadata":{}}"#,
+    )
+    .await;
+    let v = h.ok("s1", "tavern_scene_get", json!({})).await;
+    assert_eq!(v["user"], "白羽", "{v}");
 }

@@ -49,6 +49,7 @@ export const settings = {
   assets: { type: 'string', default: () => join(dshHome(), 'agent-tavern-assets'), description: 'A SillyTavern-style folder with characters/ and worlds/.' },
   user: { type: 'string', default: 'User', description: "The user's display name in chats (a SillyTavern settings.json in assets with personas wins over it)." },
   personaDescription: { type: 'string', default: '', description: "The user's persona description, for a setup without a SillyTavern settings.json in assets." },
+  utcOffset: { type: 'string', default: '', description: "The user's time zone for SillyTavern's time macros ({{time}}, {{date}}, {{idle_duration}}): a fixed offset such as +08:00; empty: the system's zone." },
   worlds: { type: 'array', default: () => [], description: 'World books active in every chat (names under assets/worlds).' },
   character: { type: 'string', default: '', description: 'Bind new sessions whose id matches bindPattern to a chat with this character (empty: bind nothing).' },
   chat: { type: 'string', default: '', description: "Continue this existing chat of `character` (a SillyTavern chat id, e.g. 'Seraphina - 2024-09-19@20h03m29s') in new sessions instead of starting a chat per session; the session's messages are appended to it. Empty: a new chat per session." },
@@ -114,6 +115,7 @@ function startBridge(path, config, logger, onExit) {
   if (config.assets && existsSync(config.assets)) args.push('--assets', config.assets)
   if (config.chatFolder && !store) args.push('--chat-folder', config.chatFolder)
   for (const world of config.worlds ?? []) args.push('--world', world)
+  if (config.utcOffset) args.push('--utc-offset', config.utcOffset)
   const env = store ? { ...process.env, TAVERN_STORE: store } : process.env
   const child = spawn(path, args, { stdio: ['pipe', 'pipe', 'inherit'], env })
   const pending = new Map()

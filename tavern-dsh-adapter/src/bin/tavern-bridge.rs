@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
-use tavern_core::{CharacterName, ChatId, SessionId};
+use tavern_core::{CharacterName, ChatId, FixedOffset, SessionId, Timestamp, UtcOffsets};
 use tavern_dsh_adapter::bridge::host::BridgeHost;
 use tavern_dsh_adapter::bridge::{Bridge, BridgeConfig, DEFAULT_MAX_FRAME_BYTES};
 use tavern_dsh_adapter::{Runtime, RuntimeConfig};
@@ -79,6 +79,17 @@ struct Common {
     /// same folder as --assets.
     #[arg(long, value_name = "DIR", global = true)]
     chat_folder: Option<PathBuf>,
+    /// The user's time zone for SillyTavern's time macros (`{{time}}`, `{{date}}`,
+    /// `{{idle_duration}}`): `local` (the system's zone, daylight saving time included) or a
+    /// fixed offset such as `+08:00`, `-05:30`, `UTC`.
+    #[arg(
+        long,
+        value_name = "ZONE",
+        default_value = "local",
+        allow_hyphen_values = true,
+        global = true
+    )]
+    utc_offset: String,
     /// The largest card or world book file read from `--assets`, in MiB; a larger one is
     /// refused by name, never read (the largest real card seen is about 2 MiB).
     #[arg(long, value_name = "MIB", default_value_t = DEFAULT_MAX_ASSET_BYTES / (1024 * 1024), global = true)]
@@ -134,6 +145,38 @@ fn assets(common: &Common) -> Result<Arc<dyn AssetProvider>, String> {
         DirAssets::new(dir, common.worlds.clone(), persona)
             .with_max_bytes(common.max_asset_mib.saturating_mul(1024 * 1024)),
     ))
+}
+
+/// The system's zone (the `TZ` variable, else `/etc/localtime`), asked per moment so
+/// daylight saving time comes out right.
+#[derive(Debug)]
+struct SystemZone;
+
+impl UtcOffsets for SystemZone {
+    fn minutes_at(&self, at: Timestamp) -> i32 {
+        use chrono::{Offset, TimeZone};
+        chrono::DateTime::from_timestamp_millis(at.0).map_or(0, |utc| {
+            chrono::Local
+                .offset_from_utc_datetime(&utc.naive_utc())
+                .fix()
+                .local_minus_utc()
+                / 60
+        })
+    }
+}
+
+/// `--utc-offset`: `local` or a fixed offset.
+fn zone(text: &str) -> Result<Arc<dyn UtcOffsets>, String> {
+    if text.trim().eq_ignore_ascii_case("local") {
+        return Ok(Arc::new(SystemZone));
+    }
+    FixedOffset::parse(text)
+        .map(|z| Arc::new(z) as Arc<dyn UtcOffsets>)
+        .ok_or_else(|| {
+            format!(
+                "--utc-offset {text:?}: expected `local` or an offset such as +08:00, -05:30, UTC"
+            )
+        })
 }
 
 /// The store the command line names: PostgreSQL with `--store`, else the files under `--data`.
@@ -199,6 +242,7 @@ async fn run(cli: Cli) -> Result<(), String> {
     let host = Arc::new(BridgeHost::default());
     let config = RuntimeConfig {
         user_name: cli.common.user.clone(),
+        zone: zone(&cli.common.utc_offset)?,
         ..RuntimeConfig::default()
     };
     let runtime = Runtime::new(host.clone(), store.clone(), assets, clock, config);

@@ -346,6 +346,7 @@ fn new_bench(root: &std::path::Path, bindings: Value) -> Result<Bench> {
         assets: Arc::new(MemAssets::default()),
         history: Default::default(),
         ranker: Default::default(),
+        zone: std::sync::Arc::new(tavern_core::FixedOffset(0)),
     };
     let limits = ToolLimits::default();
     Ok(Bench {

@@ -234,6 +234,31 @@ fn seed_of(call_id: &str) -> u64 {
     h.finish()
 }
 
+/// What SillyTavern's time macros read for this call: the user's offset from UTC now, and
+/// when the user wrote before the chat's newest message (`{{idle_duration}}`), from the chat's
+/// cached history index (the one `tavern_history_search` keeps up to date incrementally).
+async fn macro_times(
+    svc: &ToolServices,
+    ctx: &ToolContext,
+) -> (i32, Option<tavern_core::Timestamp>) {
+    let offset = svc.zone.minutes_at(ctx.now());
+    let target = ctx.binding().target();
+    let zone = svc.zone.clone();
+    let last = svc
+        .history
+        .with_index(
+            &*svc.chats,
+            &target.character,
+            &target.chat_id,
+            move |index, _| index.previous_user_message(&*zone),
+        )
+        .await
+        .ok()
+        .flatten()
+        .flatten();
+    (offset, last)
+}
+
 async fn card(svc: &ToolServices, ctx: &ToolContext) -> Result<Arc<Card>, ToolError> {
     let character = &ctx.binding().target().character;
     svc.assets
@@ -397,7 +422,8 @@ impl TypedTool for CharacterGet {
         let chat = target.chat_id.to_string();
         // SillyTavern's macros, as it substitutes them before the model sees card text.
         let seed = seed_of(ctx.call_id());
-        let macros = match &card {
+        let (utc_offset_minutes, last_user_message) = macro_times(svc, ctx).await;
+        let mut macros = match &card {
             Some(card) => card.macros(&persona, &chat, ctx.now(), seed),
             None => macros::MacroContext {
                 character: target.character.as_str(),
@@ -413,6 +439,8 @@ impl TypedTool for CharacterGet {
                 seed,
             },
         };
+        macros.utc_offset_minutes = utc_offset_minutes;
+        macros.last_user_message = last_user_message;
         let sub = |text: &str| macros::substitute(text, &macros);
         let members = if wanted.contains(&"group_members") {
             group_members(svc, ctx).await?
@@ -600,6 +628,7 @@ impl TypedTool for LoreSearch {
         let field = |name: &str| {
             macros::value_head(card.as_ref().and_then(|c| c.field(name)).unwrap_or("")).to_owned()
         };
+        let (utc_offset_minutes, last_user_message) = macro_times(svc, ctx).await;
         let who = LoreContext {
             character: card
                 .as_ref()
@@ -619,6 +648,8 @@ impl TypedTool for LoreSearch {
                 scenario: field("scenario"),
                 personality: field("personality"),
                 now_ms: ctx.now().0,
+                utc_offset_minutes,
+                last_user_ms: last_user_message.map(|t| t.0),
                 chat: ctx.binding().target().chat_id.to_string(),
             },
         };
@@ -749,11 +780,15 @@ impl TypedTool for SceneGet {
         // budget-sized head of it.
         let chat_name = target.chat_id.to_string();
         let seed = seed_of(ctx.call_id());
+        let (utc_offset_minutes, last_user_message) = macro_times(svc, ctx).await;
         let shown = |text: &str, tokens: usize| -> (String, bool) {
             let (head, long) = macro_head(text, tokens.saturating_add(1).saturating_mul(16));
             let text = match &card {
                 Some(c) => {
-                    macros::substitute(head, &c.macros(&persona, &chat_name, ctx.now(), seed))
+                    let mut m = c.macros(&persona, &chat_name, ctx.now(), seed);
+                    m.utc_offset_minutes = utc_offset_minutes;
+                    m.last_user_message = last_user_message;
+                    macros::substitute(head, &m)
                 }
                 None => head.to_owned(),
             };
@@ -787,9 +822,11 @@ impl TypedTool for SceneGet {
             .filter(|c| c.1)
             .map(|c| c.0)
             .collect();
+        // Newer SillyTavern writes `"user_name": "unused"` in headers: the persona decides.
         let user = header
             .get("user_name")
             .and_then(Value::as_str)
+            .filter(|n| !n.trim().is_empty() && *n != "unused")
             .map_or(persona.name.clone(), str::to_owned);
         Ok(SceneOut {
             character: target.character.to_string(),
