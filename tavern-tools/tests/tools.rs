@@ -512,6 +512,31 @@ async fn a_group_session_gets_its_members_note_and_chat_book() {
         .await;
     let members = v["fields"]["group_members"].as_array().unwrap();
     assert_eq!(members.len(), 8);
+    // A member's card, by the name group_members gives; macros say that member.
+    h.state = bind("g1", "Party", "p");
+    let megumin = h
+        .ok(
+            "g1",
+            "tavern_character_get",
+            json!({"member": "megumin", "fields": ["name", "description"]}),
+        )
+        .await;
+    assert_eq!(megumin["fields"]["name"], "Megumin", "{megumin}");
+    let description = megumin["fields"]["description"].as_str().unwrap();
+    assert!(
+        !description.is_empty() && !description.contains("{{char}}"),
+        "{description}"
+    );
+    let e = h
+        .err("g1", "tavern_character_get", json!({"member": "Aqua"}))
+        .await;
+    assert_eq!(e.code(), "invalid-arguments");
+    assert!(e.to_string().contains("members: Seraphina, Megumin"), "{e}");
+    // Outside a group chat there are no members to name.
+    let e = h
+        .err("s1", "tavern_character_get", json!({"member": "Megumin"}))
+        .await;
+    assert!(e.to_string().contains("not a group chat"), "{e}");
     assert_eq!(
         members[1],
         json!({"name": "Tony Stark_1", "character": "Tony Stark_1", "muted": true, "card": false})

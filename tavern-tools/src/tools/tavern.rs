@@ -82,6 +82,10 @@ pub(crate) struct CharacterArgs {
     #[schemars(length(min = 1, max = 15))]
     fields: Option<Vec<Field>>,
     max_tokens: Option<usize>,
+    /// In a group chat: read this member's card instead (a `name` or `character` from
+    /// `group_members`).
+    #[schemars(length(min = 1, max = 200))]
+    member: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -354,6 +358,42 @@ async fn group_members(svc: &ToolServices, ctx: &ToolContext) -> Result<Value, T
     Ok(json!(out))
 }
 
+/// The card of `member` of the session's group (its display name or character id, in any
+/// case), as `group_members` lists them.
+async fn member_card(
+    svc: &ToolServices,
+    ctx: &ToolContext,
+    member: &str,
+) -> Result<Arc<Card>, ToolError> {
+    use crate::assets::group::Group;
+    let invalid = |reason: String| ToolError::InvalidArguments {
+        field: "member".into(),
+        reason,
+    };
+    let Some(group) = session_group(svc, ctx).await? else {
+        return Err(invalid("this chat is not a group chat".into()));
+    };
+    let mut names = Vec::new();
+    for avatar in &group.members {
+        let character = Group::member_character(avatar);
+        let Ok(id) = tavern_core::CharacterName::parse(character) else {
+            continue;
+        };
+        let card = svc.assets.card(&id).await.ok().flatten();
+        let name = card.as_ref().map_or(character, |c| c.name()).to_owned();
+        if name.eq_ignore_ascii_case(member) || character.eq_ignore_ascii_case(member) {
+            return card.ok_or_else(|| ToolError::NotFound {
+                what: format!("card of group member {character}"),
+            });
+        }
+        names.push(name);
+    }
+    Err(invalid(format!(
+        "{member:?} is not a member of this group (members: {})",
+        names.join(", ")
+    )))
+}
+
 /// The first line of the session's chat (its header, when it has one): `None` when there is
 /// no chat or it cannot be read — the header only refines what a tool shows.
 async fn chat_head(svc: &ToolServices, ctx: &ToolContext) -> Option<ChatLine> {
@@ -391,7 +431,7 @@ impl TypedTool for CharacterGet {
     type Args = CharacterArgs;
     type Output = CharacterOut;
     const NAME: &'static str = "tavern_character_get";
-    const DESCRIPTION: &'static str = "Read fields of the current character's card, the user's persona or the group members. Long fields are cut to the token budget and listed in truncatedFields.";
+    const DESCRIPTION: &'static str = "Read fields of the current character's card (in a group chat, a member's with `member`), the user's persona or the group members. Long fields are cut to the token budget and listed in truncatedFields.";
     const WRITES: bool = false;
 
     async fn run(
@@ -409,9 +449,13 @@ impl TypedTool for CharacterGet {
         let needs_card = wanted
             .iter()
             .any(|f| !matches!(*f, "persona" | "group_members"));
-        let card = match card(svc, ctx).await {
+        let found = match &a.member {
+            Some(member) => member_card(svc, ctx, member).await,
+            None => card(svc, ctx).await,
+        };
+        let card = match found {
             Ok(card) => Some(card),
-            Err(e) if needs_card => return Err(e),
+            Err(e) if needs_card || a.member.is_some() => return Err(e),
             Err(_) => None,
         };
         let mut left = budget;
