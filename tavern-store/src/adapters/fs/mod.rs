@@ -209,7 +209,7 @@ impl FsStore {
     /// [`FsStore::open`] with options: chats kept in a SillyTavern user folder.
     ///
     /// # Errors
-    /// IO failures creating or reading the root; [`StoreError::InvalidInput`] when the chat
+    /// IO failures creating or reading the root; [`StoreError::Setup`] when the chat
     /// folder named (or the one the store recorded earlier) is not a directory.
     pub fn open_with(
         root: impl AsRef<Path>,
