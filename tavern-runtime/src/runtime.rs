@@ -239,6 +239,15 @@ impl Runtime {
             chat_id: chat.clone(),
             group: false,
         };
+        self.bind_unbound(session, target).await
+    }
+
+    /// Records a new binding for a session that has none; a bound session is a conflict.
+    async fn bind_unbound(
+        &self,
+        session: &SessionId,
+        target: BindingTarget,
+    ) -> Result<SessionBinding, RuntimeError> {
         self.stores
             .update(|state: &mut TavernState| {
                 if state.binding(session).is_some() {
@@ -272,20 +281,7 @@ impl Runtime {
             chat_id: chat.clone(),
             group,
         };
-        let binding = self
-            .stores
-            .update(|state: &mut TavernState| {
-                if state.binding(session).is_some() {
-                    return Err(RuntimeError::Conflict {
-                        session: session.to_string(),
-                        reason: "the session is already bound".into(),
-                    });
-                }
-                let b = SessionBinding::new_for_chat(target.clone(), state);
-                state.set_binding(session.clone(), b.clone());
-                Ok(b)
-            })
-            .await?;
+        let binding = self.bind_unbound(session, target).await?;
         if Self::is_agent_tavern(&binding) {
             let now = self.clock.now();
             let persona = self.speakers.persona(&binding).await;
