@@ -3,6 +3,28 @@
 //!
 //! Nothing in this crate performs IO, reads the clock or the environment, or prints. Callers pass
 //! time in as [`Timestamp`] values so every function here is deterministic.
+//!
+//! # Example
+//!
+//! A host's stored state is normalized before use: a legacy binding keeps the SillyTavern
+//! pipeline, a binding that names `agent-tavern` gets that architecture and its default context
+//! mode, and every repair is reported.
+//!
+//! ```
+//! use serde_json::json;
+//! use tavern_core::{normalize_state, SessionId, TavernArchitecture};
+//!
+//! let (state, diagnostics) = normalize_state(&json!({"sessionBindings": {
+//!     "old": {"character": "Mira", "chatId": "Mira - 2024-01-01"},
+//!     "new": {"character": "Mira", "chatId": "Mira - 1", "architecture": "agent-tavern"},
+//! }}));
+//! let new = state.binding(&SessionId::parse("new")?).expect("the state binds `new`");
+//! assert_eq!(new.architecture(), TavernArchitecture::AgentTavern);
+//! let old = state.binding(&SessionId::parse("old")?).expect("the state binds `old`");
+//! assert_eq!(old.architecture(), TavernArchitecture::St);
+//! assert!(diagnostics.iter().all(|d| !d.message.is_empty()));
+//! # Ok::<(), tavern_core::CoreError>(())
+//! ```
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 #![deny(clippy::print_stdout, clippy::print_stderr)]

@@ -5,6 +5,23 @@
 //! seam every search of AgentTavern — memories, chat history, lore — hands its candidates
 //! through, where another ranker plugs in. No vector database, no randomness: the same texts
 //! and query always give the same scores.
+//!
+//! # Example
+//!
+//! ```
+//! use tavern_search::{query_tokens, Bm25Index};
+//!
+//! let mut index = Bm25Index::new();
+//! index.insert(0, "Mira keeps a cracked compass in her coat.");
+//! index.insert(1, "The village gate closes at dusk.");
+//! index.insert(2, "米拉在雨夜里点亮了灯笼。");
+//! let (hits, matched) = index.top(&query_tokens("where is the compass"), 10);
+//! assert_eq!(hits.first().map(|&(doc, _)| doc), Some(0));
+//! assert_eq!(matched, 1);
+//! // CJK text is indexed as bigrams, so a phrase inside a sentence is found.
+//! let (hits, _) = index.top(&query_tokens("灯笼"), 10);
+//! assert_eq!(hits.first().map(|&(doc, _)| doc), Some(2));
+//! ```
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 #![deny(clippy::print_stdout, clippy::print_stderr)]

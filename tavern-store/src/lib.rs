@@ -9,6 +9,42 @@
 //! [`mem::MemStore`] (strict, in memory, for tests). With the `postgres` feature, `pg::PgStore`
 //! keeps them in a PostgreSQL database shared by many processes and hosts. The `conformance` feature exposes the one
 //! suite both must pass.
+//!
+//! # Example
+//!
+//! Every write names the revision it expects; a stale one is a conflict, never a lost update.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use tavern_core::scope::ScopeKey;
+//! use tavern_core::{CharacterName, MemoryId, MemoryKind, MemorySource, MemoryWrite, SessionId};
+//! use tavern_store::{mem::MemStore, MemoryQuery, MemoryStore, StoreError, SystemClock};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = MemStore::new(Arc::new(SystemClock));
+//! let scope = ScopeKey::Character { character: CharacterName::parse("Mira")? };
+//! let write = MemoryWrite {
+//!     id: MemoryId::parse("compass")?,
+//!     scope: scope.clone(),
+//!     kind: MemoryKind::Semantic,
+//!     content: "Kai carries a cracked compass.".into(),
+//!     tags: Vec::new(),
+//!     importance: 0.7,
+//!     confidence: 0.9,
+//!     source: MemorySource::tool("call-1", SessionId::parse("s1")?, 1),
+//!     expires_at: None,
+//! };
+//! let first = store.put(write.clone(), None, false).await?;
+//! // Creating it again (no expected revision) conflicts with the record that exists.
+//! let again = store.put(write, None, false).await;
+//! assert!(matches!(again, Err(StoreError::Conflict { .. })));
+//!
+//! let found = store.search(&MemoryQuery::new("compass", vec![scope])).await?;
+//! assert_eq!(found.hits[0].record.revision, first.revision);
+//! # Ok(())
+//! # }
+//! ```
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 #![deny(clippy::print_stdout, clippy::print_stderr)]
