@@ -10,7 +10,16 @@ fn run(bin: &str) -> String {
         "{bin} failed:\n{text}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    assert_plain_words(bin, &text);
     text
+}
+
+/// What a user reads is words, not Rust's debug notation. (Each example empties its own data
+/// folder, so each runs in one test only: this check rides along in `run`.)
+fn assert_plain_words(bin: &str, out: &str) {
+    for debug in ["Some(", "None", "Ok(", "status Ok", "Mounted", "Untouched"] {
+        assert!(!out.contains(debug), "{bin} prints {debug:?}:\n{out}");
+    }
 }
 
 #[test]
@@ -27,6 +36,14 @@ fn the_main_session_example_survives_a_restart_without_loss_or_duplicates() {
         "the example shows a conflict: {out}"
     );
     assert!(out.contains("trust = 3"), "and its recovery: {out}");
+    assert!(
+        out.contains("The model here is scripted"),
+        "the example says its model is scripted: {out}"
+    );
+    assert!(
+        out.contains("projection: up to date (host events 0 to "),
+        "{out}"
+    );
 }
 
 #[test]

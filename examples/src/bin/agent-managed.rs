@@ -59,11 +59,14 @@ async fn main() -> Result<(), Box<dyn Error>> {
             )
             .await?;
         let req = w.host.requests().pop().ok_or("a request")?;
+        let projection = match &req.projection {
+            Some(seqs) => format!("the projection chose {} logged event(s)", seqs.len()),
+            None => "no projection ran".to_string(),
+        };
         println!(
-            "turn {i}: window {} tokens, {} message(s) sent, projection {:?}",
+            "turn {i}: window {} tokens, {} message(s) sent, {projection}",
             req.context_window,
             req.messages.len(),
-            req.projection
         );
     }
     let logged = w

@@ -5,7 +5,7 @@ use std::error::Error;
 
 use tavern_core::{AgentId, CharacterName, ChatId, SessionId, TavernArchitecture, TavernState};
 use tavern_dsh_adapter::fake::ModelStep;
-use tavern_dsh_adapter::StAction;
+use tavern_dsh_adapter::{MountDecision, StAction};
 use tavern_examples::{fresh_data_dir, World};
 use tavern_store::{ChatStore, StateStoreExt};
 
@@ -25,10 +25,11 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let binding = w.runtime.new_chat(&session, &mira, &chat, false).await?;
     let agent = AgentId::parse(session.as_str())?;
     let decision = w.host.create_agent(&w.runtime, &agent).await?;
-    println!(
-        "binding: {}; mount decision: {decision:?}",
-        binding.architecture()
-    );
+    let mounted = match decision {
+        MountDecision::Mounted => "AgentTavern mounted its kernel and tools",
+        MountDecision::Untouched => "AgentTavern left the session untouched",
+    };
+    println!("binding: {}; {mounted}", binding.architecture());
     w.host.script([ModelStep::Reply(
         "(a reply from the host's plain loop)".into(),
     )]);

@@ -13,7 +13,9 @@ use serde_json::{json, Value};
 use tavern_core::{AgentId, CharacterName, ChatId, SessionId};
 use tavern_dsh_adapter::fake::{ModelRequest, ModelStep, ToolCallPlan, TurnReport};
 use tavern_examples::{fresh_data_dir, World};
-use tavern_store::{ChatStore, CheckpointStore, MemoryQuery, MemoryStore, VariableStore};
+use tavern_store::{
+    ChatStore, CheckpointStatus, CheckpointStore, MemoryQuery, MemoryStore, VariableStore,
+};
 
 const SESSION: &str = "mira-session-1";
 const CHAT: &str = "Mira - 2026-11-30@20h00m00s";
@@ -56,6 +58,11 @@ fn revision_of(req: &ModelRequest, name: &str) -> Value {
 async fn main() -> Result<(), Box<dyn Error>> {
     let dir = fresh_data_dir("tavern-session")?;
     println!("AgentTavern main example — data in {}", dir.display());
+    println!(
+        "The model here is scripted: no model is called. Each turn plays tool calls and a reply\n\
+         written in this example, so every run shows the same memories, variables, a revision\n\
+         conflict and its recovery. With DSH, the same tools are offered to a real model."
+    );
     let session = SessionId::parse(SESSION)?;
     let agent = AgentId::parse(SESSION)?;
     let mira = CharacterName::parse("Mira")?;
@@ -200,10 +207,17 @@ async fn main() -> Result<(), Box<dyn Error>> {
         log.len(),
         log.iter().filter(|e| e["type"] == "turn/start").count()
     );
-    println!(
-        "  projection: status {:?}, cursor {:?}",
-        cp.status, cp.last_cursor
-    );
+    let projection = match (cp.status, cp.last_cursor, cp.pending_cursor) {
+        (CheckpointStatus::Ok, Some(last), _) => {
+            format!("up to date (host events 0 to {last} are in the chat)")
+        }
+        (CheckpointStatus::Ok, None, _) => "up to date (no host event yet)".to_string(),
+        (_, _, pending) => format!(
+            "waiting at host event {} (a replay of the host's log fills it)",
+            pending.map_or_else(|| "?".to_string(), |p| p.to_string())
+        ),
+    };
+    println!("  projection: {projection}");
     println!(
         "  projected lines: {} (duplicates: {duplicates})",
         keys.len()
