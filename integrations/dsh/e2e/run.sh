@@ -196,23 +196,49 @@ stop_web
 # … which the next headless turn of that session must use, braces intact.
 run 4 "$here/script-4.json" '[{sessionId: e2e-session-1, resume: true, messages: ["A riddle, please."]}]' "$work/tavern.patch.yml"
 
-# The documented install: `dsh plugin add` (pnpm, from npm) puts the plugin package in the
-# profile, whose bundle patch adds the row with defaults; a patch overrides only what differs.
-echo "e2e: dsh plugin add ($dsh_version)"
+# The documented install, as a user without a Rust toolchain gets it: the packed plugin tarball
+# (`npm pack` of the plugin, its platform packages in optionalDependencies) added with
+# `dsh plugin add` (pnpm), which installs the prebuilt bridge package matching this machine.
+# The packages are not on the registry, so a pnpm override stands in for it, pointing the
+# platform package's name at its tarball; cargo is off PATH from here to the end of the turn.
+echo "e2e: dsh plugin add of the packed plugin ($dsh_version)"
+bash "$repo/scripts/build-npm-packages.sh" --out "$work/npm" > "$work/npm.out"
+plugin_tgz=$(grep 'dsh-plugin-.*\.tgz$' "$work/npm.out")
+bridge_tgz=$(grep 'bridge-linux-x64-.*\.tgz$' "$work/npm.out")
 npm install --prefix "$work/pnpm" --no-audit --no-fund --loglevel=error pnpm@10 > /dev/null
-(cd "$repo" && PATH="$work/pnpm/node_modules/.bin:$PATH" DSH_HOME="$work/home" DSH_TELEMETRY_DISABLED=1 \
-  npm exec --prefix "$host" -- dsh plugin --profile headless add ./integrations/dsh/plugin > "$work/plugin-add.out" 2>&1) \
+no_cargo_path=$(printf '%s' "$PATH" | tr ':' '\n' | grep -v -e '\.cargo' -e 'rustup' | paste -sd: -)
+no_cargo_path="$work/pnpm/node_modules/.bin:$no_cargo_path"
+if PATH="$no_cargo_path" command -v cargo > /dev/null; then
+  echo "e2e: cargo is still on PATH for the packaged install" >&2; exit 1
+fi
+mkdir -p "$work/home/profiles/headless"
+cat > "$work/home/profiles/headless/pnpm-workspace.yaml" <<YAML
+packages:
+  - .
+nodeLinker: hoisted
+autoInstallPeers: false
+overrides:
+  '@agent-tavern/bridge-linux-x64': 'file:$bridge_tgz'
+YAML
+(cd "$work" && PATH="$no_cargo_path" DSH_HOME="$work/home" DSH_TELEMETRY_DISABLED=1 \
+  "$host/bin/dsh" plugin --profile headless add "$plugin_tgz" > "$work/plugin-add.out" 2>&1) \
   || { echo "e2e: dsh plugin add failed" >&2; cat "$work/plugin-add.out" >&2; exit 1; }
+packaged="$work/home/profiles/headless/node_modules/@agent-tavern/bridge-linux-x64/bin/tavern-bridge"
+[ -x "$packaged" ] || { echo "e2e: the prebuilt bridge was not installed at $packaged" >&2; cat "$work/plugin-add.out" >&2; exit 1; }
+echo "ok   the packed plugin installed its prebuilt bridge without cargo"
+# No `bridge` setting: the plugin finds the prebuilt one on its own.
 cat > "$work/bundle.patch.yml" <<YAML
 - id: agent-tavern
   config:
-    bridge: $bridge
     data: $work/data-bundle
     assets: $work/assets
     character: Mira
     bindPattern: '^e2e-'
 YAML
-run 6 "$here/script-6.json" '[{sessionId: e2e-bundle-1, messages: ["Remember that the gate is silver."]}]' "$work/bundle.patch.yml"
+PATH="$no_cargo_path" run 6 "$here/script-6.json" '[{sessionId: e2e-bundle-1, messages: ["Remember that the gate is silver."]}]' "$work/bundle.patch.yml"
+grep -q 'agent-tavern is on: .*the prebuilt bridge for linux-x64' "$work/run-6.out" "$work/run-6.err" \
+  || { echo "e2e: run 6 did not use the prebuilt bridge" >&2; cat "$work/run-6.err" >&2; exit 1; }
+echo "ok   run 6 ran on the prebuilt bridge of the packed plugin"
 
 # A SillyTavern user's own chat, continued from DSH and written straight into their folder
 # (`chat` + `chatFolder`): a real card and a real chat where SillyTavern keeps them.

@@ -22,6 +22,7 @@ import { existsSync, readdirSync, readFileSync, realpathSync, statSync } from 'n
 import { homedir } from 'node:os'
 import { delimiter, dirname, isAbsolute, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { createRequire } from 'node:module'
 
 export const name = 'agent-tavern'
 export const inject = ['tools', 'systemPrompt']
@@ -41,7 +42,7 @@ function dshHome() {
  * that sets only `bridge` keeps the rest.
  */
 export const settings = {
-  bridge: { type: 'string', default: 'tavern-bridge', description: 'The tavern-bridge executable: an absolute path, a path relative to this plugin, or a name found on PATH.' },
+  bridge: { type: 'string', default: 'tavern-bridge', description: 'The tavern-bridge executable: an absolute path, a path relative to this plugin, or a name found on PATH. The default uses the prebuilt bridge the plugin package installed for this platform, else tavern-bridge on PATH.' },
   data: { type: 'string', default: () => join(dshHome(), 'agent-tavern'), description: "AgentTavern's store (memories, variables, chats). Default: agent-tavern/ under the DSH home." },
   store: { type: 'string', default: '', description: 'A PostgreSQL store shared by several hosts (postgres:// URL or key=value settings) instead of `data`; empty: the files under `data`. May also come from TAVERN_STORE in the host environment.' },
   storePasswordFile: { type: 'string', default: '', description: 'A file whose first line is the PostgreSQL password, to keep it out of `store`.' },
@@ -88,13 +89,36 @@ export const Config = {
   dict: settings,
 }
 
-/** The bridge executable: absolute, relative to this plugin, or on PATH; `null` if none. */
+/**
+ * The prebuilt bridge of this platform's package (`@agent-tavern/bridge-linux-x64`, …), which
+ * the plugin package lists in `optionalDependencies` so that the package manager installs only
+ * the one matching the machine (as esbuild and biome ship their binaries); `null` without one.
+ */
+export function packagedBridge(platform = process.platform, arch = process.arch, from = import.meta.url) {
+  const name = `@agent-tavern/bridge-${platform}-${arch}`
+  try {
+    const manifest = createRequire(from).resolve(`${name}/package.json`)
+    const exe = join(dirname(manifest), 'bin', platform === 'win32' ? 'tavern-bridge.exe' : 'tavern-bridge')
+    return statSync(exe).isFile() ? exe : null
+  } catch {
+    return null
+  }
+}
+
+/**
+ * The bridge executable: absolute, relative to this plugin, or a name — for the default name,
+ * the prebuilt bridge of the installed platform package first, then PATH; `null` if none.
+ */
 function findBridge(configured) {
   const runnable = (p) => { try { return statSync(p).isFile() } catch { return false } }
   if (isAbsolute(configured)) return runnable(configured) ? configured : null
   if (configured.includes('/') || configured.includes('\\')) {
     const local = resolve(here, configured)
     return runnable(local) ? local : null
+  }
+  if (configured === 'tavern-bridge') {
+    const packaged = packagedBridge()
+    if (packaged) return packaged
   }
   for (const dir of (process.env.PATH ?? '').split(delimiter)) {
     if (dir && runnable(join(dir, configured))) return join(dir, configured)
@@ -239,7 +263,7 @@ function stems(dir, exts) {
  * What a user should hear at start (#29): a missing assets folder, a `character` with no card
  * (with the nearest names), and one line saying AgentTavern is on, with what.
  */
-export function startupReport(config, toolCount) {
+export function startupReport(config, toolCount, bridgeSource = '') {
   const warnings = []
   const assetsThere = existsSync(config.assets) && statSync(config.assets).isDirectory()
   const cards = assetsThere ? stems(join(config.assets, 'characters'), ['.png', '.json']) : []
@@ -269,7 +293,8 @@ export function startupReport(config, toolCount) {
   const binding = !config.character
     ? 'no automatic binding'
     : config.chat ? `new sessions continue ${config.character}'s chat ${JSON.stringify(config.chat)}` : `new sessions bound to ${config.character}`
-  const info = `agent-tavern is on: ${toolCount} tools, ${store}, ${cards.length} cards and ${worlds.length} world books in ${config.assets}, ${binding}`
+  const info = `agent-tavern is on: ${toolCount} tools, ${store}, ${cards.length} cards and ${worlds.length} world books in ${config.assets}, ${binding}` +
+    (bridgeSource ? `, ${bridgeSource}` : '')
   return { warnings, info }
 }
 
@@ -303,7 +328,7 @@ export async function apply(ctx, rawConfig) {
   // other plugin keep running.
   const path = findBridge(config.bridge)
   if (!path) {
-    off(logger, 'agent-tavern is off: no tavern-bridge executable at %s (set `bridge` to its path; build it with cargo build --release -p tavern-dsh-adapter --bin tavern-bridge)', config.bridge)
+    off(logger, 'agent-tavern is off: no tavern-bridge executable at %s (no prebuilt bridge for %s-%s came with the plugin package; set `bridge` to its path, or build it with cargo build --release -p tavern-dsh-adapter --bin tavern-bridge)', config.bridge, process.platform, process.arch)
     return
   }
   const handshake = {
@@ -344,9 +369,16 @@ export async function apply(ctx, rawConfig) {
     return
   }
 
-  const report = startupReport(config, hello.tools.length)
-  for (const w of report.warnings) logger.warn?.('agent-tavern: %s', w)
+  const source = path === packagedBridge() ? `the prebuilt bridge for ${process.platform}-${process.arch}` : config.bridge === 'tavern-bridge' ? 'tavern-bridge from PATH' : 'the bridge at the configured path'
+  const report = startupReport(config, hello.tools.length, source)
+  // The host's logger, and stderr as for `off`: headless DSH prints neither info nor warnings
+  // of plugins, and an operator must see what runs and what is wrong.
+  for (const w of report.warnings) {
+    logger.warn?.('agent-tavern: %s', w)
+    process.stderr.write(`agent-tavern: ${w}\n`)
+  }
   logger.info?.('%s', report.info)
+  process.stderr.write(`${report.info}\n`)
 
   for (const tool of hello.tools) {
     ctx.effect(() => ctx.tools.register({

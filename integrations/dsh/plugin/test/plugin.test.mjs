@@ -5,12 +5,12 @@
 // strict fake bridge next to this file. `node --test integrations/dsh/plugin/test/`
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { fileURLToPath } from 'node:url'
-import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
+import { fileURLToPath, pathToFileURL } from 'node:url'
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 
-import { apply, startupReport } from '../index.mjs'
+import { apply, packagedBridge, startupReport } from '../index.mjs'
 
 function fakeHost() {
   const handlers = new Map()
@@ -179,3 +179,29 @@ test('`chat` continues an existing chat in every new session; `chatFolder` goes 
   const missingFolder = startupReport({ assets: data, data, character: '', chatFolder: join(data, 'nope') }, 14)
   assert.match(missingFolder.warnings.join('\n'), /chat folder .* does not exist/)
 })
+
+test('the default bridge is the prebuilt one of the platform package installed beside the plugin', () => {
+  // A hoisted install as pnpm makes it in a DSH profile: the plugin and its platform package.
+  const root = mkdtempSync(join(tmpdir(), 'at-pkg-'))
+  const plugin = join(root, 'node_modules', '@agent-tavern', 'dsh-plugin')
+  const platform = join(root, 'node_modules', '@agent-tavern', 'bridge-linux-x64')
+  mkdirSync(plugin, { recursive: true })
+  mkdirSync(join(platform, 'bin'), { recursive: true })
+  writeFileSync(join(plugin, 'index.mjs'), '')
+  const from = pathToFileURL(join(plugin, 'index.mjs')).href
+  writeFileSync(join(platform, 'package.json'), JSON.stringify({ name: '@agent-tavern/bridge-linux-x64', version: '0.1.0' }))
+  // The package without its binary is no bridge.
+  assert.equal(packagedBridge('linux', 'x64', from), null)
+  writeFileSync(join(platform, 'bin', 'tavern-bridge'), '#!/bin/sh\n')
+  chmodSync(join(platform, 'bin', 'tavern-bridge'), 0o755)
+  assert.equal(packagedBridge('linux', 'x64', from), join(platform, 'bin', 'tavern-bridge'))
+  // Another platform's package is not installed: no bridge, and the plugin falls back to PATH.
+  assert.equal(packagedBridge('linux', 'arm64', from), null)
+})
+
+test('the startup line says which bridge runs', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'at-src-'))
+  const report = startupReport({ assets: dir, data: dir, character: '' }, 14, 'the prebuilt bridge for linux-x64')
+  assert.match(report.info, /^agent-tavern is on: 14 tools, .*, the prebuilt bridge for linux-x64$/)
+})
+
