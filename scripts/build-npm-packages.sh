@@ -6,18 +6,25 @@
 #     `optionalDependencies` at its own version (esbuild's and biome's way of shipping binaries).
 # Every package's version is the crates' (workspace.package.version in Cargo.toml).
 #
-#   scripts/build-npm-packages.sh [--out DIR]     (default: target/npm)
+#   scripts/build-npm-packages.sh [--out DIR] [--platforms linux-x64,linux-arm64]
 #
-# Prints the tarballs it wrote. Platforms built: linux-x64 (this machine's toolchain). The
-# plugin names linux-arm64 too, which this script does not build yet (see docs/RELEASING.md).
+# Defaults: target/npm, linux-x64. Prints the tarballs it wrote. linux-x64 builds with this
+# machine's toolchain; linux-arm64 cross-builds with Debian's rustc-web and its aarch64 std
+# (`--install-cross` installs them with apt) and, where qemu-user is installed, runs the
+# binaries once under emulation. See docs/RELEASING.md.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out="$repo/target/npm"
+platforms=linux-x64
+install_cross=false
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=${2:?--out needs a directory}; shift 2 ;;
     --out=*) out=${1#--out=}; shift ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --platforms) platforms=${2:?--platforms needs a list}; shift 2 ;;
+    --platforms=*) platforms=${1#--platforms=}; shift ;;
+    --install-cross) install_cross=true; shift ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "build-npm-packages: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -58,9 +65,50 @@ JSON
   echo "$out/agent-tavern-bridge-$os-$cpu-$version.tgz"
 }
 
-echo "build-npm-packages: building tavern-bridge and tavern $version for linux-x64" >&2
-cargo build --release --locked -p tavern-dsh-adapter --bin tavern-bridge -p tavern-cli --bin tavern >&2
-platform_package linux x64 "$repo/target/release"
+build_x64() {
+  echo "build-npm-packages: building tavern-bridge and tavern $version for linux-x64" >&2
+  cargo build --release --locked -p tavern-dsh-adapter --bin tavern-bridge -p tavern-cli --bin tavern >&2
+  platform_package linux x64 "$repo/target/release"
+}
+
+# Debian's rustc-web and its aarch64 standard library (rustup cannot fetch targets here), with
+# the cross linker; its own target folder, since the compiler differs from the host build's.
+build_arm64() {
+  local std=/usr/lib/rustlib/aarch64-unknown-linux-gnu
+  if [ ! -d "$std" ] || ! command -v aarch64-linux-gnu-gcc > /dev/null; then
+    if $install_cross; then
+      dpkg --add-architecture arm64
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        rustc-web libstd-rust-web-dev:arm64 gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user > /dev/null
+    else
+      echo "build-npm-packages: linux-arm64 needs Debian's aarch64 Rust std and cross linker; rerun with --install-cross (as root) or: dpkg --add-architecture arm64 && apt-get update && apt-get install rustc-web libstd-rust-web-dev:arm64 gcc-aarch64-linux-gnu libc6-dev-arm64-cross" >&2
+      exit 1
+    fi
+  fi
+  echo "build-npm-packages: building tavern-bridge and tavern $version for linux-arm64 with $(/usr/bin/rustc --version)" >&2
+  RUSTC=/usr/bin/rustc \
+    CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+    CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc \
+    AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar \
+    cargo build --release --locked --target aarch64-unknown-linux-gnu --target-dir "$repo/target/cross-arm64" \
+      -p tavern-dsh-adapter --bin tavern-bridge -p tavern-cli --bin tavern >&2
+  local bins="$repo/target/cross-arm64/aarch64-unknown-linux-gnu/release"
+  if command -v qemu-aarch64 > /dev/null; then
+    # The binaries start and answer on the target architecture.
+    qemu-aarch64 -L /usr/aarch64-linux-gnu "$bins/tavern" --version >&2
+    qemu-aarch64 -L /usr/aarch64-linux-gnu "$bins/tavern-bridge" --help > /dev/null
+  fi
+  platform_package linux arm64 "$bins"
+}
+
+for p in ${platforms//,/ }; do
+  case "$p" in
+    linux-x64) build_x64 ;;
+    linux-arm64) build_arm64 ;;
+    *) echo "build-npm-packages: no build for platform '$p' (linux-x64, linux-arm64)" >&2; exit 2 ;;
+  esac
+done
 
 # The plugin: its own files, the licences, and the platform packages at this version.
 plugin="$stage/dsh-plugin"
