@@ -239,6 +239,14 @@ PATH="$no_cargo_path" run 6 "$here/script-6.json" '[{sessionId: e2e-bundle-1, me
 grep -q 'agent-tavern is on: .*the prebuilt bridge for linux-x64' "$work/run-6.out" "$work/run-6.err" \
   || { echo "e2e: run 6 did not use the prebuilt bridge" >&2; cat "$work/run-6.err" >&2; exit 1; }
 echo "ok   run 6 ran on the prebuilt bridge of the packed plugin"
+# The `tavern` command from the same platform package, installed with npm (no cargo), reads
+# what the session wrote.
+npm install -g --prefix "$work/cli" --no-audit --no-fund --loglevel=error "$bridge_tgz" > /dev/null
+PATH="$no_cargo_path" "$work/cli/bin/tavern" --data "$work/data-bundle" memory ls > "$work/cli-ls.out" 2>&1 \
+  || { echo "e2e: the npm-installed tavern failed" >&2; cat "$work/cli-ls.out" >&2; exit 1; }
+grep -q 'The gate is silver.' "$work/cli-ls.out" \
+  || { echo "e2e: the npm-installed tavern does not list run 6's memory" >&2; cat "$work/cli-ls.out" >&2; exit 1; }
+echo "ok   the npm-installed tavern lists the memory the packaged bridge wrote"
 
 # A SillyTavern user's own chat, continued from DSH and written straight into their folder
 # (`chat` + `chatFolder`): a real card and a real chat where SillyTavern keeps them.
