@@ -110,19 +110,25 @@ for p in ${platforms//,/ }; do
   esac
 done
 
-# The plugin: its own files, the licences, and the platform packages at this version.
+# The plugin: its own files and the licences.
 plugin="$stage/dsh-plugin"
 mkdir -p "$plugin"
 cp integrations/dsh/plugin/index.mjs integrations/dsh/plugin/cordis.patch.yml \
   integrations/dsh/plugin/roleplay.patch.yml LICENSE-MIT LICENSE-APACHE "$plugin/"
+# The plugin's manifest already names every platform package (so `npm pack` of the folder
+# itself is complete); each must be at the crates' version.
 node -e '
-  const [src, dst, version] = process.argv.slice(1)
-  const fs = require("node:fs")
-  const pkg = JSON.parse(fs.readFileSync(src, "utf8"))
-  pkg.optionalDependencies = Object.fromEntries(
-    ["linux-x64", "linux-arm64"].map((p) => [`@agent-tavern/bridge-${p}`, version]))
-  fs.writeFileSync(dst, JSON.stringify(pkg, null, 2) + "\n")
-' integrations/dsh/plugin/package.json "$plugin/package.json" "$version"
+  const [src, version] = process.argv.slice(1)
+  const pkg = JSON.parse(require("node:fs").readFileSync(src, "utf8"))
+  const want = ["linux-x64", "linux-arm64"].map((p) => `@agent-tavern/bridge-${p}`)
+  const have = pkg.optionalDependencies ?? {}
+  const wrong = want.filter((n) => have[n] !== version)
+  if (wrong.length) {
+    console.error(`build-npm-packages: the plugin must list ${wrong.join(", ")} at ${version} in optionalDependencies`)
+    process.exit(1)
+  }
+' integrations/dsh/plugin/package.json "$version"
+cp integrations/dsh/plugin/package.json "$plugin/package.json"
 (cd "$out" && npm pack --silent "$plugin" > /dev/null)
 echo "$out/agent-tavern-dsh-plugin-$version.tgz"
 rm -rf "$stage"
