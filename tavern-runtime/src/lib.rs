@@ -48,6 +48,8 @@ pub mod mcp;
 pub mod runtime;
 mod speakers;
 pub mod tavern_mode;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 
 pub use error::RuntimeError;
 pub use host::{

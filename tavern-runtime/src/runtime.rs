@@ -935,6 +935,16 @@ impl Runtime {
     pub fn stores(&self) -> &Arc<dyn AllStores> {
         &self.stores
     }
+
+    /// The settings this runtime was built with.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.config
+    }
+
+    /// The clock this runtime reads.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
 }
 
 /// The three chat ids nearest to `wanted` (case-insensitive edit distance), for an error

@@ -150,6 +150,26 @@ pub async fn memory_crud_and_cas(f: &Fixture) {
         None,
         "forgotten reads as none"
     );
+    // Inspecting sees the forgotten version whole, in its own scope only, and marks nothing.
+    let seen = s
+        .inspect(&id, &scope)
+        .await
+        .unwrap()
+        .expect("forgotten is inspectable");
+    assert_eq!(seen.revision, gone.revision);
+    assert_eq!(seen.content, "retried");
+    assert!(seen.deleted_at.is_some());
+    assert_eq!(
+        seen.last_accessed_at, gone.last_accessed_at,
+        "inspect is no access"
+    );
+    assert_eq!(s.inspect(&id, &agent("a2")).await.unwrap(), None);
+    assert_eq!(
+        s.inspect(&MemoryId::parse("never").unwrap(), &scope)
+            .await
+            .unwrap(),
+        None
+    );
     assert!(matches!(
         s.forget(&id, &scope, &gone.revision, src("x")).await,
         Err(StoreError::NotFound { .. })

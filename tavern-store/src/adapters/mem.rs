@@ -177,6 +177,16 @@ impl MemoryStore for MemStore {
         Ok(table.read_live(scope, id, now).cloned())
     }
 
+    async fn inspect(
+        &self,
+        id: &MemoryId,
+        scope: &ScopeKey,
+    ) -> Result<Option<MemoryRecord>, StoreError> {
+        yield_once().await;
+        self.fault("memory.inspect")?;
+        Ok(lock(&self.memory).get(scope, id).cloned())
+    }
+
     async fn put(
         &self,
         write: MemoryWrite,

@@ -144,7 +144,7 @@ impl MemoryTable {
         self.slots[scope as usize].get(id).copied()
     }
 
-    fn get(&self, scope: &ScopeKey, id: &MemoryId) -> Option<&MemoryRecord> {
+    pub(crate) fn get(&self, scope: &ScopeKey, id: &MemoryId) -> Option<&MemoryRecord> {
         self.slot(scope, id).map(|s| &self.records[s as usize])
     }
 

@@ -158,6 +158,18 @@ pub trait MemoryStore: Send + Sync {
         scope: &ScopeKey,
     ) -> Result<Option<MemoryRecord>, StoreError>;
 
+    /// Reads a record in whatever state it is — live, forgotten or expired — without marking it
+    /// accessed: what a user looking for a lost memory needs (the panel, the `tavern` command),
+    /// never what a model sees. `None` only when the scope never held that id.
+    ///
+    /// # Errors
+    /// IO failures only.
+    async fn inspect(
+        &self,
+        id: &MemoryId,
+        scope: &ScopeKey,
+    ) -> Result<Option<MemoryRecord>, StoreError>;
+
     /// Creates (`expected = None`) or updates (`expected` = current revision) a record.
     ///
     /// # Errors

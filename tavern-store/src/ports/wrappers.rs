@@ -30,6 +30,9 @@ macro_rules! forward {
             async fn read(&self, id: &MemoryId, scope: &ScopeKey) -> Result<Option<MemoryRecord>, StoreError> {
                 (**self).read(id, scope).await
             }
+            async fn inspect(&self, id: &MemoryId, scope: &ScopeKey) -> Result<Option<MemoryRecord>, StoreError> {
+                (**self).inspect(id, scope).await
+            }
             async fn put(&self, w: MemoryWrite, e: Option<&Revision>, restore: bool) -> Result<MemoryRecord, StoreError> {
                 (**self).put(w, e, restore).await
             }

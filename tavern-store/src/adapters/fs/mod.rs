@@ -776,6 +776,16 @@ impl MemoryStore for FsStore {
         self.run(move |s| s.read_and_touch(&id, &scope)).await
     }
 
+    async fn inspect(
+        &self,
+        id: &MemoryId,
+        scope: &ScopeKey,
+    ) -> Result<Option<MemoryRecord>, StoreError> {
+        let (id, scope) = (id.clone(), scope.clone());
+        self.run(move |s| s.read_memory(|t| t.get(&scope, &id).cloned()))
+            .await
+    }
+
     async fn put(
         &self,
         write: MemoryWrite,

@@ -467,6 +467,20 @@ impl MemoryStore for PgStore {
             .await
     }
 
+    async fn inspect(
+        &self,
+        id: &MemoryId,
+        scope: &ScopeKey,
+    ) -> Result<Option<MemoryRecord>, StoreError> {
+        self.inner
+            .bounded("inspect", async move {
+                self.inner
+                    .read(&self.inner.memory, |t| t.get(scope, id).cloned())
+                    .await
+            })
+            .await
+    }
+
     async fn put(
         &self,
         write: MemoryWrite,
