@@ -297,6 +297,22 @@ impl ChatProjector {
         Ok(self.effective(session, stored).and_then(|c| c.last_cursor))
     }
 
+    /// A session's checkpoint as this projector knows it, counting what is decided but not
+    /// saved yet (what a status page should show; the stored one may lag a few events).
+    ///
+    /// # Errors
+    /// Store failures.
+    pub async fn checkpoint(
+        &self,
+        session: &SessionId,
+    ) -> Result<Option<ProjectorCheckpoint>, StoreError> {
+        if let Some((_, ahead)) = self.trusted(session) {
+            return Ok(Some(ahead));
+        }
+        let stored = self.checkpoints.load_checkpoint(session).await?;
+        Ok(self.effective(session, stored))
+    }
+
     /// Sessions whose checkpoint moved ahead of the saved one (bounded-memory checks).
     pub fn sessions_ahead(&self) -> usize {
         self.known

@@ -190,6 +190,14 @@ impl Runtime {
         self.registry.end_turn(session);
     }
 
+    /// The agent that runs a session on this host (the host's rule).
+    ///
+    /// # Errors
+    /// [`RuntimeError::Host`] when the session names no agent.
+    pub fn agent_of(&self, session: &SessionId) -> Result<AgentId, RuntimeError> {
+        Ok(self.host.agent_of(session)?)
+    }
+
     /// AgentTavern's capabilities on this host.
     pub fn capabilities(&self) -> AgentTavernCapabilities {
         AgentTavernCapabilities::from_host(&self.host.facts())
@@ -920,6 +928,18 @@ impl Runtime {
         &self,
     ) -> Result<Vec<tavern_store::ProjectorCheckpoint>, RuntimeError> {
         Ok(self.projector.pending().await?)
+    }
+
+    /// A session's projection checkpoint, counting what is projected but not saved yet;
+    /// `None` before its first projected event.
+    ///
+    /// # Errors
+    /// Store failures.
+    pub async fn projection(
+        &self,
+        session: &SessionId,
+    ) -> Result<Option<tavern_store::ProjectorCheckpoint>, RuntimeError> {
+        Ok(self.projector.checkpoint(session).await?)
     }
 
     /// Answers the tavern-mode route `POST /tavern-mode/system-prompt` over this runtime's

@@ -1,0 +1,162 @@
+//! The API's state (the runtime it serves, its settings) and the router every route hangs on.
+
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::Router;
+use tavern_core::{MemorySource, ScopeKey, SessionId, SourceKind};
+use tavern_runtime::Runtime;
+
+use crate::error::ApiError;
+use crate::routes::{lore, memories, sessions, settings, variables};
+
+/// The largest request body, in bytes (a whole scope of variables is 256 KiB at most).
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// How the API admits callers.
+#[derive(Debug, Clone, Default)]
+pub struct ApiConfig {
+    /// A bearer token every request must carry. Without one, only requests naming a loopback
+    /// host are answered — a server on any other address must have a token.
+    pub token: Option<String>,
+}
+
+/// The API over one runtime: cheap to clone, shared by every request.
+#[derive(Clone)]
+pub struct Api {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    runtime: Arc<Runtime>,
+    config: ApiConfig,
+}
+
+impl std::fmt::Debug for Api {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Api")
+            .field("token", &self.inner.config.token.as_ref().map(|_| "…"))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Api {
+    /// The API over `runtime`.
+    pub fn new(runtime: Arc<Runtime>, config: ApiConfig) -> Self {
+        Self {
+            inner: Arc::new(Inner { runtime, config }),
+        }
+    }
+
+    /// The runtime served.
+    pub fn runtime(&self) -> &Runtime {
+        &self.inner.runtime
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &ApiConfig {
+        &self.inner.config
+    }
+
+    /// Every route under `/api/v1`, behind the token or loopback check, with the body limit.
+    pub fn router(&self) -> Router {
+        let v1 = Router::new()
+            .route("/sessions", get(sessions::list))
+            .route("/sessions/{session}", get(sessions::show))
+            .route("/sessions/{session}/bind", post(sessions::bind))
+            .route("/sessions/{session}/mode", post(sessions::switch_mode))
+            .route("/sessions/{session}/fork", post(sessions::fork))
+            .route("/sessions/{session}/projection", get(sessions::projection))
+            .route(
+                "/sessions/{session}/projection/replay",
+                post(sessions::replay),
+            )
+            .route(
+                "/sessions/{session}/prompt",
+                get(sessions::prompt)
+                    .put(sessions::save_prompt)
+                    .delete(sessions::reset_prompt),
+            )
+            .route("/sessions/{session}/lore/test", post(lore::test))
+            .route("/memories", get(memories::list).post(memories::create))
+            .route("/memories/{id}", get(memories::show).put(memories::edit))
+            .route("/memories/{id}/forget", post(memories::forget))
+            .route("/memories/{id}/restore", post(memories::restore))
+            .route("/memories/{id}/history", get(memories::history))
+            .route("/variables", get(variables::list).patch(variables::patch))
+            .route(
+                "/variables/{name}",
+                get(variables::show)
+                    .put(variables::set)
+                    .delete(variables::delete),
+            )
+            .route("/variables/{name}/history", get(variables::history))
+            .route("/settings", get(settings::show).put(settings::update))
+            .route("/openapi.json", get(crate::openapi::document))
+            .fallback(not_found);
+        Router::new()
+            .nest("/api/v1", v1)
+            .fallback(not_found)
+            .layer(axum::middleware::from_fn_with_state(
+                self.clone(),
+                crate::auth::admit,
+            ))
+            .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+            .with_state(self.clone())
+    }
+
+    /// The scopes a session sees, as its tools resolve them: its chat, its character, its
+    /// agent and turn, and the global scope.
+    ///
+    /// # Errors
+    /// [`ApiError::NotFound`] when the session is not bound.
+    pub async fn session_scopes(&self, session: &SessionId) -> Result<Vec<ScopeKey>, ApiError> {
+        let binding = self
+            .runtime()
+            .stores()
+            .binding(session)
+            .await?
+            .ok_or_else(|| ApiError::NotFound(format!("session {session} is not bound")))?;
+        let target = binding.target();
+        let mut scopes = vec![
+            ScopeKey::Chat {
+                character: target.character.clone(),
+                chat: target.chat_id.clone(),
+            },
+            ScopeKey::Character {
+                character: target.character.clone(),
+            },
+        ];
+        if let Ok(agent) = self.runtime().agent_of(session) {
+            scopes.push(ScopeKey::Agent {
+                agent: agent.clone(),
+            });
+            scopes.push(ScopeKey::Turn { agent });
+        }
+        scopes.push(ScopeKey::Global);
+        Ok(scopes)
+    }
+}
+
+/// The source recorded for a write made through the API: the user, and the session the
+/// request named, if any.
+pub(crate) fn user_source(session: Option<SessionId>) -> MemorySource {
+    MemorySource {
+        kind: SourceKind::User,
+        tool_call_id: None,
+        message_id: None,
+        session,
+        turn: None,
+    }
+}
+
+async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError::NotFound(format!("no route {}", crate::scope::excerpt(uri.path())))
+}
+
+/// `201 Created` with a JSON body.
+pub(crate) fn created<T: serde::Serialize>(value: T) -> (StatusCode, axum::Json<T>) {
+    (StatusCode::CREATED, axum::Json(value))
+}

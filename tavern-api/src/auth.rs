@@ -1,0 +1,104 @@
+//! Who may call: a bearer token when the server has one (required for any non-loopback
+//! address), otherwise only requests that name a loopback host, so a web page elsewhere
+//! cannot reach a local server by pointing its own name at 127.0.0.1 (DNS rebinding).
+
+use axum::extract::{Request, State};
+use axum::http::header::{AUTHORIZATION, HOST};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use subtle::ConstantTimeEq;
+
+use crate::app::Api;
+use crate::error::ApiError;
+
+/// The middleware every route runs behind.
+pub(crate) async fn admit(State(api): State<Api>, request: Request, next: Next) -> Response {
+    match check(&api, &request) {
+        Ok(()) => next.run(request).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+fn check(api: &Api, request: &Request) -> Result<(), ApiError> {
+    match api.config().token.as_deref() {
+        Some(token) => {
+            let offered = request
+                .headers()
+                .get(AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .unwrap_or("");
+            // Equal length first is no leak: the token's length is not the secret.
+            if offered.len() == token.len()
+                && bool::from(offered.as_bytes().ct_eq(token.as_bytes()))
+            {
+                Ok(())
+            } else {
+                Err(ApiError::Unauthorized)
+            }
+        }
+        None => {
+            let host = request
+                .headers()
+                .get(HOST)
+                .and_then(|v| v.to_str().ok())
+                .or_else(|| request.uri().host())
+                .unwrap_or("");
+            if is_loopback_name(host) {
+                Ok(())
+            } else {
+                Err(ApiError::ForbiddenHost(host.chars().take(80).collect()))
+            }
+        }
+    }
+}
+
+/// `localhost`, `127.x.y.z` or `[::1]`, with or without a port.
+pub fn is_loopback_name(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        host.rsplit_once(':').map_or(host, |(name, port)| {
+            if port.bytes().all(|b| b.is_ascii_digit()) {
+                name
+            } else {
+                host
+            }
+        })
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name == "::1"
+        || name
+            .parse::<std::net::Ipv4Addr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_loopback_name;
+
+    #[test]
+    fn loopback_names_with_and_without_ports() {
+        for ok in [
+            "localhost",
+            "LOCALHOST:8080",
+            "127.0.0.1",
+            "127.1.2.3:9",
+            "[::1]:80",
+            "[::1]",
+        ] {
+            assert!(is_loopback_name(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "evil.example",
+            "localhost.evil.example",
+            "10.0.0.1:80",
+            "128.0.0.1",
+            "[::2]:1",
+            "localhost:http",
+        ] {
+            assert!(!is_loopback_name(bad), "{bad}");
+        }
+    }
+}

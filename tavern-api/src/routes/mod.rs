@@ -1,0 +1,7 @@
+//! The route handlers, one module per resource.
+
+pub mod lore;
+pub mod memories;
+pub mod sessions;
+pub mod settings;
+pub mod variables;

@@ -1,0 +1,951 @@
+//! The management API's handlers over a real runtime, strict in-memory store and host, with
+//! real SillyTavern assets: one test per status code the API answers, and the flows a user
+//! who lost a memory walks through.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{header, Request, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use tavern_api::{Api, ApiConfig};
+use tavern_core::{CharacterName, ChatId, HostFacts, SessionId};
+use tavern_projector::event::{TurnEndReason, UserSource};
+use tavern_projector::EventKind;
+use tavern_runtime::testkit::MemHost;
+use tavern_runtime::{Runtime, RuntimeConfig};
+use tavern_store::mem::MemStore;
+use tavern_store::{ChatStore, ManualClock};
+use tavern_tools::assets::provider::MemAssets;
+use tavern_tools::assets::{card::Card, world::WorldBook};
+use tower::ServiceExt;
+
+const T0: i64 = 1_750_000_000_000;
+
+fn fixture(rel: &str) -> Vec<u8> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/fixtures")
+        .join(rel);
+    std::fs::read(&p).unwrap_or_else(|e| panic!("../shared/fixtures/{rel} is needed ({e})"))
+}
+
+struct Harness {
+    api: Api,
+    store: Arc<MemStore>,
+    host: Arc<MemHost>,
+    runtime: Arc<Runtime>,
+}
+
+fn assets() -> MemAssets {
+    let mut assets = MemAssets::default();
+    let sera = Card::from_png("Seraphina", &fixture("cards/Seraphina.v2v3.book4.png")).unwrap();
+    assets.cards.insert("Seraphina".into(), sera.into());
+    assets.worlds.insert(
+        "Eldoria".into(),
+        WorldBook::from_json("Eldoria", &fixture("worlds/Eldoria.json"))
+            .unwrap()
+            .into(),
+    );
+    assets
+}
+
+fn harness_on(host: MemHost, token: Option<&str>) -> Harness {
+    let clock = Arc::new(ManualClock::new(tavern_core::Timestamp(T0)));
+    let store = Arc::new(MemStore::new(clock.clone()));
+    let host = Arc::new(host);
+    let runtime = Arc::new(Runtime::new(
+        host.clone(),
+        store.clone(),
+        Arc::new(assets()),
+        clock,
+        RuntimeConfig {
+            user_name: "Kai".into(),
+            ..RuntimeConfig::default()
+        },
+    ));
+    let api = Api::new(
+        runtime.clone(),
+        ApiConfig {
+            token: token.map(str::to_owned),
+        },
+    );
+    Harness {
+        api,
+        store,
+        host,
+        runtime,
+    }
+}
+
+fn harness() -> Harness {
+    harness_on(MemHost::capable(), None)
+}
+
+fn sid(s: &str) -> SessionId {
+    SessionId::parse(s).unwrap()
+}
+
+impl Harness {
+    /// Starts a session on the host and binds a new chat with Seraphina to it.
+    async fn session(&self, session: &str, chat: &str) {
+        self.host.start(&sid(session));
+        self.runtime
+            .new_chat(
+                &sid(session),
+                &CharacterName::parse("Seraphina").unwrap(),
+                &ChatId::parse(chat).unwrap(),
+                false,
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn send(&self, req: Request<Body>) -> (StatusCode, Value) {
+        let res = self.api.router().oneshot(req).await.unwrap();
+        let status = res.status();
+        let bytes = res.into_body().collect().await.unwrap().to_bytes();
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|e| panic!("{status}: not json ({e}): {bytes:?}"))
+        };
+        (status, body)
+    }
+
+    async fn call(&self, method: &str, uri: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(header::HOST, "127.0.0.1:7300");
+        let body = match body {
+            Some(v) => {
+                req = req.header(header::CONTENT_TYPE, "application/json");
+                Body::from(v.to_string())
+            }
+            None => Body::empty(),
+        };
+        self.send(req.body(body).unwrap()).await
+    }
+
+    async fn get(&self, uri: &str) -> (StatusCode, Value) {
+        self.call("GET", uri, None).await
+    }
+}
+
+fn code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or("<no code>")
+}
+
+const CHAT_Q: &str = "scope=chat&character=Seraphina&chat=Seraphina%20-%201";
+
+#[tokio::test]
+async fn sessions_list_with_architecture_mode_and_why_managed_is_unavailable() {
+    // DSH rc.6: no agent/context seam.
+    let h = harness_on(MemHost::new(HostFacts::bare("dsh 0.1.0-rc.6")), None);
+    h.session("s1", "Seraphina - 1").await;
+    let (status, body) = h.get("/api/v1/sessions").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["total"], 1);
+    let s = &body["sessions"][0];
+    assert_eq!(s["session"], "s1");
+    assert_eq!(s["architecture"], "agent-tavern");
+    assert_eq!(s["contextMode"], "dsh-native");
+    let managed = s["modes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mode"] == "agent-managed")
+        .unwrap();
+    assert_eq!(managed["available"], false);
+    assert!(
+        managed["reason"]
+            .as_str()
+            .unwrap()
+            .contains("agent/context"),
+        "{managed}"
+    );
+    let (status, one) = h.get("/api/v1/sessions/s1").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(one["chat"], "Seraphina - 1");
+    assert_eq!(
+        h.get("/api/v1/sessions?limit=0").await.0,
+        StatusCode::BAD_REQUEST
+    );
+}
+
+#[tokio::test]
+async fn a_memory_is_created_audited_as_the_users_and_found_by_search() {
+    let h = harness();
+    h.session("s1", "Seraphina - 1").await;
+    let (status, created) = h
+        .call(
+            "POST",
+            "/api/v1/memories?session=s1",
+            Some(json!({
+                "scope": {"kind": "chat", "character": "Seraphina", "chat": "Seraphina - 1"},
+                "id": "silver-gate", "content": "银色大门在北方, past the river spirits.",
+                "tags": ["place"], "kind": "semantic"
+            })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["state"], "live");
+    assert_eq!(created["source"]["kind"], "user");
+    assert_eq!(created["source"]["session"], "s1");
+    let (status, page) = h
+        .get(&format!("/api/v1/memories?{CHAT_Q}&q=%E5%A4%A7%E9%97%A8"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(page["total"], 1);
+    assert_eq!(page["items"][0]["memory"]["id"], "silver-gate");
+    let (_, hist) = h
+        .get(&format!("/api/v1/memories/silver-gate/history?{CHAT_Q}"))
+        .await;
+    assert_eq!(hist["entries"][0]["action"], "created");
+    assert_eq!(hist["entries"][0]["source"]["kind"], "user");
+    // Creating it again is a conflict naming the revision that exists.
+    let (status, again) = h
+        .call(
+            "POST",
+            "/api/v1/memories",
+            Some(json!({
+                "scope": {"kind": "chat", "character": "Seraphina", "chat": "Seraphina - 1"},
+                "id": "silver-gate", "content": "x"
+            })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(again["error"]["current"], created["revision"]);
+}
+
+#[tokio::test]
+async fn bad_requests_name_what_is_wrong() {
+    let h = harness();
+    for (uri, needle) in [
+        (
+            "/api/v1/memories?scope=chat&character=Seraphina",
+            "scope chat needs chat",
+        ),
+        ("/api/v1/memories?scope=planet", "unknown scope \"planet\""),
+        ("/api/v1/memories?chat=x", "chat needs scope"),
+        (
+            "/api/v1/memories?scope=global&agent=a",
+            "agent does not apply to scope global",
+        ),
+        ("/api/v1/memories?kind=dream", "unknown kind \"dream\""),
+        (
+            "/api/v1/memories?limit=101",
+            "limit 101: must be from 1 to 100",
+        ),
+        ("/api/v1/memories?limit=lots", "invalid query"),
+        ("/api/v1/memories/m1", "scope is required"),
+    ] {
+        let (status, body) = h.get(uri).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}: {body}");
+        assert_eq!(code(&body), "bad_request");
+        let msg = body["error"]["message"].as_str().unwrap();
+        assert!(msg.contains(needle), "{uri}: {msg}");
+    }
+    let (status, body) = h
+        .call(
+            "PUT",
+            &format!("/api/v1/memories/m1?{CHAT_Q}"),
+            Some(json!({"revision": "not a revision!"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (status, body) = h
+        .call("POST", "/api/v1/memories", Some(json!({"unexpected": 1})))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("invalid json body"));
+}
+
+#[tokio::test]
+async fn a_token_is_required_when_the_server_has_one() {
+    let h = harness_on(MemHost::capable(), Some("s3cret-token"));
+    for auth in [
+        None,
+        Some("Bearer wrong-token!"),
+        Some("Bearer s3cret-toke"),
+        Some("s3cret-token"),
+    ] {
+        let mut req = Request::get("/api/v1/settings").header(header::HOST, "tavern.example:443");
+        if let Some(a) = auth {
+            req = req.header(header::AUTHORIZATION, a);
+        }
+        let res = h
+            .api
+            .router()
+            .oneshot(req.body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::UNAUTHORIZED, "{auth:?}");
+        assert_eq!(res.headers()[header::WWW_AUTHENTICATE], "Bearer");
+    }
+    let req = Request::get("/api/v1/settings")
+        .header(header::HOST, "tavern.example:443")
+        .header(header::AUTHORIZATION, "Bearer s3cret-token")
+        .body(Body::empty())
+        .unwrap();
+    let (status, body) = h.send(req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+#[tokio::test]
+async fn without_a_token_only_loopback_names_are_answered() {
+    let h = harness();
+    let req = Request::get("/api/v1/settings")
+        .header(header::HOST, "evil.example")
+        .body(Body::empty())
+        .unwrap();
+    let (status, body) = h.send(req).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(code(&body), "forbidden_host");
+    let req = Request::get("/api/v1/settings")
+        .header(header::HOST, "localhost:7300")
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(h.send(req).await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn another_sessions_records_are_not_found_through_a_session() {
+    let h = harness();
+    h.session("s1", "Seraphina - 1").await;
+    h.session("s2", "Seraphina - 2").await;
+    let scope2 = json!({"kind": "chat", "character": "Seraphina", "chat": "Seraphina - 2"});
+    let (status, _) = h
+        .call(
+            "POST",
+            "/api/v1/memories",
+            Some(json!({"scope": scope2, "id": "secret", "content": "s2 only"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let q2 = "scope=chat&character=Seraphina&chat=Seraphina%20-%202";
+    // Through s2 it is there; through s1 the same id in s2's chat is not found.
+    assert_eq!(
+        h.get(&format!("/api/v1/memories/secret?{q2}&session=s2"))
+            .await
+            .0,
+        StatusCode::OK
+    );
+    let (status, body) = h
+        .get(&format!("/api/v1/memories/secret?{q2}&session=s1"))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let (_, page) = h.get("/api/v1/memories?session=s1").await;
+    assert_eq!(page["total"], 0, "s1 sees none of s2's chat: {page}");
+    let (status, body) = h
+        .call(
+            "POST",
+            "/api/v1/memories?session=s1",
+            Some(json!({"scope": scope2, "id": "planted", "content": "x"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let (status, body) = h.get("/api/v1/nothing-here").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(code(&body), "not_found");
+}
+
+#[tokio::test]
+async fn a_stale_edit_is_a_conflict_with_the_current_revision_and_resolves_by_rereading() {
+    let h = harness();
+    let scope = json!({"kind": "global"});
+    let (_, first) = h
+        .call(
+            "POST",
+            "/api/v1/memories",
+            Some(json!({"scope": scope, "id": "compass", "content": "Kai carries a compass."})),
+        )
+        .await;
+    let uri = "/api/v1/memories/compass?scope=global";
+    let (status, second) = h
+        .call(
+            "PUT",
+            uri,
+            Some(
+                json!({"revision": first["revision"], "content": "Kai carries a cracked compass."}),
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{second}");
+    assert_eq!(
+        second["importance"], first["importance"],
+        "absent fields stay"
+    );
+    // A second tab still holding the first revision.
+    let (status, stale) = h
+        .call(
+            "PUT",
+            uri,
+            Some(json!({"revision": first["revision"], "content": "lost edit"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(code(&stale), "conflict");
+    assert_eq!(stale["error"]["current"], second["revision"]);
+    let (_, now) = h.get(uri).await;
+    assert_eq!(
+        now["content"], "Kai carries a cracked compass.",
+        "nothing lost"
+    );
+    let (status, merged) = h
+        .call(
+            "PUT",
+            uri,
+            Some(json!({"revision": now["revision"], "content": "Kai carries a cracked compass (lost edit merged)."})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{merged}");
+}
+
+#[tokio::test]
+async fn forget_then_restore_brings_the_memory_back_whole() {
+    let h = harness();
+    let (_, m) = h
+        .call(
+            "POST",
+            "/api/v1/memories",
+            Some(
+                json!({"scope": {"kind": "character", "character": "Seraphina"}, "id": "fear",
+                "content": "Seraphina fears deep water.", "tags": ["fear"], "importance": 0.9}),
+            ),
+        )
+        .await;
+    let q = "scope=character&character=Seraphina";
+    let (status, gone) = h
+        .call(
+            "POST",
+            &format!("/api/v1/memories/fear/forget?{q}"),
+            Some(json!({"revision": m["revision"]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{gone}");
+    assert_eq!(gone["state"], "forgotten");
+    let (_, live) = h.get(&format!("/api/v1/memories?{q}")).await;
+    assert_eq!(live["total"], 0);
+    let (_, all) = h.get(&format!("/api/v1/memories?{q}&forgotten=true")).await;
+    assert_eq!(all["items"][0]["memory"]["state"], "forgotten");
+    let (status, twice) = h
+        .call(
+            "POST",
+            &format!("/api/v1/memories/fear/forget?{q}"),
+            Some(json!({"revision": gone["revision"]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(code(&twice), "forgotten");
+    let (status, edit) = h
+        .call(
+            "PUT",
+            &format!("/api/v1/memories/fear?{q}"),
+            Some(json!({"revision": gone["revision"], "content": "x"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{edit}");
+    assert_eq!(code(&edit), "forgotten");
+    let (status, back) = h
+        .call(
+            "POST",
+            &format!("/api/v1/memories/fear/restore?{q}"),
+            Some(json!({"revision": gone["revision"]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{back}");
+    assert_eq!(back["state"], "live");
+    assert_eq!(back["content"], m["content"]);
+    assert_eq!(back["tags"], json!(["fear"]));
+    assert_eq!(back["importance"], 0.9);
+    let (_, hist) = h.get(&format!("/api/v1/memories/fear/history?{q}")).await;
+    let actions: Vec<&str> = hist["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["created", "forgotten", "restored"]);
+    let (status, _) = h
+        .call(
+            "POST",
+            &format!("/api/v1/memories/fear/restore?{q}"),
+            Some(json!({"revision": back["revision"]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "restoring a live memory");
+}
+
+#[tokio::test]
+async fn bodies_and_values_over_their_limits_are_413_naming_the_limit() {
+    let h = harness();
+    let huge = "x".repeat(tavern_api::MAX_BODY_BYTES + 10);
+    let (status, body) = h
+        .call(
+            "PUT",
+            "/api/v1/sessions/s1/prompt",
+            Some(json!({"text": huge})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert_eq!(body["error"]["limit"], "request body bytes");
+    let (status, body) = h
+        .call(
+            "PUT",
+            "/api/v1/sessions/s1/prompt",
+            Some(json!({"text": "词".repeat(20_000)})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert_eq!(body["error"]["limit"], "system prompt bytes");
+    let (status, body) = h
+        .call(
+            "POST",
+            "/api/v1/memories",
+            Some(json!({"scope": {"kind": "global"}, "id": "big", "content": "y".repeat(70_000)})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("70000"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn writes_must_be_json() {
+    let h = harness();
+    let req = Request::post("/api/v1/memories")
+        .header(header::HOST, "localhost")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Body::from("id=x&content=y"))
+        .unwrap();
+    let (status, body) = h.send(req).await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    assert_eq!(code(&body), "unsupported_media_type");
+}
+
+#[tokio::test]
+async fn a_store_failure_is_500_and_writes_nothing() {
+    let h = harness();
+    h.store.fail_next("memory.search");
+    let (status, body) = h.get("/api/v1/memories").await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+    assert_eq!(code(&body), "internal");
+    h.store.assert_no_pending_faults().unwrap();
+}
+
+#[tokio::test]
+async fn mode_switches_follow_the_rules_and_are_logged() {
+    // A host without the seam: agent-managed is refused with the host's reason.
+    let h = harness_on(MemHost::new(HostFacts::bare("dsh 0.1.0-rc.6")), None);
+    h.session("s1", "Seraphina - 1").await;
+    let (status, body) = h
+        .call(
+            "POST",
+            "/api/v1/sessions/s1/mode",
+            Some(json!({"mode": "agent-managed"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["rule"], "unavailable");
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("agent/context"));
+
+    let h = harness();
+    h.session("s1", "Seraphina - 1").await;
+    h.host.set_running(&sid("s1"), true).unwrap();
+    let (status, body) = h
+        .call(
+            "POST",
+            "/api/v1/sessions/s1/mode",
+            Some(json!({"mode": "agent-managed"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["rule"], "agent-busy");
+    h.host.set_running(&sid("s1"), false).unwrap();
+    let (status, body) = h
+        .call(
+            "POST",
+            "/api/v1/sessions/s1/mode",
+            Some(json!({"mode": "agent-managed"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["contextMode"], "agent-managed");
+    let (status, body) = h
+        .call(
+            "POST",
+            "/api/v1/sessions/s1/mode",
+            Some(json!({"mode": "agent-managed"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(body["error"]["rule"], "already-in-mode");
+    let (status, _) = h
+        .call(
+            "POST",
+            "/api/v1/sessions/s1/mode",
+            Some(json!({"mode": "warp"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn a_host_that_cannot_answer_is_503() {
+    let h = harness();
+    h.session("s1", "Seraphina - 1").await;
+    // The store has the binding; the host lost the session (restarted without it).
+    let fresh = harness_on(MemHost::capable(), None);
+    let state = h.runtime.state().await.unwrap();
+    tavern_store::StateStoreExt::update(&*fresh.store, |s: &mut tavern_core::TavernState| {
+        *s = state.clone();
+        Ok::<_, tavern_store::StoreError>(())
+    })
+    .await
+    .unwrap();
+    let (status, body) = fresh
+        .call(
+            "POST",
+            "/api/v1/sessions/s1/mode",
+            Some(json!({"mode": "agent-managed"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(code(&body), "host_unavailable");
+}
+
+#[tokio::test]
+async fn fork_into_st_makes_a_new_session_and_never_overwrites_a_chat() {
+    let h = harness();
+    h.session("s1", "Seraphina - 1").await;
+    h.session("s2", "Seraphina - 2").await;
+    let (status, body) = h
+        .call(
+            "POST",
+            "/api/v1/sessions/s1/fork",
+            Some(json!({"session": "s1-st", "chat": "Seraphina - 1 (st)", "architecture": "st"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["architecture"], "st");
+    assert_eq!(body["contextMode"], Value::Null);
+    let forked = h
+        .store
+        .read_chat(
+            &CharacterName::parse("Seraphina").unwrap(),
+            &ChatId::parse("Seraphina - 1 (st)").unwrap(),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let header = forked.lines[0].raw();
+    assert!(
+        header.contains("\"main_chat\":\"Seraphina - 1\""),
+        "{header}"
+    );
+    let (status, body) = h
+        .call(
+            "POST",
+            "/api/v1/sessions/s1/fork",
+            Some(json!({"session": "s9", "chat": "Seraphina - 2", "architecture": "st"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let (status, _) = h
+        .call(
+            "POST",
+            "/api/v1/sessions/nobody/fork",
+            Some(json!({"session": "s9", "chat": "new", "architecture": "st"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_pending_projection_shows_why_and_replay_fills_it() {
+    let h = harness();
+    h.session("s1", "Seraphina - 1").await;
+    let s1 = sid("s1");
+    let events = [
+        EventKind::TurnStart { turn: 1 },
+        EventKind::UserMessage {
+            source: UserSource::User,
+            text: "我们去银色大门吧。".into(),
+        },
+        EventKind::StepStart { turn: 1, step: 1 },
+        EventKind::AssistantMessage {
+            turn: 1,
+            step: 1,
+            text: "Then north we go.".into(),
+            has_tool_calls: false,
+            interrupted: false,
+        },
+        EventKind::StepEnd { turn: 1, step: 1 },
+        EventKind::TurnEnd {
+            turn: 1,
+            reason: TurnEndReason::Completed,
+        },
+    ];
+    h.store.fail_next("chat.append");
+    // The host logs every event; the runtime sees them until the chat write fails, and the
+    // host's later deliveries are lost (a crash): the log holds what the chat lacks.
+    let mut failed = false;
+    for kind in events {
+        let e = h.host.log(&s1, kind).unwrap();
+        if !failed {
+            failed = h.runtime.on_event(&s1, &e).await.is_err();
+        }
+    }
+    assert!(failed, "the injected append failure reached the projector");
+    let (status, p) = h.get("/api/v1/sessions/s1/projection").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(p["status"], "pending", "{p}");
+    assert!(
+        p["pendingReason"].as_str().is_some_and(|r| !r.is_empty()),
+        "{p}"
+    );
+    let (_, list) = h.get("/api/v1/sessions").await;
+    assert_eq!(list["pendingProjections"], 1, "{list}");
+    let (status, r) = h
+        .call("POST", "/api/v1/sessions/s1/projection/replay", None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{r}");
+    assert_eq!(r["projection"]["status"], "ok", "{r}");
+    let chat = h
+        .store
+        .read_chat(
+            &CharacterName::parse("Seraphina").unwrap(),
+            &ChatId::parse("Seraphina - 1").unwrap(),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let text: Vec<&str> = chat.lines.iter().map(|l| l.raw()).collect();
+    let text = text.join("\n");
+    assert_eq!(text.matches("我们去银色大门吧").count(), 1, "{text}");
+    assert_eq!(text.matches("Then north we go.").count(), 1, "{text}");
+    // Again: nothing twice.
+    let (_, again) = h
+        .call("POST", "/api/v1/sessions/s1/projection/replay", None)
+        .await;
+    assert_eq!(again["appended"], 0, "{again}");
+    h.store.assert_no_pending_faults().unwrap();
+}
+
+#[tokio::test]
+async fn binding_to_an_existing_chat_names_the_nearest_when_it_is_missing() {
+    let h = harness();
+    h.session("s1", "Seraphina - 1").await;
+    h.host.start(&sid("s2"));
+    let (status, body) = h
+        .call(
+            "POST",
+            "/api/v1/sessions/s2/bind",
+            Some(json!({"character": "Seraphina", "chat": "Seraphina - l"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(code(&body), "no_such_chat");
+    assert_eq!(body["error"]["nearest"], json!(["Seraphina - 1"]));
+    let (status, body) = h
+        .call(
+            "POST",
+            "/api/v1/sessions/s2/bind",
+            Some(json!({"character": "Seraphina", "chat": "Seraphina - 1"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, _) = h
+        .call(
+            "POST",
+            "/api/v1/sessions/s2/bind",
+            Some(json!({"character": "Seraphina", "chat": "Seraphina - 1"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+}
+
+#[tokio::test]
+async fn the_prompt_is_edited_kept_literally_and_reset() {
+    let h = harness();
+    let (_, p) = h.get("/api/v1/sessions/s1/prompt").await;
+    assert_eq!(p["custom"], false);
+    assert_eq!(p["text"], p["defaultText"]);
+    let text = "你是{{char}}，和{{user}}在月下相遇。";
+    let (status, p) = h
+        .call(
+            "PUT",
+            "/api/v1/sessions/s1/prompt",
+            Some(json!({"text": text})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{p}");
+    assert_eq!(p["text"], text);
+    assert_eq!(p["custom"], true);
+    let (_, p) = h.call("DELETE", "/api/v1/sessions/s1/prompt", None).await;
+    assert_eq!(p["custom"], false);
+}
+
+#[tokio::test]
+async fn variables_are_typed_compare_and_set_and_patched_atomically() {
+    let h = harness();
+    let q = "scope=global";
+    let (status, v) = h
+        .call(
+            "PUT",
+            &format!("/api/v1/variables/gold?{q}"),
+            Some(json!({"value": 12})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{v}");
+    let (status, v2) = h
+        .call(
+            "PUT",
+            &format!("/api/v1/variables/gold?{q}"),
+            Some(json!({"value": {"coins": 13}, "revision": v["revision"]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{v2}");
+    let (status, stale) = h
+        .call(
+            "PUT",
+            &format!("/api/v1/variables/gold?{q}"),
+            Some(json!({"value": 0, "revision": v["revision"]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(stale["error"]["current"], v2["revision"]);
+    // One bad change: nothing of the patch is written.
+    let (status, _) = h
+        .call(
+            "PATCH",
+            &format!("/api/v1/variables?{q}"),
+            Some(json!({"changes": [
+                {"op": "set", "name": "hp", "value": 10},
+                {"op": "set", "name": "gold", "value": 1, "revision": v["revision"]}
+            ]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(
+        h.get(&format!("/api/v1/variables/hp?{q}")).await.0,
+        StatusCode::NOT_FOUND
+    );
+    let (status, patched) = h
+        .call(
+            "PATCH",
+            &format!("/api/v1/variables?{q}"),
+            Some(json!({"changes": [
+                {"op": "set", "name": "hp", "value": 10},
+                {"op": "delete", "name": "gold", "revision": v2["revision"]}
+            ]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{patched}");
+    let (_, list) = h.get(&format!("/api/v1/variables?{q}")).await;
+    assert_eq!(list["items"][0]["name"], "hp");
+    assert_eq!(list["items"][0]["kind"], "number");
+    assert_eq!(list["total"], 1);
+    let (_, hist) = h.get(&format!("/api/v1/variables/gold/history?{q}")).await;
+    let actions: Vec<&str> = hist["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["set", "set", "deleted"]);
+    let (_, hp) = h.get(&format!("/api/v1/variables/hp?{q}")).await;
+    let (status, _) = h
+        .call(
+            "DELETE",
+            &format!(
+                "/api/v1/variables/hp?{q}&revision={}",
+                hp["revision"].as_str().unwrap()
+            ),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+}
+
+#[tokio::test]
+async fn the_lore_tester_shows_what_a_text_activates_and_from_which_book() {
+    let h = harness();
+    h.session("s1", "Seraphina - 1").await;
+    let (status, v) = h
+        .call(
+            "POST",
+            "/api/v1/sessions/s1/lore/test",
+            Some(json!({"text": "tell me about the forest of eldoria"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["items"][0]["reason"], "keyword", "{v}");
+    assert!(!v["source"]["books"].as_array().unwrap().is_empty(), "{v}");
+    let (status, _) = h
+        .call(
+            "POST",
+            "/api/v1/sessions/ghost/lore/test",
+            Some(json!({"text": "x"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn settings_change_for_new_sessions() {
+    let h = harness();
+    let (status, s) = h
+        .call(
+            "PUT",
+            "/api/v1/settings",
+            Some(json!({"defaultArchitecture": "st", "allowGlobalWrites": false})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{s}");
+    assert_eq!(s["defaultArchitecture"], "st");
+    h.session("s1", "Seraphina - 1").await;
+    let (_, one) = h.get("/api/v1/sessions/s1").await;
+    assert_eq!(one["architecture"], "st");
+    let (status, _) = h
+        .call(
+            "PUT",
+            "/api/v1/settings",
+            Some(json!({"defaultContextMode": "warp"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn the_checked_in_openapi_document_is_the_generated_one() {
+    let generated = tavern_api::openapi::pretty();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/openapi.json");
+    if std::env::var_os("UPDATE_OPENAPI").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "docs/openapi.json is not the generated document; run \
+         `UPDATE_OPENAPI=1 cargo test -p tavern-api --test api openapi` and commit it"
+    );
+    let doc: Value = serde_json::from_str(&generated).unwrap();
+    assert!(doc["paths"]["/api/v1/memories/{id}/restore"]["post"].is_object());
+    // Served too.
+    let h = harness();
+    let (status, served) = h.get("/api/v1/openapi.json").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(served, doc);
+}
