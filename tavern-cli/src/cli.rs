@@ -87,6 +87,34 @@ pub enum Command {
     /// file store or PostgreSQL database, exactly, then read both back and compare them.
     #[command(after_help = COPY_HELP)]
     Copy(CopyArgs),
+    /// Serve the management API (sessions, memories, variables, lore, prompt) over HTTP, on
+    /// loopback unless a token is given; Ctrl-C stops.
+    #[command(after_help = SERVE_HELP)]
+    Serve(ServeArgs),
+}
+
+const SERVE_HELP: &str = "\
+The API's routes are under /api/v1/ (the OpenAPI document: /api/v1/openapi.json). Every write
+names the revision it read; a stale one answers 409 with the current revision.
+
+Examples:
+  tavern serve                                   # http://127.0.0.1:7300/api/v1/
+  tavern serve --listen 0.0.0.0:7300 --token-file ~/.config/agent-tavern/token
+  curl -s 'http://127.0.0.1:7300/api/v1/memories?scope=global'";
+
+/// `tavern serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The address to listen on; anything but loopback needs --token-file.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7300")]
+    pub listen: std::net::SocketAddr,
+    /// A file whose first line is the bearer token every request must carry (at least 16
+    /// characters).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// DSH's session folder (e.g. ~/.dsh/sessions), so replay can read the host's logs.
+    #[arg(long, value_name = "DIR")]
+    pub sessions: Option<PathBuf>,
 }
 
 const COPY_HELP: &str = "\

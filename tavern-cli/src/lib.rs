@@ -87,5 +87,6 @@ pub async fn run(command: cli::Command, ctx: &Context) -> Result<Report, CliErro
         Command::Check => commands::check::run(ctx),
         Command::Compact => commands::check::compact(ctx).await,
         Command::Copy(args) => commands::copy::run(ctx, &args).await,
+        Command::Serve(args) => commands::serve::run(ctx, &args, &output::announce).await,
     }
 }

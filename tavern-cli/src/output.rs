@@ -38,6 +38,12 @@ pub fn print_report(report: &Report, json: bool) -> u8 {
     }
 }
 
+/// Tells the user something while a command still runs (where a server listens): one line
+/// on stderr, so stdout keeps only the report.
+pub fn announce(line: &str) {
+    eprintln!("{line}");
+}
+
 /// Prints an error as one line (with what to do about it, when there is a hint); returns its
 /// exit code.
 pub fn print_error(err: &CliError) -> u8 {

@@ -7,6 +7,7 @@ pub mod copy;
 pub mod export;
 pub mod import;
 pub mod memory;
+pub mod serve;
 pub mod var;
 
 use tavern_core::{MemorySource, SourceKind};
