@@ -949,3 +949,58 @@ async fn the_checked_in_openapi_document_is_the_generated_one() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(served, doc);
 }
+
+#[tokio::test]
+async fn a_forwarded_request_gets_the_same_answers_as_a_served_one() {
+    let h = harness();
+    let created = h
+        .api
+        .forward(tavern_api::Forwarded {
+            method: "POST".into(),
+            path_and_query: "/api/v1/memories".into(),
+            content_type: Some("application/json".into()),
+            body: json!({"scope": {"kind": "global"}, "id": "bell", "content": "钟声在午夜响起。"})
+                .to_string()
+                .into_bytes(),
+        })
+        .await;
+    assert_eq!(created.status, 201);
+    assert_eq!(created.content_type, "application/json");
+    let (_, listed) = h.get("/api/v1/memories?scope=global").await;
+    assert_eq!(listed["items"][0]["memory"]["id"], "bell");
+    let bad = h
+        .api
+        .forward(tavern_api::Forwarded {
+            method: "POST".into(),
+            path_and_query: "/api/v1/memories".into(),
+            content_type: Some("text/plain".into()),
+            body: b"id=x".to_vec(),
+        })
+        .await;
+    assert_eq!(bad.status, 415);
+    let huge = h
+        .api
+        .forward(tavern_api::Forwarded {
+            method: "PUT".into(),
+            path_and_query: "/api/v1/sessions/s1/prompt".into(),
+            content_type: Some("application/json".into()),
+            body: vec![b' '; tavern_api::MAX_BODY_BYTES + 1],
+        })
+        .await;
+    assert_eq!(huge.status, 413);
+    let nonsense = h
+        .api
+        .forward(tavern_api::Forwarded {
+            method: "GET".into(),
+            path_and_query: "not a path".into(),
+            content_type: None,
+            body: Vec::new(),
+        })
+        .await;
+    assert_eq!(
+        nonsense.status,
+        400,
+        "{}",
+        String::from_utf8_lossy(&nonsense.body)
+    );
+}

@@ -307,6 +307,65 @@ fn the_bridge_serves_a_whole_session_over_stdio() {
             == "not-found"
     );
 
+    // The management API through the same bridge, as the plugin forwards DSH's web requests:
+    // the user sees the model's memory, corrects it, and the model reads the correction.
+    let api = |p: &mut Peer, id: u64, method: &str, path: &str, body: Option<Value>| {
+        let mut params = json!({"method": method, "path": path});
+        if let Some(b) = body {
+            params["contentType"] = json!("application/json");
+            params["body"] = json!(b.to_string());
+        }
+        let r = p.call(id, "api/request", params)["result"].clone();
+        let body: Value = serde_json::from_str(r["body"].as_str().unwrap()).unwrap_or(Value::Null);
+        (r["status"].as_u64().unwrap(), body)
+    };
+    let (status, page) = api(&mut p, 30, "GET", "/api/v1/memories?session=s1&q=Kai", None);
+    assert_eq!(status, 200, "{page}");
+    let mem = page["items"][0]["memory"].clone();
+    assert_eq!(mem["content"], "The traveler is Kai.");
+    assert_eq!(mem["source"]["kind"], "tool");
+    let q = format!(
+        "scope={}&character={}&chat={}&session=s1",
+        mem["scope"]["kind"].as_str().unwrap(),
+        mem["scope"]["character"].as_str().unwrap_or(""),
+        mem["scope"]["chat"]
+            .as_str()
+            .unwrap_or("")
+            .replace(' ', "%20")
+    );
+    let (status, fixed) = api(
+        &mut p,
+        31,
+        "PUT",
+        &format!("/api/v1/memories/{}?{q}", mem["id"].as_str().unwrap()),
+        Some(
+            json!({"revision": mem["revision"], "content": "The traveler is Kai, a cartographer."}),
+        ),
+    );
+    assert_eq!(status, 200, "{fixed}");
+    assert_eq!(fixed["source"]["kind"], "user");
+    let seen = p.call(
+        32,
+        "tool/call",
+        json!({"tool": "memory_search", "args": {"query": "Kai"}, "callId": "c8", "session": "s1"}),
+    );
+    assert_eq!(
+        seen["result"]["items"][0]["content"],
+        "The traveler is Kai, a cartographer."
+    );
+    let (status, session) = api(&mut p, 33, "GET", "/api/v1/sessions/s1", None);
+    assert_eq!(status, 200);
+    assert_eq!(session["projection"]["status"], "ok", "{session}");
+    let (status, refused) = api(
+        &mut p,
+        34,
+        "POST",
+        "/api/v1/sessions/s1/mode",
+        Some(json!({"mode": "agent-managed"})),
+    );
+    assert_eq!(status, 409);
+    assert_eq!(refused["error"]["rule"], "unavailable");
+
     assert!(p.call(
         18,
         "mode/switch",

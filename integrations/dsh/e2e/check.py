@@ -133,6 +133,28 @@ check(web["cross-site"][0] == 403 and web["cross-site"][1]["error"] == "cross-si
 check(web["text-plain"][0] == 415, "a text/plain body (a page's simple request) gets 415")
 check(web["same-origin"][0] == 200, "a request from the route's own origin is served")
 check(web["same-origin"][1]["text"] == web["read"][1]["text"], "no refused request changed the prompt")
+# --- the management API, forwarded by the plugin to the bridge on DSH's web server ---------------
+status, sessions = web["api-sessions"]
+listed = {s["session"]: s for s in sessions.get("sessions", [])} if status == 200 else {}
+check("e2e-session-1" in listed and listed["e2e-session-1"]["architecture"] == "agent-tavern",
+      f"the API lists the played session with its architecture: {status}")
+managed = [m for m in listed.get("e2e-session-1", {}).get("modes", []) if m["mode"] == "agent-managed"]
+check(bool(managed) and (managed[0]["available"] or bool(managed[0]["reason"])),
+      "and says whether agent-managed is available, with the reason when not")
+mem_contents = [i["memory"]["content"] for i in web["api-memories"][1].get("items", [])]
+check(web["api-memories"][0] == 200 and "Kai's lantern is blue." in mem_contents,
+      "the API shows the memory the model wrote in that session")
+check(not any("4471" in c for c in mem_contents), "and nothing of another session's chat")
+check(any("4471" in i["memory"]["content"] for i in web["api-other-memories"][1].get("items", [])),
+      "the other session sees its own")
+check(web["api-anonymous"][0] == 401, "the API needs the route token")
+check(web["api-cross-site"][0] == 403, "a page on another origin cannot write through the API")
+check("api-edit" in web and web["api-edit"][0] == 200 and web["api-edit"][1]["source"]["kind"] == "user",
+      "a memory corrected through the API is the user's")
+check("api-stale" in web and web["api-stale"][0] == 409 and web["api-stale"][1]["error"]["current"] == web["api-edit"][1]["revision"],
+      "an edit at a stale revision is 409 with the current revision")
+check(web["api-openapi"][0] == 200 and "/api/v1/memories" in web["api-openapi"][1].get("paths", {}),
+      "the OpenAPI document is served")
 fourth = requests(4, "e2e-session-1")
 check(bool(fourth) and "Speak as {{char}}, in riddles, to {{user}}." in fourth[0]["body"]["messages"][0]["content"],
       "the next request carries the custom prompt with its braces")

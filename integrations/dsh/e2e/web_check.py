@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Drives the tavern-mode route of a running `dsh --profile web`: waits (bounded) until it
-answers, then records a set of requests and their answers as JSON for check.py.
+"""Drives the tavern-mode route and the management API (/agent-tavern/api/v1) of a running
+`dsh --profile web`: waits (bounded) until it answers, then records a set of requests and their
+answers as JSON for check.py.
 
 Usage: web_check.py PORT OUT.json TOKEN
 """
@@ -9,6 +10,7 @@ import json
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 port, out, token = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -79,5 +81,40 @@ results = {
     "same-origin": call("POST", json.dumps({"action": "read", "sessionId": "e2e-session-1"}),
                         extra={"origin": f"http://127.0.0.1:{port}"}),
 }
+
+
+def api(method, path, body=None, auth=f"Bearer {token}", extra=None):
+    """A request to the management API the plugin forwards to the bridge."""
+    data = json.dumps(body).encode("utf-8") if body is not None else None
+    headers = {"content-type": "application/json"} if data is not None else {}
+    if auth is not None:
+        headers["authorization"] = auth
+    headers.update(extra or {})
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/agent-tavern{path}", data=data,
+                                 method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+results["api-sessions"] = api("GET", "/api/v1/sessions")
+results["api-memories"] = api("GET", "/api/v1/memories?session=e2e-session-1")
+results["api-other-memories"] = api("GET", "/api/v1/memories?session=e2e-other")
+results["api-anonymous"] = api("GET", "/api/v1/memories", auth=None)
+results["api-cross-site"] = api("POST", "/api/v1/memories", {"scope": {"kind": "global"}, "id": "x", "content": "pwned"},
+                                extra={"origin": "http://evil.example"})
+items = results["api-memories"][1].get("items", []) if results["api-memories"][0] == 200 else []
+lantern = next((i["memory"] for i in items if "lantern" in i["memory"]["content"]), None)
+if lantern:
+    sc = lantern["scope"]
+    q = urllib.parse.urlencode({k: v for k, v in {"scope": sc["kind"], "character": sc.get("character"),
+                                                   "chat": sc.get("chat"), "session": "e2e-session-1"}.items() if v})
+    edit = {"revision": lantern["revision"], "content": "Kai's lantern is deep blue."}
+    results["api-edit"] = api("PUT", f"/api/v1/memories/{urllib.parse.quote(lantern['id'])}?{q}", edit)
+    # The same revision again: someone else's edit came first.
+    results["api-stale"] = api("PUT", f"/api/v1/memories/{urllib.parse.quote(lantern['id'])}?{q}", edit)
+results["api-openapi"] = api("GET", "/api/v1/openapi.json")
 with open(out, "w", encoding="utf-8") as f:
     json.dump(results, f)

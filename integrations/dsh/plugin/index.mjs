@@ -58,7 +58,7 @@ export const settings = {
   chatPrefix: { type: 'string', default: '', description: 'Prefix of the chat names of new sessions (default: the character).' },
   bindPattern: { type: 'string', default: '.*', description: 'Which new session ids are bound to character.' },
   sessionsRoot: { type: 'string', default: () => join(dshHome(), 'sessions'), description: "Where DSH keeps session logs, read to catch up after a restart: stock DSH's sessions/ under the DSH home (zstd logs are read as they are). Set it when a patch moves `session-persistence-jsonl`'s root." },
-  routeToken: { type: 'string', default: '', description: "Bearer token admitting callers of the tavern-mode route (empty: loopback only)." },
+  routeToken: { type: 'string', default: '', description: "Bearer token admitting callers of the tavern-mode route and the management API under /agent-tavern/api/v1 (empty: loopback only)." },
   hostVersion: { type: 'string', default: '', description: 'The DSH release (default: read from the running launcher), reported to the bridge; releases known not to work are refused.' },
   restarts: { type: 'number', default: 3, description: 'How often a bridge that dies is started again before AgentTavern turns itself off.' },
   routeBodyTimeoutMs: { type: 'number', default: 10000, description: "How long the tavern-mode route waits for a request's body before answering 408 (stalled callers hold no memory past it)." },
@@ -474,78 +474,104 @@ export async function apply(ctx, rawConfig) {
     bridge.notify('event', { session: session.id, event })
   })
 
-  let reading = 0
-  // Tavern mode's route, where the profile has a web server (DSH rc.6: `web` only). rc.6 has no
-  // admission API: a caller is admitted with `Authorization: Bearer <routeToken>` when a token
-  // is configured, otherwise only from loopback.
+  // Tavern mode's route and the management API, where the profile has a web server (DSH rc.6:
+  // `web` only). rc.6 has no admission API: a caller is admitted with
+  // `Authorization: Bearer <routeToken>` when a token is configured, otherwise only from
+  // loopback; both routes share that rule, the cross-site refusal and the body limits.
   const web = ctx.get('webServer')
   if (web) {
+    const admit = admittedRoute(config)
     ctx.effect(() => web.register({
       kind: 'exact',
       path: '/tavern-mode/system-prompt',
-      handler: async (req, res) => {
-        // Admission first: an unauthenticated caller learns nothing, not even that its body
-        // was too long, and its body is never read.
-        const loopback = ['127.0.0.1', '::1', '::ffff:127.0.0.1'].includes(req.socket?.remoteAddress)
-        const admitted = config.routeToken ? bearerMatches(req.headers.authorization, config.routeToken) : loopback
-        if (!admitted) {
-          res.writeHead(401, { 'content-type': 'application/json', connection: 'close' })
-          res.end(JSON.stringify({ ok: false, error: 'unauthorized', message: 'not admitted' }))
-          req.resume()
-          return
-        }
-        // A web page the user visits can POST to loopback: a request from another origin, or
-        // with a body that is not JSON (the "simple" requests a page may send without asking),
-        // is refused before its body is read.
-        const refusal = crossSite(req)
-        if (refusal) {
-          res.writeHead(refusal.status, { 'content-type': 'application/json', connection: 'close' })
-          res.end(JSON.stringify({ ok: false, error: refusal.error, message: refusal.message }))
-          req.resume()
-          return
-        }
-        // A body that stalls is given up on after routeBodyTimeoutMs, and only so many are read
-        // at once, so stalled callers cannot hold the host's memory.
-        if (reading >= MAX_BODIES) {
-          res.writeHead(503, { 'content-type': 'application/json', connection: 'close' })
-          res.end(JSON.stringify({ ok: false, error: 'busy', message: `${MAX_BODIES} requests are already being read` }))
-          req.resume()
-          return
-        }
-        reading += 1
-        const chunks = []
-        let size = 0
-        let stalled = false
-        const timer = setTimeout(() => { stalled = true; req.destroy?.() }, config.routeBodyTimeoutMs)
-        try {
-          for await (const chunk of req) {
-            size += chunk.length
-            if (size > 1 << 20) break
-            chunks.push(chunk)
-          }
-        } catch {
-          stalled = true
-        } finally {
-          clearTimeout(timer)
-          reading -= 1
-        }
-        if (stalled) {
-          res.writeHead(408, { 'content-type': 'application/json', connection: 'close' })
-          res.end(JSON.stringify({ ok: false, error: 'timeout', message: `the body did not arrive within ${config.routeBodyTimeoutMs} ms` }))
-          return
-        }
+      handler: admit(async (req, res, body, admitted) => {
         let reply
         try {
-          reply = size > 1 << 20
-            ? { status: 413, body: { ok: false, error: 'too-long', message: 'the body is over 1 MiB' } }
-            : await bridge.call('tavern-mode/route', { method: req.method, admitted, body: Buffer.concat(chunks).toString('utf8') })
+          reply = await bridge.call('tavern-mode/route', { method: req.method, admitted, body })
         } catch (e) {
           reply = { status: 500, body: { ok: false, error: 'save-failed', message: e.message } }
         }
         res.writeHead(reply.status, { 'content-type': 'application/json' })
         res.end(JSON.stringify(reply.body))
-      },
+      }),
     }))
+    // The management API (`tavern-api`): `/agent-tavern/api/v1/…` is answered by the bridge's
+    // handlers — the same ones `tavern serve` runs.
+    ctx.effect(() => web.register({
+      kind: 'prefix',
+      path: API_PREFIX,
+      handler: admit(async (req, res, body) => {
+        const path = String(req.url ?? '/').slice(API_PREFIX.length) || '/'
+        let reply
+        try {
+          reply = await bridge.call('api/request', { method: req.method, path, contentType: req.headers['content-type'], body })
+        } catch (e) {
+          reply = { status: 503, contentType: 'application/json', body: JSON.stringify({ error: { code: 'host_unavailable', message: `the bridge did not answer: ${e.message}` } }) }
+        }
+        res.writeHead(reply.status, { 'content-type': reply.contentType })
+        res.end(reply.body)
+      }),
+    }))
+  }
+}
+
+/** Where the management API is mounted on DSH's web server. */
+const API_PREFIX = '/agent-tavern'
+
+/**
+ * Wraps a route's handler in the admission every AgentTavern route shares: the token or
+ * loopback rule, the cross-site refusal (before the body is read), at most `MAX_BODIES` bodies
+ * read at once, each within `routeBodyTimeoutMs` and 1 MiB. The handler gets the body as text.
+ */
+function admittedRoute(config) {
+  let reading = 0
+  const refuse = (req, res, status, error, message) => {
+    res.writeHead(status, { 'content-type': 'application/json', connection: 'close' })
+    res.end(JSON.stringify({ ok: false, error, message }))
+    req.resume()
+  }
+  return (handle) => async (req, res) => {
+    // Admission first: an unauthenticated caller learns nothing, not even that its body was
+    // too long, and its body is never read.
+    const loopback = ['127.0.0.1', '::1', '::ffff:127.0.0.1'].includes(req.socket?.remoteAddress)
+    const admitted = config.routeToken ? bearerMatches(req.headers.authorization, config.routeToken) : loopback
+    if (!admitted) return refuse(req, res, 401, 'unauthorized', 'not admitted')
+    // A web page the user visits can POST to loopback: a request from another origin, or
+    // with a body that is not JSON (the "simple" requests a page may send without asking),
+    // is refused before its body is read.
+    const refusal = crossSite(req)
+    if (refusal) return refuse(req, res, refusal.status, refusal.error, refusal.message)
+    // A body that stalls is given up on after routeBodyTimeoutMs, and only so many are read
+    // at once, so stalled callers cannot hold the host's memory.
+    if (reading >= MAX_BODIES) return refuse(req, res, 503, 'busy', `${MAX_BODIES} requests are already being read`)
+    reading += 1
+    const chunks = []
+    let size = 0
+    let stalled = false
+    const timer = setTimeout(() => { stalled = true; req.destroy?.() }, config.routeBodyTimeoutMs)
+    try {
+      for await (const chunk of req) {
+        size += chunk.length
+        if (size > 1 << 20) break
+        chunks.push(chunk)
+      }
+    } catch {
+      stalled = true
+    } finally {
+      clearTimeout(timer)
+      reading -= 1
+    }
+    if (stalled) {
+      res.writeHead(408, { 'content-type': 'application/json', connection: 'close' })
+      res.end(JSON.stringify({ ok: false, error: 'timeout', message: `the body did not arrive within ${config.routeBodyTimeoutMs} ms` }))
+      return
+    }
+    if (size > 1 << 20) {
+      res.writeHead(413, { 'content-type': 'application/json' })
+      res.end(JSON.stringify({ ok: false, error: 'too-long', message: 'the body is over 1 MiB' }))
+      return
+    }
+    await handle(req, res, Buffer.concat(chunks).toString('utf8'), admitted)
   }
 }
 

@@ -50,13 +50,17 @@ pub enum Request {
     /// `tavern-mode/route`: the HTTP route, as a pure request.
     #[serde(rename = "tavern-mode/route")]
     Route(RouteFrame),
+    /// `api/request`: a request to the management API the host's web server received and
+    /// admitted.
+    #[serde(rename = "api/request")]
+    Api(ApiFrame),
     /// `shutdown`.
     #[serde(rename = "shutdown")]
     Shutdown(Empty),
 }
 
 /// Methods this bridge serves (for telling an unknown method from bad parameters).
-pub const METHODS: [&str; 14] = [
+pub const METHODS: [&str; 15] = [
     "handshake",
     "agent/created",
     "agent/disposed",
@@ -70,6 +74,7 @@ pub const METHODS: [&str; 14] = [
     "resume",
     "status",
     "tavern-mode/route",
+    "api/request",
     "shutdown",
 ];
 
@@ -220,6 +225,22 @@ pub struct RouteFrame {
     #[serde(default)]
     pub admitted: bool,
     /// The request body.
+    #[serde(default)]
+    pub body: String,
+}
+
+/// `api/request` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiFrame {
+    /// The HTTP method.
+    pub method: String,
+    /// The path under the API's root with its query (`/api/v1/memories?scope=global`).
+    pub path: String,
+    /// The `Content-Type` header.
+    #[serde(default)]
+    pub content_type: Option<String>,
+    /// The request body (UTF-8: the API takes JSON).
     #[serde(default)]
     pub body: String,
 }

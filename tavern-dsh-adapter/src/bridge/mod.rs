@@ -54,6 +54,8 @@ impl Default for BridgeConfig {
 pub struct Bridge {
     /// Shared with the tasks tool calls run on.
     runtime: Arc<Runtime>,
+    /// The management API over the same runtime, for requests the host's web server forwards.
+    api: tavern_api::Api,
     host: Arc<BridgeHost>,
     config: BridgeConfig,
     calls: Mutex<Calls>,
@@ -79,8 +81,12 @@ impl Bridge {
 
     /// A bridge with explicit settings.
     pub fn with_config(runtime: Runtime, host: Arc<BridgeHost>, config: BridgeConfig) -> Self {
+        let runtime = Arc::new(runtime);
+        // The plugin admits callers (its token or loopback) before it forwards anything.
+        let api = tavern_api::Api::new(runtime.clone(), tavern_api::ApiConfig::default());
         Self {
-            runtime: Arc::new(runtime),
+            runtime,
+            api,
             host,
             config,
             calls: Mutex::default(),
@@ -344,6 +350,22 @@ impl Bridge {
                 };
                 let resp = self.runtime.tavern_mode_route(req).await;
                 Ok(json!({"status": resp.status, "body": resp.body}))
+            }
+            Request::Api(a) => {
+                let resp = self
+                    .api
+                    .forward(tavern_api::Forwarded {
+                        method: a.method,
+                        path_and_query: a.path,
+                        content_type: a.content_type,
+                        body: a.body.into_bytes(),
+                    })
+                    .await;
+                Ok(json!({
+                    "status": resp.status,
+                    "contentType": resp.content_type,
+                    "body": String::from_utf8_lossy(&resp.body),
+                }))
             }
             Request::Shutdown(_) => {
                 self.shut_down.store(true, Ordering::SeqCst);

@@ -51,6 +51,9 @@ impl Bridge {
             Request::ChatBind(b) => Route::Session(b.session.to_string()),
             Request::ModeSwitch(m) => Route::Session(m.session.to_string()),
             Request::Resume(r) => Route::Session(r.session.to_string()),
+            // Management requests queue among themselves (a search over a large store must not
+            // hold up the frames read after it); the space keeps the key off every session id.
+            Request::Api(_) => Route::Session(" api".into()),
             Request::Handshake(_)
             | Request::ToolCancel(_)
             | Request::Status(_)

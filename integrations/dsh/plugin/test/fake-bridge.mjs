@@ -24,6 +24,9 @@ lines.on('line', (line) => {
       return process.exit(0)
     case 'prompt':
       return // never answered
+    case 'api/request':
+      // Echoes what the plugin forwarded, as the API would answer it.
+      return send({ id: frame.id, result: { status: 200, contentType: 'application/json', body: JSON.stringify({ forwarded: frame.params }) } })
     default:
       return send({ id: frame.id, error: { code: 'invalid', message: `unknown method ${frame.method}` } })
   }

@@ -30,11 +30,12 @@ function fakeHost() {
 
 /** A request the route's handler reads: headers, a loopback socket, and a body that arrives
  * whole, or never (`stall`). */
-function request(method, headers, body, { stall = false } = {}) {
+function request(method, headers, body, { stall = false, url = '/' } = {}) {
   let destroyed = false
   let wake = () => {}
   return {
     method,
+    url,
     headers: { host: '127.0.0.1:8080', ...headers },
     socket: { remoteAddress: '127.0.0.1' },
     read: false,
@@ -103,6 +104,44 @@ test('the tavern-mode route refuses what a web page on another origin can send, 
     assert.equal(req.read, false, 'the body of a refused request is never read')
   }
   host.dispose()
+})
+
+test('the management API is forwarded to the bridge under /agent-tavern, behind the same admission', async () => {
+  const host = fakeHost()
+  const bridge = fileURLToPath(new URL('./fake-bridge.mjs', import.meta.url))
+  const data = mkdtempSync(join(tmpdir(), 'tavern-plugin-'))
+  await apply(host.ctx, { bridge, data, assets: join(data, 'none'), hostVersion: '0.1.0-rc.8' })
+  const route = host.routes.find((r) => r.path === '/agent-tavern')
+  assert.equal(route?.kind, 'prefix', `no api route: ${host.warnings}`)
+  const res = response()
+  await route.handler(request('GET', {}, null, { url: '/agent-tavern/api/v1/memories?scope=global' }), res)
+  await res.done
+  assert.equal(res.status, 200)
+  assert.deepEqual(res.body.forwarded, { method: 'GET', path: '/api/v1/memories?scope=global', body: '' })
+  const put = response()
+  const body = JSON.stringify({ text: '你是{{char}}' })
+  await route.handler(request('PUT', { 'content-type': 'application/json' }, body, { url: '/agent-tavern/api/v1/sessions/s1/prompt' }), put)
+  await put.done
+  assert.deepEqual(put.body.forwarded, { method: 'PUT', path: '/api/v1/sessions/s1/prompt', contentType: 'application/json', body })
+  // A page elsewhere cannot write through it, and its body is never read.
+  const form = request('POST', { 'content-type': 'application/x-www-form-urlencoded' }, 'id=x', { url: '/agent-tavern/api/v1/memories' })
+  const refused = response()
+  await route.handler(form, refused)
+  await refused.done
+  assert.equal(refused.status, 415)
+  assert.equal(form.read, false)
+  host.dispose()
+
+  const guarded = fakeHost()
+  await apply(guarded.ctx, { bridge, data, assets: join(data, 'none'), hostVersion: '0.1.0-rc.8', routeToken: 'k7Qm2vX9pL4sT8wZ' })
+  const api = guarded.routes.find((r) => r.path === '/agent-tavern')
+  for (const [auth, status] of [[undefined, 401], ['Bearer nope', 401], ['Bearer k7Qm2vX9pL4sT8wZ', 200]]) {
+    const r = response()
+    await api.handler(request('GET', auth ? { authorization: auth } : {}, null, { url: '/agent-tavern/api/v1/settings' }), r)
+    await r.done
+    assert.equal(r.status, status, String(auth))
+  }
+  guarded.dispose()
 })
 
 test('a route body that stalls is given up on, and frees its slot', async () => {

@@ -1,0 +1,94 @@
+//! Requests a host carries itself: a host whose web server is not ours (DSH's, through its
+//! plugin and the bridge's frames) hands the API the method, path, type and body it received
+//! and writes back what comes out — the same handlers `tavern serve` runs, without a socket.
+
+use axum::body::Body;
+use axum::http::{header, Request};
+use http_body_util::BodyExt;
+use tower::ServiceExt;
+
+use crate::app::Api;
+use crate::error::ApiError;
+
+/// A request as a host received it. The host has admitted the caller already (its own token
+/// or loopback rule): forwarded requests are answered as if they came from loopback.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Forwarded {
+    /// `GET`, `POST`, …
+    pub method: String,
+    /// The path under the API's root, with its query: `/api/v1/memories?scope=global`.
+    pub path_and_query: String,
+    /// The `Content-Type` header, if any.
+    pub content_type: Option<String>,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+/// What to send back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardedResponse {
+    /// HTTP status.
+    pub status: u16,
+    /// The `Content-Type` header.
+    pub content_type: String,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+impl Api {
+    /// Answers a forwarded request with the same handlers as the served router.
+    pub async fn forward(&self, req: Forwarded) -> ForwardedResponse {
+        match self.try_forward(req).await {
+            Ok(r) => r,
+            Err(e) => ForwardedResponse {
+                status: e.status().as_u16(),
+                content_type: "application/json".into(),
+                body: serde_json::to_vec(&e.body()).unwrap_or_default(),
+            },
+        }
+    }
+
+    async fn try_forward(&self, req: Forwarded) -> Result<ForwardedResponse, ApiError> {
+        if req.body.len() > crate::MAX_BODY_BYTES {
+            return Err(ApiError::TooLarge {
+                limit: "request body bytes".into(),
+                max: crate::MAX_BODY_BYTES,
+                actual: req.body.len(),
+            });
+        }
+        let mut builder = Request::builder()
+            .method(req.method.as_str())
+            .uri(req.path_and_query.as_str())
+            .header(header::HOST, "localhost");
+        if let Some(t) = &req.content_type {
+            builder = builder.header(header::CONTENT_TYPE, t.as_str());
+        }
+        let request = builder
+            .body(Body::from(req.body))
+            .map_err(|e| ApiError::BadRequest(format!("invalid forwarded request: {e}")))?;
+        let response = self
+            .router()
+            .oneshot(request)
+            .await
+            .map_err(|e| ApiError::Internal(format!("routing failed: {e}")))?;
+        let status = response.status().as_u16();
+        let content_type = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/octet-stream")
+            .to_owned();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| ApiError::Internal(format!("reading the response failed: {e}")))?
+            .to_bytes()
+            .to_vec();
+        Ok(ForwardedResponse {
+            status,
+            content_type,
+            body,
+        })
+    }
+}
