@@ -32,6 +32,9 @@ pub struct Api {
 struct Inner {
     runtime: Arc<Runtime>,
     config: ApiConfig,
+    /// The token every panel form carries: random per process, so a page elsewhere cannot
+    /// know it (it cannot read our pages).
+    csrf: String,
 }
 
 impl std::fmt::Debug for Api {
@@ -45,8 +48,19 @@ impl std::fmt::Debug for Api {
 impl Api {
     /// The API over `runtime`.
     pub fn new(runtime: Arc<Runtime>, config: ApiConfig) -> Self {
+        let mut secret = [0u8; 32];
+        // Without the system's randomness, a fixed token would be guessable: no form then
+        // passes (every write through the panel is refused; the JSON API is unaffected).
+        let csrf = match getrandom::fill(&mut secret) {
+            Ok(()) => secret.iter().map(|b| format!("{b:02x}")).collect(),
+            Err(_) => String::new(),
+        };
         Self {
-            inner: Arc::new(Inner { runtime, config }),
+            inner: Arc::new(Inner {
+                runtime,
+                config,
+                csrf,
+            }),
         }
     }
 
@@ -60,7 +74,22 @@ impl Api {
         &self.inner.config
     }
 
-    /// Every route under `/api/v1`, behind the token or loopback check, with the body limit.
+    /// The token panel forms carry (empty when the system had no randomness: then no form
+    /// passes).
+    pub(crate) fn csrf_token(&self) -> &str {
+        &self.inner.csrf
+    }
+
+    /// Whether `offered` is the server's token (constant time); false when it has none.
+    pub(crate) fn token_matches(&self, offered: &str) -> bool {
+        use subtle::ConstantTimeEq;
+        self.config().token.as_deref().is_some_and(|token| {
+            offered.len() == token.len() && bool::from(offered.as_bytes().ct_eq(token.as_bytes()))
+        })
+    }
+
+    /// Every route — `/api/v1` and the panel at `/panel` — behind the token or loopback
+    /// check, with the body limit.
     pub fn router(&self) -> Router {
         let v1 = Router::new()
             .route("/sessions", get(sessions::list))
@@ -98,6 +127,9 @@ impl Api {
             .fallback(not_found);
         Router::new()
             .nest("/api/v1", v1)
+            .nest("/panel", crate::panel::routes())
+            // `/panel` is the overview; `/panel/` too, as people type it.
+            .route("/panel/", get(crate::panel::overview))
             .fallback(not_found)
             .layer(axum::middleware::from_fn_with_state(
                 self.clone(),

@@ -6,32 +6,51 @@ use axum::extract::{Request, State};
 use axum::http::header::{AUTHORIZATION, HOST};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use subtle::ConstantTimeEq;
 
 use crate::app::Api;
 use crate::error::ApiError;
 
 /// The middleware every route runs behind.
 pub(crate) async fn admit(State(api): State<Api>, request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    // The sign-in page is how a browser gets the token into its cookie.
+    let sign_in = path == "/panel/login";
     match check(&api, &request) {
         Ok(()) => next.run(request).await,
+        Err(ApiError::Unauthorized) if sign_in => next.run(request).await,
+        Err(ApiError::Unauthorized)
+            if path.starts_with("/panel") && request.method() == axum::http::Method::GET =>
+        {
+            let (parts, _) = request.into_parts();
+            let to = format!("{}/panel/login", crate::panel::base_of(&parts));
+            let mut res = axum::http::StatusCode::SEE_OTHER.into_response();
+            if let Ok(v) = axum::http::HeaderValue::from_str(&to) {
+                res.headers_mut().insert(axum::http::header::LOCATION, v);
+            }
+            res
+        }
         Err(e) => e.into_response(),
     }
 }
 
 fn check(api: &Api, request: &Request) -> Result<(), ApiError> {
     match api.config().token.as_deref() {
-        Some(token) => {
-            let offered = request
+        Some(_) => {
+            let bearer = request
                 .headers()
                 .get(AUTHORIZATION)
                 .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .unwrap_or("");
-            // Equal length first is no leak: the token's length is not the secret.
-            if offered.len() == token.len()
-                && bool::from(offered.as_bytes().ct_eq(token.as_bytes()))
-            {
+                .and_then(|v| v.strip_prefix("Bearer "));
+            // A browser cannot send a bearer header with a link or a form: the panel's sign-in
+            // keeps the token in an HttpOnly, same-site cookie instead.
+            let cookie = request
+                .headers()
+                .get_all(axum::http::header::COOKIE)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(';'))
+                .find_map(|kv| kv.trim().strip_prefix("tavern_token="));
+            if bearer.or(cookie).is_some_and(|t| api.token_matches(t)) {
                 Ok(())
             } else {
                 Err(ApiError::Unauthorized)

@@ -26,6 +26,9 @@ pub enum ApiError {
     /// another site pointing a name at 127.0.0.1 (DNS rebinding) is refused.
     #[error("host {0:?} is not a loopback name; serve with a token to answer other names")]
     ForbiddenHost(String),
+    /// A panel form without this server's CSRF token (403): a page elsewhere tried to write.
+    #[error("the form does not carry this panel's token; reload the page and try again")]
+    Csrf,
     /// Nothing by that name, or nothing the caller may see (404).
     #[error("{0}")]
     NotFound(String),
@@ -90,7 +93,7 @@ pub struct ErrorBody {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
     /// Stable code: `bad_request`, `unauthorized`, `forbidden_host`, `not_found`,
-    /// `no_such_chat`, `conflict`, `forgotten`, `mode_refused`, `too_large`,
+    /// `csrf`, `no_such_chat`, `conflict`, `forgotten`, `mode_refused`, `too_large`,
     /// `unsupported_media_type`, `host_unavailable`, `internal`.
     pub code: &'static str,
     /// The reason, in words.
@@ -115,7 +118,7 @@ impl ApiError {
         match self {
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
-            Self::ForbiddenHost(_) => StatusCode::FORBIDDEN,
+            Self::ForbiddenHost(_) | Self::Csrf => StatusCode::FORBIDDEN,
             Self::NotFound(_) | Self::NoSuchChat { .. } => StatusCode::NOT_FOUND,
             Self::Conflict { .. } | Self::Forgotten(_) | Self::ModeRefused { .. } => {
                 StatusCode::CONFLICT
@@ -133,6 +136,7 @@ impl ApiError {
             Self::BadRequest(_) => "bad_request",
             Self::Unauthorized => "unauthorized",
             Self::ForbiddenHost(_) => "forbidden_host",
+            Self::Csrf => "csrf",
             Self::NotFound(_) => "not_found",
             Self::NoSuchChat { .. } => "no_such_chat",
             Self::Conflict { .. } => "conflict",

@@ -22,6 +22,13 @@ pub struct Forwarded {
     pub content_type: Option<String>,
     /// The body.
     pub body: Vec<u8>,
+    /// The path prefix the host serves these routes under (`/agent-tavern`), so the panel's
+    /// links and redirects point back through the host; empty when served at the root.
+    pub base: String,
+    /// The `Cookie` header (the panel keeps its language there).
+    pub cookie: Option<String>,
+    /// The `Accept-Language` header.
+    pub accept_language: Option<String>,
 }
 
 /// What to send back.
@@ -31,6 +38,10 @@ pub struct ForwardedResponse {
     pub status: u16,
     /// The `Content-Type` header.
     pub content_type: String,
+    /// The `Location` header of a redirect (the panel's answer to a form).
+    pub location: Option<String>,
+    /// The `Set-Cookie` header (the panel's language choice).
+    pub set_cookie: Option<String>,
     /// The body.
     pub body: Vec<u8>,
 }
@@ -43,6 +54,8 @@ impl Api {
             Err(e) => ForwardedResponse {
                 status: e.status().as_u16(),
                 content_type: "application/json".into(),
+                location: None,
+                set_cookie: None,
                 body: serde_json::to_vec(&e.body()).unwrap_or_default(),
             },
         }
@@ -60,6 +73,17 @@ impl Api {
             .method(req.method.as_str())
             .uri(req.path_and_query.as_str())
             .header(header::HOST, "localhost");
+        if !req.base.is_empty() {
+            builder = builder.header(crate::panel::BASE_HEADER, req.base.as_str());
+        }
+        for (name, value) in [
+            (header::COOKIE, &req.cookie),
+            (header::ACCEPT_LANGUAGE, &req.accept_language),
+        ] {
+            if let Some(v) = value {
+                builder = builder.header(name, v.as_str());
+            }
+        }
         if let Some(t) = &req.content_type {
             builder = builder.header(header::CONTENT_TYPE, t.as_str());
         }
@@ -78,6 +102,16 @@ impl Api {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("application/octet-stream")
             .to_owned();
+        let (location, set_cookie) = {
+            let header = |name| {
+                response
+                    .headers()
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+            };
+            (header(header::LOCATION), header(header::SET_COOKIE))
+        };
         let body = response
             .into_body()
             .collect()
@@ -88,6 +122,8 @@ impl Api {
         Ok(ForwardedResponse {
             status,
             content_type,
+            location,
+            set_cookie,
             body,
         })
     }

@@ -35,6 +35,7 @@ pub mod error;
 mod extract;
 pub mod forward;
 pub mod openapi;
+pub mod panel;
 pub mod routes;
 pub mod scope;
 

@@ -950,6 +950,18 @@ async fn the_checked_in_openapi_document_is_the_generated_one() {
     assert_eq!(served, doc);
 }
 
+fn forwarded() -> tavern_api::Forwarded {
+    tavern_api::Forwarded {
+        method: "GET".into(),
+        path_and_query: "/".into(),
+        content_type: None,
+        body: Vec::new(),
+        base: String::new(),
+        cookie: None,
+        accept_language: None,
+    }
+}
+
 #[tokio::test]
 async fn a_forwarded_request_gets_the_same_answers_as_a_served_one() {
     let h = harness();
@@ -962,6 +974,7 @@ async fn a_forwarded_request_gets_the_same_answers_as_a_served_one() {
             body: json!({"scope": {"kind": "global"}, "id": "bell", "content": "钟声在午夜响起。"})
                 .to_string()
                 .into_bytes(),
+            ..forwarded()
         })
         .await;
     assert_eq!(created.status, 201);
@@ -975,6 +988,7 @@ async fn a_forwarded_request_gets_the_same_answers_as_a_served_one() {
             path_and_query: "/api/v1/memories".into(),
             content_type: Some("text/plain".into()),
             body: b"id=x".to_vec(),
+            ..forwarded()
         })
         .await;
     assert_eq!(bad.status, 415);
@@ -985,6 +999,7 @@ async fn a_forwarded_request_gets_the_same_answers_as_a_served_one() {
             path_and_query: "/api/v1/sessions/s1/prompt".into(),
             content_type: Some("application/json".into()),
             body: vec![b' '; tavern_api::MAX_BODY_BYTES + 1],
+            ..forwarded()
         })
         .await;
     assert_eq!(huge.status, 413);
@@ -993,8 +1008,7 @@ async fn a_forwarded_request_gets_the_same_answers_as_a_served_one() {
         .forward(tavern_api::Forwarded {
             method: "GET".into(),
             path_and_query: "not a path".into(),
-            content_type: None,
-            body: Vec::new(),
+            ..forwarded()
         })
         .await;
     assert_eq!(

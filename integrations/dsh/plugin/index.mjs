@@ -495,8 +495,10 @@ export async function apply(ctx, rawConfig) {
         res.end(JSON.stringify(reply.body))
       }),
     }))
-    // The management API (`tavern-api`): `/agent-tavern/api/v1/…` is answered by the bridge's
-    // handlers — the same ones `tavern serve` runs.
+    // The management API (`tavern-api`) and its panel: `/agent-tavern/api/v1/…` and
+    // `/agent-tavern/panel/` are answered by the bridge's handlers — the same ones `tavern
+    // serve` runs. The panel's forms (which work without JavaScript) are the one non-JSON body
+    // accepted; each carries the panel's CSRF token, and another origin is still refused.
     ctx.effect(() => web.register({
       kind: 'prefix',
       path: API_PREFIX,
@@ -504,11 +506,17 @@ export async function apply(ctx, rawConfig) {
         const path = String(req.url ?? '/').slice(API_PREFIX.length) || '/'
         let reply
         try {
-          reply = await bridge.call('api/request', { method: req.method, path, contentType: req.headers['content-type'], body })
+          reply = await bridge.call('api/request', {
+            method: req.method, path, contentType: req.headers['content-type'], body, base: API_PREFIX,
+            cookie: req.headers.cookie, acceptLanguage: req.headers['accept-language'],
+          })
         } catch (e) {
           reply = { status: 503, contentType: 'application/json', body: JSON.stringify({ error: { code: 'host_unavailable', message: `the bridge did not answer: ${e.message}` } }) }
         }
-        res.writeHead(reply.status, { 'content-type': reply.contentType })
+        const headers = { 'content-type': reply.contentType }
+        if (reply.location) headers.location = reply.location
+        if (reply.setCookie) headers['set-cookie'] = reply.setCookie
+        res.writeHead(reply.status, headers)
         res.end(reply.body)
       }),
     }))
@@ -539,7 +547,7 @@ function admittedRoute(config) {
     // A web page the user visits can POST to loopback: a request from another origin, or
     // with a body that is not JSON (the "simple" requests a page may send without asking),
     // is refused before its body is read.
-    const refusal = crossSite(req)
+    const refusal = crossSite(req, { forms: String(req.url ?? '').startsWith(`${API_PREFIX}/panel/`) })
     if (refusal) return refuse(req, res, refusal.status, refusal.error, refusal.message)
     // A body that stalls is given up on after routeBodyTimeoutMs, and only so many are read
     // at once, so stalled callers cannot hold the host's memory.
@@ -583,7 +591,7 @@ const MAX_BODIES = 8
  * request was sent to, or a body that is not `application/json` (a page can send `text/plain`
  * or a form to any address without the browser asking first; JSON it cannot).
  */
-function crossSite(req) {
+function crossSite(req, { forms = false } = {}) {
   const origin = req.headers.origin
   if (origin && origin !== 'null') {
     let host = null
@@ -594,7 +602,7 @@ function crossSite(req) {
   }
   if (req.method !== 'GET' && req.method !== 'HEAD') {
     const type = String(req.headers['content-type'] ?? '').split(';')[0].trim().toLowerCase()
-    if (type !== 'application/json') return { status: 415, error: 'unsupported-media-type', message: 'the body must be application/json' }
+    if (type !== 'application/json' && !(forms && type === 'application/x-www-form-urlencoded')) return { status: 415, error: 'unsupported-media-type', message: 'the body must be application/json' }
   }
   return null
 }

@@ -240,9 +240,18 @@ pub struct ApiFrame {
     /// The `Content-Type` header.
     #[serde(default)]
     pub content_type: Option<String>,
-    /// The request body (UTF-8: the API takes JSON).
+    /// The request body (UTF-8: JSON, or the panel's forms).
     #[serde(default)]
     pub body: String,
+    /// The prefix the host serves these routes under (`/agent-tavern`).
+    #[serde(default)]
+    pub base: String,
+    /// The `Cookie` header.
+    #[serde(default)]
+    pub cookie: Option<String>,
+    /// The `Accept-Language` header.
+    #[serde(default)]
+    pub accept_language: Option<String>,
 }
 
 /// Why a frame could not be read: the error code and message of the error frame.

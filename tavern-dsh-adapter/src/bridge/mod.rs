@@ -359,11 +359,16 @@ impl Bridge {
                         path_and_query: a.path,
                         content_type: a.content_type,
                         body: a.body.into_bytes(),
+                        base: a.base,
+                        cookie: a.cookie,
+                        accept_language: a.accept_language,
                     })
                     .await;
                 Ok(json!({
                     "status": resp.status,
                     "contentType": resp.content_type,
+                    "location": resp.location,
+                    "setCookie": resp.set_cookie,
                     "body": String::from_utf8_lossy(&resp.body),
                 }))
             }

@@ -117,12 +117,12 @@ test('the management API is forwarded to the bridge under /agent-tavern, behind 
   await route.handler(request('GET', {}, null, { url: '/agent-tavern/api/v1/memories?scope=global' }), res)
   await res.done
   assert.equal(res.status, 200)
-  assert.deepEqual(res.body.forwarded, { method: 'GET', path: '/api/v1/memories?scope=global', body: '' })
+  assert.deepEqual(res.body.forwarded, { method: 'GET', path: '/api/v1/memories?scope=global', body: '', base: '/agent-tavern' })
   const put = response()
   const body = JSON.stringify({ text: '你是{{char}}' })
   await route.handler(request('PUT', { 'content-type': 'application/json' }, body, { url: '/agent-tavern/api/v1/sessions/s1/prompt' }), put)
   await put.done
-  assert.deepEqual(put.body.forwarded, { method: 'PUT', path: '/api/v1/sessions/s1/prompt', contentType: 'application/json', body })
+  assert.deepEqual(put.body.forwarded, { method: 'PUT', path: '/api/v1/sessions/s1/prompt', contentType: 'application/json', body, base: '/agent-tavern' })
   // A page elsewhere cannot write through it, and its body is never read.
   const form = request('POST', { 'content-type': 'application/x-www-form-urlencoded' }, 'id=x', { url: '/agent-tavern/api/v1/memories' })
   const refused = response()
@@ -130,6 +130,22 @@ test('the management API is forwarded to the bridge under /agent-tavern, behind 
   await refused.done
   assert.equal(refused.status, 415)
   assert.equal(form.read, false)
+  // The panel's forms are forms: accepted there (the panel checks their CSRF token), with the
+  // user's language cookie passed along; still refused from another origin, unread.
+  const panelForm = response()
+  await route.handler(request('POST', { 'content-type': 'application/x-www-form-urlencoded', cookie: 'tavern_lang=zh' }, 'csrf=t&revision=r',
+    { url: '/agent-tavern/panel/memories/m1/forget?scope=global' }), panelForm)
+  await panelForm.done
+  assert.equal(panelForm.status, 200)
+  assert.equal(panelForm.body.forwarded.cookie, 'tavern_lang=zh')
+  assert.equal(panelForm.body.forwarded.path, '/panel/memories/m1/forget?scope=global')
+  const foreign = request('POST', { 'content-type': 'application/x-www-form-urlencoded', origin: 'http://evil.example' }, 'csrf=t',
+    { url: '/agent-tavern/panel/memories/m1/forget?scope=global' })
+  const foreignRes = response()
+  await route.handler(foreign, foreignRes)
+  await foreignRes.done
+  assert.equal(foreignRes.status, 403)
+  assert.equal(foreign.read, false)
   host.dispose()
 
   const guarded = fakeHost()
