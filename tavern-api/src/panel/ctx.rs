@@ -99,7 +99,12 @@ impl FromRequestParts<Api> for PageCtx {
             .split('&')
             .filter(|kv| !kv.is_empty() && !kv.starts_with("lang=") && !kv.starts_with("done="))
             .collect();
-        let mut lang_url = format!("{base}{}?", parts.uri.path());
+        // Inside the nested router the URI lost its `/panel` prefix; the original has it.
+        let path = parts
+            .extensions
+            .get::<axum::extract::OriginalUri>()
+            .map_or_else(|| parts.uri.path().to_owned(), |u| u.0.path().to_owned());
+        let mut lang_url = format!("{base}{path}?");
         for kv in kept {
             lang_url.push_str(kv);
             lang_url.push('&');

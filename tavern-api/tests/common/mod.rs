@@ -1,0 +1,137 @@
+//! The harness the API's and the panel's tests share: a real runtime over the strict
+//! in-memory store and host, with real SillyTavern assets from `../shared/fixtures`.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{header, Request, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::Value;
+use tavern_api::{Api, ApiConfig};
+use tavern_core::{CharacterName, ChatId, SessionId};
+use tavern_runtime::testkit::MemHost;
+use tavern_runtime::{Runtime, RuntimeConfig};
+use tavern_store::mem::MemStore;
+use tavern_store::ManualClock;
+use tavern_tools::assets::provider::MemAssets;
+use tavern_tools::assets::{card::Card, world::WorldBook};
+use tower::ServiceExt;
+
+pub const T0: i64 = 1_750_000_000_000;
+
+pub fn fixture(rel: &str) -> Vec<u8> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/fixtures")
+        .join(rel);
+    std::fs::read(&p).unwrap_or_else(|e| panic!("../shared/fixtures/{rel} is needed ({e})"))
+}
+
+pub struct Harness {
+    pub api: Api,
+    pub store: Arc<MemStore>,
+    pub host: Arc<MemHost>,
+    pub runtime: Arc<Runtime>,
+}
+
+pub fn assets() -> MemAssets {
+    let mut assets = MemAssets::default();
+    let sera = Card::from_png("Seraphina", &fixture("cards/Seraphina.v2v3.book4.png")).unwrap();
+    assets.cards.insert("Seraphina".into(), sera.into());
+    assets.worlds.insert(
+        "Eldoria".into(),
+        WorldBook::from_json("Eldoria", &fixture("worlds/Eldoria.json"))
+            .unwrap()
+            .into(),
+    );
+    assets
+}
+
+pub fn harness_on(host: MemHost, token: Option<&str>) -> Harness {
+    let clock = Arc::new(ManualClock::new(tavern_core::Timestamp(T0)));
+    let store = Arc::new(MemStore::new(clock.clone()));
+    let host = Arc::new(host);
+    let runtime = Arc::new(Runtime::new(
+        host.clone(),
+        store.clone(),
+        Arc::new(assets()),
+        clock,
+        RuntimeConfig {
+            user_name: "Kai".into(),
+            ..RuntimeConfig::default()
+        },
+    ));
+    let api = Api::new(
+        runtime.clone(),
+        ApiConfig {
+            token: token.map(str::to_owned),
+        },
+    );
+    Harness {
+        api,
+        store,
+        host,
+        runtime,
+    }
+}
+
+pub fn harness() -> Harness {
+    harness_on(MemHost::capable(), None)
+}
+
+pub fn sid(s: &str) -> SessionId {
+    SessionId::parse(s).unwrap()
+}
+
+impl Harness {
+    /// Starts a session on the host and binds a new chat with Seraphina to it.
+    pub async fn session(&self, session: &str, chat: &str) {
+        self.host.start(&sid(session));
+        self.runtime
+            .new_chat(
+                &sid(session),
+                &CharacterName::parse("Seraphina").unwrap(),
+                &ChatId::parse(chat).unwrap(),
+                false,
+            )
+            .await
+            .unwrap();
+    }
+
+    pub async fn send(&self, req: Request<Body>) -> (StatusCode, Value) {
+        let res = self.api.router().oneshot(req).await.unwrap();
+        let status = res.status();
+        let bytes = res.into_body().collect().await.unwrap().to_bytes();
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|e| panic!("{status}: not json ({e}): {bytes:?}"))
+        };
+        (status, body)
+    }
+
+    pub async fn call(&self, method: &str, uri: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(header::HOST, "127.0.0.1:7300");
+        let body = match body {
+            Some(v) => {
+                req = req.header(header::CONTENT_TYPE, "application/json");
+                Body::from(v.to_string())
+            }
+            None => Body::empty(),
+        };
+        self.send(req.body(body).unwrap()).await
+    }
+
+    pub async fn get(&self, uri: &str) -> (StatusCode, Value) {
+        self.call("GET", uri, None).await
+    }
+}
+
+pub fn code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or("<no code>")
+}
