@@ -1,0 +1,228 @@
+//! The panel's rules without a browser: forms need the CSRF token, a token-protected server
+//! signs browsers in with a cookie, a forwarding host's prefix is kept in every link and
+//! redirect, and what users wrote is shown escaped.
+
+mod common;
+
+use axum::body::Body;
+use axum::http::{header, Request, StatusCode};
+use common::{harness, harness_on, Harness};
+use http_body_util::BodyExt;
+use serde_json::json;
+use tavern_runtime::testkit::MemHost;
+use tower::ServiceExt;
+
+struct Answer {
+    status: StatusCode,
+    location: Option<String>,
+    cookie: Option<String>,
+    body: String,
+}
+
+async fn send(h: &Harness, req: Request<Body>) -> Answer {
+    let res = h.api.router().oneshot(req).await.unwrap();
+    let header = |name| {
+        res.headers()
+            .get(name)
+            .map(|v: &axum::http::HeaderValue| v.to_str().unwrap().to_owned())
+    };
+    let (location, cookie) = (header(header::LOCATION), header(header::SET_COOKIE));
+    let status = res.status();
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    Answer {
+        status,
+        location,
+        cookie,
+        body: String::from_utf8(bytes.to_vec()).unwrap(),
+    }
+}
+
+fn get(uri: &str) -> axum::http::request::Builder {
+    Request::get(uri).header(header::HOST, "127.0.0.1:7300")
+}
+
+fn form(uri: &str, body: &str) -> Request<Body> {
+    Request::post(uri)
+        .header(header::HOST, "127.0.0.1:7300")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Body::from(body.to_owned()))
+        .unwrap()
+}
+
+/// The CSRF token from a page's form.
+fn csrf(page: &str) -> String {
+    let at = page
+        .find("name=\"csrf\" value=\"")
+        .expect("a form with the token")
+        + 19;
+    page[at..at + 64].to_owned()
+}
+
+#[tokio::test]
+async fn forms_without_the_token_are_refused_and_write_nothing() {
+    let h = harness();
+    let page = send(&h, get("/panel/memories").body(Body::empty()).unwrap()).await;
+    assert_eq!(page.status, StatusCode::OK);
+    let token = csrf(&page.body);
+    for body in [
+        "id=planted&scope=global&content=x".to_owned(),
+        "csrf=0000&id=planted&scope=global&content=x".to_owned(),
+        format!("csrf={}&id=planted&scope=global&content=x", "f".repeat(64)),
+    ] {
+        let a = send(&h, form("/panel/memories/new", &body)).await;
+        assert_eq!(a.status, StatusCode::FORBIDDEN, "{body}");
+        assert!(a.body.contains("\"csrf\""), "{}", a.body);
+    }
+    let (_, listed) = h.get("/api/v1/memories?scope=global").await;
+    assert_eq!(listed["total"], 0, "nothing was written");
+    // JSON is not a form.
+    let json_body = Request::post("/panel/memories/new")
+        .header(header::HOST, "localhost")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(format!("{{\"csrf\":\"{token}\"}}")))
+        .unwrap();
+    assert_eq!(
+        send(&h, json_body).await.status,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE
+    );
+    // With the token: created, and redirected to the new memory.
+    let a = send(
+        &h,
+        form(
+            "/panel/memories/new",
+            &format!("csrf={token}&id=lamp&scope=global&content=%E7%81%AF"),
+        ),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    assert_eq!(
+        a.location.as_deref(),
+        Some("/panel/memories/lamp?scope=global&done=saved")
+    );
+    let (_, m) = h.get("/api/v1/memories/lamp?scope=global").await;
+    assert_eq!(m["content"], "灯");
+    assert_eq!(m["source"]["kind"], "user");
+}
+
+#[tokio::test]
+async fn a_token_server_signs_browsers_in_with_an_http_only_cookie() {
+    let h = harness_on(MemHost::capable(), Some("k7Qm2vX9pL4sT8wZ"));
+    let a = send(&h, get("/panel/memories").body(Body::empty()).unwrap()).await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER);
+    assert_eq!(a.location.as_deref(), Some("/panel/login"));
+    let a = send(&h, get("/panel/login").body(Body::empty()).unwrap()).await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert!(a.body.contains("type=\"password\""));
+    let wrong = send(&h, form("/panel/login", "token=k7Qm2vX9pL4sT8wY")).await;
+    assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
+    assert!(wrong.cookie.is_none());
+    let right = send(&h, form("/panel/login", "token=k7Qm2vX9pL4sT8wZ")).await;
+    assert_eq!(right.status, StatusCode::SEE_OTHER);
+    let cookie = right.cookie.unwrap();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let pair = cookie.split(';').next().unwrap().to_owned();
+    let a = send(
+        &h,
+        get("/panel/memories")
+            .header(header::COOKIE, &pair)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK);
+    // The JSON API without a token still answers 401, not a redirect.
+    let a = send(&h, get("/api/v1/settings").body(Body::empty()).unwrap()).await;
+    assert_eq!(a.status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn a_forwarding_hosts_prefix_is_in_every_link_and_redirect() {
+    let h = harness();
+    let page = h
+        .api
+        .forward(tavern_api::Forwarded {
+            method: "GET".into(),
+            path_and_query: "/panel/memories".into(),
+            content_type: None,
+            body: Vec::new(),
+            base: "/agent-tavern".into(),
+            cookie: Some("tavern_lang=zh".into()),
+            accept_language: None,
+        })
+        .await;
+    assert_eq!(page.status, 200);
+    let html = String::from_utf8(page.body).unwrap();
+    assert!(
+        html.contains("href=\"/agent-tavern/panel/memories\""),
+        "nav links keep the prefix"
+    );
+    assert!(html.contains("action=\"/agent-tavern/panel/memories/new\""));
+    assert!(
+        html.contains("<h1>记忆</h1>"),
+        "the language cookie is read"
+    );
+    assert!(
+        !html.contains("href=\"/panel/"),
+        "no link escapes the prefix"
+    );
+    let token = csrf(&html);
+    let made = h
+        .api
+        .forward(tavern_api::Forwarded {
+            method: "POST".into(),
+            path_and_query: "/panel/memories/new".into(),
+            content_type: Some("application/x-www-form-urlencoded".into()),
+            body: format!("csrf={token}&id=m1&scope=global&content=x").into_bytes(),
+            base: "/agent-tavern".into(),
+            cookie: None,
+            accept_language: None,
+        })
+        .await;
+    assert_eq!(made.status, 303);
+    assert_eq!(
+        made.location.as_deref(),
+        Some("/agent-tavern/panel/memories/m1?scope=global&done=saved")
+    );
+}
+
+#[tokio::test]
+async fn what_users_and_models_wrote_is_shown_escaped() {
+    let h = harness();
+    let (status, _) = h
+        .call(
+            "POST",
+            "/api/v1/memories",
+            Some(json!({"scope": {"kind": "global"}, "id": "xss",
+                "content": "<script>alert(1)</script> & <b>bold</b>"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    for uri in [
+        "/panel/memories?q=alert",
+        "/panel/memories/xss?scope=global",
+    ] {
+        let a = send(&h, get(uri).body(Body::empty()).unwrap()).await;
+        assert_eq!(a.status, StatusCode::OK);
+        assert!(!a.body.contains("<script>"), "{uri}");
+        assert!(
+            a.body.contains("&#60;script&#62;") || a.body.contains("&lt;script&gt;"),
+            "{uri}"
+        );
+    }
+    let missing = send(
+        &h,
+        get("/panel/memories/nope?scope=global")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    assert!(
+        missing.body.contains("<h1>Error 404</h1>"),
+        "{}",
+        missing.body
+    );
+}
