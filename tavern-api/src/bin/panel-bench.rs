@@ -121,16 +121,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         clock,
         RuntimeConfig::default(),
     ));
-    for i in 0..20 {
+    for (i, character) in characters.iter().enumerate().take(20) {
         let s = SessionId::parse(format!("s{i}"))?;
         host.start(&s);
         runtime
-            .new_chat(
-                &s,
-                &characters[i],
-                &ChatId::parse(format!("chat {i}"))?,
-                false,
-            )
+            .new_chat(&s, character, &ChatId::parse(format!("chat {i}"))?, false)
             .await?;
     }
     let router = Api::new(runtime, ApiConfig::default()).router();
