@@ -335,6 +335,13 @@ async fn a_user_corrects_and_steers_a_roleplay_in_a_real_browser_without_javascr
         section.contains("hp") && section.contains("object"),
         "{section}"
     );
+    p.click("section.variable a.history").await;
+    let history = p.text("#variable-history").await;
+    assert!(
+        history.contains("set") && history.contains("user"),
+        "{history}"
+    );
+    p.goto("/panel/variables?scope=global").await;
     p.fill("section.variable textarea", "not json").await;
     p.click("section.variable form button").await;
     assert!(p.text("#message").await.contains("not json"));
@@ -443,6 +450,10 @@ async fn every_page_passes_axe_core_in_both_languages() {
         ("memories", "/panel/memories?q=lantern"),
         ("memory", LANTERN),
         ("variables", "/panel/variables?scope=global"),
+        (
+            "variable-history",
+            "/panel/variables/hp/history?scope=global",
+        ),
         ("lore", "/panel/lore?session=s1"),
         ("settings", "/panel/settings"),
     ];

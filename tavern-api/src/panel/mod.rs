@@ -38,6 +38,7 @@ pub(crate) fn routes() -> Router<Api> {
         .route("/variables/new", post(pages::new_variable))
         .route("/variables/{name}/set", post(pages::set_variable))
         .route("/variables/{name}/delete", post(pages::delete_variable))
+        .route("/variables/{name}/history", get(pages::variable_history))
         .route("/lore", get(pages::lore).post(pages::test_lore))
         .route("/settings", get(pages::settings).post(pages::save_settings))
 }

@@ -1047,6 +1047,56 @@ pub async fn delete_variable(
     }
 }
 
+#[derive(Template)]
+#[template(path = "variable_history.html")]
+struct VariableHistoryPage {
+    p: PageCtx,
+    name: String,
+    scope: String,
+    history: Vec<HistoryRow>,
+    back: String,
+}
+
+/// A variable's history (it may be deleted now).
+pub async fn variable_history(
+    State(api): State<Api>,
+    p: PageCtx,
+    Path(name): Path<String>,
+    Query(q): Query<ScopeQuery>,
+) -> Response {
+    let p = p.at("variables");
+    let r = ScopeRef {
+        kind: q.scope.clone().unwrap_or_default(),
+        character: q.character.clone(),
+        chat: q.chat.clone(),
+        agent: q.agent.clone(),
+    };
+    let back = format!("{}/panel/variables?{}", p.base, scope_query(&r));
+    match variables::history(State(api), Path(name), Query(q)).await {
+        Ok(h) => {
+            let page = VariableHistoryPage {
+                name: h.0.name.clone(),
+                scope: scope_label(&r),
+                history: h
+                    .0
+                    .entries
+                    .iter()
+                    .map(|e| HistoryRow {
+                        at: time(e.at),
+                        action: e.action.clone(),
+                        source: source_words(&e.source),
+                        revision: e.revision.clone().unwrap_or_default(),
+                    })
+                    .collect(),
+                back,
+                p: p.clone(),
+            };
+            html(&p, StatusCode::OK, &page)
+        }
+        Err(e) => error_page(&p, &e, Some(back)),
+    }
+}
+
 // ----- lore ------------------------------------------------------------------------------------
 
 struct LoreRow {
