@@ -220,12 +220,14 @@ autoInstallPeers: false
 overrides:
   '@agent-tavern/bridge-linux-x64': 'file:$bridge_tgz'
 YAML
+added_at=$(date +%s%N)
 (cd "$work" && PATH="$no_cargo_path" DSH_HOME="$work/home" DSH_TELEMETRY_DISABLED=1 \
   "$host/bin/dsh" plugin --profile headless add "$plugin_tgz" > "$work/plugin-add.out" 2>&1) \
   || { echo "e2e: dsh plugin add failed" >&2; cat "$work/plugin-add.out" >&2; exit 1; }
 packaged="$work/home/profiles/headless/node_modules/@agent-tavern/bridge-linux-x64/bin/tavern-bridge"
 [ -x "$packaged" ] || { echo "e2e: the prebuilt bridge was not installed at $packaged" >&2; cat "$work/plugin-add.out" >&2; exit 1; }
 echo "ok   the packed plugin installed its prebuilt bridge without cargo"
+turn_at=$(date +%s%N)
 # No `bridge` setting: the plugin finds the prebuilt one on its own.
 cat > "$work/bundle.patch.yml" <<YAML
 - id: agent-tavern
@@ -239,6 +241,10 @@ PATH="$no_cargo_path" run 6 "$here/script-6.json" '[{sessionId: e2e-bundle-1, me
 grep -q 'agent-tavern is on: .*the prebuilt bridge for linux-x64' "$work/run-6.out" "$work/run-6.err" \
   || { echo "e2e: run 6 did not use the prebuilt bridge" >&2; cat "$work/run-6.err" >&2; exit 1; }
 echo "ok   run 6 ran on the prebuilt bridge of the packed plugin"
+# What a new user waits for after the host is installed (README, "Set up"): adding the plugin,
+# then the first roleplay turn (bridge start, handshake, a turn with tool calls).
+done_at=$(date +%s%N)
+echo "e2e: measured: dsh plugin add $(( (turn_at - added_at) / 1000000 )) ms, first roleplay turn $(( (done_at - turn_at) / 1000000 )) ms"
 # The `tavern` command from the same platform package, installed with npm (no cargo), reads
 # what the session wrote.
 npm install -g --prefix "$work/cli" --no-audit --no-fund --loglevel=error "$bridge_tgz" > /dev/null
