@@ -897,3 +897,36 @@ async fn a_forwarded_request_gets_the_same_answers_as_a_served_one() {
         String::from_utf8_lossy(&nonsense.body)
     );
 }
+
+#[tokio::test]
+async fn a_long_history_keeps_the_newest_entries_and_says_how_many() {
+    let h = harness();
+    let (_, mut m) = h
+        .call(
+            "POST",
+            "/api/v1/memories",
+            Some(json!({"scope": {"kind": "global"}, "id": "diary", "content": "day 0"})),
+        )
+        .await;
+    let max = tavern_api::routes::memories::MAX_HISTORY;
+    for day in 1..=max + 4 {
+        let (status, next) = h
+            .call(
+                "PUT",
+                "/api/v1/memories/diary?scope=global",
+                Some(json!({"revision": m["revision"], "content": format!("day {day}")})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        m = next;
+    }
+    let (_, hist) = h.get("/api/v1/memories/diary/history?scope=global").await;
+    assert_eq!(hist["total"], max + 5);
+    let entries = hist["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), max);
+    assert_eq!(
+        entries.last().unwrap()["revision"],
+        m["revision"],
+        "the newest is kept"
+    );
+}

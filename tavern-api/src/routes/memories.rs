@@ -216,8 +216,20 @@ pub struct RevisionRequest {
 pub struct MemoryHistory {
     /// The memory now.
     pub memory: MemoryView,
-    /// Oldest first.
+    /// Oldest first: the newest [`MAX_HISTORY`] changes.
     pub entries: Vec<AuditView>,
+    /// How many changes there are in all (more than `entries` when older ones were left out).
+    pub total: usize,
+}
+
+/// Most history entries an answer holds (the newest are kept).
+pub const MAX_HISTORY: usize = 1000;
+
+/// The newest [`MAX_HISTORY`] of `entries` (oldest first), and how many there were.
+pub(crate) fn newest(entries: Vec<AuditView>) -> (Vec<AuditView>, usize) {
+    let total = entries.len();
+    let skip = total.saturating_sub(MAX_HISTORY);
+    (entries.into_iter().skip(skip).collect(), total)
 }
 
 /// One audited change.
@@ -536,8 +548,10 @@ pub async fn history(
         .stores()
         .memory_audit(&rec.scope, Some(&rec.id))
         .await?;
+    let (entries, total) = newest(entries.iter().map(AuditView::of).collect());
     Ok(Json(MemoryHistory {
         memory: MemoryView::of(&rec, api.runtime().clock().now()),
-        entries: entries.iter().map(AuditView::of).collect(),
+        entries,
+        total,
     }))
 }

@@ -158,8 +158,10 @@ pub struct PatchView {
 pub struct VariableHistory {
     /// The name.
     pub name: String,
-    /// Oldest first.
+    /// Oldest first: the newest [`crate::routes::memories::MAX_HISTORY`] changes.
     pub entries: Vec<AuditView>,
+    /// How many changes there are in all.
+    pub total: usize,
 }
 
 fn name(text: &str) -> Result<VariableName, ApiError> {
@@ -350,8 +352,10 @@ pub async fn history(
             "variable {n} was never written in scope {key}"
         )));
     }
+    let (entries, total) = crate::routes::memories::newest(entries);
     Ok(Json(VariableHistory {
         name: n.to_string(),
         entries,
+        total,
     }))
 }
