@@ -120,20 +120,23 @@ pub struct ScopeQuery {
 }
 
 impl ScopeQuery {
+    /// The scope as named, unchecked (`kind` empty when none is named): for links back to it.
+    pub fn scope_ref(&self) -> ScopeRef {
+        ScopeRef {
+            kind: self.scope.clone().unwrap_or_default(),
+            character: self.character.clone(),
+            chat: self.chat.clone(),
+            agent: self.agent.clone(),
+        }
+    }
+
     /// The scope named, if any.
     ///
     /// # Errors
     /// [`ApiError::BadRequest`] for a bad or partial scope.
     pub fn named(&self) -> Result<Option<ScopeKey>, ApiError> {
         match &self.scope {
-            Some(kind) => ScopeRef {
-                kind: kind.clone(),
-                character: self.character.clone(),
-                chat: self.chat.clone(),
-                agent: self.agent.clone(),
-            }
-            .key()
-            .map(Some),
+            Some(_) => self.scope_ref().key().map(Some),
             None => match [
                 ("character", &self.character),
                 ("chat", &self.chat),

@@ -908,12 +908,7 @@ pub async fn variables(
         f.scope = "global".into();
     }
     let q = f.scope_query();
-    let sq = ScopeRef {
-        kind: f.scope.clone(),
-        character: q.character.clone(),
-        chat: q.chat.clone(),
-        agent: q.agent.clone(),
-    };
+    let sq = q.scope_ref();
     let mut page = VariablesPage {
         scope: f.scope.clone(),
         character: f.character.clone(),
@@ -972,12 +967,7 @@ fn json_value(text: &str) -> Result<Value, ApiError> {
 }
 
 fn variables_url(p: &PageCtx, q: &ScopeQuery) -> String {
-    let r = ScopeRef {
-        kind: q.scope.clone().unwrap_or_default(),
-        character: q.character.clone(),
-        chat: q.chat.clone(),
-        agent: q.agent.clone(),
-    };
+    let r = q.scope_ref();
     format!("{}/panel/variables?{}&done=saved", p.base, scope_query(&r))
 }
 
@@ -1065,12 +1055,7 @@ pub async fn variable_history(
     Query(q): Query<ScopeQuery>,
 ) -> Response {
     let p = p.at("variables");
-    let r = ScopeRef {
-        kind: q.scope.clone().unwrap_or_default(),
-        character: q.character.clone(),
-        chat: q.chat.clone(),
-        agent: q.agent.clone(),
-    };
+    let r = q.scope_ref();
     let back = format!("{}/panel/variables?{}", p.base, scope_query(&r));
     match variables::history(State(api), Path(name), Query(q)).await {
         Ok(h) => {
