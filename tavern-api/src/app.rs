@@ -32,6 +32,8 @@ pub struct Api {
 struct Inner {
     runtime: Arc<Runtime>,
     config: ApiConfig,
+    /// The store check the serving program offers, if any.
+    check: Option<crate::routes::store::StoreCheckRef>,
     /// The token every panel form carries: random per process, so a page elsewhere cannot
     /// know it (it cannot read our pages).
     csrf: String,
@@ -60,6 +62,7 @@ impl Api {
                 runtime,
                 config,
                 csrf,
+                check: None,
             }),
         }
     }
@@ -72,6 +75,24 @@ impl Api {
     /// The settings.
     pub fn config(&self) -> &ApiConfig {
         &self.inner.config
+    }
+
+    /// The same API offering a store check (`GET /api/v1/store/check`, the panel's store page).
+    pub fn with_store_check(self, check: crate::routes::store::StoreCheckRef) -> Self {
+        let inner = Inner {
+            runtime: self.inner.runtime.clone(),
+            config: self.inner.config.clone(),
+            csrf: self.inner.csrf.clone(),
+            check: Some(check),
+        };
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The store check, if the serving program offers one.
+    pub(crate) fn store_check(&self) -> Option<&crate::routes::store::StoreCheckRef> {
+        self.inner.check.as_ref()
     }
 
     /// The token panel forms carry (empty when the system had no randomness: then no form
@@ -123,6 +144,7 @@ impl Api {
             )
             .route("/variables/{name}/history", get(variables::history))
             .route("/settings", get(settings::show).put(settings::update))
+            .route("/store/check", get(crate::routes::store::check))
             .route("/openapi.json", get(crate::openapi::document))
             .fallback(not_found);
         Router::new()

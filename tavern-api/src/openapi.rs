@@ -4,7 +4,7 @@
 use axum::Json;
 use utoipa::OpenApi;
 
-use crate::routes::{lore, memories, sessions, settings, variables};
+use crate::routes::{lore, memories, sessions, settings, store, variables};
 
 /// The document's source: every route and schema.
 #[derive(OpenApi)]
@@ -22,7 +22,7 @@ use crate::routes::{lore, memories, sessions, settings, variables};
         memories::restore, memories::history,
         variables::list, variables::show, variables::set, variables::delete, variables::patch,
         variables::history,
-        settings::show, settings::update,
+        settings::show, settings::update, store::check,
     ),
     modifiers(&BearerAuth),
     tags(

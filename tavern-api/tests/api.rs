@@ -930,3 +930,14 @@ async fn a_long_history_keeps_the_newest_entries_and_says_how_many() {
         "the newest is kept"
     );
 }
+
+#[tokio::test]
+async fn a_server_without_a_store_check_says_so() {
+    let h = harness();
+    let (status, body) = h.get("/api/v1/store/check").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("tavern check"));
+}

@@ -456,6 +456,7 @@ async fn every_page_passes_axe_core_in_both_languages() {
         ),
         ("lore", "/panel/lore?session=s1"),
         ("settings", "/panel/settings"),
+        ("store", "/panel/store"),
     ];
     let mut problems = Vec::new();
     for lang in ["en", "zh"] {

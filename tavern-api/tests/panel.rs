@@ -226,3 +226,38 @@ async fn what_users_and_models_wrote_is_shown_escaped() {
         missing.body
     );
 }
+
+struct Damaged;
+
+#[async_trait::async_trait]
+impl tavern_api::routes::store::StoreCheck for Damaged {
+    async fn check(&self) -> Result<tavern_api::routes::store::CheckReport, String> {
+        Ok(tavern_api::routes::store::CheckReport {
+            ok: false,
+            problems: vec![tavern_api::routes::store::CheckFinding {
+                file: "memory.log:3".into(),
+                problem: "checksum mismatch".into(),
+            }],
+            warnings: Vec::new(),
+        })
+    }
+}
+
+#[tokio::test]
+async fn the_store_page_runs_the_servers_check_and_shows_what_it_found() {
+    let mut h = harness();
+    h.api = h.api.clone().with_store_check(std::sync::Arc::new(Damaged));
+    let page = send(&h, get("/panel/store").body(Body::empty()).unwrap()).await;
+    assert_eq!(page.status, StatusCode::OK);
+    let token = csrf(&page.body);
+    let ran = send(&h, form("/panel/store", &format!("csrf={token}"))).await;
+    assert_eq!(ran.status, StatusCode::OK);
+    assert!(
+        ran.body.contains("memory.log:3") && ran.body.contains("checksum mismatch"),
+        "{}",
+        ran.body
+    );
+    assert!(ran.body.contains("The store has damage"));
+    let refused = send(&h, form("/panel/store", "csrf=nope")).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+}

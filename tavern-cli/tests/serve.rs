@@ -174,3 +174,35 @@ fn other_addresses_need_a_token_and_short_tokens_are_refused() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("at least 16 characters"));
 }
+
+#[test]
+fn the_store_check_says_whether_the_data_is_whole_and_names_the_damaged_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let (status, created) = server.request(
+        "POST",
+        "/api/v1/memories",
+        None,
+        Some(&json!({"scope": {"kind": "global"}, "id": "bell", "content": "钟声在午夜响起。"})),
+    );
+    assert_eq!(status, 201, "{created}");
+    let (status, whole) = server.request("GET", "/api/v1/store/check", None, None);
+    assert_eq!(status, 200, "{whole}");
+    assert_eq!(whole["ok"], true, "{whole}");
+    // Damage in the middle of the log, where no torn write can be: a flipped byte.
+    let log = dir.path().join("memory.log");
+    let mut bytes = std::fs::read(&log).unwrap();
+    let at = bytes.iter().position(|b| *b == b'{').unwrap() + 5;
+    bytes[at] ^= 0x20;
+    std::fs::write(&log, bytes).unwrap();
+    let (status, damaged) = server.request("GET", "/api/v1/store/check", None, None);
+    assert_eq!(status, 200);
+    assert_eq!(damaged["ok"], false, "{damaged}");
+    let file = damaged["problems"][0]["file"].as_str().unwrap();
+    assert!(file.starts_with("memory.log"), "{damaged}");
+    assert!(
+        !damaged.to_string().contains(dir.path().to_str().unwrap()),
+        "no absolute path"
+    );
+    server.stop();
+}

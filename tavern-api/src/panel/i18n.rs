@@ -178,7 +178,13 @@ words!(
     scope,
     all_sessions,
     message_source,
-    not_found
+    not_found,
+    store_check,
+    store_check_help,
+    check_now,
+    store_whole,
+    store_damaged,
+    file
 );
 
 /// English.
@@ -280,6 +286,12 @@ pub static EN: Words = Words {
     all_sessions: "all",
     message_source: "about chat message",
     not_found: "Not found.",
+    store_check: "Store check",
+    store_check_help: "Reads every log line, revision chain, chat and document of the store without changing anything.",
+    check_now: "Check now",
+    store_whole: "The store is whole: nothing is corrupt or set aside.",
+    store_damaged: "The store has damage; what was set aside is kept, nothing is deleted.",
+    file: "File",
 };
 
 /// 简体中文.
@@ -382,6 +394,12 @@ pub static ZH: Words = Words {
     all_sessions: "全部",
     message_source: "关于聊天消息",
     not_found: "未找到。",
+    store_check: "存储检查",
+    store_check_help: "逐行读取存储的每条日志、修订链、聊天和文档，不做任何修改。",
+    check_now: "立即检查",
+    store_whole: "存储完好：没有损坏或被隔离的数据。",
+    store_damaged: "存储有损坏；被隔离的数据都保留着，没有删除任何东西。",
+    file: "文件",
 };
 
 #[cfg(test)]

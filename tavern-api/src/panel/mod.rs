@@ -41,4 +41,5 @@ pub(crate) fn routes() -> Router<Api> {
         .route("/variables/{name}/history", get(pages::variable_history))
         .route("/lore", get(pages::lore).post(pages::test_lore))
         .route("/settings", get(pages::settings).post(pages::save_settings))
+        .route("/store", get(pages::store).post(pages::check_store))
 }

@@ -1221,6 +1221,42 @@ pub async fn save_settings(
     }
 }
 
+// ----- store check ------------------------------------------------------------------------------
+
+#[derive(Template)]
+#[template(path = "store.html")]
+struct StorePage {
+    p: PageCtx,
+    report: Option<crate::routes::store::CheckReport>,
+    error: Option<String>,
+}
+
+/// `/panel/store`: the check's button.
+pub async fn store(p: PageCtx) -> Response {
+    let p = p.at("store");
+    let page = StorePage {
+        report: None,
+        error: None,
+        p: p.clone(),
+    };
+    html(&p, StatusCode::OK, &page)
+}
+
+/// Runs the store check (read-only) and shows what it found.
+pub async fn check_store(State(api): State<Api>, p: PageCtx, Form(_): Form<Empty>) -> Response {
+    let p = p.at("store");
+    let (report, error) = match crate::routes::store::check(State(api)).await {
+        Ok(r) => (Some(r.0), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    let page = StorePage {
+        report,
+        error,
+        p: p.clone(),
+    };
+    html(&p, StatusCode::OK, &page)
+}
+
 // ----- login (a token in a cookie, for browsers on a token-protected server) ----------------------
 
 #[derive(Template)]

@@ -4,4 +4,5 @@ pub mod lore;
 pub mod memories;
 pub mod sessions;
 pub mod settings;
+pub mod store;
 pub mod variables;

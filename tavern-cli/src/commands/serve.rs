@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::json;
+use tavern_api::routes::store::{CheckFinding, CheckReport, StoreCheck};
 use tavern_core::{AgentId, HostFacts, SessionId};
 use tavern_dsh_adapter::bridge::host::BridgeHost;
 use tavern_dsh_adapter::{Runtime, RuntimeConfig};
@@ -62,7 +63,8 @@ pub async fn run(
         tavern_api::ApiConfig {
             token: token.clone(),
         },
-    );
+    )
+    .with_store_check(Arc::new(CliCheck::new(ctx)));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| CliError::Failed(format!("cannot listen on {}: {e}", args.listen)))?;
@@ -179,5 +181,54 @@ impl HostPort for ServeHost {
         after: Option<u64>,
     ) -> Result<Vec<LoggedEvent>, HostError> {
         self.logs.read_events(session, after).await
+    }
+}
+
+/// `tavern check` for the panel's store page: read-only, no progress bars, and messages that
+/// name "the data directory" rather than its path (an HTTP client sees them).
+struct CliCheck {
+    ctx: Context,
+}
+
+impl CliCheck {
+    fn new(ctx: &Context) -> Self {
+        let mut ctx = ctx.clone();
+        ctx.progress = false;
+        ctx.data_label = "the data directory".into();
+        Self { ctx }
+    }
+}
+
+#[async_trait]
+impl StoreCheck for CliCheck {
+    async fn check(&self) -> Result<CheckReport, String> {
+        let report = if self.ctx.store.is_some() {
+            super::check::run_database(&self.ctx).await
+        } else {
+            let ctx = self.ctx.clone();
+            tokio::task::spawn_blocking(move || super::check::run(&ctx))
+                .await
+                .map_err(|e| format!("the check stopped: {e}"))?
+        }
+        .map_err(|e| e.to_string())?;
+        let findings = |key: &str| -> Vec<CheckFinding> {
+            report.json[key]
+                .as_array()
+                .map(|items| {
+                    items
+                        .iter()
+                        .map(|f| CheckFinding {
+                            file: f["file"].as_str().unwrap_or("").to_owned(),
+                            problem: f["problem"].as_str().unwrap_or("").to_owned(),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        Ok(CheckReport {
+            ok: report.json["ok"].as_bool().unwrap_or(false),
+            problems: findings("problems"),
+            warnings: findings("warnings"),
+        })
     }
 }

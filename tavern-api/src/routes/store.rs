@@ -1,0 +1,61 @@
+//! The store check: what the program serving the API can verify of its store (`tavern serve`
+//! runs `tavern check`'s read-only check), shown to the user who wants to know their data is
+//! whole. A server without one says so.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use axum::extract::State;
+use axum::Json;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::app::Api;
+use crate::error::{ApiError, ErrorBody};
+
+/// One finding of a check: a file (relative to the store, never absolute) and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct CheckFinding {
+    /// The file, relative to the store root (with a line where it applies), or a table.
+    pub file: String,
+    /// What is wrong, in words.
+    pub problem: String,
+}
+
+/// A finished check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct CheckReport {
+    /// Nothing is corrupt or set aside.
+    pub ok: bool,
+    /// Corrupt or set-aside data.
+    pub problems: Vec<CheckFinding>,
+    /// What is odd but not damage.
+    pub warnings: Vec<CheckFinding>,
+}
+
+/// A read-only check of the store, as the serving program can run it.
+#[async_trait]
+pub trait StoreCheck: Send + Sync {
+    /// Checks the store without changing it.
+    ///
+    /// # Errors
+    /// Why the check could not run (in words, no absolute path).
+    async fn check(&self) -> Result<CheckReport, String>;
+}
+
+/// A shared check.
+pub type StoreCheckRef = Arc<dyn StoreCheck>;
+
+/// Runs the store check.
+#[utoipa::path(get, path = "/api/v1/store/check", tag = "settings",
+    responses((status = 200, body = CheckReport),
+        (status = 404, body = ErrorBody, description = "this server has no store check"),
+        (status = 500, body = ErrorBody, description = "the check could not run")))]
+pub async fn check(State(api): State<Api>) -> Result<Json<CheckReport>, ApiError> {
+    let Some(check) = api.store_check() else {
+        return Err(ApiError::NotFound(
+            "this server has no store check; run `tavern check` where the store lives".into(),
+        ));
+    };
+    check.check().await.map(Json).map_err(ApiError::Internal)
+}
