@@ -544,6 +544,12 @@ function admittedRoute(config) {
     const loopback = ['127.0.0.1', '::1', '::ffff:127.0.0.1'].includes(req.socket?.remoteAddress)
     const admitted = config.routeToken ? bearerMatches(req.headers.authorization, config.routeToken) : loopback
     if (!admitted) return refuse(req, res, 401, 'unauthorized', 'not admitted')
+    // Without a token, the request must also name a loopback host: a page elsewhere that
+    // points its own name at 127.0.0.1 (DNS rebinding) connects from loopback and is its own
+    // origin, but cannot make its Host header say localhost.
+    if (!config.routeToken && !isLoopbackName(req.headers.host)) {
+      return refuse(req, res, 403, 'forbidden-host', 'without a routeToken only loopback names (localhost, 127.0.0.1, [::1]) are answered')
+    }
     // A web page the user visits can POST to loopback: a request from another origin, or
     // with a body that is not JSON (the "simple" requests a page may send without asking),
     // is refused before its body is read.
@@ -605,6 +611,13 @@ function crossSite(req, { forms = false } = {}) {
     if (type !== 'application/json' && !(forms && type === 'application/x-www-form-urlencoded')) return { status: 415, error: 'unsupported-media-type', message: 'the body must be application/json' }
   }
   return null
+}
+
+/** `localhost`, `127.x.y.z` or `[::1]`, with or without a port. */
+function isLoopbackName(host) {
+  const h = String(host ?? '').toLowerCase()
+  const name = h.startsWith('[') ? h.slice(1, h.indexOf(']')) : h.replace(/:\d+$/, '')
+  return name === 'localhost' || name === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(name)
 }
 
 /** `Authorization: Bearer <token>` (the scheme in any case, RFC 7235), compared in constant time. */

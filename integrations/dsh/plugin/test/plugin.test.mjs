@@ -146,6 +146,14 @@ test('the management API is forwarded to the bridge under /agent-tavern, behind 
   await foreignRes.done
   assert.equal(foreignRes.status, 403)
   assert.equal(foreign.read, false)
+  // DNS rebinding: a page on evil.example resolved to 127.0.0.1 is its own origin and connects
+  // from loopback, but its Host header names it.
+  const rebound = request('GET', { host: 'evil.example:3080', origin: 'http://evil.example:3080' }, null, { url: '/agent-tavern/panel/memories' })
+  const reboundRes = response()
+  await route.handler(rebound, reboundRes)
+  await reboundRes.done
+  assert.equal(reboundRes.status, 403)
+  assert.equal(reboundRes.body.error, 'forbidden-host')
   host.dispose()
 
   const guarded = fakeHost()
