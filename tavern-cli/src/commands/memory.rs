@@ -184,6 +184,13 @@ pub async fn find(
     id: &MemoryId,
     scope: Option<&ScopeKey>,
 ) -> Result<MemoryRecord, CliError> {
+    // With a scope the record is one lookup, in whatever state it is.
+    if let Some(scope) = scope {
+        return stores
+            .inspect(id, scope)
+            .await?
+            .ok_or_else(|| CliError::NotFound(format!("memory {id} not found in scope {scope}")));
+    }
     let all = MemoryFilter {
         include_deleted: true,
         include_expired: true,
