@@ -15,6 +15,9 @@ pub(crate) async fn admit(State(api): State<Api>, request: Request, next: Next) 
     let path = request.uri().path();
     // The sign-in page is how a browser gets the token into its cookie.
     let sign_in = path == "/panel/login";
+    if let Err(e) = same_site(&request) {
+        return e.into_response();
+    }
     match check(&api, &request) {
         Ok(()) => next.run(request).await,
         Err(ApiError::Unauthorized) if sign_in => next.run(request).await,
@@ -31,6 +34,48 @@ pub(crate) async fn admit(State(api): State<Api>, request: Request, next: Next) 
         }
         Err(e) => e.into_response(),
     }
+}
+
+/// Refuses what a page on another site can make a browser send to this server: a request a
+/// browser marks cross-site, one whose `Origin` is not this host, and any write that is not
+/// JSON (or, under `/panel`, a form — which carries the CSRF token). A page may send
+/// `text/plain` or a form anywhere without asking first; JSON it cannot.
+fn same_site(request: &Request) -> Result<(), ApiError> {
+    let headers = request.headers();
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if text("sec-fetch-site") == Some("cross-site") {
+        return Err(ApiError::CrossSite(
+            "the browser marked it cross-site".into(),
+        ));
+    }
+    if let Some(origin) = text("origin") {
+        let host = text("host").unwrap_or("");
+        let origin_host = origin.split("://").nth(1).unwrap_or("");
+        if origin == "null" || !origin_host.eq_ignore_ascii_case(host) {
+            return Err(ApiError::CrossSite(format!(
+                "origin {:?} is not this server",
+                crate::scope::excerpt(origin)
+            )));
+        }
+    }
+    let method = request.method();
+    if method != axum::http::Method::GET && method != axum::http::Method::HEAD {
+        let kind = text("content-type")
+            .unwrap_or("")
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        let form = kind == "application/x-www-form-urlencoded"
+            && request.uri().path().starts_with("/panel");
+        if kind != "application/json" && !form {
+            return Err(ApiError::UnsupportedMediaType(
+                "a write must be application/json (the panel's forms: urlencoded)".into(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn check(api: &Api, request: &Request) -> Result<(), ApiError> {

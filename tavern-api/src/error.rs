@@ -26,6 +26,9 @@ pub enum ApiError {
     /// another site pointing a name at 127.0.0.1 (DNS rebinding) is refused.
     #[error("host {0:?} is not a loopback name; serve with a token to answer other names")]
     ForbiddenHost(String),
+    /// What a page on another site made a browser send (403), refused before it runs.
+    #[error("cross-site request refused: {0}")]
+    CrossSite(String),
     /// A panel form without this server's CSRF token (403): a page elsewhere tried to write.
     #[error("the form does not carry this panel's token; reload the page and try again")]
     Csrf,
@@ -93,7 +96,7 @@ pub struct ErrorBody {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
     /// Stable code: `bad_request`, `unauthorized`, `forbidden_host`, `not_found`,
-    /// `csrf`, `no_such_chat`, `conflict`, `forgotten`, `mode_refused`, `too_large`,
+    /// `csrf`, `cross_site`, `no_such_chat`, `conflict`, `forgotten`, `mode_refused`, `too_large`,
     /// `unsupported_media_type`, `host_unavailable`, `internal`.
     pub code: &'static str,
     /// The reason, in words.
@@ -118,7 +121,7 @@ impl ApiError {
         match self {
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
-            Self::ForbiddenHost(_) | Self::Csrf => StatusCode::FORBIDDEN,
+            Self::ForbiddenHost(_) | Self::Csrf | Self::CrossSite(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) | Self::NoSuchChat { .. } => StatusCode::NOT_FOUND,
             Self::Conflict { .. } | Self::Forgotten(_) | Self::ModeRefused { .. } => {
                 StatusCode::CONFLICT
@@ -137,6 +140,7 @@ impl ApiError {
             Self::Unauthorized => "unauthorized",
             Self::ForbiddenHost(_) => "forbidden_host",
             Self::Csrf => "csrf",
+            Self::CrossSite(_) => "cross_site",
             Self::NotFound(_) => "not_found",
             Self::NoSuchChat { .. } => "no_such_chat",
             Self::Conflict { .. } => "conflict",

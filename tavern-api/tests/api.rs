@@ -941,3 +941,58 @@ async fn a_server_without_a_store_check_says_so() {
         .unwrap()
         .contains("tavern check"));
 }
+
+#[tokio::test]
+async fn what_a_page_on_another_site_can_send_is_refused_before_it_runs() {
+    let h = harness();
+    h.session("s1", "Seraphina - 1").await;
+    let cases: [(&str, &[(&str, &str)], StatusCode); 5] = [
+        // `fetch(…, {method: "POST", mode: "no-cors"})`: no JSON type.
+        ("POST", &[], StatusCode::UNSUPPORTED_MEDIA_TYPE),
+        (
+            "POST",
+            &[("content-type", "text/plain")],
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ),
+        (
+            "POST",
+            &[
+                ("content-type", "application/json"),
+                ("origin", "http://evil.example"),
+            ],
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            "POST",
+            &[
+                ("content-type", "application/json"),
+                ("sec-fetch-site", "cross-site"),
+            ],
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            "POST",
+            &[("content-type", "application/json"), ("origin", "null")],
+            StatusCode::FORBIDDEN,
+        ),
+    ];
+    for (method, headers, want) in cases {
+        let mut req = Request::builder()
+            .method(method)
+            .uri("/api/v1/sessions/s1/projection/replay")
+            .header(header::HOST, "127.0.0.1:7300");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let (status, body) = h.send(req.body(Body::empty()).unwrap()).await;
+        assert_eq!(status, want, "{headers:?}: {body}");
+    }
+    // The same request from the server's own page is served.
+    let req = Request::post("/api/v1/sessions/s1/projection/replay")
+        .header(header::HOST, "127.0.0.1:7300")
+        .header("origin", "http://127.0.0.1:7300")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(h.send(req).await.0, StatusCode::OK);
+}

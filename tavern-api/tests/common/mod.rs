@@ -117,11 +117,11 @@ impl Harness {
             .method(method)
             .uri(uri)
             .header(header::HOST, "127.0.0.1:7300");
+        if method != "GET" {
+            req = req.header(header::CONTENT_TYPE, "application/json");
+        }
         let body = match body {
-            Some(v) => {
-                req = req.header(header::CONTENT_TYPE, "application/json");
-                Body::from(v.to_string())
-            }
+            Some(v) => Body::from(v.to_string()),
             None => Body::empty(),
         };
         self.send(req.body(body).unwrap()).await
