@@ -34,6 +34,8 @@ struct Inner {
     config: ApiConfig,
     /// The store check the serving program offers, if any.
     check: Option<crate::routes::store::StoreCheckRef>,
+    /// Whether a store check is running (one at a time: it reads the whole store).
+    checking: std::sync::atomic::AtomicBool,
     /// The token every panel form carries: random per process, so a page elsewhere cannot
     /// know it (it cannot read our pages).
     csrf: String,
@@ -63,6 +65,7 @@ impl Api {
                 config,
                 csrf,
                 check: None,
+                checking: Default::default(),
             }),
         }
     }
@@ -84,10 +87,21 @@ impl Api {
             config: self.inner.config.clone(),
             csrf: self.inner.csrf.clone(),
             check: Some(check),
+            checking: Default::default(),
         };
         Self {
             inner: Arc::new(inner),
         }
+    }
+
+    /// Marks a store check as running; `None` when one already is. The guard ends it.
+    pub(crate) fn start_check(&self) -> Option<CheckGuard<'_>> {
+        use std::sync::atomic::Ordering;
+        self.inner
+            .checking
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .ok()
+            .map(|_| CheckGuard(&self.inner.checking))
     }
 
     /// The store check, if the serving program offers one.
@@ -213,4 +227,13 @@ async fn not_found(uri: axum::http::Uri) -> ApiError {
 /// `201 Created` with a JSON body.
 pub(crate) fn created<T: serde::Serialize>(value: T) -> (StatusCode, axum::Json<T>) {
     (StatusCode::CREATED, axum::Json(value))
+}
+
+/// A running store check; dropping it (finished or abandoned) lets the next one start.
+pub(crate) struct CheckGuard<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for CheckGuard<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::Release);
+    }
 }

@@ -80,6 +80,9 @@ pub enum ApiError {
     /// The host that runs the session cannot be reached or cannot do this (503).
     #[error("{0}")]
     HostUnavailable(String),
+    /// The same costly work is already running (503); try again when it is done.
+    #[error("{0}")]
+    Busy(String),
     /// The store failed (500); nothing was half-written.
     #[error("{0}")]
     Internal(String),
@@ -97,7 +100,7 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// Stable code: `bad_request`, `unauthorized`, `forbidden_host`, `not_found`,
     /// `csrf`, `cross_site`, `no_such_chat`, `conflict`, `forgotten`, `mode_refused`, `too_large`,
-    /// `unsupported_media_type`, `host_unavailable`, `internal`.
+    /// `unsupported_media_type`, `host_unavailable`, `busy`, `internal`.
     pub code: &'static str,
     /// The reason, in words.
     pub message: String,
@@ -128,7 +131,7 @@ impl ApiError {
             }
             Self::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Self::HostUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::HostUnavailable(_) | Self::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -149,6 +152,7 @@ impl ApiError {
             Self::TooLarge { .. } => "too_large",
             Self::UnsupportedMediaType(_) => "unsupported_media_type",
             Self::HostUnavailable(_) => "host_unavailable",
+            Self::Busy(_) => "busy",
             Self::Internal(_) => "internal",
         }
     }

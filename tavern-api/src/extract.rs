@@ -37,7 +37,7 @@ fn json_rejection(e: &JsonRejection) -> ApiError {
         },
         _ => ApiError::BadRequest(format!(
             "invalid json body: {}",
-            e.body_text().to_lowercase()
+            short(&e.body_text().to_lowercase())
         )),
     }
 }
@@ -54,7 +54,10 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
             .await
             .map(|axum::extract::Query(v)| Self(v))
             .map_err(|e: QueryRejection| {
-                ApiError::BadRequest(format!("invalid query: {}", e.body_text().to_lowercase()))
+                ApiError::BadRequest(format!(
+                    "invalid query: {}",
+                    short(&e.body_text().to_lowercase())
+                ))
             })
     }
 }
@@ -71,7 +74,20 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T>
             .await
             .map(|axum::extract::Path(v)| Self(v))
             .map_err(|e: PathRejection| {
-                ApiError::BadRequest(format!("invalid path: {}", e.body_text().to_lowercase()))
+                ApiError::BadRequest(format!(
+                    "invalid path: {}",
+                    short(&e.body_text().to_lowercase())
+                ))
             })
     }
+}
+
+/// A parser's message, which may quote the input, cut to a readable length.
+fn short(message: &str) -> String {
+    const MAX: usize = 200;
+    let mut out: String = message.chars().take(MAX).collect();
+    if message.chars().count() > MAX {
+        out.push('…');
+    }
+    out
 }

@@ -946,7 +946,8 @@ async fn a_server_without_a_store_check_says_so() {
 async fn what_a_page_on_another_site_can_send_is_refused_before_it_runs() {
     let h = harness();
     h.session("s1", "Seraphina - 1").await;
-    let cases: [(&str, &[(&str, &str)], StatusCode); 5] = [
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], StatusCode);
+    let cases: [Case; 5] = [
         // `fetch(…, {method: "POST", mode: "no-cors"})`: no JSON type.
         ("POST", &[], StatusCode::UNSUPPORTED_MEDIA_TYPE),
         (
@@ -995,4 +996,53 @@ async fn what_a_page_on_another_site_can_send_is_refused_before_it_runs() {
         .body(Body::empty())
         .unwrap();
     assert_eq!(h.send(req).await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn searches_and_pages_are_bounded_by_us_not_by_the_query() {
+    let h = harness();
+    let long = "the%20".repeat(600);
+    let (status, body) = h.get(&format!("/api/v1/memories?q={long}")).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert_eq!(body["error"]["limit"], "search text characters");
+    let (status, _) = h.get("/api/v1/memories?offset=10001").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    // A huge unknown field is named, not echoed whole.
+    let key = "k".repeat(100_000);
+    let (status, body) = h
+        .call("POST", "/api/v1/memories", Some(json!({ key: 1 })))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        body["error"]["message"].as_str().unwrap().len() < 1000,
+        "{}",
+        body["error"]["message"].as_str().unwrap().len()
+    );
+    // The panel clamps its page number.
+    let req = Request::get("/panel/memories?page=18446744073709551615")
+        .header(header::HOST, "localhost")
+        .body(Body::empty())
+        .unwrap();
+    let res = h.api.router().oneshot(req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn two_forks_racing_for_one_new_session_get_one_binding_and_one_conflict() {
+    let h = harness();
+    h.session("s1", "Seraphina - 1").await;
+    let a = h.call(
+        "POST",
+        "/api/v1/sessions/s1/fork",
+        Some(json!({"session": "n", "chat": "c1", "architecture": "st"})),
+    );
+    let b = h.call(
+        "POST",
+        "/api/v1/sessions/s1/fork",
+        Some(json!({"session": "n", "chat": "c2", "architecture": "st"})),
+    );
+    let ((sa, _), (sb, _)) = tokio::join!(a, b);
+    let mut got = [sa, sb];
+    got.sort();
+    assert_eq!(got, [StatusCode::CREATED, StatusCode::CONFLICT]);
 }

@@ -887,18 +887,25 @@ impl Runtime {
                     .await?;
             }
         }
-        Ok(self
-            .stores
+        self.stores
             .update(|state: &mut TavernState| {
+                // Checked where the binding is written: two forks racing for one new session
+                // id get one binding and one conflict, never a silent replacement.
+                if state.binding(new_session).is_some() {
+                    return Err(RuntimeError::Conflict {
+                        session: new_session.to_string(),
+                        reason: "the session is already bound".into(),
+                    });
+                }
                 let b = SessionBinding::with_architecture(
                     new_target.clone(),
                     architecture,
                     state.default_context_mode,
                 );
                 state.set_binding(new_session.clone(), b.clone());
-                Ok::<_, StoreError>(b)
+                Ok(b)
             })
-            .await?)
+            .await
     }
 
     /// The context projection for an agent-managed request, or `None` when the session is

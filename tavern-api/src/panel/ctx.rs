@@ -163,14 +163,19 @@ impl<T: DeserializeOwned> FromRequest<Api> for Form<T> {
                 max: crate::MAX_BODY_BYTES,
                 actual: crate::MAX_BODY_BYTES + 1,
             })?;
-        let token: CsrfField = serde_urlencoded::from_bytes(&bytes)
-            .map_err(|e| ApiError::BadRequest(format!("invalid form: {e}")))?;
+        let invalid = |e: serde_urlencoded::de::Error| {
+            ApiError::BadRequest(format!(
+                "invalid form: {}",
+                crate::scope::excerpt(&e.to_string())
+            ))
+        };
+        let token: CsrfField = serde_urlencoded::from_bytes(&bytes).map_err(invalid)?;
         let want = api.csrf_token().as_bytes();
         if token.csrf.len() != want.len() || !bool::from(token.csrf.as_bytes().ct_eq(want)) {
             return Err(ApiError::Csrf);
         }
         serde_urlencoded::from_bytes(&bytes)
             .map(Self)
-            .map_err(|e| ApiError::BadRequest(format!("invalid form: {e}")))
+            .map_err(invalid)
     }
 }

@@ -374,6 +374,10 @@ fn highlight(text: &str, query: &str) -> Vec<Segment> {
         }
     }
     needles.retain(|n| !n.is_empty());
+    // Bounded work per row whatever the query: each distinct word once, at most 32 of them.
+    needles.sort();
+    needles.dedup();
+    needles.truncate(32);
     // Char-wise, so case folding never moves a byte offset.
     let chars: Vec<char> = text.chars().collect();
     let lower: Vec<char> = chars
@@ -523,7 +527,8 @@ impl MemoryForm {
 /// `/panel/memories`: filters, search with highlighted matches, pages.
 pub async fn memories(State(api): State<Api>, p: PageCtx, Query(f): Query<MemoryForm>) -> Response {
     let p = p.at("memories");
-    let page = f.page.unwrap_or(1).max(1);
+    let max_page = memories::MAX_OFFSET / PAGE_SIZE + 1;
+    let page = f.page.unwrap_or(1).clamp(1, max_page);
     let filter = MemoryFilter {
         q: some(&f.q),
         kind: None,
@@ -537,8 +542,8 @@ pub async fn memories(State(api): State<Api>, p: PageCtx, Query(f): Query<Memory
         Ok(v) => v.0,
         Err(e) => return error_page(&p, &e, Some(format!("{}/panel/memories", p.base))),
     };
-    let first = found.offset + 1;
-    let last = found.offset + found.items.len();
+    let first = found.offset.saturating_add(1);
+    let last = found.offset.saturating_add(found.items.len());
     let items = found
         .items
         .iter()
@@ -784,7 +789,10 @@ pub async fn edit_memory(
         Some(text) => match text.parse::<f64>() {
             Ok(v) => Some(v),
             Err(_) => {
-                let e = ApiError::BadRequest(format!("importance {text:?} is not a number"));
+                let e = ApiError::BadRequest(format!(
+                    "importance {:?} is not a number",
+                    crate::scope::excerpt(text)
+                ));
                 return error_page(&p, &e, None);
             }
         },

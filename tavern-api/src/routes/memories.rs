@@ -21,6 +21,10 @@ use crate::scope::{excerpt, session_id, ScopeQuery, ScopeRef};
 
 /// Most memories a page holds (the store's most per search).
 pub const MAX_MEMORIES_PAGE: usize = 100;
+/// The longest search text, in characters (the tools' limit).
+pub const MAX_QUERY_CHARS: usize = 500;
+/// The deepest offset a listing pages to (deeper pages would order every match).
+pub const MAX_OFFSET: usize = 10_000;
 
 /// A memory as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]
@@ -305,6 +309,21 @@ pub async fn list(
     let scopes = scope.resolve(&api).await?;
     let limit = page_limit(filter.limit, 20, MAX_MEMORIES_PAGE)?;
     let offset = filter.offset.unwrap_or(0);
+    if offset > MAX_OFFSET {
+        return Err(ApiError::BadRequest(format!(
+            "offset {offset}: at most {MAX_OFFSET}; narrow the search instead"
+        )));
+    }
+    if let Some(q) = &filter.q {
+        let chars = q.chars().count();
+        if chars > MAX_QUERY_CHARS {
+            return Err(ApiError::TooLarge {
+                limit: "search text characters".into(),
+                max: MAX_QUERY_CHARS,
+                actual: chars,
+            });
+        }
+    }
     let mut query = MemoryQuery::new(filter.q.clone().unwrap_or_default(), scopes);
     query.kinds = filter
         .kind

@@ -50,11 +50,17 @@ pub type StoreCheckRef = Arc<dyn StoreCheck>;
 #[utoipa::path(get, path = "/api/v1/store/check", tag = "settings",
     responses((status = 200, body = CheckReport),
         (status = 404, body = ErrorBody, description = "this server has no store check"),
+        (status = 503, body = ErrorBody, description = "a check is already running"),
         (status = 500, body = ErrorBody, description = "the check could not run")))]
 pub async fn check(State(api): State<Api>) -> Result<Json<CheckReport>, ApiError> {
     let Some(check) = api.store_check() else {
         return Err(ApiError::NotFound(
             "this server has no store check; run `tavern check` where the store lives".into(),
+        ));
+    };
+    let Some(_running) = api.start_check() else {
+        return Err(ApiError::Busy(
+            "a store check is already running; its result comes first".into(),
         ));
     };
     check.check().await.map(Json).map_err(ApiError::Internal)
