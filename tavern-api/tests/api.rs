@@ -364,6 +364,7 @@ async fn forget_then_restore_brings_the_memory_back_whole() {
 #[tokio::test]
 async fn bodies_and_values_over_their_limits_are_413_naming_the_limit() {
     let h = harness();
+    h.session("s1", "Seraphina - 1").await;
     let huge = "x".repeat(tavern_api::MAX_BODY_BYTES + 10);
     let (status, body) = h
         .call(
@@ -658,6 +659,16 @@ async fn binding_to_an_existing_chat_names_the_nearest_when_it_is_missing() {
 #[tokio::test]
 async fn the_prompt_is_edited_kept_literally_and_reset() {
     let h = harness();
+    // Only bound sessions have prompts: an unknown id creates no record.
+    let (status, _) = h
+        .call(
+            "PUT",
+            "/api/v1/sessions/ghost/prompt",
+            Some(json!({"text": "x"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    h.session("s1", "Seraphina - 1").await;
     let (_, p) = h.get("/api/v1/sessions/s1/prompt").await;
     assert_eq!(p["custom"], false);
     assert_eq!(p["text"], p["defaultText"]);
@@ -1045,4 +1056,42 @@ async fn two_forks_racing_for_one_new_session_get_one_binding_and_one_conflict()
     let mut got = [sa, sb];
     got.sort();
     assert_eq!(got, [StatusCode::CREATED, StatusCode::CONFLICT]);
+}
+
+#[tokio::test]
+async fn through_a_session_another_chats_writer_ids_are_left_out() {
+    let h = harness();
+    h.session("s1", "Seraphina - 1").await;
+    h.session("s2", "Seraphina - 2").await;
+    // s2's own write in the character scope both sessions share.
+    let (status, _) = h
+        .call(
+            "POST",
+            "/api/v1/memories?session=s2",
+            Some(json!({"scope": {"kind": "character", "character": "Seraphina"}, "id": "shared", "content": "x"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let q = "scope=character&character=Seraphina";
+    let (_, own) = h
+        .get(&format!("/api/v1/memories/shared?{q}&session=s2"))
+        .await;
+    assert_eq!(own["source"]["session"], "s2");
+    let (_, other) = h
+        .get(&format!("/api/v1/memories/shared?{q}&session=s1"))
+        .await;
+    assert_eq!(other["source"]["session"], Value::Null, "{other}");
+    let (_, listed) = h.get("/api/v1/memories?session=s1").await;
+    assert_eq!(
+        listed["items"][0]["memory"]["source"]["session"],
+        Value::Null
+    );
+    let (_, hist) = h
+        .get(&format!("/api/v1/memories/shared/history?{q}&session=s1"))
+        .await;
+    assert_eq!(hist["entries"][0]["source"]["session"], Value::Null);
+    assert_eq!(
+        hist["entries"][0]["source"]["kind"], "user",
+        "who wrote it stays"
+    );
 }

@@ -77,6 +77,21 @@ pub struct SourceView {
 }
 
 impl SourceView {
+    /// What a request naming `session` may see of who wrote something: another session's
+    /// ids (its session, turn, tool call, message) are left out, as a shared scope's record
+    /// may come from another chat.
+    pub(crate) fn seen_by(mut self, session: Option<&str>) -> Self {
+        if let Some(viewer) = session {
+            if self.session.as_deref() != Some(viewer) {
+                self.session = None;
+                self.turn = None;
+                self.tool_call_id = None;
+                self.message_id = None;
+            }
+        }
+        self
+    }
+
     pub(crate) fn of(s: &MemorySource) -> Self {
         Self {
             kind: serde_json::to_value(s.kind)
@@ -92,6 +107,11 @@ impl SourceView {
 }
 
 impl MemoryView {
+    fn seen_by(mut self, session: Option<&str>) -> Self {
+        self.source = self.source.seen_by(session);
+        self
+    }
+
     fn of(r: &MemoryRecord, now: Timestamp) -> Self {
         let state = if r.deleted_at.is_some() {
             "forgotten"
@@ -350,7 +370,7 @@ pub async fn list(
             .hits
             .iter()
             .map(|h| MemoryHitView {
-                memory: MemoryView::of(&h.record, now),
+                memory: MemoryView::of(&h.record, now).seen_by(scope.session.as_deref()),
                 score: h.score,
                 relevance: h.relevance,
             })
@@ -436,7 +456,9 @@ pub async fn show(
     Query(q): Query<ScopeQuery>,
 ) -> Result<Json<MemoryView>, ApiError> {
     let rec = find(&api, &q, &id).await?;
-    Ok(Json(MemoryView::of(&rec, api.runtime().clock().now())))
+    Ok(Json(
+        MemoryView::of(&rec, api.runtime().clock().now()).seen_by(q.session.as_deref()),
+    ))
 }
 
 /// Edits a live memory at the revision last read.
@@ -567,9 +589,19 @@ pub async fn history(
         .stores()
         .memory_audit(&rec.scope, Some(&rec.id))
         .await?;
-    let (entries, total) = newest(entries.iter().map(AuditView::of).collect());
+    let viewer = q.session.as_deref();
+    let (entries, total) = newest(
+        entries
+            .iter()
+            .map(|e| {
+                let mut v = AuditView::of(e);
+                v.source = v.source.seen_by(viewer);
+                v
+            })
+            .collect(),
+    );
     Ok(Json(MemoryHistory {
-        memory: MemoryView::of(&rec, api.runtime().clock().now()),
+        memory: MemoryView::of(&rec, api.runtime().clock().now()).seen_by(viewer),
         entries,
         total,
     }))

@@ -459,25 +459,29 @@ async fn prompt_view(api: &Api, session: &SessionId) -> Result<PromptView, ApiEr
 /// The session's tavern-mode prompt.
 #[utoipa::path(get, path = "/api/v1/sessions/{session}/prompt", tag = "prompt",
     params(("session" = String, Path, description = "The session id")),
-    responses((status = 200, body = PromptView), (status = 400, body = ErrorBody)))]
+    responses((status = 200, body = PromptView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn prompt(
     State(api): State<Api>,
     Path(session): Path<String>,
 ) -> Result<Json<PromptView>, ApiError> {
     let session = session_id(&session)?;
+    // Prompts belong to bound sessions: an unknown id creates no record.
+    bound(&api, &session).await?;
     Ok(Json(prompt_view(&api, &session).await?))
 }
 
 /// Saves the session's prompt (blank text resets it).
 #[utoipa::path(put, path = "/api/v1/sessions/{session}/prompt", tag = "prompt",
     params(("session" = String, Path, description = "The session id")), request_body = PromptRequest,
-    responses((status = 200, body = PromptView), (status = 413, body = ErrorBody)))]
+    responses((status = 200, body = PromptView), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn save_prompt(
     State(api): State<Api>,
     Path(session): Path<String>,
     Body(req): Body<PromptRequest>,
 ) -> Result<Json<PromptView>, ApiError> {
     let session = session_id(&session)?;
+    // Prompts belong to bound sessions: an unknown id creates no record.
+    bound(&api, &session).await?;
     api.runtime()
         .stores()
         .save_prompt(&session, &req.text)
@@ -488,12 +492,14 @@ pub async fn save_prompt(
 /// Resets the session's prompt to the preset's default.
 #[utoipa::path(delete, path = "/api/v1/sessions/{session}/prompt", tag = "prompt",
     params(("session" = String, Path, description = "The session id")),
-    responses((status = 200, body = PromptView)))]
+    responses((status = 200, body = PromptView), (status = 404, body = ErrorBody)))]
 pub async fn reset_prompt(
     State(api): State<Api>,
     Path(session): Path<String>,
 ) -> Result<Json<PromptView>, ApiError> {
     let session = session_id(&session)?;
+    // Prompts belong to bound sessions: an unknown id creates no record.
+    bound(&api, &session).await?;
     api.runtime().stores().reset_prompt(&session).await?;
     Ok(Json(prompt_view(&api, &session).await?))
 }
