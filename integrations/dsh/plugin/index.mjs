@@ -487,7 +487,7 @@ export async function apply(ctx, rawConfig) {
       handler: admit(async (req, res, body, admitted) => {
         let reply
         try {
-          reply = await bridge.call('tavern-mode/route', { method: req.method, admitted, body })
+          reply = await bridge.call('tavern-mode/route', { method: req.method, admitted, body }, ROUTE_CALL_TIMEOUT_MS)
         } catch (e) {
           reply = { status: 500, body: { ok: false, error: 'save-failed', message: e.message } }
         }
@@ -509,7 +509,7 @@ export async function apply(ctx, rawConfig) {
           reply = await bridge.call('api/request', {
             method: req.method, path, contentType: req.headers['content-type'], body, base: API_PREFIX,
             cookie: req.headers.cookie, acceptLanguage: req.headers['accept-language'],
-          })
+          }, ROUTE_CALL_TIMEOUT_MS)
         } catch (e) {
           reply = { status: 503, contentType: 'application/json', body: JSON.stringify({ error: { code: 'host_unavailable', message: `the bridge did not answer: ${e.message}` } }) }
         }
@@ -522,6 +522,10 @@ export async function apply(ctx, rawConfig) {
     }))
   }
 }
+
+/** How long a route waits for the bridge: a bridge that stops answering costs a caller this
+ * long (then 503), never a connection held forever. */
+const ROUTE_CALL_TIMEOUT_MS = 30000
 
 /** Where the management API is mounted on DSH's web server. */
 const API_PREFIX = '/agent-tavern'
