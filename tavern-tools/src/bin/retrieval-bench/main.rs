@@ -1,5 +1,5 @@
 //! `retrieval-bench FILE [--json]`: recall of `memory_search` and `tavern_history_search` on a
-//! LoCoMo-format file (long multi-session conversations with questions whose evidence turns are
+//! LongMemEval file (JSON or gzip'd JSON; see [`longmemeval`]) or a LoCoMo-format file (long multi-session conversations with questions whose evidence turns are
 //! annotated), beside a plain BM25 reference computed here on the same texts; then query
 //! latency, index build time, and history search latency on chats of 100 and 10,000 messages.
 //! See `docs/PERFORMANCE.md`.
@@ -12,6 +12,8 @@
 //! `maxTokens`). Recall@k is the share of a question's evidence turns among the first k
 //! results, averaged over questions.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod longmemeval;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -663,6 +665,19 @@ async fn history_latency(convs: &[Conversation], sizes: &[usize]) -> Result<Vec<
 }
 
 async fn run(path: &str, as_json: bool) -> Result<()> {
+    let data = longmemeval::read_json(path)?;
+    if longmemeval::is_longmemeval(&data) {
+        let questions = longmemeval::load(&data)?;
+        drop(data);
+        let report = longmemeval::run(&questions).await?;
+        if as_json {
+            println!("{}", longmemeval::json(&report));
+        } else {
+            longmemeval::print(&report);
+        }
+        return Ok(());
+    }
+    drop(data);
     let (convs, _, _) = load(path)?;
     let history = history_latency(&convs, &[100, 10_000]).await?;
     let report = run_locomo(path).await?;
@@ -770,7 +785,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let as_json = args.iter().any(|a| a == "--json");
     let Some(path) = args.iter().find(|a| !a.starts_with("--")) else {
-        eprintln!("usage: retrieval-bench FILE [--json]  (a LoCoMo-format JSON file)");
+        eprintln!("usage: retrieval-bench FILE [--json]  (a LoCoMo or LongMemEval JSON file, gzip'd or not)");
         std::process::exit(2);
     };
     // Two workers, as `tavern-bridge` runs the tools (the file store then reads in place
