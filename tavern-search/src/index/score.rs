@@ -194,7 +194,7 @@ impl Bm25Index {
                 .get(slot.1 as usize)
                 .copied()
                 .unwrap_or_else(|| slot.1 as f32 / terms);
-            sink(doc, slot.0 * coord * coord);
+            sink(doc, slot.0 * coord);
             *slot = (0.0, 0);
         }
     }

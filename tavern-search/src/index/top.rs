@@ -486,7 +486,7 @@ impl Bm25Index {
                         }
                     }
                     let coord = coord(coords, count);
-                    best.offer(doc, sum * coord * coord);
+                    best.offer(doc, sum * coord);
                 }
             }
         }
@@ -541,7 +541,7 @@ impl Bm25Index {
             }
             *read += matched;
             let coord = coord(coords, matched);
-            best.offer(doc, sum * coord * coord);
+            best.offer(doc, sum * coord);
         }
         Some(set)
     }
@@ -627,7 +627,7 @@ impl Bounds {
             self.each[j] = t.weight * tf / (tf + norm.base + norm.per_word * len);
             self.rests[j] = self.rests[j + 1] + self.each[j];
             let coord = coord(coords, held);
-            self.tails[j] = self.rests[j] * coord * coord * (1.0 + BOUND_SLACK);
+            self.tails[j] = self.rests[j] * coord * (1.0 + BOUND_SLACK);
         }
     }
 
@@ -655,7 +655,7 @@ impl Bounds {
             count += hit as usize;
         }
         let coord = coord(coords, count);
-        sum * coord * coord * (1.0 + BOUND_SLACK)
+        sum * coord * (1.0 + BOUND_SLACK)
     }
 
     /// [`Bounds::of_doc`] at the document's own length `len`.
@@ -677,7 +677,7 @@ impl Bounds {
             }
         }
         let coord = coord(coords, count);
-        sum * coord * coord * (1.0 + BOUND_SLACK)
+        sum * coord * (1.0 + BOUND_SLACK)
     }
 
     /// The fewest of the terms from `from` on a document must match to reach `floor` (the
@@ -697,7 +697,7 @@ impl Bounds {
             sum += bound;
             let coord = coord(coords, m + 1);
             // Not `>=`: a bound that is not a number keeps the documents.
-            let bound = sum * coord * coord * (1.0 + BOUND_SLACK);
+            let bound = sum * coord * (1.0 + BOUND_SLACK);
             if bound.partial_cmp(&floor) != Some(Ordering::Less) {
                 return Some(m + 1);
             }
@@ -1200,8 +1200,9 @@ mod tests {
             if i % 1024 == 100 {
                 text.push_str(" lantern");
             }
-            // Sparse (1 in 64, below a map's density), in every block.
-            if i % 64 == 3 {
+            // Sparse (1 in 256, below a map's density), once in every block; rare enough that
+            // `oak tea` outscores the rarer lantern alone.
+            if i % 256 == 3 {
                 text.push_str(" oak");
             }
             // Common, so mapped, in the last four blocks only.
@@ -1217,7 +1218,7 @@ mod tests {
         // last four blocks hold `tea`.
         assert_eq!(walk.walked, 4, "of 16 blocks");
         assert!(
-            walk.top.iter().any(|&(doc, _)| doc % 64 == 3),
+            walk.top.iter().any(|&(doc, _)| doc % 256 == 3),
             "{:?}",
             walk.top
         );

@@ -664,12 +664,12 @@ async fn history_latency(convs: &[Conversation], sizes: &[usize]) -> Result<Vec<
         .collect())
 }
 
-async fn run(path: &str, as_json: bool) -> Result<()> {
+async fn run(path: &str, as_json: bool, misses: bool) -> Result<()> {
     let data = longmemeval::read_json(path)?;
     if longmemeval::is_longmemeval(&data) {
         let questions = longmemeval::load(&data)?;
         drop(data);
-        let report = longmemeval::run(&questions).await?;
+        let report = longmemeval::run(&questions, misses).await?;
         if as_json {
             println!("{}", longmemeval::json(&report));
         } else {
@@ -785,7 +785,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let as_json = args.iter().any(|a| a == "--json");
     let Some(path) = args.iter().find(|a| !a.starts_with("--")) else {
-        eprintln!("usage: retrieval-bench FILE [--json]  (a LoCoMo or LongMemEval JSON file, gzip'd or not)");
+        eprintln!("usage: retrieval-bench FILE [--json] [--misses]  (a LoCoMo or LongMemEval JSON file, gzip'd or not)");
         std::process::exit(2);
     };
     // Two workers, as `tavern-bridge` runs the tools (the file store then reads in place
@@ -801,7 +801,7 @@ fn main() {
             std::process::exit(1);
         }
     };
-    if let Err(e) = runtime.block_on(run(path, as_json)) {
+    if let Err(e) = runtime.block_on(run(path, as_json, args.iter().any(|a| a == "--misses"))) {
         eprintln!("retrieval-bench: {e}");
         std::process::exit(1);
     }

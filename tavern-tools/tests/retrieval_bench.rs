@@ -1,0 +1,160 @@
+//! `retrieval-bench` on small LongMemEval files written here: the official protocol's skips,
+//! its metrics on a ranking known in advance, gzip'd and plain files alike, the `--json`
+//! document's shape, and a clear error for a malformed file.
+#![cfg(feature = "bench")]
+
+use std::io::Write;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::{json, Value};
+
+fn turn(role: &str, content: &str, has_answer: bool) -> Value {
+    json!({"role": role, "content": content, "has_answer": has_answer})
+}
+
+/// A question whose haystack is `sessions` of `(id, user turns)`, one assistant reply each.
+fn question(id: &str, kind: &str, text: &str, sessions: &[(&str, Vec<(&str, bool)>)]) -> Value {
+    let haystack: Vec<Value> = sessions
+        .iter()
+        .map(|(_, turns)| {
+            let mut out = Vec::new();
+            for (content, evidence) in turns {
+                out.push(turn("user", content, *evidence));
+                out.push(turn("assistant", "Noted.", false));
+            }
+            Value::Array(out)
+        })
+        .collect();
+    json!({
+        "question_id": id, "question_type": kind, "question": text,
+        "question_date": "2023/06/01 (Thu) 10:00", "answer": "-", "answer_session_ids": [],
+        "haystack_session_ids": sessions.iter().map(|s| s.0).collect::<Vec<_>>(),
+        "haystack_dates": (0..sessions.len()).map(|i| format!("2023/05/{:02} (Mon) 09:{:02}", i + 1, i)).collect::<Vec<_>>(),
+        "haystack_sessions": haystack,
+    })
+}
+
+fn file() -> Value {
+    let found = question(
+        "q1",
+        "single-session-user",
+        "Where did I buy the brass lantern?",
+        &[
+            ("s_a", vec![("I like green tea in the morning.", false)]),
+            (
+                "answer_x_1",
+                vec![
+                    ("I bought a brass lantern at the harbour market.", true),
+                    ("Thanks for the help!", false),
+                ],
+            ),
+            ("s_b", vec![("The weather is cold today.", false)]),
+        ],
+    );
+    // The evidence shares no word with the question, and twelve later turns share one each:
+    // no system can rank it in the first ten (the rest of the corpus follows in reverse).
+    let fillers: Vec<(String, String)> = (0..12)
+        .map(|i| (format!("s{i}"), format!("I bake bread number {i}.")))
+        .collect();
+    let mut sessions = vec![("answer_y_1", vec![("I made a chocolate torte.", true)])];
+    for (id, text) in &fillers {
+        sessions.push((id.as_str(), vec![(text.as_str(), false)]));
+    }
+    let missed = question(
+        "q2",
+        "temporal-reasoning",
+        "Which cake did I bake?",
+        &sessions,
+    );
+    let abstention = question(
+        "q3_abs",
+        "single-session-user",
+        "Where is the lantern?",
+        &[("answer_z_1", vec![("A brass lantern.", true)])],
+    );
+    let no_target = question(
+        "q4",
+        "single-session-assistant",
+        "What did you tell me about lanterns?",
+        &[("answer_w_1", vec![("Tell me about lanterns.", false)])],
+    );
+    json!([found, missed, abstention, no_target])
+}
+
+fn bench(path: &Path) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_retrieval-bench"))
+        .arg(path)
+        .arg("--json")
+        .output()
+        .expect("the benchmark runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn longmemeval_files_are_scored_with_the_official_protocol() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("lme.json");
+    std::fs::write(&plain, file().to_string()).unwrap();
+    let gzipped = dir.path().join("lme.json.gz");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(file().to_string().as_bytes()).unwrap();
+    std::fs::write(&gzipped, gz.finish().unwrap()).unwrap();
+
+    let (ok, stdout, stderr) = bench(&plain);
+    assert!(ok, "{stderr}");
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(doc["benchmark"], "longmemeval");
+    assert_eq!(doc["meta"]["questions"], 2);
+    assert_eq!(doc["meta"]["skippedAbstention"], 1);
+    assert_eq!(doc["meta"]["skippedWithoutEvidenceTurn"], 1);
+    let systems = doc["systems"].as_object().unwrap();
+    assert_eq!(
+        systems.keys().collect::<Vec<_>>(),
+        ["memory", "history", "bm25"]
+    );
+    for (name, system) in systems {
+        // q1 is found first by every system, q2 by none: half of each recall, overall.
+        let turn = &system["turn"];
+        for key in ["any@5", "any@10", "all@10", "ndcg@10"] {
+            assert_eq!(turn[key], 50.0, "{name} {key}: {turn}");
+        }
+        assert_eq!(turn["n"], 2);
+        let by_type = system["byType"].as_object().unwrap();
+        assert_eq!(
+            by_type.keys().collect::<Vec<_>>(),
+            ["single-session-user", "temporal-reasoning"],
+            "{name}"
+        );
+        let user = &by_type["single-session-user"];
+        assert_eq!(user["turn"]["any@5"], 100.0, "{name}");
+        assert_eq!(user["turn"]["n"], 1);
+        // Sessions from the turn ranking: q1's answer session comes first.
+        assert_eq!(user["session"]["any@5"], 100.0, "{name}");
+        // q2's twelve other sessions fill the first ten places at the session level too.
+        let missed = &by_type["temporal-reasoning"];
+        assert_eq!(missed["turn"]["any@10"], 0.0, "{name}");
+        assert_eq!(missed["session"]["any@10"], 0.0, "{name}");
+    }
+    assert_eq!(doc["meta"]["bm25SessionDocuments"]["n"], 2);
+
+    let (ok, gz_stdout, stderr) = bench(&gzipped);
+    assert!(ok, "{stderr}");
+    let gz_doc: Value = serde_json::from_str(&gz_stdout).unwrap();
+    assert_eq!(gz_doc["systems"], doc["systems"]);
+}
+
+#[test]
+fn a_malformed_file_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("broken.json");
+    std::fs::write(&path, r#"[{"question_id": "q9", "question": "?"}]"#).unwrap();
+    let (ok, stdout, stderr) = bench(&path);
+    assert!(!ok);
+    assert!(stdout.is_empty());
+    assert!(stderr.contains("q9: no haystack_session_ids"), "{stderr}");
+}
