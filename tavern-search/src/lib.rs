@@ -31,6 +31,6 @@ mod index;
 pub mod rank;
 pub mod stopwords;
 
-pub use analyzer::{index_tokens, query_tokens, raw_tokens, word_token};
+pub use analyzer::{index_tokens, query_tokens, raw_tokens, word_len, word_token};
 pub use index::Bm25Index;
 pub use rank::{Candidate, Lexical, Ranker, RankerRef};

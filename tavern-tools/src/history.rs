@@ -6,8 +6,9 @@
 //!
 //! **Ranking.** BM25 ([`tavern_search`]: stop words, Snowball stems, CJK bigrams) where a
 //! message's document is the speaker's name, the message text and the day it was sent (so "What
-//! did Mira say in May 2023?" finds it), plus the texts of the previous and next message at half
-//! weight (a question is often answered by the reply to it). Ties go to the newer message.
+//! did Mira say in May 2023?" finds it), plus the texts of the previous and next message at a
+//! lower weight (a question is often answered by the reply to it), a long neighbour's words
+//! sharing a bounded weight. Ties go to the newer message.
 //!
 //! **Consistency.** An index is used only at the revision it was built or extended to: every
 //! query asks the store for the chat's current revision first (cheap) and brings the index up to
@@ -37,8 +38,24 @@ use crate::tools::{any_value, rounded, Listing, TruncatedBy};
 /// Chats whose index a [`HistoryCache`] keeps by default.
 pub const DEFAULT_CACHED_CHATS: usize = 8;
 
-/// Weight of a neighbouring message's text in a message's document.
-const NEIGHBOUR_WEIGHT: f32 = 0.5;
+/// Weight of a neighbouring message's text in a message's document, per word, for a
+/// neighbour of up to [`NEIGHBOUR_WORDS`] words; the words of a longer one share that many
+/// words' weight ([`neighbour_weight`]).
+const NEIGHBOUR_WEIGHT: f32 = 0.6;
+
+/// The longest neighbour whose words each weigh [`NEIGHBOUR_WEIGHT`]. A long reply next to a
+/// short message (an assistant's answer of several paragraphs) would otherwise outweigh the
+/// message's own words and lift every message around a talkative turn; capped, it still adds
+/// its topic. Measured on LoCoMo and LongMemEval together (`docs/PERFORMANCE.md`).
+const NEIGHBOUR_WORDS: f32 = 30.0;
+
+/// The field weight of a neighbour `words` long (see [`NEIGHBOUR_WORDS`]), in steps of 1/64:
+/// a dyadic weight keeps term frequencies and lengths exact in `f32`, so a message whose next
+/// neighbour arrives in a later append scores bit for bit as if indexed with it.
+fn neighbour_weight(words: u32) -> f32 {
+    let weight = NEIGHBOUR_WEIGHT * (NEIGHBOUR_WORDS / words.max(1) as f32).min(1.0);
+    ((weight * 64.0).round() / 64.0).max(1.0 / 64.0)
+}
 
 /// Tokens counted per returned message on top of its text.
 const ITEM_OVERHEAD_TOKENS: usize = 8;
@@ -55,6 +72,8 @@ struct Message {
     /// Where the date ends in `body` (the name follows).
     date_end: usize,
     date: Date,
+    /// The text's length in words (and CJK characters), for its weight as a neighbour.
+    words: u32,
     is_user: bool,
     is_system: bool,
 }
@@ -83,6 +102,7 @@ impl Message {
             text_end: text.len(),
             date_end: text.len() + date_text.len(),
             date,
+            words: u32::try_from(tavern_search::word_len(text)).unwrap_or(u32::MAX),
             is_user: line.is_user(),
             is_system: line.is_system(),
         }
@@ -210,10 +230,10 @@ impl HistoryIndex {
         let day = m.day_words();
         let mut fields: Vec<(&str, f32)> = vec![(m.name(), 1.0), (m.text(), 1.0), (&day, 1.0)];
         if let Some(prev) = i.checked_sub(1).and_then(|p| self.messages.get(p)) {
-            fields.push((prev.text(), NEIGHBOUR_WEIGHT));
+            fields.push((prev.text(), neighbour_weight(prev.words)));
         }
         if let Some(next) = self.messages.get(i + 1) {
-            fields.push((next.text(), NEIGHBOUR_WEIGHT));
+            fields.push((next.text(), neighbour_weight(next.words)));
         }
         let doc = u32::try_from(i).unwrap_or(u32::MAX);
         self.index.insert_fields(doc, 0, &fields);
@@ -255,10 +275,10 @@ impl HistoryIndex {
         // indexed last), so no posting goes stale and queries keep the fast path.
         if let Some(before) = start.checked_sub(1) {
             let doc = u32::try_from(before).unwrap_or(u32::MAX);
-            let next = self.messages[start].text();
+            let next = &self.messages[start];
             if !self
                 .index
-                .add_fields_to_last(doc, &[(next, NEIGHBOUR_WEIGHT)])
+                .add_fields_to_last(doc, &[(next.text(), neighbour_weight(next.words))])
             {
                 self.index_message(before);
             }
