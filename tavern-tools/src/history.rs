@@ -22,9 +22,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde_json::{json, Value};
 use tavern_core::calendar::{day_words as day_words_of, MONTHS};
 use tavern_core::chat::{ChatLine, SendDate};
-use tavern_core::{CharacterName, ChatId, DefaultTokenEstimator, Timestamp, TokenEstimator};
+use tavern_core::{
+    CharacterName, ChatId, DefaultTokenEstimator, Timestamp, TokenEstimator, UtcOffsets,
+};
 use tavern_search::rank::Candidate as RankCandidate;
-use tavern_search::{query_tokens, Bm25Index, RankerRef};
+use tavern_search::when::TIME_BOOST;
+use tavern_search::{query_tokens, time_window, Bm25Index, RankerRef};
 use tavern_store::{ChatChange, ChatFile, ChatStore, StoreError};
 
 use schemars::JsonSchema;
@@ -55,6 +58,20 @@ const NEIGHBOUR_WORDS: f32 = 30.0;
 fn neighbour_weight(words: u32) -> f32 {
     let weight = NEIGHBOUR_WEIGHT * (NEIGHBOUR_WORDS / words.max(1) as f32).min(1.0);
     ((weight * 64.0).round() / 64.0).max(1.0 / 64.0)
+}
+
+/// Matches a query that points at a time considers for [`TIME_BOOST`]: the best this many
+/// by their words (or the limit, if more).
+pub const TIME_POOL: usize = 100;
+
+/// When a history search is asked, for queries that point at a time
+/// ([`tavern_search::time_window`]).
+#[derive(Debug, Clone, Copy)]
+pub struct SearchTime<'a> {
+    /// Now.
+    pub now: Timestamp,
+    /// The zone a message's text `send_date` is read in.
+    pub zone: &'a dyn UtcOffsets,
 }
 
 /// Tokens counted per returned message on top of its text.
@@ -129,6 +146,15 @@ impl Message {
             Date::None => Value::Null,
             Date::Millis(ms) => json!(ms),
             Date::Text => json!(self.date_text()),
+        }
+    }
+
+    /// When the message was sent, if its date can be read.
+    fn millis(&self, zone: &dyn UtcOffsets) -> Option<i64> {
+        match self.date {
+            Date::None => None,
+            Date::Millis(ms) => Some(ms),
+            Date::Text => SendDate::Text(self.date_text().to_owned()).millis(zone),
         }
     }
 
@@ -291,18 +317,21 @@ impl HistoryIndex {
     /// Messages matching `query`, best first (ties: newer first), at most `limit`, and how many
     /// matched in all. An empty query lists the newest messages.
     pub fn search(&self, query: &str, limit: usize) -> (Vec<HistoryHit>, usize) {
-        self.search_from(query, limit, 0, &RankerRef::default())
+        self.search_from(query, limit, 0, &RankerRef::default(), None)
     }
 
     /// [`HistoryIndex::search`] among the messages from position `from` on (a parent chat's
     /// messages after those a branch copied), the best [`tavern_search::Ranker::pool`] lexical
-    /// matches ranked through `ranker`.
+    /// matches ranked through `ranker`. With `at`, a query that points at a time ("five days
+    /// ago", "上个月") lifts the messages sent then among its best [`TIME_POOL`] matches by
+    /// [`TIME_BOOST`].
     pub fn search_from(
         &self,
         query: &str,
         limit: usize,
         from: usize,
         ranker: &RankerRef,
+        at: Option<SearchTime<'_>>,
     ) -> (Vec<HistoryHit>, usize) {
         let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0));
         let len = self.messages.len();
@@ -314,7 +343,12 @@ impl HistoryIndex {
             (found, len.saturating_sub(from))
         } else {
             let rescores = ranker.get().rescores();
-            let wanted = ranker.pool(limit);
+            let window = at.and_then(|t| Some((time_window(query, t.now.0)?, t.zone)));
+            let wanted = if window.is_some() {
+                ranker.pool(limit).max(TIME_POOL)
+            } else {
+                ranker.pool(limit)
+            };
             let (found, total) = if from == 0 {
                 // Only the best `wanted` are kept while scoring, not every match.
                 self.index.top(&query_tokens(query), wanted)
@@ -322,7 +356,7 @@ impl HistoryIndex {
                 let from = u32::try_from(from).unwrap_or(u32::MAX);
                 self.index.top_from(&query_tokens(query), wanted, from)
             };
-            if rescores {
+            let (mut found, total) = if rescores {
                 let mut pool: Vec<RankCandidate<'_>> = found
                     .into_iter()
                     .filter_map(|(doc, score)| {
@@ -335,13 +369,25 @@ impl HistoryIndex {
                     .collect();
                 pool.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.doc.cmp(&a.doc)));
                 ranker.apply(query, &mut pool);
-                pool.truncate(limit);
                 (pool.into_iter().map(|c| (c.doc, c.score)).collect(), total)
             } else {
                 (found, total)
+            };
+            if let Some((window, zone)) = window {
+                for (doc, score) in &mut found {
+                    let sent = self
+                        .messages
+                        .get(*doc as usize)
+                        .and_then(|m| m.millis(zone));
+                    if sent.is_some_and(|ms| window.contains(ms)) {
+                        *score *= TIME_BOOST;
+                    }
+                }
             }
+            (found, total)
         };
         found.sort_by(order);
+        found.truncate(limit);
         let hits = found
             .into_iter()
             .map(|(doc, score)| HistoryHit {
@@ -610,6 +656,7 @@ async fn chat_hits(
     label: WhichChat,
     args: &HistoryArgs,
     branch: Option<&[u64]>,
+    now: Timestamp,
 ) -> Result<Option<(ChatHits, Option<ParentToSearch>)>, ToolError> {
     let found = svc
         .history
@@ -619,7 +666,12 @@ async fn chat_hits(
                 let theirs = entry.message_digests();
                 mine.iter().zip(theirs).take_while(|(a, b)| a == b).count()
             });
-            let (hits, total) = index.search_from(&args.query, args.limit, copied, &svc.ranker);
+            let at = SearchTime {
+                now,
+                zone: svc.zone.as_ref(),
+            };
+            let (hits, total) =
+                index.search_from(&args.query, args.limit, copied, &svc.ranker, Some(at));
             let hits = hits
                 .into_iter()
                 .map(|h| {
@@ -674,6 +726,7 @@ pub(crate) async fn search(
         WhichChat::Current,
         args,
         None,
+        ctx.now(),
     )
     .await?
     {
@@ -686,6 +739,7 @@ pub(crate) async fn search(
                 WhichChat::Parent,
                 args,
                 Some(&mine),
+                ctx.now(),
             )
             .await?;
             if let Some((p, _)) = parent {

@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use tavern_core::chat::ChatLine;
-use tavern_core::{CharacterName, ChatId, Timestamp};
+use tavern_core::{CharacterName, ChatId, FixedOffset, Timestamp};
+use tavern_search::RankerRef;
 use tavern_store::clock::ManualClock;
 use tavern_store::fs::FsStore;
 use tavern_store::mem::MemStore;
 use tavern_store::ChatStore;
-use tavern_tools::history::{HistoryCache, HistoryHit, HistoryIndex};
+use tavern_tools::history::{HistoryCache, HistoryHit, HistoryIndex, SearchTime};
 
 const WORDS: [&str; 8] = [
     "lantern",
@@ -209,4 +210,53 @@ async fn a_chat_over_the_history_limit_is_refused_before_it_is_read() {
         .await
         .unwrap();
     assert_eq!(n, Some(1));
+}
+
+/// A question that names a time ("five days ago", "上个月") lifts the messages sent then —
+/// dated in epoch milliseconds or in SillyTavern's text — above a better word match from
+/// another day; the same question asked without a time, or with no clock, ranks by words.
+#[test]
+fn a_question_that_names_a_time_prefers_messages_sent_then() {
+    const DAY: i64 = 86_400_000;
+    // 2023-05-08 13:56 UTC, the date `message` writes as text.
+    let may8 = (tavern_core::calendar::days_from_civil(2023, 5, 8) * 1440 + 13 * 60 + 56) * 60_000;
+    let at = |date: serde_json::Value, text: &str| {
+        ChatLine::parse(
+            &serde_json::json!({"name": "Kai", "is_user": true, "send_date": date, "mes": text})
+                .to_string(),
+        )
+        .unwrap()
+    };
+    let mut idx = HistoryIndex::new();
+    idx.extend(&[
+        at(
+            serde_json::json!(may8 - 30 * DAY),
+            "Tea at the harbour: green tea, jasmine tea.",
+        ),
+        at(
+            serde_json::json!("May 8, 2023 1:56pm"),
+            "Tea at the harbour.",
+        ),
+        at(serde_json::json!(may8 + 25 * DAY), "A walk by the river."),
+    ]);
+    let now = SearchTime {
+        now: Timestamp(may8 + 5 * DAY),
+        zone: &FixedOffset(0),
+    };
+    let top = |q: &str, at: Option<SearchTime<'_>>| -> Vec<usize> {
+        let (hits, _) = idx.search_from(q, 10, 0, &RankerRef::default(), at);
+        // The walk matches through its neighbour's words only, last.
+        hits.iter().map(|h| h.index).take(2).collect()
+    };
+    assert_eq!(top("what tea at the harbour", Some(now)), [0, 1]);
+    assert_eq!(
+        top("what tea at the harbour five days ago", Some(now)),
+        [1, 0]
+    );
+    assert_eq!(top("what tea at the harbour five days ago", None), [0, 1]);
+    let month_later = SearchTime {
+        now: Timestamp(may8 + 30 * DAY),
+        zone: &FixedOffset(0),
+    };
+    assert_eq!(top("上个月 harbour tea", Some(month_later)), [1, 0]);
 }

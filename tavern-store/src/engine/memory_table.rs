@@ -10,6 +10,7 @@ use tavern_core::{
 
 use crate::error::{StoreError, Target};
 use crate::memory::{MemoryHit, MemoryQuery, MemorySearchResult, TagMatch, Truncation};
+use tavern_search::when::TIME_BOOST;
 use tavern_search::{query_tokens, Bm25Index, Candidate};
 
 /// Hard cap on hits per search, whatever the caller asks.
@@ -408,18 +409,28 @@ impl MemoryTable {
             if q.ranker.get().rescores() {
                 matches = self.rerank(q, matches, limit);
             }
+            // A query that points at a time ("four weeks ago", "上个月") favours the memories
+            // written then.
+            let window = tavern_search::time_window(&q.text, now.0);
+            let boost = |slot: u32| match (&window, self.records.get(slot as usize)) {
+                (Some(w), Some(r)) if w.contains(r.created_at.0) => TIME_BOOST,
+                _ => 1.0,
+            };
             if matches.len() > limit {
-                // The blend scales relevance by 0.7 to 1.0, so a match whose relevance is below
-                // 0.7 × the limit-th best relevance can never reach the results: skip blending it.
+                // The blend scales relevance by 0.7 to 1.0 (and the time boost by up to
+                // `TIME_BOOST`), so a match whose relevance is below that share of the limit-th
+                // best relevance can never reach the results: skip blending it.
                 matches.select_nth_unstable_by(limit - 1, |a, b| b.1.total_cmp(&a.1));
-                let floor = matches[limit - 1].1 * BLEND_MIN;
+                let most = if window.is_some() { TIME_BOOST } else { 1.0 };
+                let floor = matches[limit - 1].1 * BLEND_MIN / most;
                 matches.retain(|(_, rel)| *rel >= floor);
             }
             matches
                 .into_iter()
                 .map(|(slot, rel)| {
                     let rel = f64::from(rel);
-                    (blend(rel, &self.meta[slot as usize], now), rel, slot)
+                    let score = blend(rel, &self.meta[slot as usize], now) * f64::from(boost(slot));
+                    (score, rel, slot)
                 })
                 .collect()
         };
@@ -595,6 +606,43 @@ mod tests {
             source: MemorySource::system(),
             expires_at: expires.map(Timestamp),
         }
+    }
+
+    /// A query that names a time ("five days ago") lifts what was written then above a
+    /// better word match from another day; without one, the better match wins.
+    #[test]
+    fn a_query_that_names_a_time_prefers_memories_written_then() {
+        const DAY: i64 = 86_400_000;
+        let now = 100 * DAY;
+        let mut t = MemoryTable::new();
+        for (id, content, at) in [
+            (
+                1,
+                "tea at the harbour, green tea, jasmine tea",
+                now - 20 * DAY,
+            ),
+            (2, "tea at the harbour", now - 5 * DAY),
+            (3, "a walk by the river", now - 5 * DAY),
+        ] {
+            let mut w = write(id, 0, None);
+            w.content = content.to_owned();
+            let (_, op) = t.prepare_put(w, None, false, Timestamp(at)).unwrap();
+            t.apply(op);
+        }
+        let ids = |q: &str| -> Vec<String> {
+            let hits = t
+                .search(&MemoryQuery::new(q, vec![scope(0)]), Timestamp(now))
+                .hits;
+            hits.iter().map(|h| h.record.id.to_string()).collect()
+        };
+        assert_eq!(ids("what tea did I have at the harbour"), ["m1", "m2"]);
+        assert_eq!(
+            ids("what tea did I have at the harbour five days ago"),
+            ["m2", "m1"]
+        );
+        assert_eq!(ids("我五天前在 harbour 喝了什么 tea"), ["m2", "m1"]);
+        // Only matches are lifted: the walk shares no word and stays out.
+        assert_eq!(ids("tea 5 days ago"), ["m2", "m1"]);
     }
 
     proptest! {

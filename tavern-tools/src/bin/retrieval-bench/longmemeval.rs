@@ -23,11 +23,13 @@ use serde_json::{json, Value};
 use tavern_core::calendar::days_from_civil;
 use tavern_core::record::MEMORY_CONTENT_MAX_BYTES;
 use tavern_core::{
-    CharacterName, ChatId, MemoryId, MemoryKind, MemorySource, MemoryWrite, ScopeKey, Timestamp,
+    CharacterName, ChatId, FixedOffset, MemoryId, MemoryKind, MemorySource, MemoryWrite, ScopeKey,
+    Timestamp,
 };
+use tavern_search::RankerRef;
 use tavern_store::mem::MemStore;
 use tavern_store::{ManualClock, MemoryQuery, MemoryStore};
-use tavern_tools::history::HistoryIndex;
+use tavern_tools::history::{HistoryIndex, SearchTime};
 
 use super::{line, percentile, st_date, Result};
 
@@ -475,7 +477,11 @@ fn history_ranking(q: &Question, corpus: &Corpus<'_>) -> Result<(Vec<usize>, Dur
     let started = Instant::now();
     // Assistant turns take places in the ranking too: ask for enough messages to keep
     // `ASKED` user turns in nearly every haystack.
-    let (hits, _) = index.search(&q.text, ASKED * 2);
+    let at = SearchTime {
+        now: Timestamp(q.at),
+        zone: &FixedOffset(0),
+    };
+    let (hits, _) = index.search_from(&q.text, ASKED * 2, 0, &RankerRef::default(), Some(at));
     let took = started.elapsed();
     let ranking = hits
         .iter()
