@@ -400,7 +400,8 @@ impl MemoryTable {
                 || q.updated_from.is_some()
                 || q.updated_to.is_some()
                 || (hidden > 0 && !(q.include_deleted && q.include_expired));
-            let mut matches: Vec<(u32, f32)> = self.index.score_in(&query_tokens(&q.text), groups);
+            let mut matches: Vec<(u32, f32)> =
+                self.index.score_unordered(&query_tokens(&q.text), groups);
             if check {
                 matches.retain(|(slot, _)| visible(*slot));
             }
