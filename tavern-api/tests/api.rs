@@ -783,6 +783,66 @@ async fn the_lore_tester_shows_what_a_text_activates_and_from_which_book() {
     assert_eq!(status, StatusCode::OK, "{v}");
     assert_eq!(v["items"][0]["reason"], "keyword", "{v}");
     assert!(!v["source"]["books"].as_array().unwrap().is_empty(), "{v}");
+    // The operator's tests do not spend the model's per-turn tool calls (32).
+    for _ in 0..40 {
+        let (status, v) = h
+            .call(
+                "POST",
+                "/api/v1/sessions/s1/lore/test",
+                Some(json!({"text": "eldoria"})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+    }
+    let agent = h.runtime.agent_of(&sid("s1")).unwrap();
+    let model = h
+        .runtime
+        .call_tool(
+            &agent,
+            "c1",
+            "tavern_lore_search",
+            &json!({"query": "eldoria"}),
+        )
+        .await;
+    assert!(model.get("error").is_none(), "{model}");
+    // The operator's unmetered path runs read-only tools only.
+    let write = h
+        .runtime
+        .call_tool_for_operator(&agent, "c2", "memory_write", &json!({"content": "x"}))
+        .await;
+    assert_eq!(write["error"]["code"], "invalid-arguments", "{write}");
+    // Longer than the tool's query limit: 413 naming the limit, not the tool's 400.
+    let (status, v) = h
+        .call(
+            "POST",
+            "/api/v1/sessions/s1/lore/test",
+            Some(json!({"text": "森".repeat(501)})),
+        )
+        .await;
+    assert_eq!(
+        (status, code(&v)),
+        (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+        "{v}"
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("501 > 500"),
+        "{v}"
+    );
+    let (status, v) = h
+        .call(
+            "POST",
+            "/api/v1/sessions/s1/lore/test",
+            Some(json!({"text": "eldoria", "limit": 21})),
+        )
+        .await;
+    assert_eq!(
+        (status, code(&v)),
+        (StatusCode::BAD_REQUEST, "bad_request"),
+        "{v}"
+    );
     let (status, _) = h
         .call(
             "POST",

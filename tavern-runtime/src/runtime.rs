@@ -509,6 +509,30 @@ impl Runtime {
             .await
     }
 
+    /// Runs a read-only tool call for an operator (the management API's lore tester) in the
+    /// session's current turn without spending the model's per-turn calls; a writing tool is
+    /// refused.
+    pub async fn call_tool_for_operator(
+        &self,
+        agent: &AgentId,
+        call_id: &str,
+        name: &str,
+        args: &Value,
+    ) -> Value {
+        if self.registry.writes(name) != Some(false) {
+            let message = format!("{name} is not a read-only tool");
+            return json!({"error": {"code": "invalid-arguments", "message": message}});
+        }
+        let ctx = match self.context_of(agent, call_id, 0).await {
+            Ok(ctx) => ctx,
+            Err(e) => return e,
+        };
+        match self.registry.call_unmetered(&ctx, name, args).await {
+            Ok(v) => v,
+            Err(e) => e.to_json(),
+        }
+    }
+
     /// Runs a tool call as part of `turn` (hosts without turns, such as MCP, give each call its
     /// own, so per-turn limits are per call there).
     pub async fn call_tool_in_turn(
@@ -519,10 +543,26 @@ impl Runtime {
         args: &Value,
         turn: u64,
     ) -> Value {
-        let session = match self.session_of(agent) {
-            Ok(s) => s,
-            Err(e) => return json!({"error": {"code": "unavailable", "message": e.to_string()}}),
+        let ctx = match self.context_of(agent, call_id, turn).await {
+            Ok(ctx) => ctx,
+            Err(e) => return e,
         };
+        match self.registry.call(&ctx, name, args).await {
+            Ok(v) => v,
+            Err(e) => e.to_json(),
+        }
+    }
+
+    /// The context a tool call of `agent` runs in, or the error to answer with.
+    async fn context_of(
+        &self,
+        agent: &AgentId,
+        call_id: &str,
+        turn: u64,
+    ) -> Result<ToolContext, Value> {
+        let session = self
+            .session_of(agent)
+            .map_err(|e| json!({"error": {"code": "unavailable", "message": e.to_string()}}))?;
         let (limits, now) = (self.config.limits, self.clock.now());
         // A look at the state, not a copy: hosts with thousands of sessions call per request.
         let ctx = self
@@ -531,16 +571,12 @@ impl Runtime {
                 ToolContext::for_session(agent, &session, state, turn, call_id, limits, now)
             })
             .await;
-        let ctx = match ctx {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => return e.to_json(),
-            Err(e) => {
-                return json!({"error": {"code": "unavailable", "message": format!("state unavailable: {e}")}})
-            }
-        };
-        match self.registry.call(&ctx, name, args).await {
-            Ok(v) => v,
-            Err(e) => e.to_json(),
+        match ctx {
+            Ok(Ok(c)) => Ok(c),
+            Ok(Err(e)) => Err(e.to_json()),
+            Err(e) => Err(
+                json!({"error": {"code": "unavailable", "message": format!("state unavailable: {e}")}}),
+            ),
         }
     }
 

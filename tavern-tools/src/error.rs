@@ -80,9 +80,10 @@ impl ToolError {
         match self {
             Self::InvalidArguments { field, .. } => e["field"] = json!(field),
             Self::RevisionConflict { current, .. } => e["currentRevision"] = json!(current),
-            Self::LimitExceeded { limit, max, .. } => {
+            Self::LimitExceeded { limit, max, actual } => {
                 e["limit"] = json!(limit);
                 e["max"] = json!(max);
+                e["actual"] = json!(actual);
             }
             _ => {}
         }

@@ -87,6 +87,11 @@ impl ToolRegistry {
         &self.limits
     }
 
+    /// Whether the tool named `name` writes (`None`: no such tool).
+    pub fn writes(&self, name: &str) -> Option<bool> {
+        self.tools.get(name).map(|t| t.spec().writes)
+    }
+
     /// Every tool's contract.
     pub fn specs(&self) -> &[ToolSpec] {
         &self.specs
@@ -115,6 +120,31 @@ impl ToolRegistry {
         name: &str,
         args: &Value,
     ) -> Result<Value, ToolError> {
+        self.run(ctx, name, args, true).await
+    }
+
+    /// [`ToolRegistry::call`] for a trusted operator surface (the management API's lore
+    /// tester): the same checks and limits on arguments and result, but the call is not
+    /// counted against the session's per-turn calls, which belong to the model.
+    ///
+    /// # Errors
+    /// As [`ToolRegistry::call`], except the per-turn limits.
+    pub async fn call_unmetered(
+        &self,
+        ctx: &ToolContext,
+        name: &str,
+        args: &Value,
+    ) -> Result<Value, ToolError> {
+        self.run(ctx, name, args, false).await
+    }
+
+    async fn run(
+        &self,
+        ctx: &ToolContext,
+        name: &str,
+        args: &Value,
+        metered: bool,
+    ) -> Result<Value, ToolError> {
         let tool = self
             .tools
             .get(name)
@@ -125,7 +155,9 @@ impl ToolRegistry {
         // copy and one validation per call; the tool gets the checked arguments.
         let args = crate::tool::without_optional_nulls(&tool.spec().parameters, args);
         crate::schema::validate(&tool.spec().parameters, &args)?;
-        self.count(ctx, tool.spec().writes)?;
+        if metered {
+            self.count(ctx, tool.spec().writes)?;
+        }
         let out = tool.call(&self.services, ctx, args).await?;
         let size = json_len(&out);
         if size > self.limits.max_result_bytes {
