@@ -39,6 +39,27 @@ struct Inner {
     /// The token every panel form carries: random per process, so a page elsewhere cannot
     /// know it (it cannot read our pages).
     csrf: String,
+    /// Browser sign-ins (`/panel/login`): random ids, newest last, at most
+    /// [`MAX_PANEL_SESSIONS`]. The cookie carries one of these, never the token.
+    sessions: std::sync::Mutex<std::collections::VecDeque<String>>,
+}
+
+/// Browser sign-ins kept; the oldest is signed out when another signs in.
+pub const MAX_PANEL_SESSIONS: usize = 64;
+
+/// 32 random bytes as hex; empty without the system's randomness (then nothing matches it).
+fn random_hex() -> String {
+    let mut secret = [0u8; 32];
+    match getrandom::fill(&mut secret) {
+        Ok(()) => secret.iter().map(|b| format!("{b:02x}")).collect(),
+        Err(_) => String::new(),
+    }
+}
+
+/// Constant-time equality of two secrets (an empty one never matches).
+fn same_secret(a: &str, b: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    !a.is_empty() && a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
 }
 
 impl std::fmt::Debug for Api {
@@ -52,13 +73,9 @@ impl std::fmt::Debug for Api {
 impl Api {
     /// The API over `runtime`.
     pub fn new(runtime: Arc<Runtime>, config: ApiConfig) -> Self {
-        let mut secret = [0u8; 32];
         // Without the system's randomness, a fixed token would be guessable: no form then
         // passes (every write through the panel is refused; the JSON API is unaffected).
-        let csrf = match getrandom::fill(&mut secret) {
-            Ok(()) => secret.iter().map(|b| format!("{b:02x}")).collect(),
-            Err(_) => String::new(),
-        };
+        let csrf = random_hex();
         Self {
             inner: Arc::new(Inner {
                 runtime,
@@ -66,6 +83,7 @@ impl Api {
                 csrf,
                 check: None,
                 checking: Default::default(),
+                sessions: Default::default(),
             }),
         }
     }
@@ -88,6 +106,7 @@ impl Api {
             csrf: self.inner.csrf.clone(),
             check: Some(check),
             checking: Default::default(),
+            sessions: Default::default(),
         };
         Self {
             inner: Arc::new(inner),
@@ -117,10 +136,41 @@ impl Api {
 
     /// Whether `offered` is the server's token (constant time); false when it has none.
     pub(crate) fn token_matches(&self, offered: &str) -> bool {
-        use subtle::ConstantTimeEq;
-        self.config().token.as_deref().is_some_and(|token| {
-            offered.len() == token.len() && bool::from(offered.as_bytes().ct_eq(token.as_bytes()))
-        })
+        self.config()
+            .token
+            .as_deref()
+            .is_some_and(|token| same_secret(offered, token))
+    }
+
+    /// Signs a browser in: a new random session id for its cookie (`None` without the
+    /// system's randomness). The oldest sign-in past [`MAX_PANEL_SESSIONS`] is dropped.
+    pub(crate) fn open_panel_session(&self) -> Option<String> {
+        let id = random_hex();
+        if id.is_empty() {
+            return None;
+        }
+        let mut sessions = self
+            .inner
+            .sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if sessions.len() >= MAX_PANEL_SESSIONS {
+            sessions.pop_front();
+        }
+        sessions.push_back(id.clone());
+        Some(id)
+    }
+
+    /// Whether `offered` is a signed-in browser's session id (constant time per id).
+    pub(crate) fn panel_session_matches(&self, offered: &str) -> bool {
+        let sessions = self
+            .inner
+            .sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        sessions
+            .iter()
+            .fold(false, |found, id| found | same_secret(offered, id))
     }
 
     /// Every route — `/api/v1` and the panel at `/panel` — behind the token or loopback

@@ -87,15 +87,19 @@ fn check(api: &Api, request: &Request) -> Result<(), ApiError> {
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.strip_prefix("Bearer "));
             // A browser cannot send a bearer header with a link or a form: the panel's sign-in
-            // keeps the token in an HttpOnly, same-site cookie instead.
-            let cookie = request
-                .headers()
-                .get_all(axum::http::header::COOKIE)
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .flat_map(|v| v.split(';'))
-                .find_map(|kv| kv.trim().strip_prefix("tavern_token="));
-            if bearer.or(cookie).is_some_and(|t| api.token_matches(t)) {
+            // gives it a random session id in an HttpOnly, same-site cookie instead — never
+            // the token — and that cookie opens the panel only, not the JSON API.
+            let panel = request.uri().path().starts_with("/panel");
+            let signed_in = panel
+                && request
+                    .headers()
+                    .get_all(axum::http::header::COOKIE)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .flat_map(|v| v.split(';'))
+                    .filter_map(|kv| kv.trim().strip_prefix("tavern_session="))
+                    .any(|id| api.panel_session_matches(id));
+            if signed_in || bearer.is_some_and(|t| api.token_matches(t)) {
                 Ok(())
             } else {
                 Err(ApiError::Unauthorized)

@@ -39,7 +39,7 @@ pub mod panel;
 pub mod routes;
 pub mod scope;
 
-pub use app::{Api, ApiConfig, MAX_BODY_BYTES};
+pub use app::{Api, ApiConfig, MAX_BODY_BYTES, MAX_PANEL_SESSIONS};
 pub use auth::is_loopback_name;
 pub use error::ApiError;
 pub use forward::{Forwarded, ForwardedResponse};

@@ -120,10 +120,18 @@ async fn a_token_server_signs_browsers_in_with_an_http_only_cookie() {
     assert_eq!(right.status, StatusCode::SEE_OTHER);
     let cookie = right.cookie.unwrap();
     assert!(
-        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        cookie.contains("HttpOnly")
+            && cookie.contains("SameSite=Strict")
+            && cookie.contains("Path=/panel;"),
         "{cookie}"
     );
+    // A random session id, never the token.
+    assert!(!cookie.contains("k7Qm2vX9pL4sT8wZ"), "{cookie}");
     let pair = cookie.split(';').next().unwrap().to_owned();
+    assert!(
+        pair.starts_with("tavern_session=") && pair.len() > 64,
+        "{pair}"
+    );
     let a = send(
         &h,
         get("/panel/memories")
@@ -133,9 +141,52 @@ async fn a_token_server_signs_browsers_in_with_an_http_only_cookie() {
     )
     .await;
     assert_eq!(a.status, StatusCode::OK);
-    // The JSON API without a token still answers 401, not a redirect.
+    // The JSON API without a token still answers 401, not a redirect — with the panel's
+    // cookie too: it opens the panel only.
     let a = send(&h, get("/api/v1/settings").body(Body::empty()).unwrap()).await;
     assert_eq!(a.status, StatusCode::UNAUTHORIZED);
+    let a = send(
+        &h,
+        get("/api/v1/settings")
+            .header(header::COOKIE, &pair)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::UNAUTHORIZED);
+    // The token itself in a cookie opens nothing; a made-up session neither.
+    for forged in [
+        "tavern_token=k7Qm2vX9pL4sT8wZ",
+        "tavern_session=k7Qm2vX9pL4sT8wZ",
+    ] {
+        let a = send(
+            &h,
+            get("/panel/memories")
+                .header(header::COOKIE, forged)
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::SEE_OTHER, "{forged}");
+    }
+    // Sign-ins are bounded: the oldest is signed out past the limit.
+    for _ in 0..tavern_api::MAX_PANEL_SESSIONS {
+        let again = send(&h, form("/panel/login", "token=k7Qm2vX9pL4sT8wZ")).await;
+        assert_eq!(again.status, StatusCode::SEE_OTHER);
+    }
+    let a = send(
+        &h,
+        get("/panel/memories")
+            .header(header::COOKIE, &pair)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        a.status,
+        StatusCode::SEE_OTHER,
+        "the first sign-in was dropped"
+    );
 }
 
 #[tokio::test]

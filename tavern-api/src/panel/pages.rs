@@ -1284,7 +1284,8 @@ pub struct LoginForm {
     token: String,
 }
 
-/// Signs in: a correct token is kept in an HttpOnly, same-site cookie.
+/// Signs in: for a correct token, a new random session id in an HttpOnly, same-site cookie
+/// scoped to the panel (the token itself never goes into a cookie).
 pub async fn login(State(api): State<Api>, p: PageCtx, body: axum::body::Bytes) -> Response {
     let f: LoginForm = serde_urlencoded::from_bytes(&body).unwrap_or(LoginForm {
         token: String::new(),
@@ -1296,10 +1297,17 @@ pub async fn login(State(api): State<Api>, p: PageCtx, body: axum::body::Bytes) 
             Some(format!("{}/panel/login", p.base)),
         );
     }
+    let Some(session) = api.open_panel_session() else {
+        return error_page(
+            &p,
+            &ApiError::Internal("no randomness for a sign-in; use the bearer token".into()),
+            None,
+        );
+    };
     let mut res = see_other(&format!("{}/panel", p.base));
     if let Ok(v) = HeaderValue::from_str(&format!(
-        "tavern_token={}; Path=/; HttpOnly; SameSite=Strict",
-        f.token
+        "tavern_session={session}; Path={}/panel; HttpOnly; SameSite=Strict",
+        p.base
     )) {
         res.headers_mut().insert(SET_COOKIE, v);
     }
