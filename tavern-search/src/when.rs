@@ -124,13 +124,66 @@ fn weekday(ms: i64) -> i64 {
 }
 
 /// The window an English or Chinese time expression in `query` points at, relative to `now`
-/// (epoch milliseconds); `None` when there is none.
+/// (epoch milliseconds), with calendar days ("yesterday", "last Friday") counted in UTC;
+/// `None` when there is none.
 pub fn time_window(query: &str, now: i64) -> Option<TimeWindow> {
-    let query: String = query.chars().take(MAX_QUERY_CHARS).collect();
-    english(&query, now).or_else(|| chinese(&query, now))
+    time_window_in(query, now, 0)
 }
 
-fn english(query: &str, now: i64) -> Option<TimeWindow> {
+/// [`time_window`] with calendar days counted `offset_minutes` east of UTC (the user's zone).
+pub fn time_window_in(query: &str, now: i64, offset_minutes: i32) -> Option<TimeWindow> {
+    let query: String = query.chars().take(MAX_QUERY_CHARS).collect();
+    let day = Days {
+        now,
+        offset: i64::from(offset_minutes).saturating_mul(MINUTE),
+    };
+    english(&query, day).or_else(|| chinese(&query, day))
+}
+
+/// Now, and how to find the calendar days around it in the user's zone.
+#[derive(Clone, Copy)]
+struct Days {
+    now: i64,
+    /// Milliseconds east of UTC.
+    offset: i64,
+}
+
+impl Days {
+    /// The whole calendar day `back` days before today (0: today up to now).
+    fn day(self, back: i64) -> TimeWindow {
+        let local = self.now.saturating_add(self.offset);
+        let today = local
+            .div_euclid(DAY)
+            .saturating_mul(DAY)
+            .saturating_sub(self.offset);
+        if back == 0 {
+            return TimeWindow {
+                from: today,
+                to: self.now,
+            };
+        }
+        let from = today.saturating_sub(back.saturating_mul(DAY));
+        TimeWindow {
+            from,
+            to: from.saturating_add(DAY - 1),
+        }
+    }
+
+    /// Monday = 0 for today in the user's zone.
+    fn weekday(self) -> i64 {
+        weekday(self.now.saturating_add(self.offset))
+    }
+}
+
+/// Words before "last" that make it a verb ("will it last two days"). Not "to": "listen to
+/// last Friday's show" is the common case.
+const VERB_BEFORE_LAST: [&str; 13] = [
+    "will", "would", "can", "could", "should", "might", "may", "must", "does", "do", "did", "it",
+    "they",
+];
+
+fn english(query: &str, days: Days) -> Option<TimeWindow> {
+    let now = days.now;
     let lower = query.to_lowercase();
     let words: Vec<&str> = lower
         .split(|c: char| !c.is_alphanumeric())
@@ -153,11 +206,19 @@ fn english(query: &str, now: i64) -> Option<TimeWindow> {
                     return Some(TimeWindow::around(center, unit.slack()));
                 }
             }
-            "yesterday" => return Some(TimeWindow::around(now.saturating_sub(DAY), DAY)),
-            "today" | "tonight" => return Some(TimeWindow::back(now, DAY)),
-            // "last week", "last Friday", "last 3 months", "past few weeks"
+            "yesterday" => return Some(days.day(1)),
+            "today" | "tonight" => return Some(days.day(0)),
+            // "last week", "last Friday", "last 3 months", "past few weeks" — not "the last
+            // day of the trip", not "will it last two days", not "the past years".
             "last" | "past" => {
+                let before = i.checked_sub(1).map_or("", |j| words[j]);
+                if *word == "last" && VERB_BEFORE_LAST.contains(&before) {
+                    continue;
+                }
                 if let Some(unit) = Unit::of_word(next(1)) {
+                    if next(2) == "of" || next(1).ends_with('s') {
+                        continue;
+                    }
                     if *word == "past" {
                         return Some(TimeWindow::back(now, unit.days() * DAY));
                     }
@@ -166,20 +227,26 @@ fn english(query: &str, now: i64) -> Option<TimeWindow> {
                 }
                 if let Some(day) = WEEKDAYS.iter().position(|d| *d == next(1)) {
                     // The most recent such day before today.
-                    let back = (weekday(now) - day as i64 - 1).rem_euclid(7) + 1;
-                    return Some(TimeWindow::around(now.saturating_sub(back * DAY), DAY));
+                    let back = (days.weekday() - day as i64 - 1).rem_euclid(7) + 1;
+                    return Some(days.day(back));
                 }
-                let (n, unit_at) = match (number_word(next(1)), next(1)) {
-                    (Some(n), _) => (n, 2),
-                    (None, "couple") => (2, 3),
-                    _ => continue,
+                // A count after "last" needs "the" before it ("in the last two days"; "the
+                // battery will last two days" is the verb).
+                let Some(n) = number_word(next(1)) else {
+                    continue;
                 };
+                if *word == "last" && !matches!(before, "the" | "these") {
+                    continue;
+                }
+                // "last 3 months", "past couple of weeks", "last few days"
+                let unit_at = if next(2) == "of" { 3 } else { 2 };
                 if let Some(unit) = Unit::of_word(next(unit_at)) {
                     return Some(TimeWindow::back(now, n.saturating_mul(unit.days() * DAY)));
                 }
             }
+            // "this week", "this month", "this year" (not "to this day")
             "this" => {
-                if let Some(unit) = Unit::of_word(next(1)) {
+                if let Some(unit) = Unit::of_word(next(1)).filter(|u| !matches!(u, Unit::Day)) {
                     return Some(TimeWindow::back(now, unit.days() * DAY));
                 }
             }
@@ -208,33 +275,59 @@ fn chinese_number(chars: &[char]) -> Option<i64> {
     }
 }
 
-fn chinese(query: &str, now: i64) -> Option<TimeWindow> {
+/// A fixed Chinese time word: the word, days back (0: a span up to now), the slack or span in
+/// days, and the characters that, right before or after it, make it part of another word
+/// (`之前天天`, `马上周末`, `日本周边`, `过去年轻`).
+type Fixed = (&'static str, i64, i64, &'static str, &'static str);
+
+const FIXED: [Fixed; 10] = [
+    ("前天", 2, 0, "之以目眼提从先事", ""),
+    ("昨天", 1, 0, "", ""),
+    ("今天", 0, 0, "", ""),
+    ("上周", 7, 4, "马", "边围"),
+    ("上个星期", 7, 4, "", ""),
+    ("上个月", 30, 15, "", ""),
+    ("去年", 365, 183, "过失", "轻纪"),
+    ("本周", 0, 7, "日", "边围"),
+    ("这周", 0, 7, "", "边围"),
+    ("本月", 0, 30, "日", ""),
+];
+
+fn chinese(query: &str, days: Days) -> Option<TimeWindow> {
     if !query.chars().any(is_cjk) {
         return None;
     }
-    const FIXED: [(&str, i64, i64); 10] = [
-        ("前天", -2, 1),
-        ("昨天", -1, 1),
-        ("今天", 0, 1),
-        ("上周", -7, 4),
-        ("上个星期", -7, 4),
-        ("上个月", -30, 15),
-        ("去年", -365, 183),
-        ("本周", 0, 7),
-        ("这周", 0, 7),
-        ("本月", 0, 30),
-    ];
-    for (word, offset, slack) in FIXED {
-        if query.contains(word) {
-            return Some(if offset == 0 {
-                TimeWindow::back(now, slack * DAY)
-            } else {
-                TimeWindow::around(now.saturating_add(offset * DAY), slack * DAY)
+    let chars: Vec<char> = query.chars().collect();
+    // "<n>天前" first: in `五天前天气` the number names the day, not `前天`.
+    if let Some(window) = chinese_ago(&chars, days.now) {
+        return Some(window);
+    }
+    for (word, back, slack, bad_before, bad_after) in FIXED {
+        let word: Vec<char> = word.chars().collect();
+        let found = chars.windows(word.len()).enumerate().any(|(at, w)| {
+            w == word.as_slice()
+                && at
+                    .checked_sub(1)
+                    .is_none_or(|b| !bad_before.contains(chars[b]))
+                && chars
+                    .get(at + word.len())
+                    .is_none_or(|c| !bad_after.contains(*c))
+        });
+        if found {
+            return Some(match (back, slack) {
+                (_, 0) => days.day(back),
+                (0, span) => TimeWindow::back(days.now, span * DAY),
+                (back, slack) => {
+                    TimeWindow::around(days.now.saturating_sub(back * DAY), slack * DAY)
+                }
             });
         }
     }
-    // "<n>天前", "<n>周前", "<n>个星期前", "<n>个月前", "<n>年前"
-    let chars: Vec<char> = query.chars().collect();
+    None
+}
+
+/// "<n>天前", "<n>周前", "<n>个星期前", "<n>个月前", "<n>年前".
+fn chinese_ago(chars: &[char], now: i64) -> Option<TimeWindow> {
     for (i, c) in chars.iter().enumerate() {
         if *c != '前' || i == 0 {
             continue;
@@ -254,7 +347,9 @@ fn chinese(query: &str, now: i64) -> Option<TimeWindow> {
             .iter()
             .rposition(|c| !(c.is_ascii_digit() || "一二三四五六七八九十两几".contains(*c)))
             .map_or(0, |p| p + 1);
-        let n = chinese_number(&head[start..])?;
+        let Some(n) = chinese_number(&head[start..]) else {
+            continue;
+        };
         let center = now.saturating_sub(n.saturating_mul(unit.days() * DAY));
         return Some(TimeWindow::around(center, unit.slack()));
     }
@@ -296,15 +391,45 @@ mod tests {
         assert!(w("How much did I make this month?")
             .unwrap()
             .contains(day(2023, 3, 1)));
-        assert!(w("yesterday").unwrap().contains(day(2023, 3, 27)));
+        // Yesterday is the calendar day, not the last 48 hours.
+        let yesterday = w("yesterday").unwrap();
+        assert!(yesterday.contains(day(2023, 3, 27)) && !yesterday.contains(day(2023, 3, 28)));
+        assert!(w("the last couple of weeks")
+            .unwrap()
+            .contains(day(2023, 3, 16)));
+        assert!(w("in the past couple of days")
+            .unwrap()
+            .contains(day(2023, 3, 27)));
         for none in [
             "How many weeks ago did I go?",
             "What did I buy in May?",
             "the last one",
+            "What did I do on the last day of my trip?",
+            "the last weekend of May",
+            "Will the battery last two days?",
+            "I have loved it to this day",
+            "over the past years",
             "",
         ] {
             assert_eq!(w(none), None, "{none}");
         }
+    }
+
+    /// Calendar days are the user's: at UTC+9 on Saturday 08:00 (Friday 23:00 UTC), "last
+    /// Friday" is yesterday, and "today" began at local midnight.
+    #[test]
+    fn days_are_counted_in_the_users_zone() {
+        let hour = 60 * MINUTE;
+        let saturday_8_local = days_from_civil(2023, 4, 7) * DAY + 23 * hour; // Fri 23:00 UTC
+        let friday_noon_local = days_from_civil(2023, 4, 7) * DAY + 3 * hour; // Fri 03:00 UTC
+        let friday = time_window_in("last Friday", saturday_8_local, 540).unwrap();
+        assert!(friday.contains(friday_noon_local), "{friday:?}");
+        assert!(!friday.contains(saturday_8_local));
+        let today = time_window_in("today", saturday_8_local, 540).unwrap();
+        assert_eq!(today.from, days_from_civil(2023, 4, 7) * DAY + 15 * hour);
+        // In UTC it is still Friday: last Friday is a week back.
+        let utc = time_window("last Friday", saturday_8_local).unwrap();
+        assert!(!utc.contains(friday_noon_local));
     }
 
     #[test]
@@ -315,7 +440,19 @@ mod tests {
         assert!(w("十二天前").unwrap().contains(day(2023, 3, 16)));
         assert!(w("上个月买的书").unwrap().contains(day(2023, 2, 26)));
         assert!(w("昨天").unwrap().contains(day(2023, 3, 27)));
-        assert_eq!(w("从前有座山"), None);
+        // The number names the day: five days back, not the day before yesterday.
+        assert!(w("五天前天气好吗").unwrap().contains(day(2023, 3, 23)));
+        for none in [
+            "从前有座山",
+            "我之前天天跑步吗",
+            "这周围有什么",
+            "日本周边的岛",
+            "马上周末了",
+            "过去年轻的时候",
+            "以前提到的书",
+        ] {
+            assert_eq!(w(none), None, "{none}");
+        }
     }
 
     #[test]

@@ -27,7 +27,7 @@ use tavern_core::{
 };
 use tavern_search::rank::Candidate as RankCandidate;
 use tavern_search::when::TIME_BOOST;
-use tavern_search::{query_tokens, time_window, Bm25Index, RankerRef};
+use tavern_search::{query_tokens, time_window_in, Bm25Index, RankerRef};
 use tavern_store::{ChatChange, ChatFile, ChatStore, StoreError};
 
 use schemars::JsonSchema;
@@ -52,12 +52,14 @@ const NEIGHBOUR_WEIGHT: f32 = 0.6;
 /// its topic. Measured on LoCoMo and LongMemEval together (`docs/PERFORMANCE.md`).
 const NEIGHBOUR_WORDS: f32 = 30.0;
 
-/// The field weight of a neighbour `words` long (see [`NEIGHBOUR_WORDS`]), in steps of 1/64:
-/// a dyadic weight keeps term frequencies and lengths exact in `f32`, so a message whose next
-/// neighbour arrives in a later append scores bit for bit as if indexed with it.
+/// The field weight of a neighbour `words` long (see [`NEIGHBOUR_WORDS`]), in steps of
+/// 1/1024: a term's frequency then sums exactly in `f32` (below 16,384) in whatever order its
+/// fields are added, so a message whose next neighbour arrives in a later append scores bit for
+/// bit as if indexed with it. The smallest step bounds the shared weight from below: past
+/// about 18,000 words a neighbour weighs 1/1024 per word.
 fn neighbour_weight(words: u32) -> f32 {
     let weight = NEIGHBOUR_WEIGHT * (NEIGHBOUR_WORDS / words.max(1) as f32).min(1.0);
-    ((weight * 64.0).round() / 64.0).max(1.0 / 64.0)
+    ((weight * 1024.0).round() / 1024.0).max(1.0 / 1024.0)
 }
 
 /// Matches a query that points at a time considers for [`TIME_BOOST`]: the best this many
@@ -343,7 +345,10 @@ impl HistoryIndex {
             (found, len.saturating_sub(from))
         } else {
             let rescores = ranker.get().rescores();
-            let window = at.and_then(|t| Some((time_window(query, t.now.0)?, t.zone)));
+            let window = at.and_then(|t| {
+                let offset = t.zone.minutes_at(t.now);
+                Some((time_window_in(query, t.now.0, offset)?, t.zone))
+            });
             let wanted = if window.is_some() {
                 ranker.pool(limit).max(TIME_POOL)
             } else {
@@ -383,11 +388,14 @@ impl HistoryIndex {
                         *score *= TIME_BOOST;
                     }
                 }
+                // The best `limit` by the lifted scores; ties keep the order they came in.
+                found.sort_by(|a, b| b.1.total_cmp(&a.1));
             }
+            // The ranker's (or the index's) best `limit`, ties in the order it gave them.
+            found.truncate(limit);
             (found, total)
         };
         found.sort_by(order);
-        found.truncate(limit);
         let hits = found
             .into_iter()
             .map(|(doc, score)| HistoryHit {

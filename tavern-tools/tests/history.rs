@@ -259,4 +259,13 @@ fn a_question_that_names_a_time_prefers_messages_sent_then() {
         zone: &FixedOffset(0),
     };
     assert_eq!(top("上个月 harbour tea", Some(month_later)), [1, 0]);
+    // With one result asked, the message sent then is still found among the best matches.
+    let (hits, _) = idx.search_from(
+        "what tea at the harbour five days ago",
+        1,
+        0,
+        &RankerRef::default(),
+        Some(now),
+    );
+    assert_eq!(hits.iter().map(|h| h.index).collect::<Vec<_>>(), [1]);
 }

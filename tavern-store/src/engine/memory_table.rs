@@ -622,7 +622,11 @@ mod tests {
                 "tea at the harbour, green tea, jasmine tea",
                 now - 20 * DAY,
             ),
-            (2, "tea at the harbour", now - 5 * DAY),
+            (
+                2,
+                "tea at the harbour, then a long walk home along the quiet grey road",
+                now - 5 * DAY,
+            ),
             (3, "a walk by the river", now - 5 * DAY),
         ] {
             let mut w = write(id, 0, None);
@@ -644,6 +648,21 @@ mod tests {
         assert_eq!(ids("我五天前在 harbour 喝了什么 tea"), ["m2", "m1"]);
         // Only matches are lifted: the walk shares no word and stays out.
         assert_eq!(ids("tea 5 days ago"), ["m2", "m1"]);
+        // A match whose relevance is below the share of the best that blending alone could
+        // lift (0.7) is not pruned before the time lift when one result is asked: it wins.
+        let words = "harbour tea";
+        let all = t
+            .search(&MemoryQuery::new(words, vec![scope(0)]), Timestamp(now))
+            .hits;
+        assert_eq!(all[0].record.id.as_str(), "m1");
+        assert!(
+            all[1].relevance < all[0].relevance * f64::from(BLEND_MIN),
+            "{all:?}"
+        );
+        let mut q = MemoryQuery::new(format!("{words} five days ago"), vec![scope(0)]);
+        q.limit = 1;
+        let hits = t.search(&q, Timestamp(now)).hits;
+        assert_eq!(hits[0].record.id.as_str(), "m2");
     }
 
     proptest! {

@@ -510,11 +510,24 @@ pub(crate) async fn run(questions: &[Question], misses: bool) -> Result<Report> 
         // Turn ids are unique per document; session ids name each document's session.
         let turn_ids: Vec<String> = (0..len).map(|i| i.to_string()).collect();
         let turn_ids: Vec<&str> = turn_ids.iter().map(String::as_str).collect();
-        let session_of: Vec<&str> = corpus
+        // As the official ids have it: a turn of an answer session that is not evidence is
+        // named `noans` instead of `answer`, so after the turn number is stripped it belongs to
+        // another "session" than the evidence — finding it does not count as finding the
+        // answer session.
+        let session_ids: Vec<String> = corpus
             .docs
             .iter()
-            .map(|&(s, _)| q.sessions[s].id.as_str())
+            .enumerate()
+            .map(|(i, &(s, _))| {
+                let id = &q.sessions[s].id;
+                if corpus.evidence[i] || !id.contains("answer") {
+                    id.clone()
+                } else {
+                    id.replace("answer", "noans")
+                }
+            })
             .collect();
+        let session_of: Vec<&str> = session_ids.iter().map(String::as_str).collect();
         let correct_turns: HashSet<&str> = (0..len)
             .filter(|&i| corpus.evidence[i])
             .map(|i| turn_ids[i])
@@ -569,7 +582,20 @@ pub(crate) async fn run(questions: &[Question], misses: bool) -> Result<Report> 
             })
             .collect();
         let texts: Vec<&str> = session_texts.iter().map(String::as_str).collect();
-        let ids: Vec<&str> = q.sessions.iter().map(|s| s.id.as_str()).collect();
+        // Officially, an answer session without an evidence user turn is `noans` too.
+        let ids: Vec<String> = q
+            .sessions
+            .iter()
+            .map(|s| {
+                let evidence = s.turns.iter().any(|t| t.user && t.evidence);
+                if evidence || !s.id.contains("answer") {
+                    s.id.clone()
+                } else {
+                    s.id.replace("answer", "noans")
+                }
+            })
+            .collect();
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
         let ranking = Okapi::new(&texts).rank(&q.text);
         report.add(
             SESSION_DOCUMENTS,
