@@ -269,3 +269,37 @@ fn a_question_that_names_a_time_prefers_messages_sent_then() {
     );
     assert_eq!(hits.iter().map(|h| h.index).collect::<Vec<_>>(), [1]);
 }
+
+/// A ranker that gives every candidate the same score keeps the lexical order at the cut: the
+/// best match by words, not the newest message, when one result is asked.
+#[test]
+fn ties_a_ranker_leaves_are_cut_in_lexical_order() {
+    #[derive(Debug)]
+    struct Flat;
+    impl tavern_search::Ranker for Flat {
+        fn name(&self) -> &str {
+            "flat"
+        }
+        fn pool(&self, wanted: usize) -> usize {
+            wanted * 4
+        }
+        fn rescore(&self, _query: &str, candidates: &mut [tavern_search::Candidate<'_>]) {
+            for c in candidates {
+                c.score = 1.0;
+            }
+        }
+    }
+    let mut idx = HistoryIndex::new();
+    idx.extend(&[
+        message(0, &[0, 0, 0]),
+        message(1, &[1]),
+        message(2, &[0, 1, 2]),
+        message(3, &[5]),
+        message(4, &[0, 3]),
+    ]);
+    let (plain, _) = idx.search("lantern", 1);
+    let (flat, _) = idx.search_from("lantern", 1, 0, &RankerRef::new(Flat), None);
+    assert_eq!(plain.len(), 1);
+    assert_eq!(flat[0].index, plain[0].index);
+    assert_ne!(flat[0].index, 4, "not the newest match");
+}
