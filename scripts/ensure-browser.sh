@@ -5,6 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The browser tests run at once and each calls this script: one at a time (a second npm
+# install into the same folder fails with ENOTEMPTY; two apt-gets fight over dpkg's lock).
+tools="${CARGO_TARGET_DIR:-target}/browser-tools"
+mkdir -p "$tools"
+exec 9>"$tools/.lock"
+flock 9
+
 # A Chinese font, so the panel's Chinese pages are photographed as people see them.
 has_cjk_font() { command -v fc-list >/dev/null 2>&1 && [ -n "$(fc-list :lang=zh 2>/dev/null)" ]; }
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1 || ! has_cjk_font; then
@@ -22,7 +29,6 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
 fi
 
 AXE_VERSION=4.10.3
-tools="${CARGO_TARGET_DIR:-target}/browser-tools"
 axe="$tools/node_modules/axe-core/axe.min.js"
 if [ ! -f "$axe" ] || ! grep -q "\"version\": \"$AXE_VERSION\"" "$tools/node_modules/axe-core/package.json"; then
   if ! command -v npm >/dev/null 2>&1; then

@@ -24,7 +24,7 @@ use crate::routes::{lore, memories, sessions, settings, store, variables};
         variables::history,
         settings::show, settings::update, store::check,
     ),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &CommonResponses),
     tags(
         (name = "sessions", description = "Bindings, architecture, context mode, fork, bind"),
         (name = "projection", description = "How far each chat is projected; replay"),
@@ -53,6 +53,82 @@ impl utoipa::Modify for BearerAuth {
             "bearer",
             Vec::<String>::new(),
         )]);
+    }
+}
+
+/// The answers every route can give besides its own: a malformed id, scope or query (400),
+/// the token check (401), a cross-site request or a non-loopback `Host` without a token (403),
+/// a failed store (500); and for writes, a body over the limit (413) or not JSON (415). Added
+/// where a route does not describe them itself, so the document lists every status a client
+/// can meet.
+struct CommonResponses;
+
+impl utoipa::Modify for CommonResponses {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+        // (status, shared response's name, description)
+        const ALL: [(&str, &str, &str); 4] = [
+            ("400", "BadRequest", "A malformed id, scope, query or body (`bad_request`)"),
+            ("401", "Unauthorized", "No valid bearer token, on a server with one (`unauthorized`)"),
+            (
+                "403",
+                "Forbidden",
+                "A cross-site request (`cross_site`), or a non-loopback `Host` on a server without a token (`forbidden_host`)",
+            ),
+            ("500", "Internal", "The store failed; nothing was half-written (`internal`)"),
+        ];
+        const WRITES: [(&str, &str, &str); 2] = [
+            (
+                "413",
+                "TooLarge",
+                "The body is over 1 MiB, or a named limit is exceeded (`too_large`)",
+            ),
+            (
+                "415",
+                "UnsupportedMediaType",
+                "The body is not `application/json` (`unsupported_media_type`)",
+            ),
+        ];
+        let components = doc.components.get_or_insert_with(Default::default);
+        for (_, name, description) in ALL.iter().chain(&WRITES) {
+            let response = ResponseBuilder::new()
+                .description(*description)
+                .content(
+                    "application/json",
+                    ContentBuilder::new()
+                        .schema(Some(Ref::from_schema_name("ErrorBody")))
+                        .build(),
+                )
+                .build();
+            components
+                .responses
+                .insert((*name).to_owned(), RefOr::T(response));
+        }
+        for item in doc.paths.paths.values_mut() {
+            let reads = [&mut item.get].into_iter().flatten();
+            let writes = [
+                &mut item.post,
+                &mut item.put,
+                &mut item.patch,
+                &mut item.delete,
+            ]
+            .into_iter()
+            .flatten();
+            for (op, write) in reads
+                .map(|op| (op, false))
+                .chain(writes.map(|op| (op, true)))
+            {
+                let extra = if write { &WRITES[..] } else { &[] };
+                for (code, name, _) in ALL.iter().chain(extra) {
+                    op.responses
+                        .responses
+                        .entry((*code).to_owned())
+                        .or_insert_with(|| {
+                            RefOr::Ref(Ref::new(format!("#/components/responses/{name}")))
+                        });
+                }
+            }
+        }
     }
 }
 

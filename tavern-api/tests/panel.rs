@@ -104,6 +104,18 @@ async fn forms_without_the_token_are_refused_and_write_nothing() {
     assert_eq!(m["source"]["kind"], "user");
 }
 
+/// A GET of `path` with one `Cookie` header.
+async fn with_cookie(h: &Harness, path: &str, cookie: &str) -> Answer {
+    send(
+        h,
+        get(path)
+            .header(header::COOKIE, cookie)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await
+}
+
 #[tokio::test]
 async fn a_token_server_signs_browsers_in_with_an_http_only_cookie() {
     let h = harness_on(MemHost::capable(), Some("k7Qm2vX9pL4sT8wZ"));
@@ -132,41 +144,20 @@ async fn a_token_server_signs_browsers_in_with_an_http_only_cookie() {
         pair.starts_with("tavern_session=") && pair.len() > 64,
         "{pair}"
     );
-    let a = send(
-        &h,
-        get("/panel/memories")
-            .header(header::COOKIE, &pair)
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let a = with_cookie(&h, "/panel/memories", &pair).await;
     assert_eq!(a.status, StatusCode::OK);
     // The JSON API without a token still answers 401, not a redirect — with the panel's
     // cookie too: it opens the panel only.
     let a = send(&h, get("/api/v1/settings").body(Body::empty()).unwrap()).await;
     assert_eq!(a.status, StatusCode::UNAUTHORIZED);
-    let a = send(
-        &h,
-        get("/api/v1/settings")
-            .header(header::COOKIE, &pair)
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let a = with_cookie(&h, "/api/v1/settings", &pair).await;
     assert_eq!(a.status, StatusCode::UNAUTHORIZED);
     // The token itself in a cookie opens nothing; a made-up session neither.
     for forged in [
         "tavern_token=k7Qm2vX9pL4sT8wZ",
         "tavern_session=k7Qm2vX9pL4sT8wZ",
     ] {
-        let a = send(
-            &h,
-            get("/panel/memories")
-                .header(header::COOKIE, forged)
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await;
+        let a = with_cookie(&h, "/panel/memories", forged).await;
         assert_eq!(a.status, StatusCode::SEE_OTHER, "{forged}");
     }
     // Sign-ins are bounded: the oldest is signed out past the limit.
@@ -174,14 +165,7 @@ async fn a_token_server_signs_browsers_in_with_an_http_only_cookie() {
         let again = send(&h, form("/panel/login", "token=k7Qm2vX9pL4sT8wZ")).await;
         assert_eq!(again.status, StatusCode::SEE_OTHER);
     }
-    let a = send(
-        &h,
-        get("/panel/memories")
-            .header(header::COOKIE, &pair)
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let a = with_cookie(&h, "/panel/memories", &pair).await;
     assert_eq!(
         a.status,
         StatusCode::SEE_OTHER,

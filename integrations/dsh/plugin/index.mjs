@@ -61,6 +61,7 @@ export const settings = {
   routeToken: { type: 'string', default: '', description: "Bearer token admitting callers of the tavern-mode route and the management API under /agent-tavern/api/v1 (empty: loopback only)." },
   hostVersion: { type: 'string', default: '', description: 'The DSH release (default: read from the running launcher), reported to the bridge; releases known not to work are refused.' },
   restarts: { type: 'number', default: 3, description: 'How often a bridge that dies is started again before AgentTavern turns itself off.' },
+  routeCallTimeoutMs: { type: 'number', default: 30000, description: 'How long the tavern-mode route and the management API wait for the bridge to answer; past it the caller gets 503 (a stuck bridge holds no connection forever).' },
   routeBodyTimeoutMs: { type: 'number', default: 10000, description: "How long the tavern-mode route waits for a request's body before answering 408 (stalled callers hold no memory past it)." },
   promptTimeoutMs: { type: 'number', default: 2000, description: "How long a model request waits for AgentTavern's prompt sections; past it the request goes without them (and without AgentTavern's tools), with a warning." },
 }
@@ -487,7 +488,7 @@ export async function apply(ctx, rawConfig) {
       handler: admit(async (req, res, body, admitted) => {
         let reply
         try {
-          reply = await bridge.call('tavern-mode/route', { method: req.method, admitted, body }, ROUTE_CALL_TIMEOUT_MS)
+          reply = await bridge.call('tavern-mode/route', { method: req.method, admitted, body }, config.routeCallTimeoutMs)
         } catch (e) {
           reply = { status: 500, body: { ok: false, error: 'save-failed', message: e.message } }
         }
@@ -509,7 +510,7 @@ export async function apply(ctx, rawConfig) {
           reply = await bridge.call('api/request', {
             method: req.method, path, contentType: req.headers['content-type'], body, base: API_PREFIX,
             cookie: req.headers.cookie, acceptLanguage: req.headers['accept-language'],
-          }, ROUTE_CALL_TIMEOUT_MS)
+          }, config.routeCallTimeoutMs)
         } catch (e) {
           reply = { status: 503, contentType: 'application/json', body: JSON.stringify({ error: { code: 'host_unavailable', message: `the bridge did not answer: ${e.message}` } }) }
         }
@@ -522,10 +523,6 @@ export async function apply(ctx, rawConfig) {
     }))
   }
 }
-
-/** How long a route waits for the bridge: a bridge that stops answering costs a caller this
- * long (then 503), never a connection held forever. */
-const ROUTE_CALL_TIMEOUT_MS = 30000
 
 /** Where the management API is mounted on DSH's web server. */
 const API_PREFIX = '/agent-tavern'

@@ -385,6 +385,7 @@ pub async fn list(
 #[utoipa::path(post, path = "/api/v1/memories", tag = "memories", request_body = CreateMemory,
     params(("session" = Option<String>, Query, description = "Only a scope this session sees")),
     responses((status = 201, body = MemoryView), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody, description = "a scope the named session does not see"),
         (status = 409, body = ErrorBody, description = "the id exists in the scope (`current` names its revision)"),
         (status = 413, body = ErrorBody), (status = 415, body = ErrorBody)))]
 pub async fn create(

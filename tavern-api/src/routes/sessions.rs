@@ -330,6 +330,7 @@ pub async fn bind(
 #[utoipa::path(post, path = "/api/v1/sessions/{session}/mode", tag = "sessions",
     params(("session" = String, Path, description = "The session id")), request_body = ModeRequest,
     responses((status = 200, body = SessionView),
+        (status = 404, body = ErrorBody, description = "no such session"),
         (status = 409, body = ErrorBody, description = "`mode_refused`: the rule that refused"),
         (status = 503, body = ErrorBody, description = "the host cannot be asked")))]
 pub async fn switch_mode(

@@ -230,6 +230,7 @@ pub async fn show(
 #[utoipa::path(put, path = "/api/v1/variables/{name}", tag = "variables",
     params(("name" = String, Path, description = "The variable"), ScopeQuery), request_body = SetVariable,
     responses((status = 200, body = VariableView), (status = 201, body = VariableView),
+        (status = 404, body = ErrorBody, description = "a scope the named session does not see"),
         (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn set(
     State(api): State<Api>,
@@ -282,7 +283,9 @@ pub async fn delete(
 /// Applies several changes to one scope atomically.
 #[utoipa::path(patch, path = "/api/v1/variables", tag = "variables", params(ScopeQuery),
     request_body = PatchRequest,
-    responses((status = 200, body = PatchView), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
+    responses((status = 200, body = PatchView),
+        (status = 404, body = ErrorBody, description = "a scope the named session does not see"),
+        (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn patch(
     State(api): State<Api>,
     Query(q): Query<ScopeQuery>,

@@ -101,14 +101,23 @@ pub(crate) struct MemoryTable {
     /// scopes where none does needs no per-match visibility check.
     maybe_hidden: Vec<u32>,
     audit: Vec<AuditItem>,
+    /// Per slot: where its newest audit item is in `audit` ([`NO_AUDIT`]: none); each item
+    /// points to the one before it, so one record's history is read without walking the whole
+    /// trail.
+    last_audit: Vec<u32>,
     index: Bm25Index,
 }
+
+/// No audit item (the end of a record's chain).
+const NO_AUDIT: u32 = u32::MAX;
 
 /// An audit entry without the parts its record already knows (id and scope), so a large store
 /// does not hold every scope twice.
 #[derive(Debug)]
 struct AuditItem {
     slot: u32,
+    /// The same record's previous item in the trail ([`NO_AUDIT`]: none).
+    prev: u32,
     action: AuditAction,
     at: Timestamp,
     revision: Revision,
@@ -262,6 +271,31 @@ impl MemoryTable {
         self.index.insert_many(&refs);
     }
 
+    /// Appends an audit item of `slot`, chained to the slot's previous one.
+    fn push_audit(
+        &mut self,
+        slot: u32,
+        action: AuditAction,
+        at: Timestamp,
+        revision: Revision,
+        source: MemorySource,
+    ) {
+        let at_slot = slot as usize;
+        if self.last_audit.len() <= at_slot {
+            self.last_audit.resize(at_slot + 1, NO_AUDIT);
+        }
+        let here = u32::try_from(self.audit.len()).unwrap_or(NO_AUDIT);
+        self.audit.push(AuditItem {
+            slot,
+            prev: self.last_audit[at_slot],
+            action,
+            at,
+            revision,
+            source,
+        });
+        self.last_audit[at_slot] = here;
+    }
+
     /// Stores a record version in its slot (a new slot for a new key); access times survive.
     fn place(&mut self, mut record: MemoryRecord) -> u32 {
         let scope = self.scope_id(&record.scope);
@@ -316,24 +350,15 @@ impl MemoryTable {
             MemoryOp::Put { record, action } => {
                 let slot = self.place(*record);
                 let r = &self.records[slot as usize];
-                self.audit.push(AuditItem {
-                    slot,
-                    action,
-                    at: r.updated_at,
-                    revision: r.revision.clone(),
-                    source: r.source.clone(),
-                });
+                let (at, revision, source) = (r.updated_at, r.revision.clone(), r.source.clone());
+                self.push_audit(slot, action, at, revision, source);
                 Some(slot)
             }
             MemoryOp::Snapshot { record, history } => {
                 let slot = self.place(*record);
-                self.audit.extend(history.into_iter().map(|h| AuditItem {
-                    slot,
-                    action: h.action,
-                    at: h.at,
-                    revision: h.revision,
-                    source: h.source,
-                }));
+                for h in history {
+                    self.push_audit(slot, h.action, h.at, h.revision, h.source);
+                }
                 Some(slot)
             }
             MemoryOp::Touch { scope, id, at } => {
@@ -523,10 +548,29 @@ impl MemoryTable {
         now: Timestamp,
     ) -> Vec<AuditEntry> {
         let wanted = |r: &MemoryRecord| &r.scope == scope && id.is_none_or(|id| &r.id == id);
-        let mut out: Vec<AuditEntry> = self
-            .audit
-            .iter()
-            .filter(|a| wanted(&self.records[a.slot as usize]))
+        // One record: follow its chain (newest first), not the whole trail.
+        let items: Vec<&AuditItem> = match id {
+            Some(id) => {
+                let mut chain = Vec::new();
+                let mut at = self
+                    .slot(scope, id)
+                    .and_then(|slot| self.last_audit.get(slot as usize).copied())
+                    .unwrap_or(NO_AUDIT);
+                while let Some(item) = self.audit.get(at as usize) {
+                    chain.push(item);
+                    at = item.prev;
+                }
+                chain.reverse();
+                chain
+            }
+            None => self
+                .audit
+                .iter()
+                .filter(|a| wanted(&self.records[a.slot as usize]))
+                .collect(),
+        };
+        let mut out: Vec<AuditEntry> = items
+            .into_iter()
             .map(|a| {
                 let r = &self.records[a.slot as usize];
                 AuditEntry {
@@ -539,8 +583,16 @@ impl MemoryTable {
                 }
             })
             .collect();
-        for r in &self.records {
-            if &r.scope == scope && id.is_none_or(|id| &r.id == id) && r.is_expired(now) {
+        let records: Vec<&MemoryRecord> = match id {
+            Some(id) => self
+                .slot(scope, id)
+                .and_then(|slot| self.records.get(slot as usize))
+                .into_iter()
+                .collect(),
+            None => self.records.iter().collect(),
+        };
+        for r in records {
+            if wanted(r) && r.is_expired(now) {
                 if let Some(at) = r.expires_at {
                     out.push(AuditEntry {
                         at,
@@ -698,6 +750,14 @@ mod tests {
                 got_sorted.sort();
                 want.sort();
                 prop_assert_eq!(got_sorted, want);
+                // One record's history (read through its chain) is the scope's trail
+                // filtered to it.
+                let whole = t.audit(&scope(sc), None, Timestamp(now));
+                for id in 0..6 {
+                    let id = MemoryId::parse(format!("m{id}")).unwrap();
+                    let want: Vec<_> = whole.iter().filter(|a| a.target == id.as_str()).cloned().collect();
+                    prop_assert_eq!(t.audit(&scope(sc), Some(&id), Timestamp(now)), want);
+                }
                 let Some(&id) = t.scope_ids.get(&scope(sc)) else { continue };
                 let counted = t.maybe_hidden[id as usize] as usize;
                 let actual = t.meta.iter().filter(|m| m.scope == id && m.maybe_hidden()).count();

@@ -25,6 +25,8 @@ lines.on('line', (line) => {
     case 'prompt':
       return // never answered
     case 'api/request':
+      // A path naming `stall` is never answered (a bridge stuck on one request).
+      if (String(frame.params?.path).includes('/stall')) return
       // Echoes what the plugin forwarded, as the API would answer it.
       return send({ id: frame.id, result: { status: 200, contentType: 'application/json', body: JSON.stringify({ forwarded: frame.params }) } })
     default:

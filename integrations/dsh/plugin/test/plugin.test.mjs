@@ -168,6 +168,27 @@ test('the management API is forwarded to the bridge under /agent-tavern, behind 
   guarded.dispose()
 })
 
+test('a request the bridge never answers is given up on with 503 after routeCallTimeoutMs', async () => {
+  const host = fakeHost()
+  const bridge = fileURLToPath(new URL('./fake-bridge.mjs', import.meta.url))
+  const data = mkdtempSync(join(tmpdir(), 'tavern-plugin-'))
+  await apply(host.ctx, { bridge, data, assets: join(data, 'none'), hostVersion: '0.1.0-rc.8', routeCallTimeoutMs: 200 })
+  const route = host.routes.find((r) => r.path === '/agent-tavern')
+  const stuck = response()
+  const started = Date.now()
+  await route.handler(request('GET', {}, null, { url: '/agent-tavern/api/v1/stall' }), stuck)
+  await stuck.done
+  assert.equal(stuck.status, 503)
+  assert.equal(stuck.body.error.code, 'host_unavailable')
+  assert.ok(Date.now() - started < 10000, 'answered at the timeout, not held')
+  // The bridge still answers what it can.
+  const fine = response()
+  await route.handler(request('GET', {}, null, { url: '/agent-tavern/api/v1/settings' }), fine)
+  await fine.done
+  assert.equal(fine.status, 200)
+  host.dispose()
+})
+
 test('a route body that stalls is given up on, and frees its slot', async () => {
   const host = fakeHost()
   const bridge = fileURLToPath(new URL('./fake-bridge.mjs', import.meta.url))
