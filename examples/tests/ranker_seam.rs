@@ -114,7 +114,7 @@ async fn one_ranker_setting_reorders_memory_history_and_lore() {
                     json!({"content": "★ Kai passed a portal."}),
                 ),
             ]),
-            Reply::Say("★ A portal.".into()),
+            Reply::Say("★ Perhaps a portal, somewhere far to the east, past the old mill.".into()),
         ]);
         w.host
             .run_turn(&w.runtime, "c1", "The portal, the portal, the portal?")

@@ -97,7 +97,11 @@ pub fn render(specs: &[ToolSpec], limits: &ToolLimits) -> String {
             "the settings forbid the write, or it needs the user's confirmation",
             "",
         ),
-        ("limit-exceeded", "a limit was hit", "`limit`, `max`, `actual`"),
+        (
+            "limit-exceeded",
+            "a limit was hit",
+            "`limit`, `max`, `actual`",
+        ),
         (
             "unavailable",
             "the tool cannot run here (not an agent-tavern session, no card, storage failure)",
