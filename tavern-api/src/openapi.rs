@@ -24,7 +24,7 @@ use crate::routes::{lore, memories, sessions, settings, store, variables};
         variables::history,
         settings::show, settings::update, store::check,
     ),
-    modifiers(&BearerAuth, &CommonResponses),
+    modifiers(&BearerAuth, &CommonResponses, &UniqueOperationIds),
     tags(
         (name = "sessions", description = "Bindings, architecture, context mode, fork, bind"),
         (name = "projection", description = "How far each chat is projected; replay"),
@@ -126,6 +126,32 @@ impl utoipa::Modify for CommonResponses {
                         .or_insert_with(|| {
                             RefOr::Ref(Ref::new(format!("#/components/responses/{name}")))
                         });
+                }
+            }
+        }
+    }
+}
+
+/// Operation ids are the handlers' names by default, and several resources have a `list`, a
+/// `show`, a `history`: OpenAPI wants them unique (generated clients name methods by them), so
+/// each is prefixed with its tag (`memories_list`, `variables_list`).
+struct UniqueOperationIds;
+
+impl utoipa::Modify for UniqueOperationIds {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        for item in doc.paths.paths.values_mut() {
+            let ops = [
+                &mut item.get,
+                &mut item.post,
+                &mut item.put,
+                &mut item.patch,
+                &mut item.delete,
+            ];
+            for op in ops.into_iter().flatten() {
+                if let (Some(tag), Some(id)) =
+                    (op.tags.as_ref().and_then(|t| t.first()), &op.operation_id)
+                {
+                    op.operation_id = Some(format!("{tag}_{id}"));
                 }
             }
         }

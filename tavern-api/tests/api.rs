@@ -893,6 +893,25 @@ async fn the_checked_in_openapi_document_is_the_generated_one() {
     );
     let doc: Value = serde_json::from_str(&generated).unwrap();
     assert!(doc["paths"]["/api/v1/memories/{id}/restore"]["post"].is_object());
+    // Operation ids are unique (OpenAPI requires it; clients name their methods by them), and
+    // every operation lists the statuses any route can answer.
+    let mut ids = std::collections::BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let id = op["operationId"].as_str().unwrap();
+            assert!(ids.insert(id.to_owned()), "{method} {path}: {id} again");
+            for status in ["400", "401", "403", "500"] {
+                assert!(
+                    op["responses"][status].is_object(),
+                    "{method} {path}: {status}"
+                );
+            }
+            if method != "get" {
+                assert!(op["responses"]["413"].is_object(), "{method} {path}: 413");
+                assert!(op["responses"]["415"].is_object(), "{method} {path}: 415");
+            }
+        }
+    }
     // Served too.
     let h = harness();
     let (status, served) = h.get("/api/v1/openapi.json").await;
