@@ -111,9 +111,7 @@ fn st_date(ms: i64) -> String {
 
 /// Reads the conversations; returns them and how many evidence entries were malformed
 /// (not a dialog id of the conversation) and skipped.
-fn load(path: &str) -> Result<(Vec<Conversation>, usize, usize)> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
-    let data: Value = serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
+fn load(data: &Value) -> Result<(Vec<Conversation>, usize, usize)> {
     let items = data.as_array().ok_or("expected a JSON array")?;
     let (mut out, mut malformed, mut dropped) = (Vec::new(), 0, 0);
     for item in items {
@@ -371,11 +369,10 @@ struct Report {
     dropped: usize,
 }
 
-async fn run_locomo(path: &str) -> Result<Report> {
-    let (convs, malformed, dropped) = load(path)?;
+async fn run_locomo(convs: &[Conversation], malformed: usize, dropped: usize) -> Result<Report> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let mut bindings = serde_json::Map::new();
-    for c in &convs {
+    for c in convs {
         bindings.insert(
             session_of(c),
             json!({"character": c.speaker_b, "chatId": c.id, "architecture": "agent-tavern", "contextMode": "dsh-native"}),
@@ -384,7 +381,7 @@ async fn run_locomo(path: &str) -> Result<Report> {
     let bindings = Value::Object(bindings);
     let bench = new_bench(dir.path(), bindings.clone())?;
     // Load: memories through the memory port, chats through the chat port.
-    for c in &convs {
+    for c in convs {
         let session = session_of(c);
         let ctx = ToolContext::for_session(
             &AgentId::parse(&session).map_err(|e| e.to_string())?,
@@ -454,7 +451,7 @@ async fn run_locomo(path: &str) -> Result<Report> {
         dropped,
     };
     let max_tokens = ToolLimits::default().max_tokens;
-    for c in &convs {
+    for c in convs {
         let session = session_of(c);
         // The first history query builds the chat's index.
         let started = Instant::now();
@@ -677,10 +674,10 @@ async fn run(path: &str, as_json: bool, misses: bool) -> Result<()> {
         }
         return Ok(());
     }
+    let (convs, malformed, dropped) = load(&data)?;
     drop(data);
-    let (convs, _, _) = load(path)?;
     let history = history_latency(&convs, &[100, 10_000]).await?;
-    let report = run_locomo(path).await?;
+    let report = run_locomo(&convs, malformed, dropped).await?;
     let mut lat = report.latency.clone();
     let latency: Vec<(f64, f64)> = lat
         .iter_mut()
