@@ -1,14 +1,21 @@
 //! The store benchmark: one run, one table, each number next to its reference measured in the
 //! same run on the same machine.
 //!
-//! `cargo run --release -p tavern-store --features bench --bin store-bench [-- --records N --queries Q]`
+//! `cargo run --release -p tavern-store --features bench --bin store-bench [-- --records N
+//! --queries Q --puts P --work DIR --json --keep]`
 //!
-//! - search p50/p99 over a reproducible corpus of mixed Chinese/English memories, against SQLite
-//!   FTS5 (bundled, bm25, trigram tokenizer) on the same corpus and queries, with recall@10 of
-//!   both against the records the generator planted for each query;
+//! - search p50/p99 over a reproducible corpus of mixed Chinese/English memories, against
+//!   tantivy under our analyzer (`tantivy_ref.rs`) and SQLite FTS5 (bundled, bm25, trigram
+//!   tokenizer) on the same corpus and queries, the three taking turns per query, with
+//!   recall@10 of each against the records the generator planted for each query;
+//! - build time of each index;
 //! - durable CAS `put` throughput against a bare write-temp + fsync + rename + dir-fsync loop;
 //! - 8 concurrent writers: updates acknowledged vs found afterwards;
-//! - cold open of the store.
+//! - open + first query and the resident set after every query, ours and tantivy's, each in a
+//!   fresh process (`child.rs`).
+//!
+//! `--json` prints one document instead of the table: `records`, `searchP50RatioTantivy`,
+//! `searchP50RatioFts5`, `recallAt10`, `coldOpenMs`, `rssMiB` and the rest (`docs/PERFORMANCE.md`).
 //!
 //! `… --features bench,postgres --bin store-bench -- --backend postgres --pg SETTINGS` compares
 //! PgStore with FsStore instead (`postgres.rs`; SETTINGS name an empty database); with
@@ -167,10 +174,12 @@ fn arg(args: &[String], name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+mod child;
 #[cfg(feature = "postgres")]
 mod faults;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod tantivy_ref;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -215,10 +224,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .into())
         }
     }
+    if let Some(i) = args.iter().position(|a| a == "--child") {
+        let usage = "--child needs ENGINE DIR QUERIES";
+        let engine = args.get(i + 1).ok_or(usage)?;
+        let dir = args.get(i + 2).ok_or(usage)?;
+        let queries = args.get(i + 3).ok_or(usage)?;
+        let path = std::path::Path::new;
+        return child::run(engine, path(dir), path(queries));
+    }
     let n = arg(&args, "--records", 100_000);
     let q = arg(&args, "--queries", 1_000);
     let puts = arg(&args, "--puts", 500);
-    let base = std::path::Path::new("target").join("store-bench");
+    let as_json = args.iter().any(|a| a == "--json");
+    // `--work DIR`: where the indexes are written (default `target/store-bench`).
+    let base = value("--work").map_or_else(
+        || std::path::Path::new("target").join("store-bench"),
+        std::path::PathBuf::from,
+    );
     std::fs::create_dir_all(&base)?;
     let work = tempfile::tempdir_in(&base)?;
     // `--keep` leaves the data behind for profiling the cold open.
@@ -227,12 +249,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         (work.path().to_path_buf(), Some(work))
     };
-    let mut rows: Vec<[String; 4]> = Vec::new();
+    let mut rows: Vec<[String; 5]> = Vec::new();
+    let mut doc = serde_json::Map::new();
+    doc.insert("records".into(), json!(n));
+    doc.insert("queries".into(), json!(q));
 
     eprintln!("generating {n} records and {q} queries…");
     let corpus = corpus(n, q);
+    let queries_file = work_path.join("queries.txt");
+    let mut lines = String::new();
+    for (text, _) in &corpus.queries {
+        lines.push_str(text);
+        lines.push('\n');
+    }
+    std::fs::write(&queries_file, lines)?;
 
-    // --- build both indexes -------------------------------------------------------------
+    // --- build the three indexes ----------------------------------------------------------
+    eprintln!("building tavern-store…");
     let root = work_path.as_path().join("tavern");
     let clock = Arc::new(SystemClock);
     let store = FsStore::open(&root, clock.clone())?;
@@ -246,6 +279,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let import_time = t.elapsed();
 
+    eprintln!("building SQLite FTS5…");
     let db = rusqlite::Connection::open(work_path.as_path().join("fts.db"))?;
     db.execute_batch(
         "CREATE VIRTUAL TABLE m USING fts5(id UNINDEXED, content, tokenize='trigram');",
@@ -262,85 +296,133 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         tx.commit()?;
     }
     let fts_build = t.elapsed();
+
+    eprintln!("building tantivy…");
+    let tantivy_dir = work_path.join("tantivy");
+    let t = Instant::now();
+    tantivy_ref::build(&tantivy_dir, &corpus.records)?;
+    let tantivy_build = t.elapsed();
+    let secs = |d: Duration| d.as_secs_f64();
     rows.push([
         format!("build index ({n} records)"),
-        format!("{:.2} s (bulk import)", import_time.as_secs_f64()),
-        format!("{:.2} s (one transaction)", fts_build.as_secs_f64()),
-        "-".into(),
+        format!("{:.2} s (bulk import, durable)", secs(import_time)),
+        format!("{:.2} s (one commit, 2 threads)", secs(tantivy_build)),
+        format!("{:.2} s (one transaction)", secs(fts_build)),
+        format!("{:.2}× tantivy", secs(import_time) / secs(tantivy_build)),
     ]);
+    doc.insert(
+        "buildSeconds".into(),
+        json!({"ours": secs(import_time), "tantivy": secs(tantivy_build), "fts5": secs(fts_build)}),
+    );
+    doc.insert(
+        "buildRatioTantivy".into(),
+        json!(secs(import_time) / secs(tantivy_build)),
+    );
 
     // --- search ---------------------------------------------------------------------------
+    eprintln!("searching…");
+    let reference = tantivy_ref::Reference::open(&tantivy_dir)?;
     let scopes = vec![scope()];
-    let mut ours = Vec::with_capacity(q);
-    let mut ours_recall = 0.0;
-    let mut ours_by_lang = [0.0f64; 2];
-    let mut theirs_by_lang = [0.0f64; 2];
-    let mut theirs = Vec::with_capacity(q);
-    let mut theirs_recall = 0.0;
     let mut stmt = db.prepare("SELECT id FROM m WHERE m MATCH ?1 ORDER BY bm25(m) LIMIT 10")?;
-    // Warm both once so neither pays first-touch costs in the measurement.
+    // Per engine (ours, tantivy, FTS5): latencies, recall sum, recall sum per language.
+    let mut times: [Vec<Duration>; 3] = Default::default();
+    let mut recalls = [0.0f64; 3];
+    let mut by_lang = [[0.0f64; 2]; 3];
+    // Warm all three once so none pays first-touch costs in the measurement.
     for (text, _) in corpus.queries.iter().take(20) {
         rt().block_on(store.search(&MemoryQuery::new(text.clone(), scopes.clone())))?;
+        reference.search(text)?;
         stmt.query_map([fts_query(text)], |r| r.get::<_, String>(0))?
             .count();
     }
     for (k, (text, relevant)) in corpus.queries.iter().enumerate() {
-        let query = MemoryQuery::new(text.clone(), scopes.clone());
-        let t = Instant::now();
-        let res = rt().block_on(store.search(&query))?;
-        ours.push(t.elapsed());
-        let ids: Vec<String> = res.hits.iter().map(|h| h.record.id.to_string()).collect();
-        let r = recall(&ids, relevant);
-        ours_recall += r;
-        ours_by_lang[k % 2] += r;
-
-        let fq = fts_query(text);
-        let t = Instant::now();
-        let ids: Vec<String> = stmt
-            .query_map([fq], |r| r.get::<_, String>(0))?
-            .collect::<Result<_, _>>()?;
-        theirs.push(t.elapsed());
-        let r = recall(&ids, relevant);
-        theirs_recall += r;
-        theirs_by_lang[k % 2] += r;
+        // The engines take turns going first, so none always follows the same one.
+        for turn in 0..3 {
+            let engine = (k + turn) % 3;
+            let t = Instant::now();
+            let ids: Vec<String> = match engine {
+                0 => {
+                    let query = MemoryQuery::new(text.clone(), scopes.clone());
+                    let res = rt().block_on(store.search(&query))?;
+                    let elapsed = t.elapsed();
+                    times[0].push(elapsed);
+                    res.hits.iter().map(|h| h.record.id.to_string()).collect()
+                }
+                1 => {
+                    let found = reference.search(text)?;
+                    times[1].push(t.elapsed());
+                    found
+                        .into_iter()
+                        .map(|i| corpus.records[i].0.clone())
+                        .collect()
+                }
+                _ => {
+                    let found = stmt
+                        .query_map([fts_query(text)], |r| r.get::<_, String>(0))?
+                        .collect::<Result<Vec<_>, _>>()?;
+                    times[2].push(t.elapsed());
+                    found
+                }
+            };
+            let r = recall(&ids, relevant);
+            recalls[engine] += r;
+            by_lang[engine][k % 2] += r;
+        }
     }
-    ours.sort();
-    theirs.sort();
+    for t in &mut times {
+        t.sort();
+    }
     let ms = |d: Duration| format!("{:.3} ms", d.as_secs_f64() * 1e3);
-    for (label, p) in [("search p50", 0.5), ("search p99", 0.99)] {
-        let (a, b) = (percentile(&ours, p), percentile(&theirs, p));
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+    for (label, key, p) in [
+        ("search p50", "searchP50Ms", 0.5),
+        ("search p99", "searchP99Ms", 0.99),
+    ] {
+        let [a, b, c] = [0, 1, 2].map(|e| percentile(&times[e], p));
         rows.push([
             format!("{label} ({q} queries)"),
             ms(a),
             ms(b),
+            ms(c),
             format!(
-                "{:.2}× (lower is faster)",
-                a.as_secs_f64() / b.as_secs_f64()
+                "{:.2}× tantivy, {:.2}× FTS5 (lower is faster)",
+                ratio(a, b),
+                ratio(a, c)
             ),
         ]);
+        let f = |d: Duration| d.as_secs_f64() * 1e3;
+        doc.insert(
+            key.into(),
+            json!({"ours": f(a), "tantivy": f(b), "fts5": f(c)}),
+        );
+        if p == 0.5 {
+            doc.insert("searchP50RatioTantivy".into(), json!(ratio(a, b)));
+            doc.insert("searchP50RatioFts5".into(), json!(ratio(a, c)));
+        }
     }
+    let recall_of = |e: usize| recalls[e] / q.max(1) as f64;
     rows.push([
         "recall@10 of planted records".into(),
-        format!("{:.3}", ours_recall / q as f64),
-        format!("{:.3}", theirs_recall / q as f64),
+        format!("{:.3}", recall_of(0)),
+        format!("{:.3}", recall_of(1)),
+        format!("{:.3}", recall_of(2)),
         "higher is better".into(),
     ]);
-
+    doc.insert("recallAt10".into(), json!(recall_of(0)));
+    doc.insert("recallAt10Tantivy".into(), json!(recall_of(1)));
+    doc.insert("recallAt10Fts5".into(), json!(recall_of(2)));
     let half = (q as f64 / 2.0).max(1.0);
+    let lang = |e: usize| format!("{:.3} / {:.3}", by_lang[e][0] / half, by_lang[e][1] / half);
     rows.push([
         "recall@10 English / Chinese queries".into(),
-        format!(
-            "{:.3} / {:.3}",
-            ours_by_lang[0] / half,
-            ours_by_lang[1] / half
-        ),
-        format!(
-            "{:.3} / {:.3}",
-            theirs_by_lang[0] / half,
-            theirs_by_lang[1] / half
-        ),
+        lang(0),
+        lang(1),
+        lang(2),
         "-".into(),
     ]);
+    drop(stmt);
+    drop(db);
+    drop(reference);
 
     // --- durable put throughput --------------------------------------------------------------
     let t = Instant::now();
@@ -367,34 +449,55 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     rows.push([
         format!("durable put ({puts} writes)"),
         format!("{ours_rate:.0} /s"),
+        "-".into(),
         format!("{floor_rate:.0} /s (temp+fsync+rename+dir fsync)"),
-        format!("{:.2}× (target ≥ 0.5×)", ours_rate / floor_rate),
+        format!("{:.2}× the floor (target ≥ 0.5×)", ours_rate / floor_rate),
     ]);
+    doc.insert("durablePutsPerSecond".into(), json!(ours_rate));
+    doc.insert("durablePutFloorPerSecond".into(), json!(floor_rate));
 
     // --- 8 concurrent writers --------------------------------------------------------------
     let (acked, found) = cas_writers(&[Arc::new(store)], 50)?;
     rows.push([
         "8 concurrent CAS writers".into(),
-        format!("{acked} acknowledged"),
-        format!("{found} found"),
+        format!("{acked} acknowledged, {found} found"),
+        "-".into(),
+        "-".into(),
         format!("{} lost", acked as i64 - found),
     ]);
+    doc.insert("casLost".into(), json!(acked as i64 - found));
 
-    // --- cold open ------------------------------------------------------------------------------
-    let t = Instant::now();
-    let reopened = FsStore::open(&root, clock)?;
-    let open_time = t.elapsed();
+    // --- cold open and footprint, each engine in its own process ---------------------------
+    eprintln!("opening each index in a fresh process…");
+    let ours = child::spawn("ours", &root, &queries_file)?;
+    let theirs = child::spawn("tantivy", &tantivy_dir, &queries_file)?;
     rows.push([
-        format!("cold open ({} records)", reopened.memory_len()),
-        format!("{:.0} ms", open_time.as_secs_f64() * 1e3),
+        format!("open + first query ({n} records, page cache warm)"),
+        format!("{:.1} ms", ours.cold_open_ms),
+        format!("{:.1} ms", theirs.cold_open_ms),
         "-".into(),
-        "target < 1000 ms".into(),
+        format!("{:.0}× tantivy", ours.cold_open_ms / theirs.cold_open_ms),
     ]);
+    rows.push([
+        format!("RSS after open + {q} queries"),
+        format!("{:.0} MiB", ours.rss_mib),
+        format!("{:.0} MiB", theirs.rss_mib),
+        "-".into(),
+        format!("{:.1}× tantivy", ours.rss_mib / theirs.rss_mib),
+    ]);
+    doc.insert("coldOpenMs".into(), json!(ours.cold_open_ms));
+    doc.insert("coldOpenMsTantivy".into(), json!(theirs.cold_open_ms));
+    doc.insert("rssMiB".into(), json!(ours.rss_mib));
+    doc.insert("rssMiBTantivy".into(), json!(theirs.rss_mib));
 
-    println!("| measurement | tavern-store (file) | reference | ratio / note |");
-    println!("|---|---|---|---|");
-    for r in rows {
-        println!("| {} | {} | {} | {} |", r[0], r[1], r[2], r[3]);
+    if as_json {
+        println!("{}", serde_json::Value::Object(doc));
+    } else {
+        println!("| measurement | tavern-store (file) | tantivy (our analyzer) | SQLite FTS5 | ratio / note |");
+        println!("|---|---|---|---|---|");
+        for r in rows {
+            println!("| {} | {} | {} | {} | {} |", r[0], r[1], r[2], r[3], r[4]);
+        }
     }
     Ok(())
 }
