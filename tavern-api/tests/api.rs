@@ -351,6 +351,10 @@ async fn forget_then_restore_brings_the_memory_back_whole() {
         .map(|e| e["action"].as_str().unwrap())
         .collect();
     assert_eq!(actions, ["created", "forgotten", "restored"]);
+    // Each version names its text; forgetting and restoring left it as it was.
+    for e in hist["entries"].as_array().unwrap() {
+        assert_eq!(e["content"], m["content"], "{e}");
+    }
     let (status, _) = h
         .call(
             "POST",
@@ -1173,4 +1177,42 @@ async fn through_a_session_another_chats_writer_ids_are_left_out() {
         hist["entries"][0]["source"]["kind"], "user",
         "who wrote it stays"
     );
+}
+
+#[tokio::test]
+async fn a_memory_history_names_each_versions_text_while_it_is_kept() {
+    let h = harness();
+    let (status, mut m) = h
+        .call(
+            "POST",
+            "/api/v1/memories",
+            Some(json!({"scope": {"kind": "global"}, "id": "lantern", "content": "text 0"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{m}");
+    for i in 1..=10 {
+        let (status, next) = h
+            .call(
+                "PUT",
+                "/api/v1/memories/lantern?scope=global",
+                Some(json!({"revision": m["revision"], "content": format!("text {i}")})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{next}");
+        m = next;
+    }
+    let (status, hist) = h.get("/api/v1/memories/lantern/history?scope=global").await;
+    assert_eq!(status, StatusCode::OK);
+    let texts: Vec<Option<&str>> = hist["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["content"].as_str())
+        .collect();
+    // The current text and the last 8 it changed from; the two oldest are no longer kept
+    // (absent, never another version's text).
+    let mut expected: Vec<Option<String>> = vec![None, None];
+    expected.extend((2..=10).map(|i| Some(format!("text {i}"))));
+    let expected: Vec<Option<&str>> = expected.iter().map(|t| t.as_deref()).collect();
+    assert_eq!(texts, expected);
 }

@@ -295,6 +295,15 @@ async fn a_user_corrects_and_steers_a_roleplay_in_a_real_browser_without_javascr
         history.contains("forgotten") && history.contains("restored"),
         "{history}"
     );
+    // The history shows what the merge changed, word by word.
+    assert!(
+        p.has("td.change del").await && p.has("td.change ins").await,
+        "{history}"
+    );
+    assert!(
+        history.contains("Text unchanged"),
+        "forget and restore kept the text: {history}"
+    );
 
     // 7. Switch the context mode at an idle boundary.
     p.goto("/panel/sessions/s1").await;

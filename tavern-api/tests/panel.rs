@@ -247,6 +247,31 @@ async fn what_users_and_models_wrote_is_shown_escaped() {
             "{uri}"
         );
     }
+    // The history's diff of an edit is escaped too, and shows what went and what came.
+    let (_, m) = h.get("/api/v1/memories/xss?scope=global").await;
+    let (status, _) = h
+        .call(
+            "PUT",
+            "/api/v1/memories/xss?scope=global",
+            Some(json!({"revision": m["revision"],
+                "content": "<script>alert(2)</script> & <b>bold</b>"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let page = send(
+        &h,
+        get("/panel/memories/xss?scope=global")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert!(!page.body.contains("<script>"), "{}", page.body);
+    assert!(
+        page.body.contains("<del>1</del><ins>2</ins>"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("First text"), "{}", page.body);
     let missing = send(
         &h,
         get("/panel/memories/nope?scope=global")

@@ -521,6 +521,11 @@ pub struct AuditEntry {
     pub revision: Option<Revision>,
     /// Who.
     pub source: MemorySource,
+    /// A memory's text as of this version, in the audit of one memory while the store still
+    /// keeps it (a memory keeps the texts of its last few content changes); `None` for
+    /// variables, scope-wide trails and versions whose text was let go.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
 }
 
 #[cfg(test)]

@@ -209,6 +209,88 @@ pub async fn memory_crud_and_cas(f: &Fixture) {
     assert_eq!(audit[3].revision.as_ref(), Some(&gone.revision));
 }
 
+/// A memory's audit names each version's text while it is kept: the last
+/// [`KEPT_CONTENTS`](crate::memory::KEPT_CONTENTS) texts a record changed from (and its current
+/// one); older versions' texts are let go, never shown as another version's. The same after a
+/// reopen.
+pub async fn memory_history_texts(f: &Fixture) {
+    let s = &f.store;
+    let scope = agent("a1");
+    let id = MemoryId::parse("edited").unwrap();
+    let texts = |audit: &[tavern_core::AuditEntry]| -> Vec<Option<String>> {
+        audit.iter().map(|a| a.content.clone()).collect()
+    };
+    let some = |t: &str| Some(t.to_owned());
+    let mut cur = s
+        .put(write("edited", scope.clone(), "v1"), None, false)
+        .await
+        .unwrap();
+    cur = s
+        .put(
+            write("edited", scope.clone(), "v2"),
+            Some(&cur.revision),
+            false,
+        )
+        .await
+        .unwrap();
+    let mut same_text = write("edited", scope.clone(), "v2");
+    same_text.importance = 0.9;
+    cur = s.put(same_text, Some(&cur.revision), false).await.unwrap();
+    cur = s
+        .forget(&id, &scope, &cur.revision, src("f"))
+        .await
+        .unwrap();
+    cur = s
+        .put(
+            write("edited", scope.clone(), "v3"),
+            Some(&cur.revision),
+            true,
+        )
+        .await
+        .unwrap();
+    let audit = s.audit_memory(&scope, Some(&id)).await;
+    assert_eq!(
+        texts(&audit),
+        [some("v1"), some("v2"), some("v2"), some("v2"), some("v3")],
+        "each version with its own text, an importance change and a forget keep it"
+    );
+    // A scope-wide trail names no texts (only one record's history does).
+    assert!(s
+        .audit_memory(&scope, None)
+        .await
+        .iter()
+        .all(|a| a.content.is_none()));
+    for i in 0..10 {
+        cur = s
+            .put(
+                write("edited", scope.clone(), &format!("e{i}")),
+                Some(&cur.revision),
+                false,
+            )
+            .await
+            .unwrap();
+    }
+    let expected: Vec<Option<String>> = std::iter::repeat_n(None, 6)
+        .chain((1..10).map(|i| some(&format!("e{i}"))))
+        .collect();
+    let audit = s.audit_memory(&scope, Some(&id)).await;
+    assert_eq!(audit.len(), 15);
+    assert_eq!(
+        texts(&audit),
+        expected,
+        "the last {} changed-from texts and the current one are kept",
+        crate::memory::KEPT_CONTENTS
+    );
+    assert_eq!(audit[14].content.as_deref(), Some(cur.content.as_str()));
+    if let Some(reopen) = &f.reopen {
+        let again = reopen();
+        assert_eq!(
+            texts(&again.audit_memory(&scope, Some(&id)).await),
+            expected
+        );
+    }
+}
+
 /// Helper so checks can name the memory audit without ambiguity.
 #[async_trait::async_trait]
 pub trait AuditExt {
@@ -1065,7 +1147,7 @@ macro_rules! store_conformance_tests {
             memory_search, variables_cas, variables_patch_atomic, variables_limits_list_clear,
             scopes_are_isolated, state_updates_compose, chats, chat_revisions_are_content, chat_heads,
             checkpoints, prompts,
-            survives_reopen);
+            survives_reopen, memory_history_texts);
     };
     (@each $make:expr; $($check:ident),*) => {$(
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -60,6 +60,12 @@ async fn observe(s: &FsStore) -> Value {
             .collect::<Vec<_>>());
         out[&key]["memory_audit"] =
             serde_json::to_value(s.memory_audit(&scope, None).await.unwrap()).unwrap();
+        // One record's trail names its versions' texts.
+        for id in ["m1", "m2", "m3"] {
+            let id = MemoryId::parse(id).unwrap();
+            out[&key][format!("audit_{id}")] =
+                serde_json::to_value(s.memory_audit(&scope, Some(&id)).await.unwrap()).unwrap();
+        }
         let listing = s.list(&scope, "", 100).await.unwrap();
         out[&key]["scope_revision"] = json!(listing.scope_revision.map(|r| r.to_string()));
         out[&key]["variables"] = json!(listing
@@ -92,13 +98,30 @@ async fn history(s: &FsStore, clock: &ManualClock) {
         )
         .await
         .unwrap();
-    s.put(
-        write("m2", a.clone(), "a lantern for the river"),
-        None,
-        false,
-    )
-    .await
-    .unwrap();
+    // m2 is edited more often than its earlier texts are kept.
+    let mut m2 = s
+        .put(
+            write("m2", a.clone(), "a lantern for the river"),
+            None,
+            false,
+        )
+        .await
+        .unwrap();
+    for i in 0..12 {
+        clock.advance(1);
+        m2 = s
+            .put(
+                write(
+                    "m2",
+                    a.clone(),
+                    &format!("a lantern for the river, take {i}"),
+                ),
+                Some(&m2.revision),
+                false,
+            )
+            .await
+            .unwrap();
+    }
     let gone = s
         .put(write("m3", agent("b"), "forget me"), None, false)
         .await
@@ -202,6 +225,50 @@ async fn compaction_preserves_every_observable_fact() {
             .all(|e| e.revision.as_ref() != Some(&again_tmp.revision)),
         "no revived revision"
     );
+}
+
+/// A log compacted before memories kept their earlier texts: its earlier versions read as
+/// unknown (`None`), never as the current text; the current version's text is the record's.
+#[tokio::test]
+async fn a_snapshot_from_before_texts_were_kept_shows_earlier_versions_as_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let s = open(&dir, &clock);
+    let a = agent("a");
+    let v1 = s
+        .put(write("m1", a.clone(), "first"), None, false)
+        .await
+        .unwrap();
+    s.put(write("m1", a.clone(), "second"), Some(&v1.revision), false)
+        .await
+        .unwrap();
+    s.compact().unwrap();
+    drop(s);
+    // Rewrite the compacted line as the earlier format wrote it (no texts, no marker).
+    let path = dir.path().join("memory.log");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut out = String::new();
+    for line in text.lines() {
+        let (_, payload) = line.split_once(' ').unwrap();
+        let mut op: Value = serde_json::from_str(payload).unwrap();
+        let snap = op["snapshot"].as_object_mut().expect("a snapshot line");
+        assert_eq!(snap.remove("contents"), Some(json!(true)));
+        for h in snap["history"].as_array_mut().unwrap() {
+            h.as_object_mut().unwrap().remove("content");
+        }
+        let payload = op.to_string();
+        let digest = tavern_core::revision::short_digest(&[payload.as_bytes()]);
+        out.push_str(&format!("{digest} {payload}\n"));
+    }
+    std::fs::write(&path, out).unwrap();
+    let again = open(&dir, &clock);
+    assert!(again.diagnostics().is_empty(), "{:?}", again.diagnostics());
+    let audit = again
+        .memory_audit(&a, Some(&MemoryId::parse("m1").unwrap()))
+        .await
+        .unwrap();
+    let texts: Vec<Option<&str>> = audit.iter().map(|e| e.content.as_deref()).collect();
+    assert_eq!(texts, [None, Some("second")]);
 }
 
 #[tokio::test]

@@ -656,12 +656,80 @@ struct HistoryRow {
     revision: String,
 }
 
+/// A memory's history row: a [`HistoryRow`] with what the version changed in the text.
+struct MemoryHistoryRow {
+    row: HistoryRow,
+    change: Change,
+}
+
+/// What a version changed in a memory's text, against the version before it.
+enum Change {
+    /// The first version: its whole text.
+    First(String),
+    /// Word by word (a CJK character is a word): kept, removed and added runs.
+    Diff(Vec<DiffPart>),
+    /// The text is the one before.
+    Unchanged,
+    /// This version's or the one before's text is no longer kept.
+    NotKept,
+}
+
+/// One run of a [`Change::Diff`].
+struct DiffPart {
+    /// `same`, `del` or `ins`.
+    tag: &'static str,
+    text: String,
+}
+
+/// The change from `before` to `after`, word by word, adjacent runs of one kind merged.
+fn diff(before: &str, after: &str) -> Vec<DiffPart> {
+    use similar::{ChangeTag, TextDiff};
+    let mut parts: Vec<DiffPart> = Vec::new();
+    let diff = TextDiff::configure()
+        // Bounded work on long texts: past the deadline the diff is coarser, never slower.
+        .timeout(std::time::Duration::from_millis(20))
+        .diff_unicode_words(before, after);
+    for change in diff.iter_all_changes() {
+        let tag = match change.tag() {
+            ChangeTag::Equal => "same",
+            ChangeTag::Delete => "del",
+            ChangeTag::Insert => "ins",
+        };
+        match parts.last_mut() {
+            Some(last) if last.tag == tag => last.text.push_str(change.value()),
+            _ => parts.push(DiffPart {
+                tag,
+                text: change.value().to_owned(),
+            }),
+        }
+    }
+    parts
+}
+
+/// Each history entry's change against the entry before it; `(action, text)` per entry, oldest
+/// first (the first entry shown is the creation unless older ones were left out).
+fn changes(entries: &[(&str, Option<&str>)]) -> Vec<Change> {
+    let texts: Vec<Option<&str>> = entries.iter().map(|e| e.1).collect();
+    entries
+        .iter()
+        .enumerate()
+        .map(
+            |(i, (action, text))| match (i.checked_sub(1).map(|j| texts[j]), text) {
+                (None, Some(t)) if *action == "created" => Change::First((*t).to_owned()),
+                (Some(Some(before)), Some(after)) if before == *after => Change::Unchanged,
+                (Some(Some(before)), Some(after)) => Change::Diff(diff(before, after)),
+                _ => Change::NotKept,
+            },
+        )
+        .collect()
+}
+
 #[derive(Template)]
 #[template(path = "memory.html")]
 struct MemoryPage {
     p: PageCtx,
     m: MemoryInfo,
-    history: Vec<HistoryRow>,
+    history: Vec<MemoryHistoryRow>,
 }
 
 /// UTC `YYYY-MM-DD HH:MM:SS`.
@@ -722,14 +790,23 @@ pub async fn memory(
         updated: time(m.updated_at),
         revision: m.revision.clone(),
     };
+    let texts: Vec<(&str, Option<&str>)> = h
+        .entries
+        .iter()
+        .map(|e| (e.action.as_str(), e.content.as_deref()))
+        .collect();
     let history = h
         .entries
         .iter()
-        .map(|e| HistoryRow {
-            at: time(e.at),
-            action: e.action.clone(),
-            source: source_words(&e.source),
-            revision: e.revision.clone().unwrap_or_default(),
+        .zip(changes(&texts))
+        .map(|(e, change)| MemoryHistoryRow {
+            row: HistoryRow {
+                at: time(e.at),
+                action: e.action.clone(),
+                source: source_words(&e.source),
+                revision: e.revision.clone().unwrap_or_default(),
+            },
+            change,
         })
         .collect();
     html(

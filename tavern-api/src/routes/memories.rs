@@ -268,6 +268,10 @@ pub struct AuditView {
     pub revision: Option<String>,
     /// Who.
     pub source: SourceView,
+    /// A memory's text as of this version, while the store keeps it: its current text and
+    /// those of its last 8 content changes (absent for variables and for older versions).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
 }
 
 impl AuditView {
@@ -280,6 +284,7 @@ impl AuditView {
                 .unwrap_or_default(),
             revision: e.revision.as_ref().map(|r| r.as_str().to_owned()),
             source: SourceView::of(&e.source),
+            content: e.content.clone(),
         }
     }
 }

@@ -42,6 +42,11 @@ pub(crate) enum MemoryOp {
     Snapshot {
         record: Box<MemoryRecord>,
         history: Vec<AuditLine>,
+        /// Whether the history says which earlier contents it kept (snapshots written before
+        /// contents were kept read `false`: their earlier versions' texts are unknown, never
+        /// taken for the current one).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        contents: bool,
     },
 }
 
@@ -52,6 +57,25 @@ pub(crate) struct AuditLine {
     at: Timestamp,
     revision: Revision,
     source: MemorySource,
+    /// The version's text, when the next version changed it and it is among the kept ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    content: Option<String>,
+    /// The version's text was let go (beyond [`KEPT_CONTENTS`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    dropped: bool,
+}
+
+use crate::memory::KEPT_CONTENTS;
+
+/// What an audit item knows of its version's text.
+#[derive(Debug, Clone, PartialEq)]
+enum VersionText {
+    /// The same as the next version's (the newest version's is the record's own).
+    Same,
+    /// Changed by the next version; this was it.
+    Kept(Box<str>),
+    /// Changed later, and no longer kept.
+    Dropped,
 }
 
 /// What search filters need of a record, kept compact and parallel to `records` so a query
@@ -105,6 +129,9 @@ pub(crate) struct MemoryTable {
     /// points to the one before it, so one record's history is read without walking the whole
     /// trail.
     last_audit: Vec<u32>,
+    /// Per slot with kept earlier texts: the audit items holding them, oldest first (at most
+    /// [`KEPT_CONTENTS`]). Only edited records are here.
+    kept: FxHashMap<u32, std::collections::VecDeque<u32>>,
     index: Bm25Index,
 }
 
@@ -122,6 +149,7 @@ struct AuditItem {
     at: Timestamp,
     revision: Revision,
     source: MemorySource,
+    text: VersionText,
 }
 
 /// A new version and the `put` op that records it.
@@ -279,12 +307,16 @@ impl MemoryTable {
         at: Timestamp,
         revision: Revision,
         source: MemorySource,
+        text: VersionText,
     ) {
         let at_slot = slot as usize;
         if self.last_audit.len() <= at_slot {
             self.last_audit.resize(at_slot + 1, NO_AUDIT);
         }
         let here = u32::try_from(self.audit.len()).unwrap_or(NO_AUDIT);
+        if matches!(text, VersionText::Kept(_)) {
+            self.keep(slot, here);
+        }
         self.audit.push(AuditItem {
             slot,
             prev: self.last_audit[at_slot],
@@ -292,8 +324,37 @@ impl MemoryTable {
             at,
             revision,
             source,
+            text,
         });
         self.last_audit[at_slot] = here;
+    }
+
+    /// Notes that audit item `item` of `slot` keeps an earlier text, letting the oldest go past
+    /// [`KEPT_CONTENTS`].
+    fn keep(&mut self, slot: u32, item: u32) {
+        let queue = self.kept.entry(slot).or_default();
+        queue.push_back(item);
+        if queue.len() > KEPT_CONTENTS {
+            if let Some(old) = queue.pop_front() {
+                if let Some(a) = self.audit.get_mut(old as usize) {
+                    a.text = VersionText::Dropped;
+                }
+            }
+        }
+    }
+
+    /// A new version of `slot` changed its text from `old_content`: the slot's newest audit
+    /// item (the version being replaced) keeps that text.
+    fn keep_replaced_text(&mut self, slot: u32, old_content: String) {
+        let Some(&last) = self.last_audit.get(slot as usize) else {
+            return;
+        };
+        if let Some(item) = self.audit.get_mut(last as usize) {
+            if item.text == VersionText::Same {
+                item.text = VersionText::Kept(old_content.into_boxed_str());
+                self.keep(slot, last);
+            }
+        }
     }
 
     /// Stores a record version in its slot (a new slot for a new key); access times survive.
@@ -308,8 +369,11 @@ impl MemoryTable {
                 record.last_accessed_at = record
                     .last_accessed_at
                     .max(self.records[slot as usize].last_accessed_at);
-                self.records[slot as usize] = record;
+                let old = std::mem::replace(&mut self.records[slot as usize], record);
                 self.meta[slot as usize] = meta;
+                if old.content != self.records[slot as usize].content {
+                    self.keep_replaced_text(slot, old.content);
+                }
                 slot
             }
             None => {
@@ -332,6 +396,11 @@ impl MemoryTable {
                 at: a.at,
                 revision: a.revision.clone(),
                 source: a.source.clone(),
+                content: match &a.text {
+                    VersionText::Kept(text) => Some(text.to_string()),
+                    VersionText::Same | VersionText::Dropped => None,
+                },
+                dropped: a.text == VersionText::Dropped,
             });
         }
         self.records
@@ -340,6 +409,7 @@ impl MemoryTable {
             .map(|(r, history)| MemoryOp::Snapshot {
                 record: Box::new(r.clone()),
                 history,
+                contents: true,
             })
             .collect()
     }
@@ -351,13 +421,26 @@ impl MemoryTable {
                 let slot = self.place(*record);
                 let r = &self.records[slot as usize];
                 let (at, revision, source) = (r.updated_at, r.revision.clone(), r.source.clone());
-                self.push_audit(slot, action, at, revision, source);
+                self.push_audit(slot, action, at, revision, source, VersionText::Same);
                 Some(slot)
             }
-            MemoryOp::Snapshot { record, history } => {
+            MemoryOp::Snapshot {
+                record,
+                history,
+                contents,
+            } => {
                 let slot = self.place(*record);
-                for h in history {
-                    self.push_audit(slot, h.action, h.at, h.revision, h.source);
+                let newest = history.len().saturating_sub(1);
+                for (i, h) in history.into_iter().enumerate() {
+                    let text = match (h.content, h.dropped) {
+                        (Some(text), _) => VersionText::Kept(text.into()),
+                        (None, true) => VersionText::Dropped,
+                        // A snapshot from before texts were kept: an earlier version's text
+                        // is unknown, not the current one.
+                        (None, false) if !contents && i < newest => VersionText::Dropped,
+                        (None, false) => VersionText::Same,
+                    };
+                    self.push_audit(slot, h.action, h.at, h.revision, h.source, text);
                 }
                 Some(slot)
             }
@@ -548,16 +631,26 @@ impl MemoryTable {
         now: Timestamp,
     ) -> Vec<AuditEntry> {
         let wanted = |r: &MemoryRecord| &r.scope == scope && id.is_none_or(|id| &r.id == id);
-        // One record: follow its chain (newest first), not the whole trail.
-        let items: Vec<&AuditItem> = match id {
+        // One record: follow its chain (newest first), not the whole trail, and name each
+        // version's text while it is known.
+        let items: Vec<(&AuditItem, Option<String>)> = match id {
             Some(id) => {
                 let mut chain = Vec::new();
-                let mut at = self
-                    .slot(scope, id)
+                let slot = self.slot(scope, id);
+                let mut at = slot
                     .and_then(|slot| self.last_audit.get(slot as usize).copied())
                     .unwrap_or(NO_AUDIT);
+                let mut text: Option<&str> = slot
+                    .and_then(|s| self.records.get(s as usize))
+                    .map(|r| r.content.as_str());
                 while let Some(item) = self.audit.get(at as usize) {
-                    chain.push(item);
+                    match &item.text {
+                        VersionText::Same => {}
+                        VersionText::Kept(kept) => text = text.map(|_| &**kept),
+                        // This and every older version's text is no longer known.
+                        VersionText::Dropped => text = None,
+                    }
+                    chain.push((item, text.map(str::to_owned)));
                     at = item.prev;
                 }
                 chain.reverse();
@@ -567,11 +660,12 @@ impl MemoryTable {
                 .audit
                 .iter()
                 .filter(|a| wanted(&self.records[a.slot as usize]))
+                .map(|a| (a, None))
                 .collect(),
         };
         let mut out: Vec<AuditEntry> = items
             .into_iter()
-            .map(|a| {
+            .map(|(a, content)| {
                 let r = &self.records[a.slot as usize];
                 AuditEntry {
                     at: a.at,
@@ -580,6 +674,7 @@ impl MemoryTable {
                     scope: r.scope.clone(),
                     revision: Some(a.revision.clone()),
                     source: a.source.clone(),
+                    content,
                 }
             })
             .collect();
@@ -601,6 +696,7 @@ impl MemoryTable {
                         scope: r.scope.clone(),
                         revision: Some(r.revision.clone()),
                         source: MemorySource::system(),
+                        content: None,
                     });
                 }
             }
@@ -756,7 +852,17 @@ mod tests {
                 for id in 0..6 {
                     let id = MemoryId::parse(format!("m{id}")).unwrap();
                     let want: Vec<_> = whole.iter().filter(|a| a.target == id.as_str()).cloned().collect();
-                    prop_assert_eq!(t.audit(&scope(sc), Some(&id), Timestamp(now)), want);
+                    let mut one = t.audit(&scope(sc), Some(&id), Timestamp(now));
+                    // The one-record trail adds each version's text; its newest is the record's.
+                    if let (Some(last), Some(r)) = (one.last(), t.get(&scope(sc), &id)) {
+                        if last.action != AuditAction::Expired {
+                            prop_assert_eq!(last.content.as_deref(), Some(r.content.as_str()));
+                        }
+                    }
+                    for a in &mut one {
+                        a.content = None;
+                    }
+                    prop_assert_eq!(one, want);
                 }
                 let Some(&id) = t.scope_ids.get(&scope(sc)) else { continue };
                 let counted = t.maybe_hidden[id as usize] as usize;

@@ -151,6 +151,7 @@ impl VariableTable {
                 scope: scope.clone(),
                 revision: Some(record.revision.clone()),
                 source: source.clone(),
+                content: None,
             });
             next.vars.insert(name.clone(), record.clone());
             records.push(record);
@@ -188,6 +189,7 @@ impl VariableTable {
             scope: scope.clone(),
             revision: None,
             source: source.clone(),
+            content: None,
         }];
         Some(VariableOp {
             scope: scope.clone(),

@@ -9,6 +9,10 @@ use tavern_search::RankerRef;
 
 use crate::error::StoreError;
 
+/// How many earlier texts of a memory its audit keeps (those of its last content changes), so
+/// a history shows what each recent edit changed while a record edited for years stays bounded.
+pub const KEPT_CONTENTS: usize = 8;
+
 /// How tag filters combine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TagMatch {
@@ -198,7 +202,10 @@ pub trait MemoryStore: Send + Sync {
     ) -> Result<MemoryRecord, StoreError>;
 
     /// The audit trail of a scope (or of one record in it), oldest first. Expired records
-    /// appear as `expired` entries at their expiry time; nothing is purged.
+    /// appear as `expired` entries at their expiry time; nothing is purged. One record's trail
+    /// names each version's text ([`AuditEntry::content`]) while it is kept: its current text
+    /// and the last [`KEPT_CONTENTS`] texts it changed from; older versions' texts are `None`,
+    /// never another version's.
     ///
     /// # Errors
     /// IO failures only.
