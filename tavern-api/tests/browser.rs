@@ -304,6 +304,17 @@ async fn a_user_corrects_and_steers_a_roleplay_in_a_real_browser_without_javascr
         history.contains("Text unchanged"),
         "forget and restore kept the text: {history}"
     );
+    // An earlier text comes back from the history as a new version (the first version's).
+    let (_, hist) = h
+        .get("/api/v1/memories/lantern/history?scope=character&character=Seraphina")
+        .await;
+    let first = hist["entries"][0]["content"]
+        .as_str()
+        .expect("the first version's text is kept")
+        .to_owned();
+    p.click("button.bring-back").await;
+    assert!(p.has("#flash").await);
+    assert_eq!(p.text("#content").await, first);
 
     // 7. Switch the context mode at an idle boundary.
     p.goto("/panel/sessions/s1").await;

@@ -143,6 +143,7 @@ words!(
     first_text,
     text_not_kept,
     text_unchanged,
+    bring_back,
     conflict_title,
     conflict_help,
     yours,
@@ -254,6 +255,7 @@ pub static EN: Words = Words {
     first_text: "First text",
     text_not_kept: "Text no longer kept (a memory keeps its last 8 texts)",
     text_unchanged: "Text unchanged",
+    bring_back: "Bring this text back",
     conflict_title: "Someone changed this since you opened it",
     conflict_help: "Nothing was lost: your edit was not saved, and the current version is below. Apply your edit on top of it, or leave it.",
     yours: "Your edit",
@@ -365,6 +367,7 @@ pub static ZH: Words = Words {
     first_text: "最初的文字",
     text_not_kept: "这一版的文字已不再保留（每条记忆保留最近 8 版文字）",
     text_unchanged: "文字未变",
+    bring_back: "恢复成这一版的文字",
     conflict_title: "你打开之后，有人改过它",
     conflict_help:
         "什么都没丢：你的修改没有保存，当前版本在下面。可以把你的修改应用到当前版本上，或者放弃。",

@@ -660,6 +660,9 @@ struct HistoryRow {
 struct MemoryHistoryRow {
     row: HistoryRow,
     change: Change,
+    /// This version's text, when it is kept and differs from the current one (a form puts it
+    /// back as a new version).
+    earlier_text: Option<String>,
 }
 
 /// What a version changed in a memory's text, against the version before it.
@@ -800,6 +803,10 @@ pub async fn memory(
         .iter()
         .zip(changes(&texts))
         .map(|(e, change)| MemoryHistoryRow {
+            earlier_text: e
+                .content
+                .clone()
+                .filter(|t| *t != m.content && m.state == "live"),
             row: HistoryRow {
                 at: time(e.at),
                 action: e.action.clone(),
