@@ -182,6 +182,7 @@ impl Api {
             .route("/sessions/{session}/bind", post(sessions::bind))
             .route("/sessions/{session}/mode", post(sessions::switch_mode))
             .route("/sessions/{session}/fork", post(sessions::fork))
+            .route("/sessions/{session}/chat", get(crate::routes::chat::chat))
             .route("/sessions/{session}/projection", get(sessions::projection))
             .route(
                 "/sessions/{session}/projection/replay",

@@ -4,7 +4,7 @@
 use axum::Json;
 use utoipa::OpenApi;
 
-use crate::routes::{lore, memories, sessions, settings, store, variables};
+use crate::routes::{chat, lore, memories, sessions, settings, store, variables};
 
 /// The document's source: every route and schema.
 #[derive(OpenApi)]
@@ -17,7 +17,7 @@ use crate::routes::{lore, memories, sessions, settings, store, variables};
     paths(
         sessions::list, sessions::show, sessions::bind, sessions::switch_mode, sessions::fork,
         sessions::projection, sessions::replay, sessions::prompt, sessions::save_prompt,
-        sessions::reset_prompt, lore::test,
+        sessions::reset_prompt, chat::chat, lore::test,
         memories::list, memories::create, memories::show, memories::edit, memories::forget,
         memories::restore, memories::history,
         variables::list, variables::show, variables::set, variables::delete, variables::patch,

@@ -1216,3 +1216,87 @@ async fn a_memory_history_names_each_versions_text_while_it_is_kept() {
     let expected: Vec<Option<&str>> = expected.iter().map(|t| t.as_deref()).collect();
     assert_eq!(texts, expected);
 }
+
+#[tokio::test]
+async fn a_memory_links_to_the_chat_lines_of_the_turn_that_wrote_it() {
+    let h = harness();
+    h.session("s1", "Seraphina - 1").await;
+    h.play_turn("s1", 1, "Hello there.", None, "Welcome, traveller.")
+        .await;
+    // In turn 2, after the user's words, the model writes a memory about them.
+    let gift = h
+        .play_turn(
+            "s1",
+            2,
+            "我把灯笼送给你。",
+            Some("Kai gave Seraphina a lantern."),
+            "Thank you for the lantern.",
+        )
+        .await
+        .unwrap();
+    h.play_turn("s1", 3, "Goodbye.", None, "Farewell.").await;
+    let (_, m) = h.get(&format!("/api/v1/memories/{gift}?{CHAT_Q}")).await;
+    assert_eq!(m["source"]["turn"], 2, "{m}");
+    assert_eq!(m["source"]["session"], "s1", "{m}");
+    let (status, page) = h.get("/api/v1/sessions/s1/chat?turn=2").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let texts: Vec<&str> = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["text"].as_str().unwrap())
+        .collect();
+    let marked: Vec<usize> = page["turnMessages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_u64().unwrap() as usize)
+        .collect();
+    let marked_texts: Vec<&str> = marked
+        .iter()
+        .map(|i| texts[i - page["offset"].as_u64().unwrap() as usize])
+        .collect();
+    assert_eq!(
+        marked_texts,
+        ["我把灯笼送给你。", "Thank you for the lantern."],
+        "{page}"
+    );
+    // A few messages before the turn come with it, for context; numbers are SillyTavern's.
+    assert!(texts.contains(&"Welcome, traveller."), "{page}");
+    assert_eq!(page["messages"][0]["index"], page["offset"]);
+    assert_eq!(
+        page["total"].as_u64(),
+        Some(texts.len() as u64 + page["offset"].as_u64().unwrap())
+    );
+    // Paging by offset, bounded.
+    let (_, tail) = h.get("/api/v1/sessions/s1/chat?offset=4&limit=2").await;
+    assert_eq!(tail["offset"], 4);
+    assert_eq!(tail["messages"].as_array().unwrap().len(), 2);
+    assert_eq!(tail["messages"][0]["index"], 4);
+    let (status, body) = h.get("/api/v1/sessions/s1/chat?limit=201").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (status, body) = h.get("/api/v1/sessions/s1/chat?turn=9").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("turn 9"),
+        "{body}"
+    );
+    let (status, _) = h.get("/api/v1/sessions/nobody/chat").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // The panel's memory page links to those lines, and the chat page marks them.
+    let (_, html) = h
+        .get_text(&format!("/panel/memories/{gift}?{CHAT_Q}"))
+        .await;
+    assert!(
+        html.contains("/panel/sessions/s1/chat?turn=2#turn-2"),
+        "{html}"
+    );
+    let (status, html) = h.get_text("/panel/sessions/s1/chat?turn=2").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(html.contains("id=\"turn-2\""), "{html}");
+    assert_eq!(html.matches("aria-current=\"true\"").count(), 2, "{html}");
+    assert!(html.contains("我把灯笼送给你。"), "{html}");
+}

@@ -316,6 +316,27 @@ async fn a_user_corrects_and_steers_a_roleplay_in_a_real_browser_without_javascr
     assert!(p.has("#flash").await);
     assert_eq!(p.text("#content").await, first);
 
+    // 6c. A memory the model wrote links to the chat lines of the turn that wrote it.
+    let gift = h
+        .play_turn(
+            "s1",
+            1,
+            "我把灯笼送给你。",
+            Some("Kai gave Seraphina a lantern."),
+            "Thank you for the lantern.",
+        )
+        .await
+        .unwrap();
+    p.goto(&format!(
+        "/panel/memories/{gift}?scope=chat&character=Seraphina&chat=Seraphina%20-%201"
+    ))
+    .await;
+    p.click("#source-link").await;
+    assert!(p.has("#turn-1").await);
+    assert_eq!(p.text("li.hit .text").await, "我把灯笼送给你。");
+    let page = p.text("#chat-messages").await;
+    assert!(page.contains("Thank you for the lantern."), "{page}");
+
     // 7. Switch the context mode at an idle boundary.
     p.goto("/panel/sessions/s1").await;
     assert_eq!(p.text("#context-mode").await, "dsh-native");
@@ -457,6 +478,24 @@ async fn every_page_passes_axe_core_in_both_languages() {
         Some(json!({"value": {"max": 10}})),
     )
     .await;
+    // The memory page shows an edit in its history; the chat page has a turn to mark.
+    let (_, m) = h
+        .get("/api/v1/memories/lantern?scope=character&character=Seraphina")
+        .await;
+    h.call(
+        "PUT",
+        "/api/v1/memories/lantern?scope=character&character=Seraphina",
+        Some(json!({"revision": m["revision"], "content": "Kai's lantern is deep blue. 灯笼是深蓝色的。"})),
+    )
+    .await;
+    h.play_turn(
+        "s1",
+        1,
+        "我把灯笼送给你。",
+        Some("Kai gave Seraphina a lantern."),
+        "Thank you.",
+    )
+    .await;
     let base = serve(&h).await;
     let driver = Driver::start();
     let c = driver.browser(true).await;
@@ -467,6 +506,7 @@ async fn every_page_passes_axe_core_in_both_languages() {
     let pages = [
         ("overview", "/panel"),
         ("session", "/panel/sessions/s1"),
+        ("chat", "/panel/sessions/s1/chat?turn=1"),
         ("memories", "/panel/memories?q=lantern"),
         ("memory", LANTERN),
         ("variables", "/panel/variables?scope=global"),

@@ -4,6 +4,7 @@
 //! plain form (it works with JavaScript off) carrying the per-process CSRF token; a successful
 //! write redirects (303) to the page it changed, a conflict shows both versions.
 
+mod chat;
 pub(crate) mod ctx;
 pub mod i18n;
 mod pages;
@@ -24,6 +25,7 @@ pub(crate) fn routes() -> Router<Api> {
         .route("/login", get(pages::login_form).post(pages::login))
         .route("/bind", post(pages::bind))
         .route("/sessions/{session}", get(pages::session))
+        .route("/sessions/{session}/chat", get(chat::page))
         .route("/sessions/{session}/mode", post(pages::switch_mode))
         .route("/sessions/{session}/fork", post(pages::fork))
         .route("/sessions/{session}/replay", post(pages::replay))

@@ -25,7 +25,7 @@ const CSS: &str = include_str!("../../assets/panel.css");
 /// Memories a page lists.
 const PAGE_SIZE: usize = 20;
 
-fn enc(s: &str) -> String {
+pub(super) fn enc(s: &str) -> String {
     serde_urlencoded::to_string([("", s)])
         .map(|q| q.trim_start_matches('=').to_owned())
         .unwrap_or_default()
@@ -33,7 +33,7 @@ fn enc(s: &str) -> String {
 }
 
 /// Renders a template as HTML, keeping a language chosen by `?lang=` in a cookie.
-fn html<T: Template>(p: &PageCtx, status: StatusCode, page: &T) -> Response {
+pub(super) fn html<T: Template>(p: &PageCtx, status: StatusCode, page: &T) -> Response {
     let body = match page.render() {
         Ok(b) => b,
         Err(e) => return ApiError::Internal(format!("rendering failed: {e}")).into_response(),
@@ -68,7 +68,7 @@ struct MessagePage<'a> {
 }
 
 /// An API error as a page, with the API's status.
-fn error_page(p: &PageCtx, e: &ApiError, back: Option<String>) -> Response {
+pub(super) fn error_page(p: &PageCtx, e: &ApiError, back: Option<String>) -> Response {
     html(
         p,
         e.status(),
@@ -785,11 +785,16 @@ pub async fn memory(
         importance: m.importance,
         confidence: m.confidence,
         source: source_words(&m.source),
-        chat_link: m
-            .source
-            .session
-            .as_ref()
-            .map(|s| format!("{}/panel/sessions/{}", p.base, enc(s))),
+        // The chat line the memory came from: the turn's messages when the write names its
+        // turn, else the session.
+        chat_link: m.source.session.as_ref().map(|s| match m.source.turn {
+            Some(turn) => format!(
+                "{}/panel/sessions/{}/chat?turn={turn}#turn-{turn}",
+                p.base,
+                enc(s)
+            ),
+            None => format!("{}/panel/sessions/{}", p.base, enc(s)),
+        }),
         updated: time(m.updated_at),
         revision: m.revision.clone(),
     };

@@ -1,5 +1,6 @@
 //! The route handlers, one module per resource.
 
+pub mod chat;
 pub mod lore;
 pub mod memories;
 pub mod sessions;

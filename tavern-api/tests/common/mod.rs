@@ -8,9 +8,11 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
 use http_body_util::BodyExt;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tavern_api::{Api, ApiConfig};
 use tavern_core::{CharacterName, ChatId, SessionId};
+use tavern_projector::event::{TurnEndReason, UserSource};
+use tavern_projector::EventKind;
 use tavern_runtime::testkit::MemHost;
 use tavern_runtime::{Runtime, RuntimeConfig};
 use tavern_store::mem::MemStore;
@@ -129,6 +131,75 @@ impl Harness {
 
     pub async fn get(&self, uri: &str) -> (StatusCode, Value) {
         self.call("GET", uri, None).await
+    }
+
+    /// Plays one turn of session `session` through the host and the runtime: the user's
+    /// words, then (when `memory` is given) the model writes that memory with `memory_write`,
+    /// then the character's reply. Returns the memory's id.
+    pub async fn play_turn(
+        &self,
+        session: &str,
+        turn: u64,
+        user: &str,
+        memory: Option<&str>,
+        reply: &str,
+    ) -> Option<String> {
+        let s = sid(session);
+        let mut written = None;
+        let events = [
+            EventKind::TurnStart { turn },
+            EventKind::UserMessage {
+                source: UserSource::User,
+                text: user.into(),
+            },
+            EventKind::StepStart { turn, step: 1 },
+            EventKind::AssistantMessage {
+                turn,
+                step: 1,
+                text: reply.into(),
+                has_tool_calls: false,
+                interrupted: false,
+            },
+            EventKind::StepEnd { turn, step: 1 },
+            EventKind::TurnEnd {
+                turn,
+                reason: TurnEndReason::Completed,
+            },
+        ];
+        for (i, kind) in events.into_iter().enumerate() {
+            if i == 2 {
+                if let Some(content) = memory {
+                    let agent = self.runtime.agent_of(&s).unwrap();
+                    let out = self
+                        .runtime
+                        .call_tool(
+                            &agent,
+                            &format!("call-{turn}"),
+                            "memory_write",
+                            &json!({ "content": content }),
+                        )
+                        .await;
+                    assert!(out.get("error").is_none(), "{out}");
+                    written = Some(out["id"].as_str().unwrap().to_owned());
+                }
+            }
+            let e = self.host.log(&s, kind).unwrap();
+            self.runtime.on_event(&s, &e).await.unwrap();
+        }
+        written
+    }
+
+    /// A GET answered with text (a panel page).
+    pub async fn get_text(&self, uri: &str) -> (StatusCode, String) {
+        let req = Request::builder()
+            .uri(uri)
+            .header(header::HOST, "127.0.0.1:7300")
+            .body(Body::empty())
+            .unwrap();
+        let res = self.api.router().oneshot(req).await.unwrap();
+        let status = res.status();
+        let bytes = res.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8_lossy(&bytes).into_owned())
     }
 }
 

@@ -1,0 +1,179 @@
+//! A session's chat, a page at a time: the lines a memory's source points to (`?turn=N`: the
+//! lines AgentTavern projected for that turn, with a few before them), or any page by offset.
+//! Message numbers are SillyTavern's (the header line is not a message), so `#m12` names the
+//! same message as SillyTavern's `mesid` 12.
+
+use axum::extract::State;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use tavern_core::chat::ChatLine;
+use tavern_store::ChatStore;
+use utoipa::{IntoParams, ToSchema};
+
+use crate::app::Api;
+use crate::error::{ApiError, ErrorBody};
+use crate::extract::{Path, Query};
+use crate::routes::sessions::page_limit;
+use crate::scope::session_id;
+
+/// Most messages a page holds.
+pub const MAX_CHAT_PAGE: usize = 200;
+/// Longest message text a page carries, in bytes (cut at a character boundary, and marked).
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024;
+/// Messages shown before a turn's first one, for context.
+const TURN_CONTEXT: usize = 3;
+
+/// Which page of the chat.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ChatQuery {
+    /// The turn whose messages to show (the page starts a few messages before its first).
+    pub turn: Option<u64>,
+    /// The first message of the page (ignored with `turn`).
+    pub offset: Option<usize>,
+    /// Most messages (1–200, default 30).
+    pub limit: Option<usize>,
+}
+
+/// One message of a chat.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageView {
+    /// Its number (SillyTavern's `mesid`: the header line is not counted).
+    pub index: usize,
+    /// Who wrote it.
+    pub name: String,
+    /// Written by the user.
+    pub is_user: bool,
+    /// A system or narrator message.
+    pub is_system: bool,
+    /// Its text (cut at 16 KiB).
+    pub text: String,
+    /// Whether the text was cut.
+    pub truncated: bool,
+    /// SillyTavern's `send_date`, as written.
+    pub send_date: Option<String>,
+    /// The AgentTavern turn that wrote it, for projected messages.
+    pub turn: Option<u64>,
+}
+
+/// A page of a session's chat.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChatPage {
+    /// The session.
+    pub session: String,
+    /// The character (or group).
+    pub character: String,
+    /// The chat id.
+    pub chat: String,
+    /// How many messages the chat has.
+    pub total: usize,
+    /// The first message's number on this page.
+    pub offset: usize,
+    /// The messages.
+    pub messages: Vec<MessageView>,
+    /// The numbers of the asked turn's messages (empty without `turn`).
+    pub turn_messages: Vec<usize>,
+}
+
+fn turn_of(line: &ChatLine) -> Option<u64> {
+    line.extra()?.get("agentTavern")?.get("turn")?.as_u64()
+}
+
+fn cut(text: &str) -> (String, bool) {
+    if text.len() <= MAX_MESSAGE_BYTES {
+        return (text.to_owned(), false);
+    }
+    let mut end = MAX_MESSAGE_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    (text[..end].to_owned(), true)
+}
+
+fn message(index: usize, line: &ChatLine) -> MessageView {
+    let (text, truncated) = cut(line.text());
+    MessageView {
+        index,
+        name: line.name().unwrap_or_default().to_owned(),
+        is_user: line.is_user(),
+        is_system: line.is_system(),
+        text,
+        truncated,
+        send_date: line
+            .object()
+            .get("send_date")
+            .and_then(|v| v.as_str())
+            .map(str::to_owned),
+        turn: turn_of(line),
+    }
+}
+
+/// A page of the session's chat.
+#[utoipa::path(get, path = "/api/v1/sessions/{session}/chat", tag = "sessions",
+    params(("session" = String, Path, description = "The session id"), ChatQuery),
+    responses((status = 200, body = ChatPage),
+        (status = 404, body = ErrorBody, description = "the session is not bound, its chat is gone, or the turn has no message in it")))]
+pub async fn chat(
+    State(api): State<Api>,
+    Path(session): Path<String>,
+    Query(q): Query<ChatQuery>,
+) -> Result<Json<ChatPage>, ApiError> {
+    let session = session_id(&session)?;
+    let limit = page_limit(q.limit, 30, MAX_CHAT_PAGE)?;
+    let binding = api
+        .runtime()
+        .stores()
+        .binding(&session)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("session {session} is not bound")))?;
+    let target = binding.target();
+    let file = api
+        .runtime()
+        .stores()
+        .read_chat(&target.character, &target.chat_id)
+        .await?
+        .ok_or_else(|| {
+            ApiError::NotFound(format!(
+                "chat {} of {} is not in the store",
+                target.chat_id, target.character
+            ))
+        })?;
+    let messages: Vec<&ChatLine> = file.lines.iter().filter(|l| !l.is_header()).collect();
+    let total = messages.len();
+    let (offset, turn_messages) = match q.turn {
+        Some(turn) => {
+            let hits: Vec<usize> = messages
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| turn_of(l) == Some(turn))
+                .map(|(i, _)| i)
+                .collect();
+            let Some(&first) = hits.first() else {
+                return Err(ApiError::NotFound(format!(
+                    "turn {turn} has no message in chat {}",
+                    target.chat_id
+                )));
+            };
+            (first.saturating_sub(TURN_CONTEXT), hits)
+        }
+        None => (q.offset.unwrap_or(0).min(total), Vec::new()),
+    };
+    let page = messages
+        .iter()
+        .enumerate()
+        .skip(offset)
+        .take(limit)
+        .map(|(i, l)| message(i, l))
+        .collect();
+    Ok(Json(ChatPage {
+        session: session.to_string(),
+        character: target.character.to_string(),
+        chat: target.chat_id.to_string(),
+        total,
+        offset,
+        messages: page,
+        turn_messages,
+    }))
+}
