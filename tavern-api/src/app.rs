@@ -57,7 +57,7 @@ fn random_hex() -> String {
 }
 
 /// Constant-time equality of two secrets (an empty one never matches).
-fn same_secret(a: &str, b: &str) -> bool {
+pub(crate) fn same_secret(a: &str, b: &str) -> bool {
     use subtle::ConstantTimeEq;
     !a.is_empty() && a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
 }

@@ -11,7 +11,9 @@ use crate::app::Api;
 use crate::error::ApiError;
 
 /// A request as a host received it. The host has admitted the caller already (its own token
-/// or loopback rule): forwarded requests are answered as if they came from loopback.
+/// or loopback rule) — then it is answered as if it came from loopback — or, for the panel,
+/// names the host's token in [`Forwarded::sign_in_token`]: a browser cannot send a bearer
+/// header with a link, so it signs in with that token and the panel's session cookie opens it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Forwarded {
     /// `GET`, `POST`, …
@@ -29,7 +31,17 @@ pub struct Forwarded {
     pub cookie: Option<String>,
     /// The `Accept-Language` header.
     pub accept_language: Option<String>,
+    /// `None`: the host admitted the caller. `Some(token)`: it did not (the caller sent no
+    /// valid bearer token); the request is answered as `tavern serve --token` answers one
+    /// without a token — only the panel's sign-in page (checking this token) and the pages its
+    /// session cookie opens; every other route is `401`.
+    pub sign_in_token: Option<String>,
 }
+
+/// The token a forwarded request must sign in with (a request extension: set here only, never
+/// from the network).
+#[derive(Debug, Clone)]
+pub(crate) struct HostToken(pub(crate) String);
 
 /// What to send back.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +98,9 @@ impl Api {
         }
         if let Some(t) = &req.content_type {
             builder = builder.header(header::CONTENT_TYPE, t.as_str());
+        }
+        if let Some(token) = req.sign_in_token {
+            builder = builder.extension(HostToken(token));
         }
         let request = builder
             .body(Body::from(req.body))

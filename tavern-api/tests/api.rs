@@ -932,6 +932,7 @@ fn forwarded() -> tavern_api::Forwarded {
         base: String::new(),
         cookie: None,
         accept_language: None,
+        sign_in_token: None,
     }
 }
 

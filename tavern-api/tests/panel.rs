@@ -186,6 +186,7 @@ async fn a_forwarding_hosts_prefix_is_in_every_link_and_redirect() {
             base: "/agent-tavern".into(),
             cookie: Some("tavern_lang=zh".into()),
             accept_language: None,
+            sign_in_token: None,
         })
         .await;
     assert_eq!(page.status, 200);
@@ -214,6 +215,7 @@ async fn a_forwarding_hosts_prefix_is_in_every_link_and_redirect() {
             base: "/agent-tavern".into(),
             cookie: None,
             accept_language: None,
+            sign_in_token: None,
         })
         .await;
     assert_eq!(made.status, 303);
@@ -320,4 +322,76 @@ async fn the_store_page_runs_the_servers_check_and_shows_what_it_found() {
     assert!(ran.body.contains("The store has damage"));
     let refused = send(&h, form("/panel/store", "csrf=nope")).await;
     assert_eq!(refused.status, StatusCode::FORBIDDEN);
+}
+
+/// A host with a token of its own (DSH's `routeToken`) forwards panel requests it could not
+/// admit — a browser sends no bearer header with a link — naming that token: the panel asks
+/// for it on its sign-in page, and the session cookie it then gives opens the panel (only).
+#[tokio::test]
+async fn a_browser_signs_in_through_a_host_that_has_a_token() {
+    let h = harness();
+    let forward = |method: &str, path: &str, body: &str, cookie: Option<String>| {
+        let form = (method == "POST").then(|| "application/x-www-form-urlencoded".to_owned());
+        tavern_api::Forwarded {
+            method: method.into(),
+            path_and_query: path.into(),
+            content_type: form,
+            body: body.as_bytes().to_vec(),
+            base: "/agent-tavern".into(),
+            cookie,
+            accept_language: None,
+            sign_in_token: Some("route-s3cret".into()),
+        }
+    };
+    let first = h.api.forward(forward("GET", "/panel", "", None)).await;
+    assert_eq!(first.status, 303);
+    assert_eq!(first.location.as_deref(), Some("/agent-tavern/panel/login"));
+    let form = h
+        .api
+        .forward(forward("GET", "/panel/login", "", None))
+        .await;
+    assert_eq!(form.status, 200);
+    let wrong = h
+        .api
+        .forward(forward("POST", "/panel/login", "token=guess", None))
+        .await;
+    assert_eq!(wrong.status, 401);
+    assert!(wrong.set_cookie.is_none());
+    let ok = h
+        .api
+        .forward(forward("POST", "/panel/login", "token=route-s3cret", None))
+        .await;
+    assert_eq!(ok.status, 303, "{}", String::from_utf8_lossy(&ok.body));
+    let cookie = ok.set_cookie.expect("a session cookie");
+    assert!(cookie.contains("Path=/agent-tavern/panel"), "{cookie}");
+    assert!(
+        cookie.contains("HttpOnly") && !cookie.contains("route-s3cret"),
+        "{cookie}"
+    );
+    let session = cookie.split(';').next().unwrap().to_owned();
+    let page = h
+        .api
+        .forward(forward("GET", "/panel/memories", "", Some(session.clone())))
+        .await;
+    assert_eq!(page.status, 200);
+    // The cookie opens the panel, not the JSON API; a made-up session opens nothing.
+    let api = h
+        .api
+        .forward(forward("GET", "/api/v1/sessions", "", Some(session)))
+        .await;
+    assert_eq!(api.status, 401);
+    let forged = h
+        .api
+        .forward(forward(
+            "GET",
+            "/panel/memories",
+            "",
+            Some("tavern_session=0123456789abcdef".into()),
+        ))
+        .await;
+    assert_eq!(forged.status, 303);
+    // A request the host admitted (its bearer token checked) needs no sign-in.
+    let mut admitted = forward("GET", "/api/v1/sessions", "", None);
+    admitted.sign_in_token = None;
+    assert_eq!(h.api.forward(admitted).await.status, 200);
 }

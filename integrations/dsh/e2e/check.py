@@ -155,6 +155,14 @@ check("api-stale" in web and web["api-stale"][0] == 409 and web["api-stale"][1][
       "an edit at a stale revision is 409 with the current revision")
 check(web["api-openapi"][0] == 200 and "/api/v1/memories" in web["api-openapi"][1].get("paths", {}),
       "the OpenAPI document is served")
+check(web["panel-redirect"] == [303, "/agent-tavern/panel/login"],
+      "a browser without the bearer header is sent to the panel's sign-in page")
+check(web["panel-login-form"] == 200 and web["panel-login-wrong"] == 401, "the sign-in page refuses a wrong token")
+check(web["panel-login"][0] == 303 and web["panel-login"][2].startswith("tavern_session=")
+      and "Path=/agent-tavern/panel" in web["panel-login"][2] and "e2e-route-token" not in web["panel-login"][2],
+      "signing in with the routeToken gives a session cookie for the panel, never the token")
+check(web["panel-page"] == [200, True], "the cookie opens the panel, showing the session's memories")
+check(web["panel-cookie-api"] == 401, "the cookie does not open the JSON API")
 fourth = requests(4, "e2e-session-1")
 check(bool(fourth) and "Speak as {{char}}, in riddles, to {{user}}." in fourth[0]["body"]["messages"][0]["content"],
       "the next request carries the custom prompt with its braces")

@@ -116,5 +116,34 @@ if lantern:
     # The same revision again: someone else's edit came first.
     results["api-stale"] = api("PUT", f"/api/v1/memories/{urllib.parse.quote(lantern['id'])}?{q}", edit)
 results["api-openapi"] = api("GET", "/api/v1/openapi.json")
+
+
+def raw(method, path, body=None, headers=None):
+    """A request as a browser makes it (no bearer header, redirects not followed): status,
+    headers and body text."""
+    conn = http.client.HTTPConnection("127.0.0.1", int(port), timeout=10)
+    try:
+        conn.request(method, f"/agent-tavern{path}", body=body, headers=headers or {})
+        r = conn.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read().decode("utf-8", "replace")
+    finally:
+        conn.close()
+
+
+# A browser on the panel behind the routeToken: it cannot send the bearer header with a link,
+# so it is sent to the sign-in page; the token typed there gives it a session cookie (never the
+# token), which opens the panel and nothing else.
+form = {"content-type": "application/x-www-form-urlencoded"}
+first = raw("GET", "/panel")
+results["panel-redirect"] = [first[0], first[1].get("location")]
+results["panel-login-form"] = raw("GET", "/panel/login")[0]
+results["panel-login-wrong"] = raw("POST", "/panel/login", "token=guess", form)[0]
+signed = raw("POST", "/panel/login", urllib.parse.urlencode({"token": token}), form)
+cookie = signed[1].get("set-cookie", "")
+results["panel-login"] = [signed[0], signed[1].get("location"), cookie]
+session_cookie = cookie.split(";")[0]
+page = raw("GET", "/panel/memories?session=e2e-session-1", headers={"cookie": session_cookie})
+results["panel-page"] = [page[0], "lantern" in page[2]]
+results["panel-cookie-api"] = raw("GET", "/api/v1/sessions", headers={"cookie": session_cookie})[0]
 with open(out, "w", encoding="utf-8") as f:
     json.dump(results, f)

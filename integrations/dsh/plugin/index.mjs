@@ -503,13 +503,16 @@ export async function apply(ctx, rawConfig) {
     ctx.effect(() => web.register({
       kind: 'prefix',
       path: API_PREFIX,
-      handler: admit(async (req, res, body) => {
+      handler: admit(async (req, res, body, admitted) => {
         const path = String(req.url ?? '/').slice(API_PREFIX.length) || '/'
         let reply
         try {
           reply = await bridge.call('api/request', {
             method: req.method, path, contentType: req.headers['content-type'], body, base: API_PREFIX,
             cookie: req.headers.cookie, acceptLanguage: req.headers['accept-language'],
+            // Not admitted (a browser on the panel without the bearer header): the token it
+            // must sign in with.
+            ...(admitted ? {} : { signInToken: config.routeToken }),
           }, config.routeCallTimeoutMs)
         } catch (e) {
           reply = { status: 503, contentType: 'application/json', body: JSON.stringify({ error: { code: 'host_unavailable', message: `the bridge did not answer: ${e.message}` } }) }
@@ -544,7 +547,11 @@ function admittedRoute(config) {
     // too long, and its body is never read.
     const loopback = ['127.0.0.1', '::1', '::ffff:127.0.0.1'].includes(req.socket?.remoteAddress)
     const admitted = config.routeToken ? bearerMatches(req.headers.authorization, config.routeToken) : loopback
-    if (!admitted) return refuse(req, res, 401, 'unauthorized', 'not admitted')
+    // A browser sends no bearer header with a link or a form: with a routeToken, the panel's
+    // pages go to the bridge unadmitted, where only its sign-in (checking the routeToken) and
+    // the session cookie it gives open them.
+    const signIn = !admitted && Boolean(config.routeToken) && isPanelPath(req.url)
+    if (!admitted && !signIn) return refuse(req, res, 401, 'unauthorized', 'not admitted')
     // Without a token, the request must also name a loopback host: a page elsewhere that
     // points its own name at 127.0.0.1 (DNS rebinding) connects from loopback and is its own
     // origin, but cannot make its Host header say localhost.
@@ -554,7 +561,7 @@ function admittedRoute(config) {
     // A web page the user visits can POST to loopback: a request from another origin, or
     // with a body that is not JSON (the "simple" requests a page may send without asking),
     // is refused before its body is read.
-    const refusal = crossSite(req, { forms: String(req.url ?? '').startsWith(`${API_PREFIX}/panel/`) })
+    const refusal = crossSite(req, { forms: isPanelPath(req.url) })
     if (refusal) return refuse(req, res, refusal.status, refusal.error, refusal.message)
     // A body that stalls is given up on after routeBodyTimeoutMs, and only so many are read
     // at once, so stalled callers cannot hold the host's memory.
@@ -588,6 +595,12 @@ function admittedRoute(config) {
     }
     await handle(req, res, Buffer.concat(chunks).toString('utf8'), admitted)
   }
+}
+
+/** Whether a request's URL is the panel's (`/agent-tavern/panel` and below). */
+function isPanelPath(url) {
+  const path = String(url ?? '').split('?')[0]
+  return path === `${API_PREFIX}/panel` || path.startsWith(`${API_PREFIX}/panel/`)
 }
 
 /** Most route bodies read at once. */

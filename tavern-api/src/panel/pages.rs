@@ -1375,11 +1375,21 @@ pub struct LoginForm {
 
 /// Signs in: for a correct token, a new random session id in an HttpOnly, same-site cookie
 /// scoped to the panel (the token itself never goes into a cookie).
-pub async fn login(State(api): State<Api>, p: PageCtx, body: axum::body::Bytes) -> Response {
+pub async fn login(
+    State(api): State<Api>,
+    p: PageCtx,
+    host: Option<axum::Extension<crate::forward::HostToken>>,
+    body: axum::body::Bytes,
+) -> Response {
     let f: LoginForm = serde_urlencoded::from_bytes(&body).unwrap_or(LoginForm {
         token: String::new(),
     });
-    if !api.token_matches(&f.token) {
+    // Forwarded by a host that did not admit the caller: its token is the one to sign in with.
+    let matches = match &host {
+        Some(axum::Extension(token)) => crate::app::same_secret(&f.token, &token.0),
+        None => api.token_matches(&f.token),
+    };
+    if !matches {
         return error_page(
             &p,
             &ApiError::Unauthorized,

@@ -252,6 +252,11 @@ pub struct ApiFrame {
     /// The `Accept-Language` header.
     #[serde(default)]
     pub accept_language: Option<String>,
+    /// Set when the host has not admitted the caller (its `routeToken` is configured and the
+    /// request carries none): the host's token, against which only the panel's sign-in (and the
+    /// session cookie it gives) opens the panel.
+    #[serde(default)]
+    pub sign_in_token: Option<String>,
 }
 
 /// Why a frame could not be read: the error code and message of the error frame.

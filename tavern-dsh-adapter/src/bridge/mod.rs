@@ -362,6 +362,7 @@ impl Bridge {
                         base: a.base,
                         cookie: a.cookie,
                         accept_language: a.accept_language,
+                        sign_in_token: a.sign_in_token,
                     })
                     .await;
                 Ok(json!({

@@ -165,6 +165,27 @@ test('the management API is forwarded to the bridge under /agent-tavern, behind 
     await r.done
     assert.equal(r.status, status, String(auth))
   }
+  // A browser on the panel sends no bearer header: its request goes to the bridge unadmitted,
+  // naming the token the panel's sign-in checks; the JSON API stays closed without the header.
+  const browser = response()
+  await api.handler(request('GET', {}, null, { url: '/agent-tavern/panel/memories?lang=zh' }), browser)
+  await browser.done
+  assert.equal(browser.status, 200)
+  assert.equal(browser.body.forwarded.signInToken, 'k7Qm2vX9pL4sT8wZ')
+  const bearer = response()
+  await api.handler(request('GET', { authorization: 'Bearer k7Qm2vX9pL4sT8wZ' }, null, { url: '/agent-tavern/panel' }), bearer)
+  await bearer.done
+  assert.equal(bearer.body.forwarded.signInToken, undefined, 'an admitted caller needs no sign-in')
+  const lookalike = response()
+  await api.handler(request('GET', {}, null, { url: '/agent-tavern/panelx' }), lookalike)
+  await lookalike.done
+  assert.equal(lookalike.status, 401)
+  const foreignSignIn = request('POST', { 'content-type': 'application/x-www-form-urlencoded', origin: 'http://evil.example' }, 'token=x',
+    { url: '/agent-tavern/panel/login' })
+  const foreignSignInRes = response()
+  await api.handler(foreignSignIn, foreignSignInRes)
+  await foreignSignInRes.done
+  assert.equal(foreignSignInRes.status, 403, 'another origin cannot sign in either')
   guarded.dispose()
 })
 
