@@ -36,6 +36,12 @@ impl Progress {
     pub fn inc(&self) {
         self.0.inc(1);
     }
+
+    /// `done` of `of` steps done (work whose length is known only once it starts).
+    pub fn set(&self, done: u64, of: u64) {
+        self.0.set_length(of);
+        self.0.set_position(done);
+    }
 }
 
 impl Drop for Progress {

@@ -1073,3 +1073,47 @@ fn time_macros_follow_the_users_zone() {
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.contains("--utc-offset \"Mars/Olympus\""), "{err}");
 }
+
+/// The panel's store page inside DSH: the bridge serving `--data` checks that file store
+/// (read-only) and names a damaged line by its store-relative file, never an absolute path.
+#[test]
+fn the_panels_store_check_runs_in_the_bridge_and_names_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut p = Peer::spawn(&["--data", data.to_str().unwrap()]);
+    let hello = p.call(1, "handshake", json!({"protocol": 1}));
+    assert!(hello.get("result").is_some(), "{hello}");
+    let check = |p: &mut Peer, id: u64| {
+        let r = p.call(
+            id,
+            "api/request",
+            json!({"method": "GET", "path": "/api/v1/store/check"}),
+        )["result"]
+            .clone();
+        let body: Value = serde_json::from_str(r["body"].as_str().unwrap()).unwrap();
+        (r["status"].as_u64().unwrap(), body)
+    };
+    let (status, whole) = check(&mut p, 2);
+    assert_eq!(status, 200, "{whole}");
+    assert_eq!(whole["ok"], true, "{whole}");
+    // A bit flipped in a logged memory (a bad disk): the check finds the line.
+    let log = data.join("memory.log");
+    let line = "0123456789abcdef {\"put\":{}}\n";
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&log)
+        .unwrap()
+        .write_all(line.as_bytes())
+        .unwrap();
+    let (status, damaged) = check(&mut p, 3);
+    assert_eq!(status, 200, "{damaged}");
+    assert_eq!(damaged["ok"], false, "{damaged}");
+    let file = damaged["problems"][0]["file"].as_str().unwrap();
+    assert!(file.starts_with("memory.log line"), "{damaged}");
+    assert!(
+        !damaged.to_string().contains(dir.path().to_str().unwrap()),
+        "no absolute path: {damaged}"
+    );
+    assert_eq!(p.call(4, "shutdown", json!({}))["result"]["ok"], true);
+    assert!(p.child.wait().unwrap().success());
+}

@@ -65,3 +65,49 @@ pub async fn check(State(api): State<Api>) -> Result<Json<CheckReport>, ApiError
     };
     check.check().await.map(Json).map_err(ApiError::Internal)
 }
+
+impl From<tavern_store::fs::CheckReport> for CheckReport {
+    fn from(found: tavern_store::fs::CheckReport) -> Self {
+        let findings = |items: Vec<tavern_store::fs::CheckFinding>| {
+            items
+                .into_iter()
+                .map(|f| CheckFinding {
+                    file: f.file,
+                    problem: f.problem,
+                })
+                .collect()
+        };
+        Self {
+            ok: found.problems.is_empty(),
+            problems: findings(found.problems),
+            warnings: findings(found.warnings),
+        }
+    }
+}
+
+/// The check of a file store (`tavern_store::fs::check_files` on its root, read-only, off the
+/// executor): what `tavern serve --data DIR` and the DSH bridge with `--data DIR` run.
+#[derive(Debug, Clone)]
+pub struct FileStoreCheck {
+    root: std::path::PathBuf,
+}
+
+impl FileStoreCheck {
+    /// A check of the file store rooted at `root`.
+    pub fn new(root: impl Into<std::path::PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+}
+
+#[async_trait]
+impl StoreCheck for FileStoreCheck {
+    async fn check(&self) -> Result<CheckReport, String> {
+        let root = self.root.clone();
+        let found = tavern_store::blocking::maybe_spawn_blocking(move || {
+            Ok(tavern_store::fs::check_files(&root, |_, _| {}))
+        })
+        .await
+        .map_err(|e| format!("the check stopped: {e}"))?;
+        Ok(found.into())
+    }
+}

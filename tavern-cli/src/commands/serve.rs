@@ -64,7 +64,12 @@ pub async fn run(
             token: token.clone(),
         },
     )
-    .with_store_check(Arc::new(CliCheck::new(ctx)));
+    .with_store_check(if ctx.store.is_some() {
+        Arc::new(CliCheck::new(ctx))
+    } else {
+        // The same check the DSH bridge runs on its `--data`.
+        Arc::new(tavern_api::routes::store::FileStoreCheck::new(&ctx.data))
+    });
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| CliError::Failed(format!("cannot listen on {}: {e}", args.listen)))?;
@@ -184,8 +189,8 @@ impl HostPort for ServeHost {
     }
 }
 
-/// `tavern check` for the panel's store page: read-only, no progress bars, and messages that
-/// name "the data directory" rather than its path (an HTTP client sees them).
+/// `tavern check` of a database for the panel's store page: read-only, no progress bars, and
+/// messages that name "the data directory" rather than its path (an HTTP client sees them).
 struct CliCheck {
     ctx: Context,
 }
@@ -202,15 +207,9 @@ impl CliCheck {
 #[async_trait]
 impl StoreCheck for CliCheck {
     async fn check(&self) -> Result<CheckReport, String> {
-        let report = if self.ctx.store.is_some() {
-            super::check::run_database(&self.ctx).await
-        } else {
-            let ctx = self.ctx.clone();
-            tokio::task::spawn_blocking(move || super::check::run(&ctx))
-                .await
-                .map_err(|e| format!("the check stopped: {e}"))?
-        }
-        .map_err(|e| e.to_string())?;
+        let report = super::check::run_database(&self.ctx)
+            .await
+            .map_err(|e| e.to_string())?;
         let findings = |key: &str| -> Vec<CheckFinding> {
             report.json[key]
                 .as_array()

@@ -287,7 +287,16 @@ async fn run(cli: Cli) -> Result<(), String> {
             let config = BridgeConfig {
                 max_frame_bytes: cli.max_frame_bytes,
             };
-            Arc::new(Bridge::with_config(runtime, host, config))
+            let mut bridge = Bridge::with_config(runtime, host, config);
+            // The panel's store page checks the file store the bridge serves (a database is
+            // checked with `tavern check --store` where it is reachable).
+            // (`--data` and `--store` exclude each other.)
+            if let Some(data) = &cli.common.data {
+                bridge = bridge.with_store_check(Arc::new(
+                    tavern_api::routes::store::FileStoreCheck::new(data),
+                ));
+            }
+            Arc::new(bridge)
                 .serve(stdin, stdout)
                 .await
                 .map_err(|e| e.to_string())

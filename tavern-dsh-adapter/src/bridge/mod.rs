@@ -96,6 +96,14 @@ impl Bridge {
         }
     }
 
+    /// The same bridge whose management API (the panel's store page) runs `check` — the
+    /// bridge program gives the file store's check when it serves `--data`.
+    #[must_use]
+    pub fn with_store_check(mut self, check: tavern_api::routes::store::StoreCheckRef) -> Self {
+        self.api = self.api.with_store_check(check);
+        self
+    }
+
     /// `(tool calls in flight, early cancels, finished call ids)` remembered, and announced
     /// agents (bounded-memory checks).
     pub fn bookkeeping(&self) -> ((usize, usize, usize), usize) {

@@ -17,12 +17,14 @@ mod atomic;
 mod chat;
 mod chat_digests;
 mod chat_folder;
+mod check;
 mod log;
 mod names;
 mod transfer;
 
 pub use atomic::{dir_syncs_issued, stamp_of, syncs_issued, FileStamp};
 pub use chat_folder::{FsOptions, CHAT_FOLDER_RECORD};
+pub use check::{check_files, CheckFinding, CheckReport};
 pub use log::verify_line;
 
 use std::collections::HashMap;
