@@ -261,6 +261,32 @@ impl Api {
 
 /// The source recorded for a write made through the API: the user, and the session the
 /// request named, if any.
+impl Api {
+    /// Records an operator's change to the settings or a session in the state's change log
+    /// (after the change itself, which stands whatever happens here).
+    pub(crate) async fn record_change(
+        &self,
+        session: Option<&SessionId>,
+        what: String,
+    ) -> Result<(), ApiError> {
+        use tavern_store::StateStoreExt;
+        let change = tavern_core::StateChange {
+            at: self.runtime().clock().now(),
+            what,
+            session: session.cloned(),
+            source: user_source(None),
+        };
+        self.runtime()
+            .stores()
+            .update(|s: &mut tavern_core::TavernState| {
+                s.record_change(change.clone());
+                Ok::<_, tavern_store::StoreError>(())
+            })
+            .await?;
+        Ok(())
+    }
+}
+
 pub(crate) fn user_source(session: Option<SessionId>) -> MemorySource {
     MemorySource {
         kind: SourceKind::User,

@@ -11,7 +11,7 @@ use crate::routes::{chat, lore, memories, sessions, settings, store, variables};
 #[openapi(
     info(
         title = "AgentTavern management API",
-        description = "See, correct and steer a roleplay: sessions, projection, memories, variables, lore and the tavern-mode prompt. Every write to a memory or variable names the revision it read; a stale one is `409` with the current revision (settings, prompts and modes are last-write-wins). Errors are `{\"error\": {\"code\", \"message\"}}`.",
+        description = "See, correct and steer a roleplay: sessions, projection, memories, variables, lore and the tavern-mode prompt. Every write to a memory or variable names the revision it read; a stale one is `409` with the current revision (settings, prompts and modes are last-write-wins, each change recorded with its source in the session's or the settings' `changes`). Errors are `{\"error\": {\"code\", \"message\"}}`.",
         license(name = "MIT OR Apache-2.0")
     ),
     paths(

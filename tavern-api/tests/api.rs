@@ -1301,3 +1301,91 @@ async fn a_memory_links_to_the_chat_lines_of_the_turn_that_wrote_it() {
     assert_eq!(html.matches("aria-current=\"true\"").count(), 2, "{html}");
     assert!(html.contains("我把灯笼送给你。"), "{html}");
 }
+
+#[tokio::test]
+async fn every_settings_and_session_write_is_recorded_with_its_source() {
+    let h = harness();
+    h.session("s1", "Seraphina - 1").await;
+    let whats = |v: &Value| -> Vec<String> {
+        v["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                assert_eq!(c["source"]["kind"], "user", "{c}");
+                assert!(c["at"].as_i64().unwrap() > 0, "{c}");
+                c["what"].as_str().unwrap().to_owned()
+            })
+            .collect()
+    };
+    let (status, s) = h
+        .call(
+            "PUT",
+            "/api/v1/settings",
+            Some(json!({"defaultContextMode": "agent-managed", "allowGlobalWrites": true})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{s}");
+    assert_eq!(
+        whats(&s),
+        ["default context mode dsh-native → agent-managed; allow global writes false → true"]
+    );
+    // Saving what is already there changes nothing and records nothing.
+    let (_, s) = h
+        .call(
+            "PUT",
+            "/api/v1/settings",
+            Some(json!({"allowGlobalWrites": true})),
+        )
+        .await;
+    assert_eq!(whats(&s).len(), 1);
+    let (status, _) = h
+        .call(
+            "PUT",
+            "/api/v1/sessions/s1/prompt",
+            Some(json!({"text": "Speak in riddles."})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = h.call("DELETE", "/api/v1/sessions/s1/prompt", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = h
+        .call(
+            "POST",
+            "/api/v1/sessions/s1/mode",
+            Some(json!({"mode": "agent-managed"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = h
+        .call(
+            "POST",
+            "/api/v1/sessions/s1/fork",
+            Some(json!({"session": "s1-st", "chat": "Seraphina - 1 (st)", "architecture": "st"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (_, s1) = h.get("/api/v1/sessions/s1").await;
+    assert_eq!(
+        whats(&s1),
+        [
+            "tavern-mode prompt saved (17 bytes)",
+            "tavern-mode prompt reset to the default",
+            "context mode dsh-native → agent-managed",
+            "forked into session s1-st (chat Seraphina - 1 (st), st)",
+        ]
+    );
+    let (_, forked) = h.get("/api/v1/sessions/s1-st").await;
+    assert_eq!(whats(&forked), ["forked from session s1"]);
+    // Settings changes are not a session's, and a session's are not the settings'.
+    let (_, s) = h.get("/api/v1/settings").await;
+    assert_eq!(whats(&s).len(), 1);
+    // The panel shows them, newest first.
+    let (_, page) = h.get_text("/panel/sessions/s1").await;
+    let table = &page[page.find("id=\"changes\"").expect("a changes table")..];
+    let fork = table.find("forked into session s1-st").unwrap();
+    let saved = table.find("tavern-mode prompt saved").unwrap();
+    assert!(fork < saved, "newest first");
+    let (_, page) = h.get_text("/panel/settings").await;
+    assert!(page.contains("allow global writes false → true"), "{page}");
+}

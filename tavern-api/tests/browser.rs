@@ -354,6 +354,16 @@ async fn a_user_corrects_and_steers_a_roleplay_in_a_real_browser_without_javascr
     );
     p.click("button[name=action][value=reset]").await;
     assert!(p.value("#prompt-text").await.contains("You are {{char}}"));
+    // Each of those writes is in the session's change log, newest first, as the user's.
+    let changes = p.text("#changes").await;
+    let reset = changes
+        .find("tavern-mode prompt reset")
+        .expect("the reset is logged");
+    let mode = changes
+        .find("context mode dsh-native → agent-managed")
+        .expect("the switch is logged");
+    assert!(reset < mode, "{changes}");
+    assert!(changes.contains("user"), "{changes}");
 
     // 9. Fork into st: a new session, labelled st.
     p.fill("#fork-h ~ form input[name=session]", "s1-st").await;

@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::ids::{CharacterName, ChatId, SessionId};
+use crate::record::MemorySource;
+use crate::time::Timestamp;
 
 /// Which generation architecture a session uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -202,8 +204,34 @@ pub struct TavernState {
     pub require_forget_confirmation: bool,
     /// Whether writes visible to other characters (`global`) need the user's confirmation.
     pub require_cross_character_confirmation: bool,
+    /// The newest changes an operator made to settings and sessions (the panel, the API), at
+    /// most [`MAX_STATE_CHANGES`], oldest first: memories and variables have their own audit.
+    pub changes: Vec<StateChange>,
     /// Unknown top-level fields, kept for round trips.
     pub extra: Map<String, Value>,
+}
+
+/// Most changes [`TavernState::changes`] keeps (the oldest go first).
+pub const MAX_STATE_CHANGES: usize = 100;
+
+/// Longest [`StateChange::what`], in characters (longer ones are cut).
+pub const MAX_CHANGE_WORDS: usize = 300;
+
+/// A change an operator made to the settings or a session — a mode switch, a fork, a binding,
+/// a prompt saved or reset, a replay: what, when, by whom (memories and variables keep their
+/// own audit).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StateChange {
+    /// When.
+    pub at: Timestamp,
+    /// What, in words (`context mode dsh-native → agent-managed`).
+    pub what: String,
+    /// The session it concerns, if one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionId>,
+    /// Who (the user through the panel or the API).
+    pub source: MemorySource,
 }
 
 impl Default for TavernState {
@@ -215,12 +243,33 @@ impl Default for TavernState {
             allow_global_writes: false,
             require_forget_confirmation: false,
             require_cross_character_confirmation: true,
+            changes: Vec::new(),
             extra: Map::new(),
         }
     }
 }
 
 impl TavernState {
+    /// Records an operator's change, keeping the newest [`MAX_STATE_CHANGES`].
+    pub fn record_change(&mut self, mut change: StateChange) {
+        if let Some((cut, _)) = change.what.char_indices().nth(MAX_CHANGE_WORDS) {
+            change.what.truncate(cut);
+        }
+        self.changes.push(change);
+        let over = self.changes.len().saturating_sub(MAX_STATE_CHANGES);
+        self.changes.drain(..over);
+    }
+
+    /// The recorded changes concerning `session`, oldest first.
+    pub fn changes_of<'a>(
+        &'a self,
+        session: &'a SessionId,
+    ) -> impl Iterator<Item = &'a StateChange> {
+        self.changes
+            .iter()
+            .filter(move |c| c.session.as_ref() == Some(session))
+    }
+
     /// The binding of a session, if any.
     pub fn binding(&self, session: &SessionId) -> Option<&SessionBinding> {
         self.bindings.get(session).map(|e| &e.binding)
@@ -282,6 +331,12 @@ impl TavernState {
             "requireCrossCharacterConfirmation".into(),
             self.require_cross_character_confirmation.into(),
         );
+        if !self.changes.is_empty() {
+            out.insert(
+                "changes".into(),
+                serde_json::to_value(&self.changes).unwrap_or(Value::Null),
+            );
+        }
         for (k, v) in &self.extra {
             out.entry(k.clone()).or_insert_with(|| v.clone());
         }

@@ -47,7 +47,10 @@ pub mod scope;
 pub mod time;
 pub mod tokens;
 
-pub use binding::{BindingTarget, ContextMode, SessionBinding, TavernArchitecture, TavernState};
+pub use binding::{
+    BindingTarget, ContextMode, SessionBinding, StateChange, TavernArchitecture, TavernState,
+    MAX_STATE_CHANGES,
+};
 pub use capability::{AgentTavernCapabilities, Availability, HostFacts};
 pub use error::CoreError;
 pub use identity::IdentitySummary;

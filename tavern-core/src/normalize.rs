@@ -6,7 +6,8 @@
 use serde_json::{Map, Value};
 
 use crate::binding::{
-    BindingEntry, BindingTarget, ContextMode, SessionBinding, TavernArchitecture, TavernState,
+    BindingEntry, BindingTarget, ContextMode, SessionBinding, StateChange, TavernArchitecture,
+    TavernState,
 };
 use crate::error::excerpt;
 use crate::ids::{CharacterName, ChatId, SessionId};
@@ -28,7 +29,8 @@ const BINDING_KEYS: [&str; 5] = [
     "architecture",
     "contextMode",
 ];
-const STATE_KEYS: [&str; 7] = [
+const STATE_KEYS: [&str; 8] = [
+    "changes",
     "sessionBindings",
     INVALID_BINDINGS,
     "defaultArchitecture",
@@ -108,6 +110,25 @@ pub fn normalize_state(input: &Value) -> (TavernState, Vec<Diagnostic>) {
         &mut state.require_cross_character_confirmation,
         &mut diags,
     );
+
+    match obj.get("changes") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                match serde_json::from_value::<StateChange>(item.clone()) {
+                    Ok(change) => state.record_change(change),
+                    Err(e) => diags.push(diag(
+                        &format!("/changes/{i}"),
+                        format!("unreadable change dropped: {e}"),
+                    )),
+                }
+            }
+        }
+        Some(other) => diags.push(diag(
+            "/changes",
+            format!("changes are {} instead of a list; ignored", kind(other)),
+        )),
+    }
 
     let mut invalid = Map::new();
     let mut seen = std::collections::BTreeSet::new();

@@ -215,3 +215,37 @@ proptest! {
         }
     }
 }
+
+/// The operator's change log: readable entries kept (the newest `MAX_STATE_CHANGES`), an
+/// unreadable one dropped with a diagnostic naming it, a log that is not a list ignored — and
+/// what comes out normalizes to itself.
+#[test]
+fn the_change_log_keeps_the_newest_readable_changes() {
+    let change = |i: usize| {
+        json!({"at": 1_700_000_000_000_i64 + i as i64, "what": format!("change {i}"),
+               "session": "s1", "source": {"kind": "user"}})
+    };
+    let mut items: Vec<Value> = (0..tavern_core::MAX_STATE_CHANGES + 5)
+        .map(change)
+        .collect();
+    items.insert(3, json!({"what": "no time, no source"}));
+    let (state, diags) = normalize_state(&json!({"changes": items}));
+    assert_eq!(state.changes.len(), tavern_core::MAX_STATE_CHANGES);
+    assert_eq!(state.changes[0].what, "change 5", "the oldest went first");
+    let last = format!("change {}", tavern_core::MAX_STATE_CHANGES + 4);
+    assert_eq!(state.changes.last().unwrap().what, last);
+    assert_eq!(diags.len(), 1, "{diags:?}");
+    assert_eq!(diags[0].path, "/changes/3");
+    let session = SessionId::parse("s1").unwrap();
+    assert_eq!(state.changes_of(&session).count(), state.changes.len());
+    check_idempotent(&state.to_json());
+    let (ignored, diags) = normalize_state(&json!({"changes": {"what": "x"}}));
+    assert!(ignored.changes.is_empty());
+    assert_eq!(diags[0].path, "/changes");
+    // A very long description is cut, so one change cannot grow the state without bound.
+    let mut state = TavernState::default();
+    let mut long: tavern_core::StateChange = serde_json::from_value(change(1)).unwrap();
+    long.what = "字".repeat(10_000);
+    state.record_change(long);
+    assert_eq!(state.changes[0].what.chars().count(), 300);
+}

@@ -205,6 +205,26 @@ struct SessionPage {
     s: SessionInfo,
     modes: Vec<ModeRow>,
     prompt: String,
+    changes: Vec<ChangeRow>,
+}
+
+/// One recorded change to the settings or a session, newest first on the page.
+struct ChangeRow {
+    at: String,
+    what: String,
+    source: String,
+}
+
+fn change_rows(changes: &[sessions::ChangeView]) -> Vec<ChangeRow> {
+    changes
+        .iter()
+        .rev()
+        .map(|c| ChangeRow {
+            at: time(c.at),
+            what: c.what.clone(),
+            source: source_words(&c.source),
+        })
+        .collect()
 }
 
 /// `/panel/sessions/{session}`.
@@ -250,6 +270,7 @@ pub async fn session(State(api): State<Api>, p: PageCtx, Path(id): Path<String>)
         StatusCode::OK,
         &SessionPage {
             p: p.clone(),
+            changes: change_rows(&view.changes),
             s,
             modes,
             prompt,
@@ -1265,6 +1286,7 @@ pub async fn test_lore(State(api): State<Api>, p: PageCtx, Form(f): Form<LoreFor
 #[template(path = "settings.html")]
 struct SettingsPage {
     p: PageCtx,
+    changes: Vec<ChangeRow>,
     s: SettingsView,
 }
 
@@ -1277,6 +1299,7 @@ pub async fn settings(State(api): State<Api>, p: PageCtx) -> Response {
             StatusCode::OK,
             &SettingsPage {
                 p: p.clone(),
+                changes: change_rows(&s.0.changes),
                 s: s.0,
             },
         ),

@@ -40,6 +40,31 @@ pub struct SessionView {
     pub modes: Vec<ModeView>,
     /// The projection checkpoint, once anything was projected.
     pub projection: Option<ProjectionView>,
+    /// What operators changed in this session (mode, fork, binding, prompt, replay), oldest
+    /// first (the state keeps the newest 100 changes of all sessions and settings).
+    pub changes: Vec<ChangeView>,
+}
+
+/// A change an operator made, as the state's change log keeps it.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangeView {
+    /// Epoch milliseconds.
+    pub at: i64,
+    /// What, in words.
+    pub what: String,
+    /// Who.
+    pub source: crate::routes::memories::SourceView,
+}
+
+impl ChangeView {
+    pub(crate) fn of(c: &tavern_core::StateChange) -> Self {
+        Self {
+            at: c.at.millis(),
+            what: c.what.clone(),
+            source: crate::routes::memories::SourceView::of(&c.source),
+        }
+    }
 }
 
 /// A context mode's availability on this host.
@@ -215,7 +240,13 @@ async fn view(api: &Api, session: &SessionId, b: &SessionBinding) -> Result<Sess
     } else {
         None
     };
+    let changes = api
+        .runtime()
+        .stores()
+        .read_state(|s| s.changes_of(session).map(ChangeView::of).collect())
+        .await?;
     Ok(SessionView {
+        changes,
         session: session.to_string(),
         character: target.character.to_string(),
         chat: target.chat_id.to_string(),
@@ -323,6 +354,11 @@ pub async fn bind(
         .runtime()
         .bind_existing_chat(&session, &character, &chat)
         .await?;
+    api.record_change(
+        Some(&session),
+        format!("bound to chat {chat} of {character}"),
+    )
+    .await?;
     Ok(created(view(&api, &session, &b).await?))
 }
 
@@ -345,8 +381,20 @@ pub async fn switch_mode(
             crate::scope::excerpt(&req.mode)
         ))
     })?;
-    bound(&api, &session).await?;
+    let before = bound(&api, &session).await?;
     let b = api.runtime().switch_mode(&session, mode).await?;
+    if before.context_mode() != b.context_mode() {
+        let label = |m: Option<ContextMode>| m.map_or("none".to_owned(), mode_label);
+        api.record_change(
+            Some(&session),
+            format!(
+                "context mode {} → {}",
+                label(before.context_mode()),
+                label(b.context_mode())
+            ),
+        )
+        .await?;
+    }
     Ok(Json(view(&api, &session, &b).await?))
 }
 
@@ -389,6 +437,16 @@ pub async fn fork(
         .runtime()
         .fork(&origin, &new_session, &chat, architecture)
         .await?;
+    api.record_change(
+        Some(&origin),
+        format!(
+            "forked into session {new_session} (chat {chat}, {})",
+            architecture.as_str()
+        ),
+    )
+    .await?;
+    api.record_change(Some(&new_session), format!("forked from session {origin}"))
+        .await?;
     Ok(created(view(&api, &new_session, &b).await?))
 }
 
@@ -429,6 +487,14 @@ pub async fn replay(
             message: format!("session {session} is an st session: its chat is not projected"),
             current: None,
         })?;
+    api.record_change(
+        Some(&session),
+        format!(
+            "projection replayed: {} appended, {} already present",
+            outcome.appended, outcome.already_present
+        ),
+    )
+    .await?;
     let projection = api
         .runtime()
         .projection(&session)
@@ -483,10 +549,16 @@ pub async fn save_prompt(
     let session = session_id(&session)?;
     // Prompts belong to bound sessions: an unknown id creates no record.
     bound(&api, &session).await?;
-    api.runtime()
+    let saved = api
+        .runtime()
         .stores()
         .save_prompt(&session, &req.text)
         .await?;
+    let what = match saved {
+        Some(p) => format!("tavern-mode prompt saved ({} bytes)", p.text.len()),
+        None => "tavern-mode prompt reset to the default (blank text)".to_owned(),
+    };
+    api.record_change(Some(&session), what).await?;
     Ok(Json(prompt_view(&api, &session).await?))
 }
 
@@ -501,6 +573,12 @@ pub async fn reset_prompt(
     let session = session_id(&session)?;
     // Prompts belong to bound sessions: an unknown id creates no record.
     bound(&api, &session).await?;
-    api.runtime().stores().reset_prompt(&session).await?;
+    if api.runtime().stores().reset_prompt(&session).await? {
+        api.record_change(
+            Some(&session),
+            "tavern-mode prompt reset to the default".to_owned(),
+        )
+        .await?;
+    }
     Ok(Json(prompt_view(&api, &session).await?))
 }

@@ -26,6 +26,9 @@ pub struct SettingsView {
     pub require_forget_confirmation: bool,
     /// Whether writes other characters can see need the user's confirmation.
     pub require_cross_character_confirmation: bool,
+    /// What operators changed in the settings, oldest first (of the state's newest 100
+    /// changes).
+    pub changes: Vec<crate::routes::sessions::ChangeView>,
 }
 
 /// Settings to change; what is absent stays.
@@ -51,7 +54,49 @@ fn view(s: &TavernState) -> SettingsView {
         allow_global_writes: s.allow_global_writes,
         require_forget_confirmation: s.require_forget_confirmation,
         require_cross_character_confirmation: s.require_cross_character_confirmation,
+        changes: s
+            .changes
+            .iter()
+            .filter(|c| c.session.is_none())
+            .map(crate::routes::sessions::ChangeView::of)
+            .collect(),
     }
+}
+
+/// What an update changed, in words (`default context mode dsh-native → agent-managed`).
+fn described(before: &TavernState, after: &TavernState) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut note = |name: &str, a: String, b: String| {
+        if a != b {
+            out.push(format!("{name} {a} → {b}"));
+        }
+    };
+    note(
+        "default architecture",
+        before.default_architecture.as_str().into(),
+        after.default_architecture.as_str().into(),
+    );
+    note(
+        "default context mode",
+        before.default_context_mode.as_str().into(),
+        after.default_context_mode.as_str().into(),
+    );
+    note(
+        "allow global writes",
+        before.allow_global_writes.to_string(),
+        after.allow_global_writes.to_string(),
+    );
+    note(
+        "require forget confirmation",
+        before.require_forget_confirmation.to_string(),
+        after.require_forget_confirmation.to_string(),
+    );
+    note(
+        "require cross-character confirmation",
+        before.require_cross_character_confirmation.to_string(),
+        after.require_cross_character_confirmation.to_string(),
+    );
+    out
 }
 
 /// The settings.
@@ -92,10 +137,12 @@ pub async fn update(
             })
         })
         .transpose()?;
+    let now = api.runtime().clock().now();
     let state = api
         .runtime()
         .stores()
         .update(|s: &mut TavernState| {
+            let before = s.clone();
             if let Some(a) = arch {
                 s.default_architecture = a;
             }
@@ -110,6 +157,16 @@ pub async fn update(
             }
             if let Some(v) = req.require_cross_character_confirmation {
                 s.require_cross_character_confirmation = v;
+            }
+            // Recorded in the same write as the change itself.
+            let what = described(&before, s);
+            if !what.is_empty() {
+                s.record_change(tavern_core::StateChange {
+                    at: now,
+                    what: what.join("; "),
+                    session: None,
+                    source: crate::app::user_source(None),
+                });
             }
             Ok::<_, tavern_store::StoreError>(view(s))
         })
