@@ -263,7 +263,7 @@ impl Api {
 /// request named, if any.
 impl Api {
     /// Records an operator's change to the settings or a session in the state's change log
-    /// (after the change itself, which stands whatever happens here).
+    /// (after the change itself, which stands whatever happens here: a failure says so).
     pub(crate) async fn record_change(
         &self,
         session: Option<&SessionId>,
@@ -282,8 +282,12 @@ impl Api {
                 s.record_change(change.clone());
                 Ok::<_, tavern_store::StoreError>(())
             })
-            .await?;
-        Ok(())
+            .await
+            .map_err(|e| {
+                ApiError::Internal(format!(
+                    "the change was made, but recording it in the change log failed: {e}"
+                ))
+            })
     }
 }
 

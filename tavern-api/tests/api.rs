@@ -352,8 +352,11 @@ async fn forget_then_restore_brings_the_memory_back_whole() {
         .collect();
     assert_eq!(actions, ["created", "forgotten", "restored"]);
     // Each version names its text; forgetting and restoring left it as it was.
-    for e in hist["entries"].as_array().unwrap() {
-        assert_eq!(e["content"], m["content"], "{e}");
+    let entries = hist["entries"].as_array().unwrap();
+    assert_eq!(entries[0]["content"], m["content"], "{hist}");
+    for e in &entries[1..] {
+        assert_eq!(e["sameText"], true, "{e}");
+        assert!(e.get("content").is_none(), "{e}");
     }
     let (status, _) = h
         .call(
@@ -1287,7 +1290,63 @@ async fn a_memory_links_to_the_chat_lines_of_the_turn_that_wrote_it() {
     );
     let (status, _) = h.get("/api/v1/sessions/nobody/chat").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+    // A page too short for the context still holds the turn's first message.
+    let (_, short) = h.get("/api/v1/sessions/s1/chat?turn=2&limit=1").await;
+    assert_eq!(short["messages"][0]["text"], "我把灯笼送给你。", "{short}");
+    assert_eq!(short["turnMessages"].as_array().unwrap().len(), 1);
+    assert_eq!(short["turnTotal"], 2);
+    // A fork copies its origin's lines, turn numbers and all; its own turn 1 is its own.
+    let (status, body) = h
+        .call(
+            "POST",
+            "/api/v1/sessions/s1/fork",
+            Some(json!({"session": "s1-b", "chat": "Seraphina - 1 (b)", "architecture": "agent-tavern"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    h.host.start(&sid("s1-b"));
+    h.play_turn("s1-b", 1, "Fork words.", None, "Fork reply.")
+        .await;
+    let (_, forked) = h.get("/api/v1/sessions/s1-b/chat?turn=1&limit=50").await;
+    let marked: Vec<&str> = forked["turnMessages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            let i = i.as_u64().unwrap() - forked["offset"].as_u64().unwrap();
+            forked["messages"][i as usize]["text"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(marked, ["Fork words.", "Fork reply."], "{forked}");
+    let (_, whole) = h.get("/api/v1/sessions/s1-b/chat?offset=0&limit=50").await;
+    let copied = whole["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["text"] == "Hello there.")
+        .expect("the origin's lines were copied");
+    assert!(
+        copied["turn"].is_null(),
+        "a copied line is not the fork's turn: {copied}"
+    );
     // The panel's memory page links to those lines, and the chat page marks them.
+    let (_, html) = h
+        .get_text(&format!("/panel/memories/{gift}?{CHAT_Q}"))
+        .await;
+    assert!(
+        html.contains("/panel/sessions/s1/chat?turn=2#turn-2"),
+        "{html}"
+    );
+    // After the user edits the memory, it still links to where it came from.
+    let (status, edited) = h
+        .call(
+            "PUT",
+            &format!("/api/v1/memories/{gift}?{CHAT_Q}"),
+            Some(json!({"revision": m["revision"], "content": "Kai gave Seraphina a brass lantern."})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{edited}");
+    assert_eq!(edited["source"]["kind"], "user");
     let (_, html) = h
         .get_text(&format!("/panel/memories/{gift}?{CHAT_Q}"))
         .await;
@@ -1388,4 +1447,41 @@ async fn every_settings_and_session_write_is_recorded_with_its_source() {
     assert!(fork < saved, "newest first");
     let (_, page) = h.get_text("/panel/settings").await;
     assert!(page.contains("allow global writes false → true"), "{page}");
+}
+
+#[tokio::test]
+async fn the_file_store_check_reads_a_real_store_and_says_when_there_is_none() {
+    let h = harness();
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        tavern_store::fs::FsStore::open(dir.path(), std::sync::Arc::new(tavern_store::SystemClock))
+            .unwrap();
+    drop(store);
+    let ask = |api: tavern_api::Api| async move {
+        let req = Request::get("/api/v1/store/check")
+            .header(header::HOST, "127.0.0.1:7300")
+            .body(Body::empty())
+            .unwrap();
+        let res = api.router().oneshot(req).await.unwrap();
+        let status = res.status();
+        let bytes = http_body_util::BodyExt::collect(res.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        (status, serde_json::from_slice::<Value>(&bytes).unwrap())
+    };
+    let check = tavern_api::routes::store::FileStoreCheck::new(dir.path());
+    let (status, body) = ask(h.api.clone().with_store_check(std::sync::Arc::new(check))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["ok"], true, "{body}");
+    let gone = dir.path().join("not-here");
+    let check = tavern_api::routes::store::FileStoreCheck::new(&gone);
+    let (status, body) = ask(h.api.clone().with_store_check(std::sync::Arc::new(check))).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("does not exist"), "{message}");
+    assert!(
+        !message.contains(dir.path().to_str().unwrap()),
+        "no absolute path: {message}"
+    );
 }

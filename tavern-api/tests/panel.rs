@@ -395,3 +395,49 @@ async fn a_browser_signs_in_through_a_host_that_has_a_token() {
     admitted.sign_in_token = None;
     assert_eq!(h.api.forward(admitted).await.status, 200);
 }
+
+/// Browsers send a form value's line breaks as CRLF: an edit (or an earlier text brought back)
+/// keeps the text's own line breaks, so bringing back a multi-line text restores it exactly.
+#[tokio::test]
+async fn a_multi_line_text_comes_back_from_a_form_unchanged() {
+    let h = harness();
+    let (status, m) = h
+        .call(
+            "POST",
+            "/api/v1/memories",
+            Some(json!({"scope": {"kind": "global"}, "id": "poem", "content": "first line\nsecond line"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (_, m2) = h
+        .call(
+            "PUT",
+            "/api/v1/memories/poem?scope=global",
+            Some(json!({"revision": m["revision"], "content": "one line"})),
+        )
+        .await;
+    let page = send(
+        &h,
+        get("/panel/memories/poem?scope=global")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert!(page.body.contains("class=\"bring-back\""), "{}", page.body);
+    let body = serde_urlencoded::to_string([
+        ("csrf", csrf(&page.body)),
+        ("revision", m2["revision"].as_str().unwrap().to_owned()),
+        ("content", "first line\r\nsecond line".to_owned()),
+    ])
+    .unwrap();
+    let done = send(&h, form("/panel/memories/poem/edit?scope=global", &body)).await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    let (_, back) = h.get("/api/v1/memories/poem?scope=global").await;
+    assert_eq!(back["content"], "first line\nsecond line");
+    // The text that came back is the first one again: its history says so, no diff of CRs.
+    let (_, hist) = h.get("/api/v1/memories/poem/history?scope=global").await;
+    assert_eq!(
+        hist["entries"][2]["content"], "first line\nsecond line",
+        "{hist}"
+    );
+}

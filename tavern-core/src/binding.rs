@@ -204,15 +204,20 @@ pub struct TavernState {
     pub require_forget_confirmation: bool,
     /// Whether writes visible to other characters (`global`) need the user's confirmation.
     pub require_cross_character_confirmation: bool,
-    /// The newest changes an operator made to settings and sessions (the panel, the API), at
-    /// most [`MAX_STATE_CHANGES`], oldest first: memories and variables have their own audit.
+    /// The newest changes an operator made to settings and sessions (the panel, the API),
+    /// oldest first: at most [`MAX_CHANGES_PER_SUBJECT`] for the settings and for each session,
+    /// [`MAX_STATE_CHANGES`] in all. Memories and variables have their own audit.
     pub changes: Vec<StateChange>,
     /// Unknown top-level fields, kept for round trips.
     pub extra: Map<String, Value>,
 }
 
-/// Most changes [`TavernState::changes`] keeps (the oldest go first).
-pub const MAX_STATE_CHANGES: usize = 100;
+/// Most changes [`TavernState::changes`] keeps in all (the oldest go first).
+pub const MAX_STATE_CHANGES: usize = 200;
+
+/// Most changes kept for the settings and for each session, so a busy session does not push
+/// the settings' or another session's changes out.
+pub const MAX_CHANGES_PER_SUBJECT: usize = 20;
 
 /// Longest [`StateChange::what`], in characters (longer ones are cut).
 pub const MAX_CHANGE_WORDS: usize = 300;
@@ -250,12 +255,27 @@ impl Default for TavernState {
 }
 
 impl TavernState {
-    /// Records an operator's change, keeping the newest [`MAX_STATE_CHANGES`].
+    /// Records an operator's change, keeping the newest [`MAX_CHANGES_PER_SUBJECT`] of its
+    /// subject (the settings, or its session) and the newest [`MAX_STATE_CHANGES`] in all.
     pub fn record_change(&mut self, mut change: StateChange) {
         if let Some((cut, _)) = change.what.char_indices().nth(MAX_CHANGE_WORDS) {
             change.what.truncate(cut);
         }
+        let subject = change.session.clone();
         self.changes.push(change);
+        let same: Vec<usize> = self
+            .changes
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.session == subject)
+            .map(|(i, _)| i)
+            .collect();
+        if let Some(&oldest) = same
+            .first()
+            .filter(|_| same.len() > MAX_CHANGES_PER_SUBJECT)
+        {
+            self.changes.remove(oldest);
+        }
         let over = self.changes.len().saturating_sub(MAX_STATE_CHANGES);
         self.changes.drain(..over);
     }

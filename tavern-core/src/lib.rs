@@ -49,7 +49,7 @@ pub mod tokens;
 
 pub use binding::{
     BindingTarget, ContextMode, SessionBinding, StateChange, TavernArchitecture, TavernState,
-    MAX_STATE_CHANGES,
+    MAX_CHANGES_PER_SUBJECT, MAX_STATE_CHANGES,
 };
 pub use capability::{AgentTavernCapabilities, Availability, HostFacts};
 pub use error::CoreError;

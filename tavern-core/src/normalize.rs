@@ -114,14 +114,28 @@ pub fn normalize_state(input: &Value) -> (TavernState, Vec<Diagnostic>) {
     match obj.get("changes") {
         None | Some(Value::Null) => {}
         Some(Value::Array(items)) => {
+            let mut unreadable = 0;
             for (i, item) in items.iter().enumerate() {
                 match serde_json::from_value::<StateChange>(item.clone()) {
                     Ok(change) => state.record_change(change),
-                    Err(e) => diags.push(diag(
-                        &format!("/changes/{i}"),
-                        format!("unreadable change dropped: {e}"),
-                    )),
+                    // The first one is named; a file full of them is one more line, not
+                    // thousands.
+                    Err(e) => {
+                        unreadable += 1;
+                        if unreadable == 1 {
+                            diags.push(diag(
+                                &format!("/changes/{i}"),
+                                format!("unreadable change dropped: {}", excerpt(&e.to_string())),
+                            ));
+                        }
+                    }
                 }
+            }
+            if unreadable > 1 {
+                diags.push(diag(
+                    "/changes",
+                    format!("{} more unreadable changes dropped", unreadable - 1),
+                ));
             }
         }
         Some(other) => diags.push(diag(

@@ -521,11 +521,17 @@ pub struct AuditEntry {
     pub revision: Option<Revision>,
     /// Who.
     pub source: MemorySource,
-    /// A memory's text as of this version, in the audit of one memory while the store still
+    /// A memory's text as of this version, in the audit of one memory, when this version set
+    /// it (the first version, or another text than the version before) and the store still
     /// keeps it (a memory keeps the texts of its last few content changes); `None` for
-    /// variables, scope-wide trails and versions whose text was let go.
+    /// variables, scope-wide trails, versions that kept the text (see
+    /// [`AuditEntry::same_text`]) and versions whose text was let go.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// This version kept the text of the version before it (an importance change, a forget,
+    /// a restore): its text is the last `content` before it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub same_text: bool,
 }
 
 #[cfg(test)]

@@ -225,23 +225,49 @@ fn the_change_log_keeps_the_newest_readable_changes() {
         json!({"at": 1_700_000_000_000_i64 + i as i64, "what": format!("change {i}"),
                "session": "s1", "source": {"kind": "user"}})
     };
-    let mut items: Vec<Value> = (0..tavern_core::MAX_STATE_CHANGES + 5)
-        .map(change)
-        .collect();
+    let per = tavern_core::MAX_CHANGES_PER_SUBJECT;
+    let mut items: Vec<Value> = (0..per + 5).map(change).collect();
     items.insert(3, json!({"what": "no time, no source"}));
+    items.insert(4, json!({"what": "x".repeat(100_000)}));
     let (state, diags) = normalize_state(&json!({"changes": items}));
-    assert_eq!(state.changes.len(), tavern_core::MAX_STATE_CHANGES);
+    assert_eq!(
+        state.changes.len(),
+        per,
+        "one session keeps its newest {per}"
+    );
     assert_eq!(state.changes[0].what, "change 5", "the oldest went first");
-    let last = format!("change {}", tavern_core::MAX_STATE_CHANGES + 4);
+    let last = format!("change {}", per + 4);
     assert_eq!(state.changes.last().unwrap().what, last);
-    assert_eq!(diags.len(), 1, "{diags:?}");
+    assert_eq!(diags.len(), 2, "{diags:?}");
     assert_eq!(diags[0].path, "/changes/3");
+    assert_eq!(diags[1].message, "1 more unreadable changes dropped");
+    assert!(diags.iter().all(|d| d.message.len() < 400), "{diags:?}");
     let session = SessionId::parse("s1").unwrap();
     assert_eq!(state.changes_of(&session).count(), state.changes.len());
     check_idempotent(&state.to_json());
     let (ignored, diags) = normalize_state(&json!({"changes": {"what": "x"}}));
     assert!(ignored.changes.is_empty());
     assert_eq!(diags[0].path, "/changes");
+    // Many sessions: each keeps its own newest, the whole log stays within its bound, and a
+    // busy session does not push the settings' changes out.
+    let mut many = TavernState::default();
+    let settings: tavern_core::StateChange =
+        serde_json::from_value(json!({"at": 1, "what": "settings", "source": {"kind": "user"}}))
+            .unwrap();
+    many.record_change(settings);
+    for i in 0..1000 {
+        let mut c: tavern_core::StateChange = serde_json::from_value(change(i)).unwrap();
+        c.session = Some(SessionId::parse(format!("s{}", i % 5)).unwrap());
+        many.record_change(c);
+    }
+    assert_eq!(many.changes.len(), 1 + 5 * per);
+    assert!(many.changes.iter().any(|c| c.what == "settings"));
+    for i in 0..1000 {
+        let mut c: tavern_core::StateChange = serde_json::from_value(change(i)).unwrap();
+        c.session = Some(SessionId::parse(format!("t{i}")).unwrap());
+        many.record_change(c);
+    }
+    assert_eq!(many.changes.len(), tavern_core::MAX_STATE_CHANGES);
     // A very long description is cut, so one change cannot grow the state without bound.
     let mut state = TavernState::default();
     let mut long: tavern_core::StateChange = serde_json::from_value(change(1)).unwrap();

@@ -217,8 +217,21 @@ pub async fn memory_history_texts(f: &Fixture) {
     let s = &f.store;
     let scope = agent("a1");
     let id = MemoryId::parse("edited").unwrap();
+    // Each version's text, as a reader follows the trail: a version that kept the text of
+    // the one before carries none and says so.
     let texts = |audit: &[tavern_core::AuditEntry]| -> Vec<Option<String>> {
-        audit.iter().map(|a| a.content.clone()).collect()
+        let mut last: Option<String> = None;
+        audit
+            .iter()
+            .map(|a| {
+                if a.same_text {
+                    assert!(a.content.is_none(), "{a:?}");
+                } else {
+                    last = a.content.clone();
+                }
+                last.clone()
+            })
+            .collect()
     };
     let some = |t: &str| Some(t.to_owned());
     let mut cur = s
@@ -254,6 +267,10 @@ pub async fn memory_history_texts(f: &Fixture) {
         [some("v1"), some("v2"), some("v2"), some("v2"), some("v3")],
         "each version with its own text, an importance change and a forget keep it"
     );
+    // Only the versions that changed the text carry it (a record saved many times with one
+    // text holds it once).
+    let carried: Vec<bool> = audit.iter().map(|a| a.content.is_some()).collect();
+    assert_eq!(carried, [true, true, false, false, true]);
     // A scope-wide trail names no texts (only one record's history does).
     assert!(s
         .audit_memory(&scope, None)

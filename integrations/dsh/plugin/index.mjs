@@ -58,7 +58,7 @@ export const settings = {
   chatPrefix: { type: 'string', default: '', description: 'Prefix of the chat names of new sessions (default: the character).' },
   bindPattern: { type: 'string', default: '.*', description: 'Which new session ids are bound to character.' },
   sessionsRoot: { type: 'string', default: () => join(dshHome(), 'sessions'), description: "Where DSH keeps session logs, read to catch up after a restart: stock DSH's sessions/ under the DSH home (zstd logs are read as they are). Set it when a patch moves `session-persistence-jsonl`'s root." },
-  routeToken: { type: 'string', default: '', description: "Bearer token admitting callers of the tavern-mode route and the management API under /agent-tavern/api/v1 (empty: loopback only)." },
+  routeToken: { type: 'string', default: '', description: "Bearer token admitting callers of the tavern-mode route and the management API under /agent-tavern/api/v1; a browser types it once into the panel's sign-in page at /agent-tavern/panel (empty: loopback only)." },
   hostVersion: { type: 'string', default: '', description: 'The DSH release (default: read from the running launcher), reported to the bridge; releases known not to work are refused.' },
   restarts: { type: 'number', default: 3, description: 'How often a bridge that dies is started again before AgentTavern turns itself off.' },
   routeCallTimeoutMs: { type: 'number', default: 30000, description: 'How long the tavern-mode route and the management API wait for the bridge to answer; past it the caller gets 503 (a stuck bridge holds no connection forever).' },
@@ -537,6 +537,10 @@ const API_PREFIX = '/agent-tavern'
  */
 function admittedRoute(config) {
   let reading = 0
+  // Bodies of panel requests the token did not admit (a browser signing in, or signed in with
+  // the panel's cookie) are read in their own few slots, with a shorter wait: anyone who can
+  // reach the port can send them, so they must not take the admitted callers' slots.
+  let readingUnadmitted = 0
   const refuse = (req, res, status, error, message) => {
     res.writeHead(status, { 'content-type': 'application/json', connection: 'close' })
     res.end(JSON.stringify({ ok: false, error, message }))
@@ -544,7 +548,8 @@ function admittedRoute(config) {
   }
   return (handle) => async (req, res) => {
     // Admission first: an unauthenticated caller learns nothing, not even that its body was
-    // too long, and its body is never read.
+    // too long, and its body is never read — except the panel's sign-in form and a signed-in
+    // browser's forms (below), read in their own two slots within 5 s.
     const loopback = ['127.0.0.1', '::1', '::ffff:127.0.0.1'].includes(req.socket?.remoteAddress)
     const admitted = config.routeToken ? bearerMatches(req.headers.authorization, config.routeToken) : loopback
     // A browser sends no bearer header with a link or a form: with a routeToken, the panel's
@@ -552,6 +557,14 @@ function admittedRoute(config) {
     // the session cookie it gives open them.
     const signIn = !admitted && Boolean(config.routeToken) && isPanelPath(req.url)
     if (!admitted && !signIn) return refuse(req, res, 401, 'unauthorized', 'not admitted')
+    // Unadmitted, only the sign-in form and a signed-in browser's forms carry a body; any
+    // other is refused unread (the bridge checks the cookie itself).
+    const writes = req.method !== 'GET' && req.method !== 'HEAD'
+    if (signIn && writes) {
+      const login = String(req.url ?? '').split('?')[0] === `${API_PREFIX}/panel/login`
+      const cookie = /(?:^|;\s*)tavern_session=/.test(String(req.headers.cookie ?? ''))
+      if (!login && !cookie) return refuse(req, res, 401, 'unauthorized', 'sign in at /agent-tavern/panel/login first')
+    }
     // Without a token, the request must also name a loopback host: a page elsewhere that
     // points its own name at 127.0.0.1 (DNS rebinding) connects from loopback and is its own
     // origin, but cannot make its Host header say localhost.
@@ -565,12 +578,21 @@ function admittedRoute(config) {
     if (refusal) return refuse(req, res, refusal.status, refusal.error, refusal.message)
     // A body that stalls is given up on after routeBodyTimeoutMs, and only so many are read
     // at once, so stalled callers cannot hold the host's memory.
-    if (reading >= MAX_BODIES) return refuse(req, res, 503, 'busy', `${MAX_BODIES} requests are already being read`)
-    reading += 1
+    if (signIn && !writes) {
+      // A page view: its body (if any) means nothing and is not read.
+      req.resume()
+      return handle(req, res, '', admitted)
+    }
+    if (signIn ? readingUnadmitted >= MAX_UNADMITTED_BODIES : reading >= MAX_BODIES) {
+      return refuse(req, res, 503, 'busy', `${signIn ? MAX_UNADMITTED_BODIES : MAX_BODIES} requests are already being read`)
+    }
+    if (signIn) readingUnadmitted += 1
+    else reading += 1
+    const wait = signIn ? Math.min(config.routeBodyTimeoutMs, UNADMITTED_BODY_TIMEOUT_MS) : config.routeBodyTimeoutMs
     const chunks = []
     let size = 0
     let stalled = false
-    const timer = setTimeout(() => { stalled = true; req.destroy?.() }, config.routeBodyTimeoutMs)
+    const timer = setTimeout(() => { stalled = true; req.destroy?.() }, wait)
     try {
       for await (const chunk of req) {
         size += chunk.length
@@ -581,11 +603,12 @@ function admittedRoute(config) {
       stalled = true
     } finally {
       clearTimeout(timer)
-      reading -= 1
+      if (signIn) readingUnadmitted -= 1
+      else reading -= 1
     }
     if (stalled) {
       res.writeHead(408, { 'content-type': 'application/json', connection: 'close' })
-      res.end(JSON.stringify({ ok: false, error: 'timeout', message: `the body did not arrive within ${config.routeBodyTimeoutMs} ms` }))
+      res.end(JSON.stringify({ ok: false, error: 'timeout', message: `the body did not arrive within ${wait} ms` }))
       return
     }
     if (size > 1 << 20) {
@@ -605,6 +628,12 @@ function isPanelPath(url) {
 
 /** Most route bodies read at once. */
 const MAX_BODIES = 8
+
+/** Most bodies of unadmitted panel requests (sign-in, a signed-in browser's forms) read at once. */
+const MAX_UNADMITTED_BODIES = 2
+
+/** Longest wait for an unadmitted panel request's body, in milliseconds. */
+const UNADMITTED_BODY_TIMEOUT_MS = 5000
 
 /**
  * Why a route request is refused as cross-site, or `null`: an `Origin` other than the host the

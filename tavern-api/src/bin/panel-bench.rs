@@ -17,7 +17,7 @@ use tavern_core::{
 use tavern_runtime::testkit::MemHost;
 use tavern_runtime::{Runtime, RuntimeConfig};
 use tavern_store::fs::FsStore;
-use tavern_store::{MemoryQuery, MemoryStore, SystemClock};
+use tavern_store::{ChatStore, MemoryQuery, MemoryStore, SystemClock};
 use tavern_tools::assets::provider::MemAssets;
 use tower::ServiceExt;
 
@@ -76,6 +76,9 @@ where
     (p(&t, 0.5), p(&t, 0.95))
 }
 
+/// Messages of the long chat the chat page is measured on.
+const CHAT_MESSAGES: usize = 10_000;
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let records = arg("--records", 100_000);
@@ -128,6 +131,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .new_chat(&s, character, &ChatId::parse(format!("chat {i}"))?, false)
             .await?;
     }
+    // Session s0's chat grows to 10,000 messages (5,000 turns), as a long roleplay's does.
+    let chat0 = ChatId::parse("chat 0")?;
+    let revision = store
+        .chat_revision(&characters[0], &chat0)
+        .await?
+        .ok_or("chat 0 was just created")?;
+    let lines = (0..CHAT_MESSAGES)
+        .map(|i| {
+            let line = serde_json::json!({
+                "name": if i % 2 == 0 { "User" } else { "Character 0" },
+                "is_user": i % 2 == 0,
+                "send_date": "2026-12-04T10:00:00.000Z",
+                "mes": text(i),
+                "extra": {"agentTavern": {"sessionId": "s0", "turn": i / 2 + 1}},
+            });
+            tavern_core::chat::ChatLine::parse(&line.to_string())
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    store
+        .append_lines(&characters[0], &chat0, &lines, &revision)
+        .await?;
     let router = Api::new(runtime, ApiConfig::default()).router();
     let get = |uri: String| {
         let router = router.clone();
@@ -167,6 +191,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         (
             "variables of a scope",
             "/panel/variables?scope=global".to_owned(),
+        ),
+        (
+            "a 10,000-message chat at a turn",
+            "/panel/sessions/s0/chat?turn=2500".to_owned(),
+        ),
+        (
+            "a 10,000-message chat, last page",
+            format!("/panel/sessions/s0/chat?offset={}", CHAT_MESSAGES - 30),
         ),
         (
             "API: search (JSON)",

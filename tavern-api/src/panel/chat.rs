@@ -32,6 +32,8 @@ struct ChatPage {
     character: String,
     chat: String,
     turn: Option<u64>,
+    /// The first message's number (SillyTavern's, from 0), for the list's numbering.
+    first_index: usize,
     from: usize,
     to: usize,
     total: usize,
@@ -61,20 +63,22 @@ pub async fn page(
         Err(e) => return error_page(&p, &e, back),
     };
     let shown = page.messages.len();
+    let size = q.limit.unwrap_or(PAGE);
     let link = |offset: usize| {
         format!(
-            "{}/panel/sessions/{session_url}/chat?offset={offset}",
+            "{}/panel/sessions/{session_url}/chat?offset={offset}&limit={size}",
             p.base
         )
     };
-    let older = (page.offset > 0).then(|| link(page.offset.saturating_sub(PAGE)));
+    let older = (page.offset > 0).then(|| link(page.offset.saturating_sub(size)));
     let newer = (page.offset + shown < page.total).then(|| link(page.offset + shown));
     let first = page.turn_messages.first().copied();
+    let hits: std::collections::HashSet<usize> = page.turn_messages.iter().copied().collect();
     let rows = page
         .messages
         .into_iter()
         .map(|m| Row {
-            hit: page.turn_messages.contains(&m.index),
+            hit: hits.contains(&m.index),
             first_of_turn: Some(m.index) == first,
             m,
         })
@@ -85,6 +89,7 @@ pub async fn page(
         character: page.character,
         chat: page.chat,
         turn,
+        first_index: page.offset,
         from: page.offset + usize::from(shown > 0),
         to: page.offset + shown,
         total: page.total,

@@ -25,6 +25,13 @@ const CSS: &str = include_str!("../../assets/panel.css");
 /// Memories a page lists.
 const PAGE_SIZE: usize = 20;
 
+/// A form field's text with the line breaks it was stored with: browsers send every line
+/// break of a form value (a textarea, a hidden field) as CRLF, which would make an untouched
+/// text a new one.
+fn lf(s: &str) -> String {
+    s.replace("\r\n", "\n")
+}
+
 pub(super) fn enc(s: &str) -> String {
     serde_urlencoded::to_string([("", s)])
         .map(|q| q.trim_start_matches('=').to_owned())
@@ -362,7 +369,7 @@ pub async fn prompt(
     let done = if f.action == "reset" {
         sessions::reset_prompt(State(api), Path(id.clone())).await
     } else {
-        let req = sessions::PromptRequest { text: f.text };
+        let req = sessions::PromptRequest { text: lf(&f.text) };
         sessions::save_prompt(State(api), Path(id.clone()), Body(req)).await
     };
     match done {
@@ -625,7 +632,7 @@ pub async fn create_memory(
         scope: scope.clone(),
         id: f.id,
         kind: None,
-        content: f.content,
+        content: lf(&f.content),
         tags: Vec::new(),
         importance: None,
         confidence: None,
@@ -730,21 +737,27 @@ fn diff(before: &str, after: &str) -> Vec<DiffPart> {
     parts
 }
 
-/// Each history entry's change against the entry before it; `(action, text)` per entry, oldest
-/// first (the first entry shown is the creation unless older ones were left out).
-fn changes(entries: &[(&str, Option<&str>)]) -> Vec<Change> {
-    let texts: Vec<Option<&str>> = entries.iter().map(|e| e.1).collect();
+/// Each history entry's change against the version before it, oldest first; `(action, text
+/// it set, kept the text before)` per entry (the first entry shown is the creation unless
+/// older ones were left out).
+fn changes(entries: &[(&str, Option<&str>, bool)]) -> Vec<Change> {
+    // The text of the version before, while known.
+    let mut before: Option<&str> = None;
     entries
         .iter()
         .enumerate()
-        .map(
-            |(i, (action, text))| match (i.checked_sub(1).map(|j| texts[j]), text) {
-                (None, Some(t)) if *action == "created" => Change::First((*t).to_owned()),
-                (Some(Some(before)), Some(after)) if before == *after => Change::Unchanged,
-                (Some(Some(before)), Some(after)) => Change::Diff(diff(before, after)),
+        .map(|(i, &(action, text, same))| {
+            let change = match (i, same, text, before) {
+                (_, true, _, _) => Change::Unchanged,
+                (0, false, Some(t), _) if action == "created" => Change::First(t.to_owned()),
+                (_, false, Some(t), Some(b)) => Change::Diff(diff(b, t)),
                 _ => Change::NotKept,
-            },
-        )
+            };
+            if !same {
+                before = text;
+            }
+            change
+        })
         .collect()
 }
 
@@ -793,6 +806,11 @@ pub async fn memory(
         Err(e) => return error_page(&p, &e, Some(format!("{}/panel/memories", p.base))),
     };
     let m = &h.memory;
+    let origin = h
+        .entries
+        .iter()
+        .find(|e| e.action == "created" && e.source.session.is_some())
+        .map_or(&m.source, |e| &e.source);
     let info = MemoryInfo {
         id: m.id.clone(),
         id_url: enc(&m.id),
@@ -806,9 +824,9 @@ pub async fn memory(
         importance: m.importance,
         confidence: m.confidence,
         source: source_words(&m.source),
-        // The chat line the memory came from: the turn's messages when the write names its
-        // turn, else the session.
-        chat_link: m.source.session.as_ref().map(|s| match m.source.turn {
+        // The chat line the memory came from — its creation's source (a later edit by the
+        // user names no turn): the turn's messages when it names one, else the session.
+        chat_link: origin.session.as_ref().map(|s| match origin.turn {
             Some(turn) => format!(
                 "{}/panel/sessions/{}/chat?turn={turn}#turn-{turn}",
                 p.base,
@@ -819,10 +837,10 @@ pub async fn memory(
         updated: time(m.updated_at),
         revision: m.revision.clone(),
     };
-    let texts: Vec<(&str, Option<&str>)> = h
+    let texts: Vec<(&str, Option<&str>, bool)> = h
         .entries
         .iter()
-        .map(|e| (e.action.as_str(), e.content.as_deref()))
+        .map(|e| (e.action.as_str(), e.content.as_deref(), e.same_text))
         .collect();
     let history = h
         .entries
@@ -910,7 +928,7 @@ pub async fn edit_memory(
     };
     let req = memories::EditMemory {
         revision: f.revision,
-        content: Some(f.content.clone()),
+        content: Some(lf(&f.content)),
         kind: None,
         tags,
         importance,

@@ -53,7 +53,8 @@ pub struct MessageView {
     pub truncated: bool,
     /// SillyTavern's `send_date`, as written.
     pub send_date: Option<String>,
-    /// The AgentTavern turn that wrote it, for projected messages.
+    /// The turn of this session that wrote it (messages this session projected; lines a
+    /// fork or a continued chat copied from another session have none).
     pub turn: Option<u64>,
 }
 
@@ -73,12 +74,21 @@ pub struct ChatPage {
     pub offset: usize,
     /// The messages.
     pub messages: Vec<MessageView>,
-    /// The numbers of the asked turn's messages (empty without `turn`).
+    /// The numbers of the asked turn's messages on this page (empty without `turn`).
     pub turn_messages: Vec<usize>,
+    /// How many messages the asked turn has in all.
+    pub turn_total: usize,
 }
 
-fn turn_of(line: &ChatLine) -> Option<u64> {
-    line.extra()?.get("agentTavern")?.get("turn")?.as_u64()
+/// The turn of `session` that projected `line` (`extra.agentTavern.{sessionId, turn}`): turns
+/// count from 1 in every session, and a fork copies its origin's lines, so the session must
+/// match too.
+fn turn_of(line: &ChatLine, session: &str) -> Option<u64> {
+    let at = line.extra()?.get("agentTavern")?;
+    if at.get("sessionId")?.as_str()? != session {
+        return None;
+    }
+    at.get("turn")?.as_u64()
 }
 
 fn cut(text: &str) -> (String, bool) {
@@ -92,7 +102,7 @@ fn cut(text: &str) -> (String, bool) {
     (text[..end].to_owned(), true)
 }
 
-fn message(index: usize, line: &ChatLine) -> MessageView {
+fn message(index: usize, line: &ChatLine, session: &str) -> MessageView {
     let (text, truncated) = cut(line.text());
     MessageView {
         index,
@@ -106,7 +116,7 @@ fn message(index: usize, line: &ChatLine) -> MessageView {
             .get("send_date")
             .and_then(|v| v.as_str())
             .map(str::to_owned),
-        turn: turn_of(line),
+        turn: turn_of(line, session),
     }
 }
 
@@ -142,30 +152,41 @@ pub async fn chat(
         })?;
     let messages: Vec<&ChatLine> = file.lines.iter().filter(|l| !l.is_header()).collect();
     let total = messages.len();
-    let (offset, turn_messages) = match q.turn {
+    let me = session.as_str();
+    let (offset, turn_messages, turn_total) = match q.turn {
         Some(turn) => {
-            let hits: Vec<usize> = messages
+            let mut hits = messages
                 .iter()
                 .enumerate()
-                .filter(|(_, l)| turn_of(l) == Some(turn))
-                .map(|(i, _)| i)
-                .collect();
-            let Some(&first) = hits.first() else {
+                .filter(|(_, l)| turn_of(l, me) == Some(turn))
+                .map(|(i, _)| i);
+            let Some(first) = hits.next() else {
                 return Err(ApiError::NotFound(format!(
                     "turn {turn} has no message in chat {}",
                     target.chat_id
                 )));
             };
-            (first.saturating_sub(TURN_CONTEXT), hits)
+            // Context before the turn, but never so much that the turn falls off the page.
+            let offset = first.saturating_sub(TURN_CONTEXT.min(limit - 1));
+            let end = offset + limit;
+            let mut on_page = vec![first];
+            let mut total = 1;
+            for i in hits {
+                total += 1;
+                if i < end {
+                    on_page.push(i);
+                }
+            }
+            (offset, on_page, total)
         }
-        None => (q.offset.unwrap_or(0).min(total), Vec::new()),
+        None => (q.offset.unwrap_or(0).min(total), Vec::new(), 0),
     };
     let page = messages
         .iter()
         .enumerate()
         .skip(offset)
         .take(limit)
-        .map(|(i, l)| message(i, l))
+        .map(|(i, l)| message(i, l, me))
         .collect();
     Ok(Json(ChatPage {
         session: session.to_string(),
@@ -175,5 +196,6 @@ pub async fn chat(
         offset,
         messages: page,
         turn_messages,
+        turn_total,
     }))
 }

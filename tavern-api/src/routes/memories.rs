@@ -268,10 +268,16 @@ pub struct AuditView {
     pub revision: Option<String>,
     /// Who.
     pub source: SourceView,
-    /// A memory's text as of this version, while the store keeps it: its current text and
-    /// those of its last 8 content changes (absent for variables and for older versions).
+    /// A memory's text as of this version, when this version set it (the first, or another
+    /// text than the one before) and the store still keeps it (the current text and those of
+    /// the last 8 content changes); absent for variables, older versions and versions that
+    /// kept the text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// This version kept the text of the one before (an importance change, a forget, a
+    /// restore).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub same_text: bool,
 }
 
 impl AuditView {
@@ -285,6 +291,7 @@ impl AuditView {
             revision: e.revision.as_ref().map(|r| r.as_str().to_owned()),
             source: SourceView::of(&e.source),
             content: e.content.clone(),
+            same_text: e.same_text,
         }
     }
 }

@@ -487,14 +487,16 @@ pub async fn replay(
             message: format!("session {session} is an st session: its chat is not projected"),
             current: None,
         })?;
-    api.record_change(
-        Some(&session),
-        format!(
-            "projection replayed: {} appended, {} already present",
-            outcome.appended, outcome.already_present
-        ),
-    )
-    .await?;
+    if outcome.appended > 0 {
+        api.record_change(
+            Some(&session),
+            format!(
+                "projection replayed: {} appended, {} already present",
+                outcome.appended, outcome.already_present
+            ),
+        )
+        .await?;
+    }
     let projection = api
         .runtime()
         .projection(&session)
@@ -549,16 +551,21 @@ pub async fn save_prompt(
     let session = session_id(&session)?;
     // Prompts belong to bound sessions: an unknown id creates no record.
     bound(&api, &session).await?;
-    let saved = api
-        .runtime()
-        .stores()
-        .save_prompt(&session, &req.text)
-        .await?;
-    let what = match saved {
-        Some(p) => format!("tavern-mode prompt saved ({} bytes)", p.text.len()),
-        None => "tavern-mode prompt reset to the default (blank text)".to_owned(),
+    let stores = api.runtime().stores();
+    let before = stores.get_prompt(&session).await?.map(|p| p.text);
+    let saved = stores.save_prompt(&session, &req.text).await?;
+    // Only what changed is recorded: the same text again, or a blank one where there was
+    // none, changed nothing.
+    let what = match (saved, before) {
+        (Some(p), before) if before.as_deref() != Some(p.text.as_str()) => {
+            Some(format!("tavern-mode prompt saved ({} bytes)", p.text.len()))
+        }
+        (None, Some(_)) => Some("tavern-mode prompt reset to the default (blank text)".to_owned()),
+        _ => None,
     };
-    api.record_change(Some(&session), what).await?;
+    if let Some(what) = what {
+        api.record_change(Some(&session), what).await?;
+    }
     Ok(Json(prompt_view(&api, &session).await?))
 }
 

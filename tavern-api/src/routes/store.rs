@@ -102,6 +102,10 @@ impl FileStoreCheck {
 #[async_trait]
 impl StoreCheck for FileStoreCheck {
     async fn check(&self) -> Result<CheckReport, String> {
+        if !self.root.is_dir() {
+            // No absolute path: an HTTP client reads this.
+            return Err("the store's data directory does not exist".into());
+        }
         let root = self.root.clone();
         let found = tavern_store::blocking::maybe_spawn_blocking(move || {
             Ok(tavern_store::fs::check_files(&root, |_, _| {}))

@@ -633,9 +633,11 @@ impl MemoryTable {
         let wanted = |r: &MemoryRecord| &r.scope == scope && id.is_none_or(|id| &r.id == id);
         // One record: follow its chain (newest first), not the whole trail, and name each
         // version's text while it is known.
-        let items: Vec<(&AuditItem, Option<String>)> = match id {
+        // (item, its text when it changed — the first version or another text than the one
+        // before — and whether it kept the text of the one before)
+        let items: Vec<(&AuditItem, Option<String>, bool)> = match id {
             Some(id) => {
-                let mut chain = Vec::new();
+                let mut chain: Vec<(&AuditItem, Option<&str>)> = Vec::new();
                 let slot = self.slot(scope, id);
                 let mut at = slot
                     .and_then(|slot| self.last_audit.get(slot as usize).copied())
@@ -650,22 +652,32 @@ impl MemoryTable {
                         // This and every older version's text is no longer known.
                         VersionText::Dropped => text = None,
                     }
-                    chain.push((item, text.map(str::to_owned)));
+                    chain.push((item, text));
                     at = item.prev;
                 }
                 chain.reverse();
+                // Only a version that changed the text carries it: a record saved thousands
+                // of times with one text costs one copy, not thousands.
+                let mut before: Option<&str> = None;
                 chain
+                    .into_iter()
+                    .map(|(item, text)| {
+                        let same = text.is_some() && text == before;
+                        before = text;
+                        (item, text.filter(|_| !same).map(str::to_owned), same)
+                    })
+                    .collect()
             }
             None => self
                 .audit
                 .iter()
                 .filter(|a| wanted(&self.records[a.slot as usize]))
-                .map(|a| (a, None))
+                .map(|a| (a, None, false))
                 .collect(),
         };
         let mut out: Vec<AuditEntry> = items
             .into_iter()
-            .map(|(a, content)| {
+            .map(|(a, content, same_text)| {
                 let r = &self.records[a.slot as usize];
                 AuditEntry {
                     at: a.at,
@@ -675,6 +687,7 @@ impl MemoryTable {
                     revision: Some(a.revision.clone()),
                     source: a.source.clone(),
                     content,
+                    same_text,
                 }
             })
             .collect();
@@ -697,6 +710,7 @@ impl MemoryTable {
                         revision: Some(r.revision.clone()),
                         source: MemorySource::system(),
                         content: None,
+                        same_text: false,
                     });
                 }
             }
@@ -853,14 +867,20 @@ mod tests {
                     let id = MemoryId::parse(format!("m{id}")).unwrap();
                     let want: Vec<_> = whole.iter().filter(|a| a.target == id.as_str()).cloned().collect();
                     let mut one = t.audit(&scope(sc), Some(&id), Timestamp(now));
-                    // The one-record trail adds each version's text; its newest is the record's.
-                    if let (Some(last), Some(r)) = (one.last(), t.get(&scope(sc), &id)) {
-                        if last.action != AuditAction::Expired {
-                            prop_assert_eq!(last.content.as_deref(), Some(r.content.as_str()));
+                    // The one-record trail adds the texts: followed version by version, the
+                    // newest is the record's own.
+                    let mut text: Option<&str> = None;
+                    for a in one.iter().filter(|a| a.action != AuditAction::Expired) {
+                        if !a.same_text {
+                            text = a.content.as_deref();
                         }
+                    }
+                    if let (false, Some(r)) = (one.is_empty(), t.get(&scope(sc), &id)) {
+                        prop_assert_eq!(text, Some(r.content.as_str()));
                     }
                     for a in &mut one {
                         a.content = None;
+                        a.same_text = false;
                     }
                     prop_assert_eq!(one, want);
                 }

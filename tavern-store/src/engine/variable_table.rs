@@ -152,6 +152,7 @@ impl VariableTable {
                 revision: Some(record.revision.clone()),
                 source: source.clone(),
                 content: None,
+                same_text: false,
             });
             next.vars.insert(name.clone(), record.clone());
             records.push(record);
@@ -190,6 +191,7 @@ impl VariableTable {
             revision: None,
             source: source.clone(),
             content: None,
+            same_text: false,
         }];
         Some(VariableOp {
             scope: scope.clone(),

@@ -186,6 +186,34 @@ test('the management API is forwarded to the bridge under /agent-tavern, behind 
   await api.handler(foreignSignIn, foreignSignInRes)
   await foreignSignInRes.done
   assert.equal(foreignSignInRes.status, 403, 'another origin cannot sign in either')
+  // A panel write without the sign-in cookie is refused unread.
+  const anonymousWrite = request('POST', { 'content-type': 'application/x-www-form-urlencoded' }, 'csrf=t',
+    { url: '/agent-tavern/panel/memories/m1/forget?scope=global' })
+  const anonymousWriteRes = response()
+  await api.handler(anonymousWrite, anonymousWriteRes)
+  await anonymousWriteRes.done
+  assert.equal(anonymousWriteRes.status, 401)
+  assert.equal(anonymousWrite.read, false)
+  // Stalled sign-in bodies take their own two slots only: a third is told the panel is busy,
+  // and a caller with the token is still served.
+  const stalled = Array.from({ length: 2 }, () => {
+    const res = response()
+    api.handler(request('POST', { 'content-type': 'application/x-www-form-urlencoded' }, null,
+      { stall: true, url: '/agent-tavern/panel/login' }), res)
+    return res
+  })
+  const third = response()
+  await api.handler(request('POST', { 'content-type': 'application/x-www-form-urlencoded' }, 'token=x',
+    { url: '/agent-tavern/panel/login' }), third)
+  assert.equal(third.status, 503)
+  const served = response()
+  await api.handler(request('GET', { authorization: 'Bearer k7Qm2vX9pL4sT8wZ' }, null, { url: '/agent-tavern/api/v1/settings' }), served)
+  await served.done
+  assert.equal(served.status, 200, 'the token holder is not kept waiting')
+  for (const res of stalled) {
+    await res.done
+    assert.equal(res.status, 408)
+  }
   guarded.dispose()
 })
 
