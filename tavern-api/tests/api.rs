@@ -999,25 +999,8 @@ async fn a_forwarded_request_gets_the_same_answers_as_a_served_one() {
 #[tokio::test]
 async fn a_long_history_keeps_the_newest_entries_and_says_how_many() {
     let h = harness();
-    let (_, mut m) = h
-        .call(
-            "POST",
-            "/api/v1/memories",
-            Some(json!({"scope": {"kind": "global"}, "id": "diary", "content": "day 0"})),
-        )
-        .await;
     let max = tavern_api::routes::memories::MAX_HISTORY;
-    for day in 1..=max + 4 {
-        let (status, next) = h
-            .call(
-                "PUT",
-                "/api/v1/memories/diary?scope=global",
-                Some(json!({"revision": m["revision"], "content": format!("day {day}")})),
-            )
-            .await;
-        assert_eq!(status, StatusCode::OK);
-        m = next;
-    }
+    let m = h.global_memory_edited("diary", "day", max + 4).await;
     let (_, hist) = h.get("/api/v1/memories/diary/history?scope=global").await;
     assert_eq!(hist["total"], max + 5);
     let entries = hist["entries"].as_array().unwrap();
@@ -1186,25 +1169,7 @@ async fn through_a_session_another_chats_writer_ids_are_left_out() {
 #[tokio::test]
 async fn a_memory_history_names_each_versions_text_while_it_is_kept() {
     let h = harness();
-    let (status, mut m) = h
-        .call(
-            "POST",
-            "/api/v1/memories",
-            Some(json!({"scope": {"kind": "global"}, "id": "lantern", "content": "text 0"})),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{m}");
-    for i in 1..=10 {
-        let (status, next) = h
-            .call(
-                "PUT",
-                "/api/v1/memories/lantern?scope=global",
-                Some(json!({"revision": m["revision"], "content": format!("text {i}")})),
-            )
-            .await;
-        assert_eq!(status, StatusCode::OK, "{next}");
-        m = next;
-    }
+    h.global_memory_edited("lantern", "text", 10).await;
     let (status, hist) = h.get("/api/v1/memories/lantern/history?scope=global").await;
     assert_eq!(status, StatusCode::OK);
     let texts: Vec<Option<&str>> = hist["entries"]

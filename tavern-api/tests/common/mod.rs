@@ -189,6 +189,33 @@ impl Harness {
         written
     }
 
+    /// Creates global memory `id` with text `{word} 0` and edits it to `{word} 1` … `{word}
+    /// {edits}` through the API; returns the last version.
+    pub async fn global_memory_edited(&self, id: &str, word: &str, edits: usize) -> Value {
+        let (status, mut m) = self
+            .call(
+                "POST",
+                "/api/v1/memories",
+                Some(
+                    json!({"scope": {"kind": "global"}, "id": id, "content": format!("{word} 0")}),
+                ),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{m}");
+        for i in 1..=edits {
+            let (status, next) = self
+                .call(
+                    "PUT",
+                    &format!("/api/v1/memories/{id}?scope=global"),
+                    Some(json!({"revision": m["revision"], "content": format!("{word} {i}")})),
+                )
+                .await;
+            assert_eq!(status, StatusCode::OK, "{next}");
+            m = next;
+        }
+        m
+    }
+
     /// A GET answered with text (a panel page).
     pub async fn get_text(&self, uri: &str) -> (StatusCode, String) {
         let req = Request::builder()
