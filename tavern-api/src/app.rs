@@ -42,6 +42,8 @@ struct Inner {
     /// Browser sign-ins (`/panel/login`): random ids, newest last, at most
     /// [`MAX_PANEL_SESSIONS`]. The cookie carries one of these, never the token.
     sessions: std::sync::Mutex<std::collections::VecDeque<String>>,
+    /// The chats the chat page read last, by revision (paging a long chat reads it once).
+    pub(crate) chats: crate::routes::chat::ChatCache,
 }
 
 /// Browser sign-ins kept; the oldest is signed out when another signs in.
@@ -84,6 +86,7 @@ impl Api {
                 check: None,
                 checking: Default::default(),
                 sessions: Default::default(),
+                chats: Default::default(),
             }),
         }
     }
@@ -107,6 +110,7 @@ impl Api {
             check: Some(check),
             checking: Default::default(),
             sessions: Default::default(),
+            chats: Default::default(),
         };
         Self {
             inner: Arc::new(inner),
@@ -135,6 +139,10 @@ impl Api {
     }
 
     /// Whether `offered` is the server's token (constant time); false when it has none.
+    pub(crate) fn chat_cache(&self) -> &crate::routes::chat::ChatCache {
+        &self.inner.chats
+    }
+
     pub(crate) fn token_matches(&self, offered: &str) -> bool {
         self.config()
             .token

@@ -1255,6 +1255,11 @@ async fn a_memory_links_to_the_chat_lines_of_the_turn_that_wrote_it() {
     );
     let (status, _) = h.get("/api/v1/sessions/nobody/chat").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+    // The page reads a chat once while it is unchanged, and sees what is appended next.
+    h.play_turn("s1", 4, "One more thing.", None, "Yes?").await;
+    let (status, later) = h.get("/api/v1/sessions/s1/chat?turn=4").await;
+    assert_eq!(status, StatusCode::OK, "{later}");
+    assert_eq!(later["turnTotal"], 2, "{later}");
     // A page too short for the context still holds the turn's first message.
     let (_, short) = h.get("/api/v1/sessions/s1/chat?turn=2&limit=1").await;
     assert_eq!(short["messages"][0]["text"], "我把灯笼送给你。", "{short}");

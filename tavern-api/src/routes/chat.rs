@@ -23,6 +23,82 @@ pub const MAX_MESSAGE_BYTES: usize = 16 * 1024;
 /// Messages shown before a turn's first one, for context.
 const TURN_CONTEXT: usize = 3;
 
+/// Chats the chat page keeps parsed (the last ones read), so paging through a long chat reads
+/// it once: an entry is used only while the store's revision of the chat is still its own.
+const CACHED_CHATS: usize = 4;
+
+/// One cached chat: `(character, chat, revision, its messages without the header)`.
+type CachedChat = (
+    tavern_core::CharacterName,
+    tavern_core::ChatId,
+    tavern_store::ChatRevision,
+    std::sync::Arc<Vec<ChatLine>>,
+);
+
+/// The chats the chat page read last (at most [`CACHED_CHATS`], newest last).
+#[derive(Debug, Default)]
+pub(crate) struct ChatCache(std::sync::Mutex<std::collections::VecDeque<CachedChat>>);
+
+impl ChatCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<CachedChat>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The messages of `chat` at `revision`, if cached.
+    fn get(
+        &self,
+        character: &tavern_core::CharacterName,
+        chat: &tavern_core::ChatId,
+        revision: &tavern_store::ChatRevision,
+    ) -> Option<std::sync::Arc<Vec<ChatLine>>> {
+        self.lock()
+            .iter()
+            .find(|(c, id, rev, _)| c == character && id == chat && rev == revision)
+            .map(|e| e.3.clone())
+    }
+
+    fn put(&self, entry: CachedChat) {
+        let mut chats = self.lock();
+        chats.retain(|(c, id, _, _)| !(c == &entry.0 && id == &entry.1));
+        chats.push_back(entry);
+        while chats.len() > CACHED_CHATS {
+            chats.pop_front();
+        }
+    }
+}
+
+/// The chat's messages (the header left out), from the cache while the chat is unchanged.
+async fn messages_of(
+    api: &Api,
+    character: &tavern_core::CharacterName,
+    chat: &tavern_core::ChatId,
+) -> Result<std::sync::Arc<Vec<ChatLine>>, ApiError> {
+    let stores = api.runtime().stores();
+    let missing = || ApiError::NotFound(format!("chat {chat} of {character} is not in the store"));
+    let revision = stores
+        .chat_revision(character, chat)
+        .await?
+        .ok_or_else(missing)?;
+    if let Some(hit) = api.chat_cache().get(character, chat, &revision) {
+        return Ok(hit);
+    }
+    let file = stores
+        .read_chat(character, chat)
+        .await?
+        .ok_or_else(missing)?;
+    let messages: std::sync::Arc<Vec<ChatLine>> =
+        std::sync::Arc::new(file.lines.into_iter().filter(|l| !l.is_header()).collect());
+    api.chat_cache().put((
+        character.clone(),
+        chat.clone(),
+        file.revision,
+        messages.clone(),
+    ));
+    Ok(messages)
+}
+
 /// Which page of the chat.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -139,18 +215,7 @@ pub async fn chat(
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("session {session} is not bound")))?;
     let target = binding.target();
-    let file = api
-        .runtime()
-        .stores()
-        .read_chat(&target.character, &target.chat_id)
-        .await?
-        .ok_or_else(|| {
-            ApiError::NotFound(format!(
-                "chat {} of {} is not in the store",
-                target.chat_id, target.character
-            ))
-        })?;
-    let messages: Vec<&ChatLine> = file.lines.iter().filter(|l| !l.is_header()).collect();
+    let messages = messages_of(&api, &target.character, &target.chat_id).await?;
     let total = messages.len();
     let me = session.as_str();
     let (offset, turn_messages, turn_total) = match q.turn {
