@@ -181,3 +181,39 @@ async fn a_missing_chat_folder_is_an_error_never_a_silent_split() {
     assert!(!root.join(CHAT_FOLDER_RECORD).exists());
     FsStore::open(&root, clock).unwrap();
 }
+
+/// The store check reads the chats kept in the user's folder too, and names a damaged one by
+/// its place in that folder, never by an absolute path.
+#[test]
+fn the_check_reads_the_chats_in_the_users_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let st = user_folder(dir.path());
+    let root = dir.path().join("store");
+    let clock = Arc::new(ManualClock::new(T0));
+    drop(FsStore::open_with(&root, clock, FsOptions::default().with_chat_folder(&st)).unwrap());
+    let whole = tavern_store::fs::check_files(&root, |_, _| {});
+    assert!(whole.problems.is_empty(), "{:?}", whole.problems);
+    let files_before = whole.files;
+    let chat = st.join(format!("chats/Seraphina/{CHAT}.jsonl"));
+    let mut bytes = std::fs::read(&chat).unwrap();
+    bytes.extend_from_slice(b"\n{not json");
+    std::fs::write(&chat, bytes).unwrap();
+    let damaged = tavern_store::fs::check_files(&root, |_, _| {});
+    assert_eq!(damaged.files, files_before);
+    let problem = damaged.problems.first().expect("the damaged line is found");
+    assert!(
+        problem
+            .file
+            .starts_with(&format!("chat folder: chats/Seraphina/{CHAT}.jsonl line")),
+        "{problem:?}"
+    );
+    assert!(!problem.file.contains(dir.path().to_str().unwrap()));
+    // A record naming a folder that is gone is a problem, not a whole store.
+    std::fs::rename(&st, dir.path().join("moved")).unwrap();
+    let lost = tavern_store::fs::check_files(&root, |_, _| {});
+    assert_eq!(
+        lost.problems[0].file, CHAT_FOLDER_RECORD,
+        "{:?}",
+        lost.problems
+    );
+}

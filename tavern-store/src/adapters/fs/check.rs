@@ -124,13 +124,61 @@ pub fn check_files(root: &Path, mut on_file: impl FnMut(usize, usize)) -> CheckR
             });
         }
     }
+    // Chats kept in a SillyTavern user folder (`FsOptions::with_chat_folder`) are the store's
+    // too: named `chat folder: chats/…`, never by the folder's absolute path.
+    let folder_chats = chat_folder_chats(root, &mut findings);
+    let total = docs.len() + folder_chats.as_ref().map_or(0, |(_, d)| d.len());
     for (done, (rel, kind)) in docs.iter().enumerate() {
-        on_file(done, docs.len());
+        on_file(done, total);
         findings.files += 1;
         check_file(root, rel, *kind, &mut findings);
     }
-    on_file(docs.len(), docs.len());
+    if let Some((folder, chats)) = folder_chats {
+        for (done, rel) in chats.iter().enumerate() {
+            on_file(docs.len() + done, total);
+            findings.files += 1;
+            let before = findings.problems.len();
+            check_file(&folder, rel, Kind::Chat, &mut findings);
+            for p in &mut findings.problems[before..] {
+                p.file = format!("chat folder: {}", p.file);
+            }
+        }
+    }
+    on_file(total, total);
     findings
+}
+
+/// The chat folder the store records (`chat-folder.json`) and its chat files (relative to it),
+/// or `None` when the store keeps its chats under its root; a record that cannot be read, or
+/// that names no folder, is a problem.
+fn chat_folder_chats(root: &Path, f: &mut CheckReport) -> Option<(PathBuf, Vec<String>)> {
+    #[derive(Deserialize)]
+    struct Record {
+        path: PathBuf,
+    }
+    let record = super::CHAT_FOLDER_RECORD;
+    let bytes = std::fs::read(root.join(record)).ok()?;
+    let folder = match serde_json::from_slice::<Record>(&bytes) {
+        Ok(r) if r.path.is_dir() => r.path,
+        Ok(_) => {
+            f.problem(record, "the chat folder it names is not a directory");
+            return None;
+        }
+        Err(e) => {
+            f.problem(record, format!("not a chat folder record: {e}"));
+            return None;
+        }
+    };
+    let mut chats = Vec::new();
+    for c in list(&folder.join("chats")) {
+        for name in list(&folder.join("chats").join(&c)) {
+            let rel = format!("chats/{c}/{name}");
+            if name.ends_with(".jsonl") && not_regular(&folder.join(&rel)).is_none() {
+                chats.push(rel);
+            }
+        }
+    }
+    Some((folder, chats))
 }
 
 fn list(dir: &Path) -> Vec<String> {
