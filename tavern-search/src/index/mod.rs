@@ -3,6 +3,7 @@
 //! matching), per-group statistics, and block maps for the long lists of chat-like indexes.
 //! Scoring is in [`score`], the pruned top-k collector in [`top`].
 
+mod bulk;
 mod score;
 #[cfg(test)]
 mod tests;
@@ -167,19 +168,18 @@ impl Shard {
         finite
     }
 
-    /// Adds many documents: terms first, then every posting list grown once to its final size
-    /// (hundreds of thousands of small lists growing step by step dominated opening a store).
-    fn index_many(&mut self, me: usize, docs: &[(u32, &str)], generations: &[u32]) {
-        let mut ids = Vec::with_capacity(64);
-        let mut terms: Vec<(u32, f32)> = Vec::new();
-        let mut bounds = Vec::with_capacity(docs.len() + 1);
-        bounds.push(0);
-        for (_, text) in docs {
-            self.terms_of(me, &[(text, 1.0)], &mut ids, &mut terms);
-            bounds.push(terms.len());
-        }
+    /// Adds the postings of many documents, `terms[bounds[k]..bounds[k + 1]]` being document
+    /// `k`'s, with every posting list grown once to its final size (hundreds of thousands of
+    /// small lists growing step by step dominated opening a store).
+    fn push_all(
+        &mut self,
+        docs: &[(u32, &str)],
+        generations: &[u32],
+        terms: &[(u32, f32)],
+        bounds: &[usize],
+    ) {
         let mut extra = vec![0usize; self.postings.len()];
-        for (term, _) in &terms {
+        for (term, _) in terms {
             extra[*term as usize] += 1;
         }
         for (list, n) in self.postings.iter_mut().zip(extra) {
@@ -253,8 +253,8 @@ fn fields_len(fields: &[(&str, f32)]) -> f32 {
         .sum()
 }
 
-/// From this many documents on, [`Bm25Index::insert_many`] indexes them in bulk, each shard on
-/// its own thread.
+/// From this many documents on, [`Bm25Index::insert_many`] indexes them in bulk (`bulk`:
+/// tokenized once on two threads, interned per shard on two threads).
 const BULK_DOCS: usize = 256;
 
 impl Bm25Index {
@@ -459,12 +459,7 @@ impl Bm25Index {
             .map(|(doc, group, text)| self.begin(*doc, *group, word_len(text) as f32))
             .collect();
         let texts: Vec<(u32, &str)> = docs.iter().map(|(d, _, t)| (*d, *t)).collect();
-        std::thread::scope(|s| {
-            for (me, shard) in self.shards.iter_mut().enumerate() {
-                let (texts, generations) = (&texts, &generations);
-                s.spawn(move || shard.index_many(me, texts, generations));
-            }
-        });
+        bulk::index_docs(&mut self.shards, &texts, &generations);
     }
 
     /// Drops document `doc` from results (its postings are skipped until the next compaction).
