@@ -208,12 +208,7 @@ pub async fn chat(
 ) -> Result<Json<ChatPage>, ApiError> {
     let session = session_id(&session)?;
     let limit = page_limit(q.limit, 30, MAX_CHAT_PAGE)?;
-    let binding = api
-        .runtime()
-        .stores()
-        .binding(&session)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("session {session} is not bound")))?;
+    let binding = crate::routes::sessions::bound(&api, &session).await?;
     let target = binding.target();
     let messages = messages_of(&api, &target.character, &target.chat_id).await?;
     let total = messages.len();

@@ -258,7 +258,7 @@ async fn view(api: &Api, session: &SessionId, b: &SessionBinding) -> Result<Sess
     })
 }
 
-async fn bound(api: &Api, session: &SessionId) -> Result<SessionBinding, ApiError> {
+pub(crate) async fn bound(api: &Api, session: &SessionId) -> Result<SessionBinding, ApiError> {
     api.runtime()
         .stores()
         .binding(session)
