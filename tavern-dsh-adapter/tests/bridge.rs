@@ -1117,3 +1117,77 @@ fn the_panels_store_check_runs_in_the_bridge_and_names_damage() {
     assert_eq!(p.call(4, "shutdown", json!({}))["result"]["ok"], true);
     assert!(p.child.wait().unwrap().success());
 }
+
+/// A bridge on a large store must answer the host's handshake at once: the memory log (seconds
+/// at a million records) is read on a thread of its own. Here another process holds the log's
+/// lock, so reading it cannot finish: the handshake, the binding and a variable call are
+/// answered anyway, a memory search waits, and once the lock is let go it finds the record.
+#[test]
+fn the_handshake_does_not_wait_for_the_memory_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = Peer::ready(dir.path(), &[], &["s1"]);
+    let wrote = p.call(3, "tool/call", json!({"tool": "memory_write", "args": {"content": "The traveler is Kai."}, "callId": "c1", "session": "s1"}));
+    assert_eq!(wrote["result"]["deduplicated"], false, "{wrote}");
+    p.finish();
+
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.path().join("data/memory.log.lock"))
+        .unwrap();
+    lock.lock().unwrap();
+    // If the bridge waited for the log, nothing below would be answered: fail instead of
+    // hanging (the watchdog ends the bridge, so the next read sees its output closed).
+    let (done, watchdog) = std::sync::mpsc::channel::<()>();
+    let mut p = Peer::ready_with_watchdog(dir.path(), watchdog);
+    p.send_raw(&json!({"id": 10, "method": "tool/call", "params": {"tool": "memory_search", "args": {"query": "Kai"}, "callId": "c2", "session": "s1"}}).to_string());
+    // Another session's call (a session's frames are served in order) is answered while the
+    // search waits: `call` fails on any other reply first.
+    let set = p.call(11, "tool/call", json!({"tool": "variable_set", "args": {"name": "x", "value": 1}, "callId": "c3", "session": "s2"}));
+    assert!(set["result"]["revision"].is_string(), "{set}");
+    drop(lock);
+    let found = p.recv_reply();
+    assert_eq!(found["id"], 10, "{found}");
+    assert_eq!(
+        found["result"]["items"][0]["content"],
+        "The traveler is Kai."
+    );
+    p.finish();
+    drop(done);
+}
+
+impl Peer {
+    /// [`Peer::ready`] on the data a previous bridge left in `dir` (agents `s1`, `s2`), with
+    /// the bridge killed if
+    /// `watchdog` is neither dropped nor sent to within two minutes.
+    fn ready_with_watchdog(dir: &Path, watchdog: std::sync::mpsc::Receiver<()>) -> Self {
+        let p = Self::spawn(&[
+            "--data",
+            dir.join("data").to_str().unwrap(),
+            "--assets",
+            dir.join("assets").to_str().unwrap(),
+        ]);
+        let pid = p.child.id().to_string();
+        std::thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                watchdog.recv_timeout(std::time::Duration::from_secs(120))
+            {
+                let _ = Command::new("kill").args(["-9", &pid]).status();
+            }
+        });
+        let mut p = p;
+        assert_eq!(
+            p.call(1, "handshake", json!({"protocol": 1}))["result"]["protocol"],
+            1
+        );
+        for a in ["s1", "s2"] {
+            let bound = p.call(
+                2,
+                "agent/created",
+                json!({"agent": a, "bind": {"character": "Mira", "chatId": format!("Mira - {a}")}}),
+            );
+            assert_eq!(bound["result"]["mounted"], true, "{bound}");
+        }
+        p
+    }
+}

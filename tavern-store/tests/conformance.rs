@@ -71,6 +71,27 @@ fn fs_chat_folder() -> Fixture {
     }
 }
 
+/// Opened (and reopened) without reading the memory log: the first memory call reads it.
+fn fs_deferred() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let root = dir.path().to_path_buf();
+    let open = move |clock: Arc<ManualClock>| {
+        let options = FsOptions::default().with_deferred_memory_load();
+        FsStore::open_with(&root, clock, options).unwrap()
+    };
+    let store = Arc::new(open(clock.clone()));
+    let reopen_clock = clock.clone();
+    Fixture {
+        store: Arc::new(store),
+        clock,
+        reopen: Some(Box::new(move || {
+            Arc::new(open(reopen_clock.clone())) as Arc<dyn AllStores>
+        })),
+        guard: Some(Box::new(dir)),
+    }
+}
+
 mod mem_store {
     tavern_store::store_conformance_tests!(super::mem());
 }
@@ -81,6 +102,10 @@ mod boxed_mem_store {
 
 mod fs_store {
     tavern_store::store_conformance_tests!(super::fs());
+}
+
+mod fs_store_deferred_memory_load {
+    tavern_store::store_conformance_tests!(super::fs_deferred());
 }
 
 mod fs_store_chats_in_a_sillytavern_folder {

@@ -37,9 +37,12 @@ struct Peer {
 
 impl Peer {
     fn spawn(bridge: &Path, data: &Path) -> Result<Self, Error> {
+        Self::spawn_with(bridge, &["--data".as_ref(), data.as_os_str()])
+    }
+
+    fn spawn_with(bridge: &Path, args: &[&std::ffi::OsStr]) -> Result<Self, Error> {
         let mut child = Command::new(bridge)
-            .arg("--data")
-            .arg(data)
+            .args(args)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -790,8 +793,128 @@ fn hostile_lore_table() -> Result<(), Error> {
     Ok(())
 }
 
+/// Writes `records` memories (64 scopes, varied words) into a file store at `data`.
+fn write_big_store(data: &Path, records: usize) -> Result<(), Error> {
+    use std::sync::Arc;
+    use tavern_core::{AgentId, MemoryId, MemoryKind, MemorySource, MemoryWrite, ScopeKey};
+    use tavern_store::fs::FsStore;
+    const WORDS: [&str; 16] = [
+        "lantern", "river", "harbour", "silver", "gate", "orchard", "storm", "ember", "archive",
+        "falcon", "meadow", "copper", "tide", "lichen", "beacon", "quarry",
+    ];
+    let store = FsStore::open(data, Arc::new(tavern_store::clock::SystemClock))?;
+    let scopes: Vec<ScopeKey> = (0..64)
+        .map(|i| AgentId::parse(format!("bench-{i}")).map(|agent| ScopeKey::Agent { agent }))
+        .collect::<Result<_, _>>()?;
+    let mut start = 0;
+    while start < records {
+        let end = (start + 50_000).min(records);
+        let batch = (start..end)
+            .map(|i| {
+                let word = |k: usize| WORDS[(i / 16usize.pow(k as u32)) % 16];
+                Ok(MemoryWrite {
+                    id: MemoryId::parse(format!("m{i}"))?,
+                    scope: scopes[i % scopes.len()].clone(),
+                    kind: MemoryKind::Semantic,
+                    content: format!(
+                        "Record {i}: the {} by the {} keeps the {} of {}.",
+                        word(0),
+                        word(1),
+                        word(2),
+                        word(3)
+                    ),
+                    tags: Vec::new(),
+                    importance: 0.5,
+                    confidence: 0.5,
+                    source: MemorySource::system(),
+                    expires_at: None,
+                })
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        store.import_memories(batch)?;
+        start = end;
+    }
+    Ok(())
+}
+
+/// The bridge on a store of `records` memories: how long the host waits for the handshake
+/// (the memory log is read on a thread of its own) beside how long an open that reads it
+/// first takes (what the handshake waited for before), and when the first memory search is
+/// answered.
+fn big_store_table(bridge: &Path, records: usize) -> Result<(), Error> {
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("data");
+    let wrote = Instant::now();
+    write_big_store(&data, records)?;
+    let wrote = wrote.elapsed().as_secs_f64();
+    // The open the handshake used to wait for, in this process (page cache warm as below).
+    let eager = Instant::now();
+    let store = tavern_store::fs::FsStore::open(
+        &data,
+        std::sync::Arc::new(tavern_store::clock::SystemClock),
+    )?;
+    let eager_ms = eager.elapsed().as_secs_f64() * 1e3;
+    if store.memory_len() != records {
+        return Err(format!("{} records loaded, {records} written", store.memory_len()).into());
+    }
+    drop(store);
+    let assets = dir.path().join("assets");
+    std::fs::create_dir_all(assets.join("characters"))?;
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/assets/Mira.card.json"),
+        assets.join("characters/Mira.json"),
+    )?;
+    let started = Instant::now();
+    let mut p = Peer::spawn_with(
+        bridge,
+        &[
+            "--data".as_ref(),
+            data.as_os_str(),
+            "--assets".as_ref(),
+            assets.as_os_str(),
+        ],
+    )?;
+    let handshake_ms = started.elapsed().as_secs_f64() * 1e3;
+    let bound = p.call(
+        "agent/created",
+        json!({"agent": "s1", "bind": {"character": "Mira", "chatId": "big store"}}),
+    )?;
+    if bound["result"]["mounted"] != true {
+        return Err(format!("binding failed: {bound}").into());
+    }
+    let searched = p.call(
+        "tool/call",
+        json!({"tool": "memory_search", "args": {"query": "lantern"}, "callId": "c1", "session": "s1"}),
+    )?;
+    let search_ms = started.elapsed().as_secs_f64() * 1e3;
+    if !searched["result"]["items"].is_array() {
+        return Err(format!("the search failed: {searched}").into());
+    }
+    let rss = p.rss_kib()? as f64 / 1024.0;
+    p.call("shutdown", json!({}))?;
+    p.child.wait()?;
+    println!("| bridge on a file store of {records} memories (written in {wrote:.0} s) | now | an open that reads the memory log first (before) |\n|---|---|---|");
+    println!("| start to handshake answered | {handshake_ms:.0} ms | {eager_ms:.0} ms |");
+    println!("| start to first memory search answered (waits for the log) | {search_ms:.0} ms | |");
+    println!("| RSS after the search | {rss:.0} MiB | |\n");
+    Ok(())
+}
+
 fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--big-store") {
+        let records: usize = args
+            .get(i + 1)
+            .ok_or("--big-store needs a number of records")?
+            .parse()?;
+        let bridge: PathBuf = std::env::current_exe()?.with_file_name("tavern-bridge");
+        if !bridge.is_file() {
+            return Err(
+                "build tavern-bridge first (cargo build --release -p tavern-dsh-adapter)".into(),
+            );
+        }
+        return big_store_table(&bridge, records);
+    }
     if args.iter().any(|a| a == "--hostile-lore") {
         return hostile_lore_table();
     }

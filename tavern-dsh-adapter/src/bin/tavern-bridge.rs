@@ -203,14 +203,38 @@ async fn open_store(
     let data = common.data.as_ref().ok_or(
         "--data DIR (or --store postgres://…) is required: where memories, variables and chats are kept",
     )?;
-    let mut options = FsOptions::default();
+    // The memory log (a million records take seconds to read) is read on a thread of its
+    // own, so the host's handshake is answered at once; a memory call made before it is done
+    // waits for it.
+    let mut options = FsOptions::default().with_deferred_memory_load();
     if let Some(dir) = &common.chat_folder {
         options = options.with_chat_folder(dir);
     }
     let store = FsStore::open_with(data, clock, options).map_err(|e| format!("--data: {e}"))?;
-    for d in store.diagnostics() {
+    let reported = store.diagnostics();
+    for d in &reported {
         tracing::warn!(file = %d.file, "{}", d.message);
     }
+    let loading = store.clone();
+    tokio::task::spawn_blocking(move || {
+        let started = std::time::Instant::now();
+        match loading.load_memories() {
+            Ok(()) => tracing::info!(
+                records = loading.memory_len(),
+                ms = started.elapsed().as_millis() as u64,
+                "memories loaded"
+            ),
+            // The next memory call tries again (and fails with this error if it persists).
+            Err(e) => tracing::warn!("memories not loaded yet: {e}"),
+        }
+        for d in loading
+            .diagnostics()
+            .iter()
+            .filter(|d| !reported.contains(d))
+        {
+            tracing::warn!(file = %d.file, "{}", d.message);
+        }
+    });
     Ok(Arc::new(store))
 }
 

@@ -23,6 +23,11 @@ pub struct FsOptions {
     /// A SillyTavern user folder (the one holding `chats/`, `characters/`) to keep chats in;
     /// `None`: the folder the store recorded earlier, else the store's root.
     pub chat_folder: Option<PathBuf>,
+    /// Open without reading `memory.log`: it is read by the first memory call, or by
+    /// [`super::FsStore::load_memories`] on a thread of the program's choosing. For programs
+    /// that must answer before a large store has loaded (a bridge's handshake); everything
+    /// else (variables, state, chats) is ready at open as always.
+    pub defer_memory_load: bool,
 }
 
 impl FsOptions {
@@ -30,6 +35,13 @@ impl FsOptions {
     #[must_use]
     pub fn with_chat_folder(mut self, folder: impl Into<PathBuf>) -> Self {
         self.chat_folder = Some(folder.into());
+        self
+    }
+
+    /// [`FsOptions::defer_memory_load`].
+    #[must_use]
+    pub fn with_deferred_memory_load(mut self) -> Self {
+        self.defer_memory_load = true;
         self
     }
 }

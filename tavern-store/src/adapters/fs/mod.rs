@@ -70,6 +70,9 @@ const VARIABLE_LOG: &str = "variables.log";
 struct Logged<T> {
     log: DurableLog,
     table: T,
+    /// Whether the log was read once (set aside if unreadable): until then `table` is empty
+    /// and every use goes through [`Inner::first_load`] ([`FsOptions::defer_memory_load`]).
+    loaded: bool,
 }
 
 /// Logs shorter than this are never compacted automatically.
@@ -249,6 +252,7 @@ impl FsStore {
                     fail_next_write.clone(),
                 )?,
                 table: MemoryTable::new(),
+                loaded: false,
             }),
             variables: Mutex::new(Logged {
                 log: DurableLog::open(
@@ -258,6 +262,7 @@ impl FsStore {
                     fail_next_write.clone(),
                 )?,
                 table: VariableTable::new(),
+                loaded: false,
             }),
             root,
             chat_root,
@@ -275,11 +280,18 @@ impl FsStore {
         if inner.chat_root == inner.root {
             inner.migrate_legacy_chat_names();
         }
-        inner.load_log(&inner.memory, MEMORY_LOG)?;
-        inner.load_log(&inner.variables, VARIABLE_LOG)?;
+        if !options.defer_memory_load {
+            inner.first_load(&mut lock(&inner.memory), MEMORY_LOG)?;
+        }
+        inner.first_load(&mut lock(&inner.variables), VARIABLE_LOG)?;
         // A log that has grown far beyond its state (updates, access times) is compacted so
-        // opening stays proportional to what is stored, not to its history.
-        if lock(&inner.memory).bloated() || lock(&inner.variables).bloated() {
+        // opening stays proportional to what is stored, not to its history (a deferred memory
+        // log when it is read).
+        if options.defer_memory_load {
+            if lock(&inner.variables).bloated() {
+                inner.compact_variables()?;
+            }
+        } else if lock(&inner.memory).bloated() || lock(&inner.variables).bloated() {
             inner.compact()?;
         }
         Ok(Self {
@@ -323,9 +335,29 @@ impl FsStore {
         self.inner.chat_characters()
     }
 
-    /// How many memory records (live, forgotten or expired) are loaded.
+    /// Reads `memory.log` now if the store was opened with
+    /// [`FsOptions::defer_memory_load`] and no call has read it yet (a no-op otherwise):
+    /// what a program runs on a thread of its own after opening, so the first memory call
+    /// does not wait for the whole log. Damaged lines are reported through
+    /// [`FsStore::diagnostics`]; a log grown far beyond its records is compacted. Blocking.
+    ///
+    /// # Errors
+    /// A passing IO failure reading the log (the next memory call tries again).
+    pub fn load_memories(&self) -> Result<(), StoreError> {
+        self.inner.memory().map(drop)
+    }
+
+    /// Whether `memory.log` has been read (always, unless the store was opened with
+    /// [`FsOptions::defer_memory_load`] and neither a memory call nor
+    /// [`FsStore::load_memories`] has run yet).
+    pub fn memories_loaded(&self) -> bool {
+        lock(&self.inner.memory).loaded
+    }
+
+    /// How many memory records (live, forgotten or expired) are stored, reading the log
+    /// first if it was not read yet (0 if that fails).
     pub fn memory_len(&self) -> usize {
-        lock(&self.inner.memory).table.len()
+        self.inner.memory().map_or(0, |g| g.table.len())
     }
 
     /// How many times this store read and digested a whole chat file to learn its revision or
@@ -360,10 +392,10 @@ impl FsStore {
 }
 
 impl Inner {
-    /// Loads a log at open. One that cannot be read (permissions, a bad disk sector) is set
-    /// aside with a diagnostic and the store starts without it, rather than not at all.
-    fn load_log<T: OpTable>(&self, logged: &Mutex<Logged<T>>, rel: &str) -> Result<(), StoreError> {
-        let mut g = lock(logged);
+    /// Reads a log the first time (at open, or at the first use of a deferred one). One that
+    /// cannot be read (permissions, a bad disk sector) is set aside with a diagnostic and the
+    /// store goes on without it, rather than not at all.
+    fn first_load<T: OpTable>(&self, g: &mut Logged<T>, rel: &str) -> Result<(), StoreError> {
         let first = {
             // Read under the shared lock, as every reader does: a writer's failed append is
             // cut back before anyone can read it.
@@ -371,6 +403,7 @@ impl Inner {
             g.catch_up(&self.diagnostics)
         };
         match first {
+            Ok(()) => {}
             Err(StoreError::Io { op, source, .. }) if persistent(&source) => {
                 // Under the exclusive lock, so no other process is writing it meanwhile.
                 let _lock = g.log.lock(true)?;
@@ -387,17 +420,47 @@ impl Inner {
                     self.fail_next_sync.clone(),
                     self.fail_next_write.clone(),
                 )?;
-                Ok(())
             }
-            // A passing failure (no descriptors left, an interrupted read): fail the open,
-            // never set a good log aside.
-            other => other,
+            // A passing failure (no descriptors left, an interrupted read): fail the open (or
+            // this call), never set a good log aside.
+            Err(other) => return Err(other),
         }
+        g.loaded = true;
+        Ok(())
+    }
+
+    /// The memory table, read from its log first when that was deferred at open (and
+    /// compacted then if its log has grown far beyond it, as an eager open does).
+    fn memory(&self) -> Result<std::sync::MutexGuard<'_, Logged<MemoryTable>>, StoreError> {
+        let mut g = lock(&self.memory);
+        if !g.loaded {
+            self.first_load(&mut g, MEMORY_LOG)?;
+            if g.bloated() {
+                let compacted = (|| {
+                    let _lock = g.log.lock(true)?;
+                    g.catch_up(&self.diagnostics)?;
+                    g.compact()
+                })();
+                // The records are loaded either way; the log stays long until the next open.
+                if let Err(e) = compacted {
+                    self.diag(MEMORY_LOG, format!("not compacted after loading: {e}"));
+                }
+            }
+        }
+        Ok(g)
+    }
+
+    /// Compacts `variables.log` alone (an open that defers the memory log).
+    fn compact_variables(&self) -> Result<(), StoreError> {
+        let mut g = lock(&self.variables);
+        let _lock = g.log.lock(true)?;
+        g.catch_up(&self.diagnostics)?;
+        g.compact().map(drop)
     }
 
     fn compact(&self) -> Result<CompactReport, StoreError> {
         let memory = {
-            let mut g = lock(&self.memory);
+            let mut g = self.memory()?;
             let _lock = g.log.lock(true)?;
             g.catch_up(&self.diagnostics)?;
             g.compact()?
@@ -656,7 +719,7 @@ impl Inner {
         &self,
         prepare: impl FnOnce(&MemoryTable) -> Result<(MemoryRecord, MemoryOp), StoreError>,
     ) -> Result<MemoryRecord, StoreError> {
-        let mut g = lock(&self.memory);
+        let mut g = self.memory()?;
         let _lock = g.log.lock(true)?;
         g.catch_up(&self.diagnostics)?;
         let (record, op) = prepare(&g.table)?;
@@ -666,7 +729,7 @@ impl Inner {
 
     fn import_memories(&self, writes: Vec<MemoryWrite>) -> Result<usize, StoreError> {
         let now = self.clock.now();
-        let mut g = lock(&self.memory);
+        let mut g = self.memory()?;
         let _lock = g.log.lock(true)?;
         g.catch_up(&self.diagnostics)?;
         let mut seen = std::collections::HashSet::new();
@@ -711,7 +774,7 @@ impl Inner {
     }
 
     fn read_memory<R>(&self, f: impl FnOnce(&mut MemoryTable) -> R) -> Result<R, StoreError> {
-        let mut g = lock(&self.memory);
+        let mut g = self.memory()?;
         {
             let _lock = g.log.lock(false)?;
             g.catch_up(&self.diagnostics)?;
@@ -734,7 +797,7 @@ impl Inner {
         scope: &ScopeKey,
     ) -> Result<Option<MemoryRecord>, StoreError> {
         let now = self.clock.now();
-        let mut g = lock(&self.memory);
+        let mut g = self.memory()?;
         let _lock = g.log.lock(true)?;
         g.catch_up(&self.diagnostics)?;
         if g.table.read_live(scope, id, now).is_none() {

@@ -86,6 +86,8 @@ impl Inner {
 impl Transfer for FsStore {
     async fn dump_tables(&self) -> Result<TableDump, StoreError> {
         self.run(|s| {
+            // A deferred memory log is read (and set aside if unreadable) first.
+            drop(s.memory()?);
             Ok(TableDump {
                 memory: s.snapshot_of(&s.memory)?,
                 variables: s.snapshot_of(&s.variables)?,
@@ -96,6 +98,7 @@ impl Transfer for FsStore {
 
     async fn load_tables(&self, dump: TableDump) -> Result<(), StoreError> {
         self.run(move |s| {
+            drop(s.memory()?);
             s.load_into(&s.memory, dump.memory)?;
             s.load_into(&s.variables, dump.variables)
         })
