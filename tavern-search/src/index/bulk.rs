@@ -50,8 +50,10 @@ impl Shard {
         &mut self,
         streams: [&ShardTokens; 2],
         docs: &[(u32, &str)],
+        groups: &[u32],
         generations: &[u32],
     ) {
+        let mut group = groups.iter().copied();
         let mut ids: Vec<(u32, f32)> = Vec::with_capacity(64);
         let mut terms: Vec<(u32, f32)> = Vec::new();
         let mut bounds = Vec::with_capacity(docs.len() + 1);
@@ -60,10 +62,11 @@ impl Shard {
             let (mut start, mut next) = (0, 0);
             for &n in &stream.per_doc {
                 ids.clear();
+                let group = group.next().unwrap_or(0);
                 let end = next + n as usize;
                 for &(stop, key) in stream.tokens.get(next..end).unwrap_or_default() {
                     let token = stream.text.get(start..stop).unwrap_or_default();
-                    ids.push((self.intern(token, key), 1.0));
+                    ids.push((self.intern(token, key, group), 1.0));
                     start = stop;
                 }
                 next = end;
@@ -79,20 +82,30 @@ impl Shard {
     }
 }
 
-/// Indexes `docs` (with their new `generations`) into `shards`: per round, tokenized once on
-/// two threads, then interned per shard on two threads.
-pub(super) fn index_docs(shards: &mut [Shard; SHARDS], docs: &[(u32, &str)], generations: &[u32]) {
-    index_in_rounds(shards, docs, generations, ROUND_DOCS);
+/// Indexes `docs` (in their `groups`, with their new `generations`) into `shards`: per round,
+/// tokenized once on two threads, then interned per shard on two threads.
+pub(super) fn index_docs(
+    shards: &mut [Shard; SHARDS],
+    docs: &[(u32, &str)],
+    groups: &[u32],
+    generations: &[u32],
+) {
+    index_in_rounds(shards, docs, groups, generations, ROUND_DOCS);
 }
 
 fn index_in_rounds(
     shards: &mut [Shard; SHARDS],
     docs: &[(u32, &str)],
+    groups: &[u32],
     generations: &[u32],
     round_docs: usize,
 ) {
     let round_docs = round_docs.max(1);
-    for (round, gens) in docs.chunks(round_docs).zip(generations.chunks(round_docs)) {
+    let rounds = docs
+        .chunks(round_docs)
+        .zip(groups.chunks(round_docs))
+        .zip(generations.chunks(round_docs));
+    for ((round, groups), gens) in rounds {
         let (front, back) = round.split_at(round.len() / 2);
         let (first, second) = std::thread::scope(|s| {
             let second = s.spawn(|| tokenize(back));
@@ -108,8 +121,8 @@ fn index_in_rounds(
         let [b0, b1] = &second;
         let [s0, s1] = shards;
         std::thread::scope(|s| {
-            s.spawn(|| s1.index_streams([a1, b1], round, gens));
-            s0.index_streams([a0, b0], round, gens);
+            s.spawn(|| s1.index_streams([a1, b1], round, groups, gens));
+            s0.index_streams([a0, b0], round, groups, gens);
         });
     }
 }
@@ -176,16 +189,18 @@ mod tests {
     fn any_round_size_builds_the_same_shards() {
         let docs = docs();
         let texts: Vec<(u32, &str)> = docs.iter().map(|(d, _, t)| (*d, t.as_str())).collect();
+        let groups: Vec<u32> = docs.iter().map(|(_, g, _)| *g).collect();
         let generations: Vec<u32> = (0..texts.len() as u32).map(|i| i % 3 + 1).collect();
         let build = |round: usize| {
             let mut shards: [Shard; SHARDS] = Default::default();
-            index_in_rounds(&mut shards, &texts, &generations, round);
+            index_in_rounds(&mut shards, &texts, &groups, &generations, round);
             shards
         };
         let whole = build(usize::MAX);
         for round in [1, 7, 256] {
             let parts = build(round);
             for (a, b) in whole.iter().zip(&parts) {
+                assert_eq!(a.lists, b.lists, "round {round}");
                 assert_eq!(a.postings, b.postings, "round {round}");
                 assert_eq!(a.max_tf, b.max_tf, "round {round}");
             }

@@ -1,6 +1,7 @@
 //! The inverted index: a term dictionary in two shards (short tokens packed into integers),
-//! posting lists with document generations (re-indexing a slot never leaves old terms
-//! matching), per-group statistics, and block maps for the long lists of chat-like indexes.
+//! posting lists per term and group with document generations (re-indexing a slot never leaves
+//! old terms matching; a search of some groups reads only their lists), per-group statistics,
+//! and block maps for the long lists of chat-like indexes.
 //! Scoring is in [`score`], the pruned top-k collector in [`top`].
 
 mod bulk;
@@ -64,20 +65,79 @@ struct Shard {
     /// lookups hash a `u64` instead of comparing strings.
     packed_ids: FxHashMap<u64, u32>,
     term_ids: FxHashMap<Box<str>, u32>,
+    /// Per term: its posting lists, one per group that has it, so a search of some groups
+    /// reads (and counts document frequencies from) their postings only, however many other
+    /// groups the index holds.
+    lists: Vec<GroupLists>,
+    /// Posting lists by list id (a term in a group).
     postings: Vec<Vec<Posting>>,
-    /// Per term, the largest term frequency any of its postings ever had (never lowered, so
+    /// Per list, the largest term frequency any of its postings ever had (never lowered, so
     /// always an upper bound): what bounds a term's contribution when pruning.
     max_tf: Vec<f32>,
     /// Documents per block of the long lists' block maps; 0: no block maps are kept.
     map_block: usize,
-    /// Block maps of the long lists ([`top::BlockMap`]), by term.
+    /// Block maps of the long lists ([`top::BlockMap`]), by list id.
     maps: FxHashMap<u32, top::BlockMap>,
 }
 
+/// A term's posting lists by group: `(group, list id)` sorted by group; one group (every
+/// chat index, most terms of a store) is kept without allocating.
+#[derive(Debug, Clone, PartialEq)]
+enum GroupLists {
+    One { group: u32, list: u32 },
+    Many(Vec<(u32, u32)>),
+}
+
+impl Default for GroupLists {
+    fn default() -> Self {
+        Self::Many(Vec::new())
+    }
+}
+
+impl GroupLists {
+    /// The list of `group`, if the term has one.
+    fn get(&self, group: u32) -> Option<u32> {
+        match self {
+            Self::One { group: g, list } => (*g == group).then_some(*list),
+            Self::Many(all) => all
+                .binary_search_by_key(&group, |(g, _)| *g)
+                .ok()
+                .map(|i| all[i].1),
+        }
+    }
+
+    /// Every list id, by group.
+    fn lists(&self) -> impl Iterator<Item = u32> + '_ {
+        let (one, many) = match self {
+            Self::One { list, .. } => (Some(*list), &[][..]),
+            Self::Many(all) => (None, &all[..]),
+        };
+        one.into_iter().chain(many.iter().map(|(_, l)| *l))
+    }
+
+    /// Records `list` as `group`'s (which has none yet).
+    fn insert(&mut self, group: u32, list: u32) {
+        match self {
+            Self::Many(all) if all.is_empty() => *self = Self::One { group, list },
+            Self::One { group: g, list: l } => {
+                let mut all = vec![(*g, *l), (group, list)];
+                all.sort_unstable_by_key(|(g, _)| *g);
+                *self = Self::Many(all);
+            }
+            Self::Many(all) => {
+                let at = all.partition_point(|(g, _)| *g < group);
+                all.insert(at, (group, list));
+            }
+        }
+    }
+}
+
 impl Shard {
-    fn intern(&mut self, token: &str, key: Option<u64>) -> u32 {
-        let next = u32::try_from(self.postings.len()).unwrap_or(u32::MAX);
-        let id = match key {
+    /// The posting list of `token` in `group`, interning the token and creating the list as
+    /// needed.
+    fn intern(&mut self, token: &str, key: Option<u64>, group: u32) -> u32 {
+        let next = u32::try_from(self.lists.len()).unwrap_or(u32::MAX);
+        let term = match key {
             Some(key) => *self.packed_ids.entry(key).or_insert(next),
             None => match self.term_ids.get(token) {
                 Some(id) => *id,
@@ -87,14 +147,21 @@ impl Shard {
                 }
             },
         };
-        if id == next {
-            self.postings.push(Vec::new());
-            self.max_tf.push(0.0);
+        if term == next {
+            self.lists.push(GroupLists::default());
         }
-        id
+        let lists = &mut self.lists[term as usize];
+        if let Some(list) = lists.get(group) {
+            return list;
+        }
+        let list = u32::try_from(self.postings.len()).unwrap_or(u32::MAX);
+        lists.insert(group, list);
+        self.postings.push(Vec::new());
+        self.max_tf.push(0.0);
+        list
     }
 
-    /// Appends a posting to `term`'s list (and to its block map, keeping one while the list is
+    /// Appends a posting to list `term` (and to its block map, keeping one while the list is
     /// long for how many documents there are).
     fn push(&mut self, term: u32, posting: Posting) {
         self.raise_max_tf(term, posting.1);
@@ -111,24 +178,47 @@ impl Shard {
         }
     }
 
-    fn lookup_term(&self, token: &str, key: Option<u64>) -> Option<QueryTerm<'_>> {
+    /// A query token's postings in `groups` (`None`: every group); `None` when it has none
+    /// there.
+    fn lookup_term(
+        &self,
+        token: &str,
+        key: Option<u64>,
+        groups: Option<&[u32]>,
+    ) -> Option<QueryTerm<'_>> {
         let id = *match key {
             Some(key) => self.packed_ids.get(&key),
             None => self.term_ids.get(token),
         }?;
+        let lists = self.lists.get(id as usize)?;
+        let mut chosen: Vec<u32> = match groups {
+            None => lists.lists().collect(),
+            Some(groups) => groups.iter().filter_map(|g| lists.get(*g)).collect(),
+        };
+        let first = *chosen.first()?;
+        let max_tf = chosen
+            .iter()
+            .map(|l| self.max_tf[*l as usize])
+            .fold(0.0, f32::max);
+        let rest = chosen
+            .drain(1..)
+            .map(|l| &self.postings[l as usize][..])
+            .collect::<Vec<_>>();
         Some(QueryTerm {
-            list: &self.postings[id as usize],
+            list: &self.postings[first as usize],
+            map: rest.is_empty().then(|| self.maps.get(&first)).flatten(),
+            rest,
             weight: 0.0,
-            max_tf: self.max_tf[id as usize],
-            map: self.maps.get(&id),
+            max_tf,
         })
     }
 
-    /// The `(term id, weighted term frequency)` pairs of the tokens of `fields` this shard
-    /// owns, interning new terms.
+    /// The `(list id, weighted term frequency)` pairs of the tokens of `fields` this shard
+    /// owns, in `group`'s lists, interning new terms.
     fn terms_of(
         &mut self,
         me: usize,
+        group: u32,
         fields: &[(&str, f32)],
         ids: &mut Vec<(u32, f32)>,
         out: &mut Vec<(u32, f32)>,
@@ -138,7 +228,7 @@ impl Shard {
             for_each_index_token(text, |token| {
                 let key = pack(token);
                 if shard_of(token, key) == me {
-                    ids.push((self.intern(token, key), *weight));
+                    ids.push((self.intern(token, key, group), *weight));
                 }
             });
         }
@@ -150,16 +240,18 @@ impl Shard {
 
     /// Adds the postings of `doc` for the tokens of `fields` this shard owns; `false` when a
     /// term frequency is not finite (weights so large their sum overflows).
+    #[allow(clippy::too_many_arguments)]
     fn index(
         &mut self,
         me: usize,
         doc: u32,
+        group: u32,
         generation: u32,
         fields: &[(&str, f32)],
         ids: &mut Vec<(u32, f32)>,
     ) -> bool {
         let mut terms = Vec::new();
-        self.terms_of(me, fields, ids, &mut terms);
+        self.terms_of(me, group, fields, ids, &mut terms);
         let mut finite = true;
         for (term, tf) in terms {
             finite &= tf.is_finite();
@@ -207,7 +299,9 @@ struct GroupStats {
 ///
 /// Scores are BM25 over the documents of the groups searched: document count, average length
 /// and document frequencies are those of the searched groups, so a busy scope elsewhere does
-/// not change how rare a word is here.
+/// not change how rare a word is here. Each group has its own posting list per term, so a
+/// search of a few groups reads their postings only: its work follows the size of the scopes
+/// searched, not of the store (a group costs a list header per term it uses).
 #[derive(Debug, Default, Clone)]
 pub struct Bm25Index {
     shards: [Shard; SHARDS],
@@ -235,14 +329,24 @@ pub struct Bm25Index {
     min_len: Option<f32>,
 }
 
-/// A query token found in the index: its postings, its BM25 weight and the largest term
-/// frequency among its postings.
+/// A query token found in the index: its postings (in the groups searched), its BM25 weight
+/// and the largest term frequency among its postings.
 struct QueryTerm<'a> {
+    /// Its postings in the first group searched that has it.
     list: &'a [Posting],
+    /// Its postings in the other groups searched that have it (each list a group's).
+    rest: Vec<&'a [Posting]>,
     weight: f32,
     max_tf: f32,
-    /// The list's block map, when it is long enough to keep one.
+    /// The list's block map, when it is the term's only list and long enough to keep one.
     map: Option<&'a top::BlockMap>,
+}
+
+impl<'a> QueryTerm<'a> {
+    /// Every list of the term in the groups searched.
+    fn lists(&self) -> impl Iterator<Item = &'a [Posting]> + '_ {
+        std::iter::once(self.list).chain(self.rest.iter().copied())
+    }
 }
 
 /// The length of weighted fields: each field's [`word_len`] times its weight.
@@ -352,7 +456,7 @@ impl Bm25Index {
         let mut ids = Vec::with_capacity(64);
         let mut finite = true;
         for (me, shard) in self.shards.iter_mut().enumerate() {
-            finite &= shard.index(me, doc, generation, fields, &mut ids);
+            finite &= shard.index(me, doc, group, generation, fields, &mut ids);
         }
         // A term frequency summed past the largest float breaks the bounds as an infinite
         // length does (a length is rounded once, so it can stay finite).
@@ -387,7 +491,7 @@ impl Bm25Index {
         let mut finite = true;
         for (me, shard) in self.shards.iter_mut().enumerate() {
             terms.clear();
-            shard.terms_of(me, fields, &mut ids, &mut terms);
+            shard.terms_of(me, group as u32, fields, &mut ids, &mut terms);
             for &(term, tf) in &terms {
                 let list = &mut shard.postings[term as usize];
                 match list.last_mut() {
@@ -459,7 +563,8 @@ impl Bm25Index {
             .map(|(doc, group, text)| self.begin(*doc, *group, word_len(text) as f32))
             .collect();
         let texts: Vec<(u32, &str)> = docs.iter().map(|(d, _, t)| (*d, *t)).collect();
-        bulk::index_docs(&mut self.shards, &texts, &generations);
+        let groups: Vec<u32> = docs.iter().map(|(_, g, _)| *g).collect();
+        bulk::index_docs(&mut self.shards, &texts, &groups, &generations);
     }
 
     /// Drops document `doc` from results (its postings are skipped until the next compaction).

@@ -111,14 +111,18 @@ impl Bm25Index {
         let mut terms = Vec::with_capacity(query.len());
         for term in query {
             let key = pack(term);
-            let Some(mut found) = self.shards[shard_of(term, key)].lookup_term(term, key) else {
+            let Some(mut found) = self.shards[shard_of(term, key)].lookup_term(term, key, filter)
+            else {
                 continue;
             };
-            let list = found.list;
-            let df = if self.stale || filter.is_some() {
-                list.iter().filter(|p| self.current(p, filter)).count() as f32
+            // The lists are the searched groups' own: only postings gone stale need a look.
+            let df = if self.stale {
+                found
+                    .lists()
+                    .map(|list| list.iter().filter(|p| self.current(p)).count())
+                    .sum::<usize>() as f32
             } else {
-                list.len() as f32
+                found.lists().map(<[Posting]>::len).sum::<usize>() as f32
             };
             if df == 0.0 {
                 continue;
@@ -135,13 +139,12 @@ impl Bm25Index {
     }
 
     /// Whether a posting counts: postings of removed or re-indexed documents linger until
-    /// compaction, and only the searched groups count, so scores do not depend on history
-    /// (or on a restart).
-    pub(super) fn current(&self, &(doc, _, generation): &Posting, filter: Option<&[u32]>) -> bool {
+    /// compaction, so scores do not depend on history (or on a restart). (A document indexed
+    /// again in another group has its new postings in that group's lists, under a new
+    /// generation.)
+    pub(super) fn current(&self, &(doc, _, generation): &Posting) -> bool {
         let idx = doc as usize;
-        self.alive[idx]
-            && self.generation[idx] == generation
-            && filter.is_none_or(|f| f.contains(&self.group[idx]))
+        self.alive[idx] && self.generation[idx] == generation
     }
 
     /// One posting's BM25 contribution for a term of `weight`.
@@ -164,11 +167,12 @@ impl Bm25Index {
         sink: &mut impl FnMut(u32, f32),
     ) {
         let norm = LengthNorm::new(avg);
-        // With nothing stale and no group filter every posting counts: skip the two lookups
-        // per posting that tell (they dominate on long lists).
-        let check = self.stale || filter.is_some();
-        for QueryTerm { list, weight, .. } in self.weighted_terms(query, n, filter) {
-            for p in list.iter().filter(|p| !check || self.current(p, filter)) {
+        // With nothing stale every posting of the searched groups' lists counts: skip the two
+        // lookups per posting that tell (they dominate on long lists).
+        let check = self.stale;
+        for term in self.weighted_terms(query, n, filter) {
+            let weight = term.weight;
+            for p in term.lists().flatten().filter(|p| !check || self.current(p)) {
                 let idx = p.0 as usize;
                 let Some(slot) = acc.get_mut(idx) else {
                     continue;

@@ -215,3 +215,81 @@ mod top_is_the_best_of_all {
         }
     }
 }
+
+/// Each group keeps its own posting lists: searching some groups gives exactly what an index of
+/// only their live documents gives (same documents, bit-identical scores), whatever the other
+/// groups hold, after documents were indexed again (in another group or the same) or removed,
+/// one by one or in bulk.
+mod groups_are_searched_as_if_alone {
+    use super::*;
+    use proptest::prelude::*;
+
+    const WORDS: &[&str] = &[
+        "kai", "mira", "gate", "silver", "lantern", "river", "灯笼", "河灵",
+    ];
+
+    /// An edit: index document `doc` in `group` with `words`, or remove it (`None`).
+    type Edit = (u32, u32, Option<Vec<usize>>);
+
+    fn text(words: &[usize]) -> String {
+        words
+            .iter()
+            .map(|w| WORDS[*w])
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    proptest! {
+        #[test]
+        fn same_matches_and_scores(
+            edits in prop::collection::vec(
+                (0u32..40, 0u32..4, prop::option::weighted(0.85, prop::collection::vec(0usize..8, 1..7))),
+                1..150,
+            ),
+            bulk in any::<bool>(),
+            query in prop::collection::vec(0usize..8, 1..4),
+            searched in prop::collection::vec(0u32..5, 1..3),
+        ) {
+            let edits: Vec<Edit> = edits;
+            let mut idx = Bm25Index::new();
+            if bulk {
+                // Opening a store: the final texts in bulk (removals have no place there).
+                let texts: Vec<(u32, u32, String)> = edits
+                    .iter()
+                    .filter_map(|(d, g, w)| w.as_ref().map(|w| (*d, *g, text(w))))
+                    .collect();
+                let refs: Vec<(u32, u32, &str)> =
+                    texts.iter().map(|(d, g, t)| (*d, *g, t.as_str())).collect();
+                idx.insert_many(&refs);
+            } else {
+                for (doc, group, words) in &edits {
+                    match words {
+                        Some(w) => idx.insert_fields(*doc, *group, &[(&text(w), 1.0)]),
+                        None => idx.remove(*doc),
+                    }
+                }
+            }
+            // The live documents and their groups, as the edits leave them.
+            let mut live: std::collections::BTreeMap<u32, (u32, String)> = Default::default();
+            for (doc, group, words) in &edits {
+                match words {
+                    Some(w) => {
+                        live.insert(*doc, (*group, text(w)));
+                    }
+                    None if !bulk => {
+                        live.remove(doc);
+                    }
+                    None => {}
+                }
+            }
+            let mut alone = Bm25Index::new();
+            for (doc, (group, text)) in &live {
+                if searched.contains(group) {
+                    alone.insert_fields(*doc, 0, &[(text, 1.0)]);
+                }
+            }
+            let q = query_tokens(&text(&query));
+            prop_assert_eq!(idx.score_in(&q, Some(&searched)), alone.score(&q));
+        }
+    }
+}

@@ -323,8 +323,10 @@ impl Bm25Index {
             mapped => mapped,
         };
         // Within one block pruning has nothing to skip; lists out of order or with stale
-        // postings cannot be walked in step.
-        if self.stale || self.exact_only || self.alive.len() <= block {
+        // postings cannot be walked in step, nor a term's several lists (one per group: with
+        // nothing stale, a group without live documents has no postings).
+        let groups = self.groups.iter().filter(|g| g.docs > 0).count();
+        if self.stale || self.exact_only || self.alive.len() <= block || groups > 1 {
             let mut best = Best::new(k);
             let total = self.score_each(query, None, |doc, score| best.offer(doc, score));
             return (best.into_sorted(), total);
