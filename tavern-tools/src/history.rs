@@ -416,7 +416,7 @@ fn line_digest(line: &ChatLine) -> u64 {
 }
 
 /// The index of one chat at one revision.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct ChatEntry {
     revision: tavern_store::ChatRevision,
     /// Digest of every line indexed, header included, in file order.
@@ -424,7 +424,6 @@ struct ChatEntry {
     header: bool,
     parent: Option<ChatId>,
     history: HistoryIndex,
-    last_used: u64,
 }
 
 impl ChatEntry {
@@ -435,7 +434,6 @@ impl ChatEntry {
             header: false,
             parent: None,
             history: HistoryIndex::new(),
-            last_used: 0,
         };
         entry.append(&file.lines);
         entry
@@ -508,7 +506,9 @@ pub struct HistoryCache {
 struct CacheInner {
     capacity: usize,
     clock: u64,
-    entries: HashMap<(CharacterName, ChatId), ChatEntry>,
+    /// Each chat's entry and when it was last used. Shared: a search runs on its own handle
+    /// after the lock is let go, so one long search never holds up another chat's.
+    entries: HashMap<(CharacterName, ChatId), (Arc<ChatEntry>, u64)>,
 }
 
 impl Default for HistoryCache {
@@ -568,19 +568,25 @@ impl HistoryCache {
             return Ok(None);
         };
         // The entry is taken out while it is brought up to date (no lock is held across the
-        // store's IO); a concurrent query meanwhile builds its own.
+        // store's IO); a concurrent query meanwhile builds its own. A current entry is shared
+        // and searched outside the lock.
         let taken = {
             let mut inner = self.lock();
             inner.clock += 1;
             let now = inner.clock;
             match inner.entries.get_mut(&key) {
-                Some(e) if e.revision == revision => {
-                    e.last_used = now;
-                    return Ok(Some(f(e)));
+                Some((e, used)) if e.revision == revision => {
+                    *used = now;
+                    Some(Ok(e.clone()))
                 }
-                Some(_) => inner.entries.remove(&key),
+                Some(_) => inner.entries.remove(&key).map(|(e, _)| Err(e)),
                 None => None,
             }
+        };
+        let taken = match taken {
+            Some(Ok(current)) => return Ok(Some(f(&current))),
+            Some(Err(stale)) => Some(stale),
+            None => None,
         };
         // The revision says how large the chat is: too large, and it is not read at all.
         if let Some(bytes) = revision.content().map(|c| c.bytes) {
@@ -598,7 +604,8 @@ impl HistoryCache {
                 .read_chat_since(character, chat, &entry.revision)
                 .await?
             {
-                Some(change) => entry.apply(change),
+                // Still searched by another query: that one keeps its copy.
+                Some(change) => Arc::unwrap_or_clone(entry).apply(change),
                 None => return Ok(None),
             },
             None => match chats.read_chat(character, chat).await? {
@@ -606,24 +613,25 @@ impl HistoryCache {
                 None => return Ok(None),
             },
         };
-        let out = f(&entry);
-        let mut inner = self.lock();
-        inner.clock += 1;
-        let mut entry = entry;
-        entry.last_used = inner.clock;
-        inner.entries.insert(key, entry);
-        while inner.entries.len() > inner.capacity {
-            let oldest = inner
-                .entries
-                .iter()
-                .min_by_key(|(_, e)| e.last_used)
-                .map(|(k, _)| k.clone());
-            match oldest {
-                Some(k) => inner.entries.remove(&k),
-                None => break,
-            };
+        let entry = Arc::new(entry);
+        {
+            let mut inner = self.lock();
+            inner.clock += 1;
+            let now = inner.clock;
+            inner.entries.insert(key, (entry.clone(), now));
+            while inner.entries.len() > inner.capacity {
+                let oldest = inner
+                    .entries
+                    .iter()
+                    .min_by_key(|(_, (_, used))| *used)
+                    .map(|(k, _)| k.clone());
+                match oldest {
+                    Some(k) => inner.entries.remove(&k),
+                    None => break,
+                };
+            }
         }
-        Ok(Some(out))
+        Ok(Some(f(&entry)))
     }
 }
 

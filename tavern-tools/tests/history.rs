@@ -303,3 +303,85 @@ fn ties_a_ranker_leaves_are_cut_in_lexical_order() {
     assert_eq!(flat[0].index, plain[0].index);
     assert_ne!(flat[0].index, 4, "not the newest match");
 }
+
+/// A search runs on the chat's shared index after the cache's lock is let go: while one
+/// search is still running (here: held inside its closure until the others are done), the same
+/// chat, another chat and a chat that changed meanwhile are all searched. Before, the cache's
+/// lock was held through the search, so every other history search waited for the slowest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_search_holds_up_no_other() {
+    let store = Arc::new(MemStore::new(Arc::new(ManualClock::new(Timestamp(0)))));
+    let who = CharacterName::parse("Mira").unwrap();
+    let (a, b) = (ChatId::parse("a").unwrap(), ChatId::parse("b").unwrap());
+    let mut revs = Vec::new();
+    let mut lines = vec![header(), message(0, &[0]), message(1, &[1])];
+    for chat in [&a, &b] {
+        revs.push(store.rewrite_chat(&who, chat, &lines, None).await.unwrap());
+    }
+    let count = |lines: &[ChatLine], q: &str| Some(scratch(lines).search(q, 5).1);
+    let before = (count(&lines, "lantern"), count(&lines, "river"));
+    lines.push(message(2, &[0, 5]));
+    let after = count(&lines, "lantern");
+    assert!(after > before.0, "the appended message matches");
+    let cache = HistoryCache::new(4);
+    for chat in [&a, &b] {
+        cache
+            .with_index(store.as_ref(), &who, chat, |idx, _| idx.len())
+            .await
+            .unwrap();
+    }
+    let (entered, inside) = std::sync::mpsc::channel::<()>();
+    let (finished, others_done) = std::sync::mpsc::channel::<()>();
+    let others_done = std::sync::Mutex::new(others_done);
+    let slow = {
+        let (cache, store, who, a) = (cache.clone(), store.clone(), who.clone(), a.clone());
+        tokio::spawn(async move {
+            cache
+                .with_index(store.as_ref(), &who, &a, |idx, _| {
+                    entered.send(()).unwrap();
+                    // Fails the test instead of hanging if the others cannot run meanwhile.
+                    let waited = others_done
+                        .lock()
+                        .unwrap()
+                        .recv_timeout(std::time::Duration::from_secs(60));
+                    (idx.search("lantern", 5).1, waited.is_ok())
+                })
+                .await
+        })
+    };
+    tokio::task::spawn_blocking(move || inside.recv().unwrap())
+        .await
+        .unwrap();
+    let same = cache
+        .with_index(store.as_ref(), &who, &a, |idx, _| {
+            idx.search("lantern", 5).1
+        })
+        .await
+        .unwrap();
+    let other = cache
+        .with_index(store.as_ref(), &who, &b, |idx, _| idx.search("river", 5).1)
+        .await
+        .unwrap();
+    // Chat `a` grows while the slow search still holds its index: brought up to date on a
+    // copy, the slow search's index untouched.
+    store
+        .append_lines(&who, &a, &[message(2, &[0, 5])], &revs[0])
+        .await
+        .unwrap();
+    let grown = cache
+        .with_index(store.as_ref(), &who, &a, |idx, _| {
+            idx.search("lantern", 5).1
+        })
+        .await
+        .unwrap();
+    finished.send(()).unwrap();
+    drop(finished);
+    let (slow_total, waited) = slow.await.unwrap().unwrap().unwrap();
+    assert!(waited, "the slow search was never let go of");
+    assert_eq!((same, other, grown), (before.0, before.1, after));
+    assert_eq!(
+        Some(slow_total),
+        before.0,
+        "the index a running search reads never changes under it"
+    );
+}
