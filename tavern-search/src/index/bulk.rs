@@ -11,16 +11,31 @@ use crate::analyzer::for_each_index_token;
 /// three times the round's text) while each posting list still grows only once per round.
 const ROUND_DOCS: usize = 1 << 18;
 
-/// One shard's tokens of a run of documents.
+/// One shard's tokens of a run of documents: 8 bytes per token (most are packed into their
+/// key, which is all interning needs), plus the bytes of the few longer ones. The streams of
+/// a round are the largest thing an open holds besides the store itself.
 #[derive(Debug, Default)]
 pub(super) struct ShardTokens {
-    /// The tokens' bytes, one after another.
+    /// The bytes of the tokens too long to pack, one after another.
     text: String,
-    /// Per token: where it ends in `text` (it starts where the one before ended) and its packed
-    /// key.
-    tokens: Vec<(usize, Option<u64>)>,
+    /// Per token: its packed key, or [`LONG`] with its length for one whose bytes are next in
+    /// `text`.
+    tokens: Vec<u64>,
     /// Per document, in order: how many of `tokens` are its.
     per_doc: Vec<u32>,
+}
+
+/// Marks a token of [`ShardTokens::tokens`] that is not packed (its length below): no packed
+/// key has this top byte (a CJK key's is `0x80`, a short word's its length, at most 7).
+const LONG: u64 = 0xFF << 56;
+
+/// The packed key of a stream entry, or the length of a long token's bytes.
+fn entry(token: u64) -> Result<u64, usize> {
+    if token & LONG == LONG {
+        Err(usize::try_from(token & !LONG).unwrap_or(usize::MAX))
+    } else {
+        Ok(token)
+    }
 }
 
 /// Tokenizes `docs` once, each token into the stream of its shard.
@@ -32,8 +47,13 @@ fn tokenize(docs: &[(u32, &str)]) -> [ShardTokens; SHARDS] {
             let key = pack(token);
             let me = shard_of(token, key);
             let stream = &mut out[me];
-            stream.text.push_str(token);
-            stream.tokens.push((stream.text.len(), key));
+            match key {
+                Some(key) => stream.tokens.push(key),
+                None => {
+                    stream.text.push_str(token);
+                    stream.tokens.push(LONG | token.len() as u64);
+                }
+            }
             counts[me] = counts[me].saturating_add(1);
         });
         for (stream, n) in out.iter_mut().zip(counts) {
@@ -64,10 +84,18 @@ impl Shard {
                 ids.clear();
                 let group = group.next().unwrap_or(0);
                 let end = next + n as usize;
-                for &(stop, key) in stream.tokens.get(next..end).unwrap_or_default() {
-                    let token = stream.text.get(start..stop).unwrap_or_default();
-                    ids.push((self.intern(token, key, group), 1.0));
-                    start = stop;
+                for &token in stream.tokens.get(next..end).unwrap_or_default() {
+                    let id = match entry(token) {
+                        // A packed token is interned by its key alone.
+                        Ok(key) => self.intern("", Some(key), group),
+                        Err(len) => {
+                            let stop = start + len;
+                            let text = stream.text.get(start..stop).unwrap_or_default();
+                            start = stop;
+                            self.intern(text, None, group)
+                        }
+                    };
+                    ids.push((id, 1.0));
                 }
                 next = end;
                 // As `terms_of` sums a field's weights: same order, same floats.
@@ -183,6 +211,28 @@ mod tests {
                 "{q:?}"
             );
         }
+    }
+
+    /// A stream entry is read back as the packed key it is, never as a long token's length.
+    #[test]
+    fn no_packed_key_reads_as_a_long_token() {
+        let tokens = [
+            "a",
+            "lantern",
+            "\u{7f}\u{7f}\u{7f}\u{7f}\u{7f}\u{7f}\u{7f}",
+            "é",
+            "银",
+            "银色",
+            "\u{3134A}\u{3134A}",
+            "\u{2FA1D}",
+            "ㄅ",
+        ];
+        for token in tokens {
+            let key = pack(token).unwrap_or_else(|| panic!("{token:?} is packed"));
+            assert_eq!(entry(key), Ok(key), "{token:?}");
+        }
+        assert_eq!(entry(LONG | 9), Err(9));
+        assert_eq!(pack("lanterns"), None, "eight bytes are a long token");
     }
 
     #[test]

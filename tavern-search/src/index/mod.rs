@@ -81,23 +81,24 @@ struct Shard {
 }
 
 /// A term's posting lists by group: `(group, list id)` sorted by group; one group (every
-/// chat index, most terms of a store) is kept without allocating.
-#[derive(Debug, Clone, PartialEq)]
+/// chat index, most terms of a store) is kept without allocating, in 16 bytes per term.
+#[derive(Debug, Clone, PartialEq, Default)]
 enum GroupLists {
-    One { group: u32, list: u32 },
-    Many(Vec<(u32, u32)>),
-}
-
-impl Default for GroupLists {
-    fn default() -> Self {
-        Self::Many(Vec::new())
-    }
+    #[default]
+    Empty,
+    One {
+        group: u32,
+        list: u32,
+    },
+    #[allow(clippy::box_collection)] // boxed: the enum stays 16 bytes for the common one list
+    Many(Box<Vec<(u32, u32)>>),
 }
 
 impl GroupLists {
     /// The list of `group`, if the term has one.
     fn get(&self, group: u32) -> Option<u32> {
         match self {
+            Self::Empty => None,
             Self::One { group: g, list } => (*g == group).then_some(*list),
             Self::Many(all) => all
                 .binary_search_by_key(&group, |(g, _)| *g)
@@ -109,6 +110,7 @@ impl GroupLists {
     /// Every list id, by group.
     fn lists(&self) -> impl Iterator<Item = u32> + '_ {
         let (one, many) = match self {
+            Self::Empty => (None, &[][..]),
             Self::One { list, .. } => (Some(*list), &[][..]),
             Self::Many(all) => (None, &all[..]),
         };
@@ -118,11 +120,11 @@ impl GroupLists {
     /// Records `list` as `group`'s (which has none yet).
     fn insert(&mut self, group: u32, list: u32) {
         match self {
-            Self::Many(all) if all.is_empty() => *self = Self::One { group, list },
+            Self::Empty => *self = Self::One { group, list },
             Self::One { group: g, list: l } => {
                 let mut all = vec![(*g, *l), (group, list)];
                 all.sort_unstable_by_key(|(g, _)| *g);
-                *self = Self::Many(all);
+                *self = Self::Many(Box::new(all));
             }
             Self::Many(all) => {
                 let at = all.partition_point(|(g, _)| *g < group);

@@ -293,3 +293,9 @@ mod groups_are_searched_as_if_alone {
         }
     }
 }
+
+/// A term's lists by group cost 16 bytes when it has one (most terms of most indexes).
+#[test]
+fn a_terms_group_lists_take_sixteen_bytes() {
+    assert_eq!(std::mem::size_of::<super::GroupLists>(), 16);
+}

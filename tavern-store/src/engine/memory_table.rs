@@ -287,15 +287,19 @@ impl MemoryTable {
                 changed.push(slot);
             }
         }
-        let texts: Vec<(u32, u32, String)> = changed
-            .into_iter()
-            .map(|slot| {
-                let scope = self.meta[slot as usize].scope;
-                (slot, scope, index_text(&self.records[slot as usize]))
-            })
+        // Every indexed text in one string: one block freed after, not a small string per
+        // record left as holes in the heap of a store that was just opened.
+        let mut text = String::new();
+        let mut spans = Vec::with_capacity(changed.len());
+        for slot in changed {
+            let start = text.len();
+            push_index_text(&mut text, &self.records[slot as usize]);
+            spans.push((slot, self.meta[slot as usize].scope, start, text.len()));
+        }
+        let refs: Vec<(u32, u32, &str)> = spans
+            .iter()
+            .map(|&(slot, scope, start, end)| (slot, scope, text.get(start..end).unwrap_or("")))
             .collect();
-        let refs: Vec<(u32, u32, &str)> =
-            texts.iter().map(|(s, g, t)| (*s, *g, t.as_str())).collect();
         self.index.insert_many(&refs);
     }
 
@@ -723,14 +727,20 @@ impl MemoryTable {
 /// What a record is found by: its content, its tags and the day it was written (so "what
 /// happened in May 2023" finds what was remembered then).
 fn index_text(r: &MemoryRecord) -> String {
-    let mut text = r.content.clone();
+    let mut text = String::new();
+    push_index_text(&mut text, r);
+    text
+}
+
+/// [`index_text`], appended to `text`.
+fn push_index_text(text: &mut String, r: &MemoryRecord) {
+    text.push_str(&r.content);
     text.push(' ');
     text.push_str(&tavern_core::calendar::day_words(r.created_at.0));
     for t in &r.tags {
         text.push(' ');
         text.push_str(t.as_str());
     }
-    text
 }
 
 /// The smallest factor [`blend`] applies to relevance.

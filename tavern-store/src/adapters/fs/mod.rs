@@ -46,7 +46,7 @@ use tavern_core::{
 use self::atomic::{
     ensure_dir, io_err, read_optional, remove, set_aside, stamp, write_atomic, FileLock,
 };
-use self::log::{DurableLog, NewLines};
+use self::log::{DurableLog, NewLines, Payloads};
 use crate::blocking::maybe_spawn_blocking;
 use crate::checkpoint::{CheckpointStatus, CheckpointStore, ProjectorCheckpoint};
 use crate::clock::Clock;
@@ -88,7 +88,7 @@ impl<T: OpTable> Logged<T> {
                 self.log.restart();
                 match self.log.read_new(&mut found)? {
                     NewLines::Lines(lines) => (true, lines),
-                    NewLines::Replaced => (true, Vec::new()),
+                    NewLines::Replaced => (true, Payloads::default()),
                 }
             }
         };
@@ -96,7 +96,7 @@ impl<T: OpTable> Logged<T> {
         if replaced {
             entries.push(Entry::Reset);
         }
-        entries.extend(payloads.iter().map(|p| Entry::Op(p)));
+        entries.extend(payloads.iter().map(Entry::Op));
         let done = replay(&mut self.table, &entries)?;
         let file = self.log_name();
         found.extend(done.unreadable.into_iter().map(|u| StoreDiagnostic {
