@@ -28,6 +28,11 @@ impl LengthNorm {
     }
 }
 
+/// Documents per window when a term's lists of several groups are walked side by side
+/// ([`Bm25Index::accumulate`]): their accumulators (8 bytes each) stay in the second-level
+/// cache.
+const WINDOW_DOCS: u32 = 8192;
+
 /// Per document (score, matched query tokens), and the documents touched by the query.
 type Scratch = (Vec<(f32, u32)>, Vec<u32>);
 
@@ -170,18 +175,48 @@ impl Bm25Index {
         // With nothing stale every posting of the searched groups' lists counts: skip the two
         // lookups per posting that tell (they dominate on long lists).
         let check = self.stale;
+        let mut add = |p: &Posting, weight: f32| {
+            if check && !self.current(p) {
+                return;
+            }
+            let idx = p.0 as usize;
+            let Some(slot) = acc.get_mut(idx) else {
+                return;
+            };
+            if slot.1 == 0 {
+                touched.push(p.0);
+            }
+            slot.0 += self.contribution(weight, p.1, p.0, &norm);
+            slot.1 += 1;
+        };
+        let mut cursors = Vec::new();
         for term in self.weighted_terms(query, n, filter) {
             let weight = term.weight;
-            for p in term.lists().flatten().filter(|p| !check || self.current(p)) {
-                let idx = p.0 as usize;
-                let Some(slot) = acc.get_mut(idx) else {
-                    continue;
-                };
-                if slot.1 == 0 {
-                    touched.push(p.0);
+            if term.rest.is_empty() {
+                term.list.iter().for_each(|p| add(p, weight));
+                continue;
+            }
+            // A term's lists of many groups, walked side by side a window of documents at a
+            // time: the accumulators are visited about in order, as one list's would be, not
+            // swept end to end once per group. (A document has one current posting per term,
+            // so the order of its lists changes no sum.)
+            let lists: Vec<&[Posting]> = term.lists().collect();
+            cursors.clear();
+            cursors.resize(lists.len(), 0usize);
+            let mut end = 0u32;
+            while end < u32::MAX {
+                end = end.saturating_add(WINDOW_DOCS);
+                let mut left = false;
+                for (list, at) in lists.iter().zip(cursors.iter_mut()) {
+                    while let Some(p) = list.get(*at).filter(|p| p.0 < end || end == u32::MAX) {
+                        add(p, weight);
+                        *at += 1;
+                    }
+                    left |= *at < list.len();
                 }
-                slot.0 += self.contribution(weight, p.1, p.0, &norm);
-                slot.1 += 1;
+                if !left {
+                    break;
+                }
             }
         }
         // Coordination: a document containing all query tokens (for CJK: every bigram of the

@@ -249,8 +249,13 @@ mod groups_are_searched_as_if_alone {
             bulk in any::<bool>(),
             query in prop::collection::vec(0usize..8, 1..4),
             searched in prop::collection::vec(0u32..5, 1..3),
+            // Slots far apart, so a term's lists of several groups are walked across windows.
+            spread in prop::sample::select(vec![1u32, 2999]),
         ) {
-            let edits: Vec<Edit> = edits;
+            let edits: Vec<Edit> = edits
+                .into_iter()
+                .map(|(doc, group, words)| (doc * spread, group, words))
+                .collect();
             let mut idx = Bm25Index::new();
             if bulk {
                 // Opening a store: the final texts in bulk (removals have no place there).
