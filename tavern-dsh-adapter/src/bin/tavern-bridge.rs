@@ -216,7 +216,9 @@ async fn open_store(
         tracing::warn!(file = %d.file, "{}", d.message);
     }
     let loading = store.clone();
-    tokio::task::spawn_blocking(move || {
+    // A thread of its own, not the runtime's blocking pool: the bridge can exit (shutdown,
+    // the host gone) while a large log is still being read.
+    std::thread::spawn(move || {
         let started = std::time::Instant::now();
         match loading.load_memories() {
             Ok(()) => tracing::info!(
@@ -225,7 +227,9 @@ async fn open_store(
                 "memories loaded"
             ),
             // The next memory call tries again (and fails with this error if it persists).
-            Err(e) => tracing::warn!("memories not loaded yet: {e}"),
+            Err(e) => tracing::error!(
+                "memory.log cannot be read yet; memory calls fail until it can: {e}"
+            ),
         }
         for d in loading
             .diagnostics()

@@ -197,6 +197,9 @@ impl Shard {
             None => lists.lists().collect(),
             Some(groups) => groups.iter().filter_map(|g| lists.get(*g)).collect(),
         };
+        // A group whose documents were all removed keeps empty lists after a compaction: the
+        // term's postings must not hide behind one (`top` reads the first list alone).
+        chosen.retain(|l| !self.postings[*l as usize].is_empty());
         let first = *chosen.first()?;
         let max_tf = chosen
             .iter()

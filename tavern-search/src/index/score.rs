@@ -189,7 +189,6 @@ impl Bm25Index {
             slot.0 += self.contribution(weight, p.1, p.0, &norm);
             slot.1 += 1;
         };
-        let mut cursors = Vec::new();
         for term in self.weighted_terms(query, n, filter) {
             let weight = term.weight;
             if term.rest.is_empty() {
@@ -200,23 +199,25 @@ impl Bm25Index {
             // time: the accumulators are visited about in order, as one list's would be, not
             // swept end to end once per group. (A document has one current posting per term,
             // so the order of its lists changes no sum.)
-            let lists: Vec<&[Posting]> = term.lists().collect();
-            cursors.clear();
-            cursors.resize(lists.len(), 0usize);
-            let mut end = 0u32;
-            while end < u32::MAX {
-                end = end.saturating_add(WINDOW_DOCS);
-                let mut left = false;
-                for (list, at) in lists.iter().zip(cursors.iter_mut()) {
+            let mut lists: Vec<(&[Posting], usize)> = term.lists().map(|l| (l, 0)).collect();
+            while let Some(next) = lists
+                .iter()
+                .filter_map(|(l, at)| l.get(*at))
+                .map(|p| p.0)
+                .min()
+            {
+                // The window holding the earliest posting left (lists out of document order
+                // are still read exactly once: a cursor only moves forward).
+                let end = (next / WINDOW_DOCS)
+                    .saturating_add(1)
+                    .saturating_mul(WINDOW_DOCS);
+                for (list, at) in &mut lists {
                     while let Some(p) = list.get(*at).filter(|p| p.0 < end || end == u32::MAX) {
                         add(p, weight);
                         *at += 1;
                     }
-                    left |= *at < list.len();
                 }
-                if !left {
-                    break;
-                }
+                lists.retain(|(l, at)| *at < l.len());
             }
         }
         // Coordination: a document containing all query tokens (for CJK: every bigram of the

@@ -29,9 +29,7 @@ pub use log::verify_line;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
-#[cfg(feature = "testkit")]
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -187,6 +185,9 @@ struct Inner {
     checkpoints: Mutex<HashMap<SessionId, Cached<Option<ProjectorCheckpoint>>>>,
     /// Digests of the chat versions this process saw (chat revisions without whole reads).
     chat_digests: chat_digests::ChatDigests,
+    /// Whether `memory.log` has been read (mirrors the memory table's `loaded`, readable
+    /// without waiting for a load in progress).
+    memory_loaded: AtomicBool,
     /// Shared with both logs: make the next fsync fail (tests of failure paths).
     #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
     fail_next_sync: Arc<AtomicBool>,
@@ -271,6 +272,7 @@ impl FsStore {
             state: Mutex::default(),
             checkpoints: Mutex::default(),
             chat_digests: chat_digests::ChatDigests::default(),
+            memory_loaded: AtomicBool::new(false),
             fail_next_sync,
             fail_next_write,
         };
@@ -282,6 +284,7 @@ impl FsStore {
         }
         if !options.defer_memory_load {
             inner.first_load(&mut lock(&inner.memory), MEMORY_LOG)?;
+            inner.memory_loaded.store(true, Ordering::SeqCst);
         }
         inner.first_load(&mut lock(&inner.variables), VARIABLE_LOG)?;
         // A log that has grown far beyond its state (updates, access times) is compacted so
@@ -348,14 +351,14 @@ impl FsStore {
     }
 
     /// Whether `memory.log` has been read (always, unless the store was opened with
-    /// [`FsOptions::defer_memory_load`] and neither a memory call nor
-    /// [`FsStore::load_memories`] has run yet).
+    /// [`FsOptions::defer_memory_load`] and no memory call nor [`FsStore::load_memories`]
+    /// has finished reading it yet). Never waits for a load in progress.
     pub fn memories_loaded(&self) -> bool {
-        lock(&self.inner.memory).loaded
+        self.inner.memory_loaded.load(Ordering::SeqCst)
     }
 
     /// How many memory records (live, forgotten or expired) are stored, reading the log
-    /// first if it was not read yet (0 if that fails).
+    /// first if it was not read yet (0 if that fails). Blocking.
     pub fn memory_len(&self) -> usize {
         self.inner.memory().map_or(0, |g| g.table.len())
     }
@@ -396,6 +399,10 @@ impl Inner {
     /// cannot be read (permissions, a bad disk sector) is set aside with a diagnostic and the
     /// store goes on without it, rather than not at all.
     fn first_load<T: OpTable>(&self, g: &mut Logged<T>, rel: &str) -> Result<(), StoreError> {
+        // From the start of the log every time: an attempt cut short (an error, or a panic
+        // the caller's thread survived) may have left part of it applied.
+        g.table = T::default();
+        g.log.restart();
         let first = {
             // Read under the shared lock, as every reader does: a writer's failed append is
             // cut back before anyone can read it.
@@ -435,6 +442,7 @@ impl Inner {
         let mut g = lock(&self.memory);
         if !g.loaded {
             self.first_load(&mut g, MEMORY_LOG)?;
+            self.memory_loaded.store(true, Ordering::SeqCst);
             if g.bloated() {
                 let compacted = (|| {
                     let _lock = g.log.lock(true)?;
@@ -811,10 +819,10 @@ impl Inner {
         };
         // A read must work on a full disk: if the access time cannot be appended, the record
         // is returned with the access time it had.
+        // (Still under the same guard: letting go of the mutex while holding the file lock
+        // could deadlock with a caller that takes them in order.)
         if let Err(e) = g.commit(touch, false, &self.diagnostics) {
-            drop(g);
             self.diag(MEMORY_LOG, format!("access time not recorded: {e}"));
-            let g = lock(&self.memory);
             return Ok(g.table.read_live(scope, id, now).cloned());
         }
         Ok(g.table.read_live(scope, id, now).cloned())
