@@ -33,6 +33,6 @@ pub mod stopwords;
 pub mod when;
 
 pub use analyzer::{index_tokens, query_tokens, raw_tokens, word_len, word_token};
-pub use index::Bm25Index;
+pub use index::{BestMatches, Bm25Index};
 pub use rank::{Candidate, Lexical, Ranker, RankerRef};
 pub use when::{time_window, time_window_in, TimeWindow};

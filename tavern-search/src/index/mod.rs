@@ -2,14 +2,17 @@
 //! posting lists per term and group with document generations (re-indexing a slot never leaves
 //! old terms matching; a search of some groups reads only their lists), per-group statistics,
 //! and block maps for the long lists of chat-like indexes.
-//! Scoring is in [`score`], the pruned top-k collector in [`top`].
+//! Scoring is in [`score`], the pruned top-k collector in [`top`], the pruned matches near
+//! the best (memory search) in [`best`].
 
+mod best;
 mod bulk;
 mod score;
 #[cfg(test)]
 mod tests;
 mod top;
 
+pub use best::BestMatches;
 use rustc_hash::FxHashMap;
 use tavern_core::tokens::is_cjk;
 
@@ -329,6 +332,10 @@ pub struct Bm25Index {
     /// an earlier one (a posting list may be out of document order), or a field weight was not
     /// positive and finite (no term-frequency bound holds).
     exact_only: bool,
+    /// Whether a weight, length or term frequency was not a positive finite number, so the
+    /// bounds pruning relies on may not hold ([`Bm25Index::best`] then scores every match;
+    /// it walks lists in any order, so documents indexed out of order do not matter to it).
+    bounds_broken: bool,
     /// The shortest length any document ever had (never raised, so a lower bound for every
     /// live document); `None` before the first.
     min_len: Option<f32>,
@@ -428,7 +435,9 @@ impl Bm25Index {
         }
         self.generation[idx] = self.generation[idx].wrapping_add(1);
         self.last = Some(doc);
-        if doc < self.next_doc || !len.is_finite() {
+        if !len.is_finite() {
+            self.unbounded();
+        } else if doc < self.next_doc {
             self.score_in_full();
         } else {
             self.next_doc = doc.saturating_add(1);
@@ -466,7 +475,7 @@ impl Bm25Index {
         // A term frequency summed past the largest float breaks the bounds as an infinite
         // length does (a length is rounded once, so it can stay finite).
         if !finite {
-            self.score_in_full();
+            self.unbounded();
         }
     }
 
@@ -483,7 +492,7 @@ impl Bm25Index {
         self.check_weights(fields);
         let added = fields_len(fields);
         if !(self.doc_len[idx] + added).is_finite() {
-            self.score_in_full();
+            self.unbounded();
         }
         self.doc_len[idx] += added;
         self.total_len += f64::from(added);
@@ -517,7 +526,7 @@ impl Bm25Index {
             }
         }
         if !finite {
-            self.score_in_full();
+            self.unbounded();
         }
         true
     }
@@ -525,8 +534,15 @@ impl Bm25Index {
     /// Turns pruning off for good when a weight breaks the bounds it relies on.
     fn check_weights(&mut self, fields: &[(&str, f32)]) {
         if fields.iter().any(|(_, w)| !(w.is_finite() && *w > 0.0)) {
-            self.score_in_full();
+            self.unbounded();
         }
+    }
+
+    /// From now on no term-frequency or length bound is trusted: [`Bm25Index::top`] and
+    /// [`Bm25Index::best`] score every match.
+    fn unbounded(&mut self) {
+        self.bounds_broken = true;
+        self.score_in_full();
     }
 
     /// From now on [`Bm25Index::top`] scores every match (its bounds or its walk in document

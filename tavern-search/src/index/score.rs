@@ -33,14 +33,31 @@ impl LengthNorm {
 /// cache.
 const WINDOW_DOCS: u32 = 8192;
 
+/// What a search of some groups scores with: their statistics, and which lists to read.
+pub(super) struct Searched {
+    /// Live documents in the groups searched.
+    pub(super) docs: f32,
+    /// Their average length (at least 1).
+    pub(super) avg: f32,
+    /// The groups searched, sorted; `None` when they hold every live document.
+    groups: Option<Vec<u32>>,
+}
+
+impl Searched {
+    /// The groups whose lists are read (`None`: every group's).
+    pub(super) fn filter(&self) -> Option<&[u32]> {
+        self.groups.as_deref()
+    }
+}
+
 /// Per document (score, matched query tokens), and the documents touched by the query.
-type Scratch = (Vec<(f32, u32)>, Vec<u32>);
+pub(super) type Scratch = (Vec<(f32, u32)>, Vec<u32>);
 
 thread_local! {
     /// Per-thread accumulators (score, matched query tokens) per document, reset after each
     /// query (only the touched entries), so a query over a large index does not allocate and
     /// zero a dense array; one array of pairs, so a posting touches one cache line.
-    static SCRATCH: RefCell<Scratch> = const { RefCell::new((Vec::new(), Vec::new())) };
+    pub(super) static SCRATCH: RefCell<Scratch> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
 impl Bm25Index {
@@ -74,33 +91,44 @@ impl Bm25Index {
         groups: Option<&[u32]>,
         mut sink: impl FnMut(u32, f32),
     ) -> usize {
-        // Statistics of the searched groups; `filter` is `None` when they hold every document.
-        let mut selected: Vec<u32> = groups.map(<[u32]>::to_vec).unwrap_or_default();
-        selected.sort_unstable();
-        selected.dedup();
-        let (n, total, filter) = match groups {
-            None => (self.live_docs, self.total_len, None),
-            Some(_) => {
-                let stats = selected
-                    .iter()
-                    .filter_map(|g| self.groups.get(*g as usize))
-                    .fold((0u32, 0f64), |(d, l), s| (d + s.docs, l + s.len));
-                let all = stats.0 == self.live_docs;
-                (stats.0, stats.1, (!all).then_some(&selected[..]))
-            }
+        let Some(searched) = self.searched(groups) else {
+            return 0;
         };
-        if n == 0 || query.is_empty() {
+        if query.is_empty() {
             return 0;
         }
-        let avg = ((total / f64::from(n)) as f32).max(1.0);
+        let (n, avg, filter) = (searched.docs, searched.avg, searched.filter());
         // Dense accumulators beat a hash map by far on long posting lists.
         SCRATCH.with_borrow_mut(|(acc, touched)| {
             if acc.len() < self.alive.len() {
                 acc.resize(self.alive.len(), (0.0, 0));
             }
             touched.clear();
-            self.accumulate(query, n as f32, avg, filter, acc, touched, &mut sink);
+            self.accumulate(query, n, avg, filter, acc, touched, &mut sink);
             touched.len()
+        })
+    }
+
+    /// The document count, average length and group filter of a search of `groups` (`None`:
+    /// every group); `None` when those groups hold no live document.
+    pub(super) fn searched(&self, groups: Option<&[u32]>) -> Option<Searched> {
+        let mut selected: Vec<u32> = groups.map(<[u32]>::to_vec).unwrap_or_default();
+        selected.sort_unstable();
+        selected.dedup();
+        let (n, total, all) = match groups {
+            None => (self.live_docs, self.total_len, true),
+            Some(_) => {
+                let stats = selected
+                    .iter()
+                    .filter_map(|g| self.groups.get(*g as usize))
+                    .fold((0u32, 0f64), |(d, l), s| (d + s.docs, l + s.len));
+                (stats.0, stats.1, stats.0 == self.live_docs)
+            }
+        };
+        (n > 0).then(|| Searched {
+            docs: n as f32,
+            avg: ((total / f64::from(n)) as f32).max(1.0),
+            groups: (!all).then_some(selected),
         })
     }
 

@@ -302,6 +302,144 @@ mod groups_are_searched_as_if_alone {
     }
 }
 
+/// `best` keeps every visible match scoring at least the share of the `k`-th best visible
+/// score, each bit-identical to scoring every match, and counts every visible match: over
+/// groups, removals, documents indexed again, weighted fields, and words of very different
+/// frequencies (so that common terms are only counted).
+mod best_keeps_every_match_near_the_best {
+    use super::*;
+    use proptest::prelude::*;
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+
+    const WORDS: &[&str] = &[
+        "kai", "mira", "gate", "silver", "lantern", "river", "灯笼", "河灵",
+    ];
+    /// Word choices, the first words far more common than the last.
+    const SKEW: &[usize] = &[0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 4, 5, 6, 7];
+
+    fn text(words: &[usize]) -> String {
+        words
+            .iter()
+            .map(|w| WORDS[SKEW[*w]])
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    proptest! {
+        #[test]
+        fn same_scores_and_count(
+            edits in prop::collection::vec(
+                (
+                    0u32..120,
+                    0u32..3,
+                    prop::option::weighted(0.9, prop::collection::vec(0usize..19, 1..9)),
+                    prop::sample::select(vec![1.0f32, 0.5, 2.0]),
+                    0usize..40,
+                ),
+                1..260,
+            ),
+            query in prop::collection::vec(0usize..19, 1..6),
+            searched in prop::option::of(prop::collection::vec(0u32..4, 1..3)),
+            k in 0usize..12,
+            share in prop::sample::select(vec![0.0f32, 0.3, 0.7, 1.0]),
+            hide in prop::option::of((2u32..5, 0u32..2)),
+        ) {
+            let mut idx = Bm25Index::new();
+            for (doc, group, words, weight, filler) in &edits {
+                // Lengths far apart (a filler word no query has), so scores spread widely.
+                let filler = "oak ".repeat(*filler);
+                match words {
+                    Some(w) => idx.insert_fields(*doc, *group, &[(&text(w), *weight), (&filler, 1.0)]),
+                    None => idx.remove(*doc),
+                }
+            }
+            let visible = |doc: u32| hide.is_none_or(|(m, r)| doc % m != r);
+            let q = query_tokens(&text(&query));
+            let groups = searched.as_deref();
+            let mut all: Vec<(u32, f32)> = idx
+                .score_unordered(&q, groups)
+                .into_iter()
+                .filter(|(doc, _)| visible(*doc))
+                .collect();
+            let asked = RefCell::new(HashMap::<u32, usize>::new());
+            let ask = |doc: u32| {
+                *asked.borrow_mut().entry(doc).or_default() += 1;
+                visible(doc)
+            };
+            let best = idx.best(&q, groups, k, share, hide.map(|_| &ask as &dyn Fn(u32) -> bool));
+            prop_assert_eq!(best.matched, all.len());
+            prop_assert!(asked.borrow().values().all(|n| *n == 1), "visible asked twice");
+            let scores: HashMap<u32, u32> = all.iter().map(|(d, s)| (*d, s.to_bits())).collect();
+            for (doc, score) in &best.hits {
+                prop_assert_eq!(scores.get(doc), Some(&score.to_bits()), "doc {}", doc);
+            }
+            all.sort_by(|a, b| b.1.total_cmp(&a.1));
+            let floor = match all.get(k.wrapping_sub(1)) {
+                Some((_, kth)) if k > 0 => kth * share,
+                _ => 0.0,
+            };
+            let kept: HashMap<u32, f32> = best.hits.iter().copied().collect();
+            for (doc, score) in all.iter().filter(|(_, s)| *s >= floor) {
+                prop_assert_eq!(kept.get(doc), Some(score), "doc {} dropped", doc);
+            }
+        }
+    }
+}
+
+/// A document first met at a common term, whose contribution there is below the floor, is
+/// still scored when the terms after it can lift it to the floor (and coordination with them).
+#[test]
+fn best_keeps_a_document_that_later_terms_lift() {
+    for filler in 0..40 {
+        let mut idx = Bm25Index::new();
+        // "silver" is rare (two long documents), "lantern" and "river" are common.
+        for doc in 0..200u32 {
+            let text = match doc {
+                0 | 1 => format!("silver {}", "oak ".repeat(filler)),
+                2 => "lantern lantern lantern river river river".to_owned(),
+                _ if doc % 10 == 0 => "lantern tea".to_owned(),
+                _ if doc % 10 == 5 => "river tea".to_owned(),
+                _ => "tea cup".to_owned(),
+            };
+            idx.insert(doc, &text);
+        }
+        let q = query_tokens("silver lantern river");
+        let all = idx.score_unordered(&q, None);
+        let top = all.iter().map(|h| h.1).fold(0.0, f32::max);
+        let best = idx.best(&q, None, 1, 1.0, None);
+        for (doc, score) in all.iter().filter(|h| h.1 >= top) {
+            assert!(
+                best.hits.contains(&(*doc, *score)),
+                "filler {filler}: doc {doc}"
+            );
+        }
+    }
+}
+
+/// On a large index, a rare term's few matches are scored and a common term's many are only
+/// counted: what `best` is for.
+#[test]
+fn best_only_counts_the_matches_of_a_common_term() {
+    let mut idx = Bm25Index::new();
+    for doc in 0..5_000u32 {
+        let text = match doc % 1000 {
+            0 => "silver lantern gate",
+            _ if doc % 2 == 0 => "the gate stands open",
+            _ => "a river runs past the gate",
+        };
+        idx.insert(doc, text);
+    }
+    let q = query_tokens("silver gate");
+    let best = idx.best(&q, None, 3, 0.7, None);
+    assert_eq!(best.matched, 5_000);
+    let mut docs: Vec<u32> = best.hits.iter().map(|h| h.0).collect();
+    docs.sort_unstable();
+    assert_eq!(docs, [0, 1000, 2000, 3000, 4000]);
+    // Without a floor every match is a hit.
+    assert_eq!(idx.best(&q, None, 0, 0.7, None).hits.len(), 5_000);
+}
+
 /// A term's lists by group cost 16 bytes when it has one (most terms of most indexes).
 #[test]
 fn a_terms_group_lists_take_sixteen_bytes() {

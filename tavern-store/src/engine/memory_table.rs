@@ -512,19 +512,33 @@ impl MemoryTable {
                 || q.updated_from.is_some()
                 || q.updated_to.is_some()
                 || (hidden > 0 && !(q.include_deleted && q.include_expired));
-            let mut matches: Vec<(u32, f32)> =
-                self.index.score_unordered(&query_tokens(&q.text), groups);
-            if check {
-                matches.retain(|(slot, _)| visible(*slot));
-            }
-            source_count = matches.len();
             let limit = q.limit.clamp(1, SEARCH_MAX_LIMIT).saturating_add(q.offset);
-            if q.ranker.get().rescores() {
-                matches = self.rerank(q, matches, limit);
-            }
             // A query that points at a time ("four weeks ago", "上个月") favours the memories
             // written then.
             let window = tavern_search::time_window(&q.text, now.0);
+            let most = if window.is_some() { TIME_BOOST } else { 1.0 };
+            // Only the matches that can reach the page are scored (the others are counted):
+            // the ranker's pool of the best by relevance, or, blended, every match whose
+            // relevance is at least the share of the limit-th best's that the blend and the
+            // time boost could still lift to it.
+            let rescores = q.ranker.get().rescores();
+            let (k, share) = if rescores {
+                (q.ranker.pool(limit), 1.0)
+            } else {
+                (limit, BLEND_MIN / most)
+            };
+            let found = self.index.best(
+                &query_tokens(&q.text),
+                groups,
+                k,
+                share,
+                check.then_some(&visible as &dyn Fn(u32) -> bool),
+            );
+            source_count = found.matched;
+            let mut matches = found.hits;
+            if rescores {
+                matches = self.rerank(q, matches, limit);
+            }
             let boost = |slot: u32| match (&window, self.records.get(slot as usize)) {
                 (Some(w), Some(r)) if w.contains(r.created_at.0) => TIME_BOOST,
                 _ => 1.0,
@@ -534,7 +548,6 @@ impl MemoryTable {
                 // `TIME_BOOST`), so a match whose relevance is below that share of the limit-th
                 // best relevance can never reach the results: skip blending it.
                 matches.select_nth_unstable_by(limit - 1, |a, b| b.1.total_cmp(&a.1));
-                let most = if window.is_some() { TIME_BOOST } else { 1.0 };
                 let floor = matches[limit - 1].1 * BLEND_MIN / most;
                 matches.retain(|(_, rel)| *rel >= floor);
             }
