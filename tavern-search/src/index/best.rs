@@ -12,11 +12,18 @@
 //! its contribution there plus the bounds of the terms after `j` (their largest term frequency
 //! at the shortest length), coordinated as if it matched every one of them. Below the floor —
 //! the share times the `k`-th best score the documents scored so far are sure to reach — it is
-//! only counted; a term whose every posting is below it is only counted, without computing a
-//! contribution. The floor only rises, so a document turned away can never reach it.
+//! only counted — without computing its contribution when its term frequency is too low to
+//! reach it at the shortest length, and without marking it when no later term could meet it
+//! again. The floor only rises, so a document turned away can never reach it.
 
 use super::score::{LengthNorm, SCRATCH};
 use super::Bm25Index;
+
+thread_local! {
+    /// Per thread, a bit per document: set while a search has met it (its accumulator is in
+    /// use), cleared behind each search.
+    static MARKS: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 /// An accumulator's matched-term count flags: counted as a match but not scored (it cannot
 /// reach the floor) ...
@@ -160,78 +167,116 @@ impl Bm25Index {
         let mut floor = Floor::new(if bounded { k } else { 0 }, share);
         let check = self.stale;
         SCRATCH.with_borrow_mut(|(acc, touched)| {
-            if acc.len() < self.alive.len() {
-                acc.resize(self.alive.len(), (0.0, 0));
-            }
-            touched.clear();
-            let mut counted = 0usize;
-            for (j, term) in terms.iter().enumerate() {
-                // The most terms a document first met here can match, and the most it can
-                // score, coordinated as if it matched them all.
-                let reach = coord((terms.len() - j) as u32);
-                let rest = after[j + 1];
-                let weight = term.weight;
-                let creating = (each[j] + rest) * reach * BOUND_SLACK >= floor.value();
-                for list in term.lists() {
-                    for p in list {
-                        if check && !self.current(p) {
-                            continue;
+            MARKS.with_borrow_mut(|marks| {
+                if acc.len() < self.alive.len() {
+                    acc.resize(self.alive.len(), (0.0, 0));
+                }
+                // A bit per document met (on a large store the accumulators are megabytes, the
+                // marks a sixty-fourth of that: most postings of a common term are of documents
+                // never met, told by the marks alone).
+                let words = self.alive.len().div_ceil(64);
+                if marks.len() < words {
+                    marks.resize(words, 0);
+                }
+                let marks = &mut marks[..words];
+                touched.clear();
+                let mut counted = 0usize;
+                for (j, term) in terms.iter().enumerate() {
+                    // The most terms a document first met here can match, and the most it can
+                    // score, coordinated as if it matched them all.
+                    let reach = coord((terms.len() - j) as u32);
+                    let rest = after[j + 1];
+                    let weight = term.weight;
+                    let last = j + 1 == terms.len();
+                    // Below this term frequency a document first met here cannot reach the floor
+                    // even at the shortest length: turned away without computing its contribution.
+                    let tf_cut = |floor: f32| {
+                        let need = floor / (reach * BOUND_SLACK) - rest * BOUND_SLACK;
+                        let len_part = norm.base + norm.per_word * min_len;
+                        if need <= 0.0 {
+                            0.0
+                        } else if need >= weight {
+                            f32::INFINITY
+                        } else {
+                            need * len_part / (weight - need) / BOUND_SLACK
                         }
-                        let Some(slot) = acc.get_mut(p.0 as usize) else {
-                            continue;
-                        };
-                        if slot.1 & (COUNTED | HIDDEN) != 0 {
-                            continue;
-                        }
-                        if slot.1 > 0 {
-                            slot.0 += self.contribution(weight, p.1, p.0, &norm);
-                            slot.1 += 1;
-                            continue;
-                        }
-                        touched.push(p.0);
-                        if visible.is_some_and(|v| !v(p.0)) {
-                            slot.1 = HIDDEN;
-                            continue;
-                        }
-                        if creating {
-                            let c = self.contribution(weight, p.1, p.0, &norm);
-                            if (c + rest) * reach * BOUND_SLACK >= floor.value() {
-                                *slot = (c, 1);
-                                floor.offer(c * coord(1));
+                    };
+                    let mut cut = tf_cut(floor.value());
+                    for list in term.lists() {
+                        for p in list {
+                            if check && !self.current(p) {
                                 continue;
                             }
+                            let idx = p.0 as usize;
+                            let (word, bit) = (idx / 64, 1u64 << (idx % 64));
+                            let Some(mark) = marks.get_mut(word).filter(|_| idx < acc.len()) else {
+                                continue;
+                            };
+                            if *mark & bit != 0 {
+                                let slot = &mut acc[idx];
+                                if slot.1 & (COUNTED | HIDDEN) == 0 {
+                                    slot.0 += self.contribution(weight, p.1, p.0, &norm);
+                                    slot.1 += 1;
+                                }
+                                continue;
+                            }
+                            // Its contribution, when it may reach the floor.
+                            let made = (p.1 >= cut)
+                                .then(|| self.contribution(weight, p.1, p.0, &norm))
+                                .filter(|c| (c + rest) * reach * BOUND_SLACK >= floor.value());
+                            if last && made.is_none() && visible.is_none() {
+                                // No later term looks at it: counted without a mark (a document
+                                // has one current posting per term).
+                                counted += 1;
+                                continue;
+                            }
+                            touched.push(p.0);
+                            *mark |= bit;
+                            let slot = &mut acc[idx];
+                            if visible.is_some_and(|v| !v(p.0)) {
+                                slot.1 = HIDDEN;
+                            } else if let Some(c) = made {
+                                *slot = (c, 1);
+                                let before = floor.value();
+                                floor.offer(c * coord(1));
+                                if floor.value() != before {
+                                    cut = tf_cut(floor.value());
+                                }
+                            } else {
+                                slot.1 = COUNTED;
+                                counted += 1;
+                            }
                         }
-                        slot.1 = COUNTED;
-                        counted += 1;
+                    }
+                    // The documents scored so far are sure of their partial score, coordinated by
+                    // what they matched: the floor starts again from those (a higher base than
+                    // the bounds offered when each was first met).
+                    if j + 1 < terms.len() && floor.k > 0 {
+                        floor.reset(touched.iter().filter_map(|d| {
+                            let (score, matched) = acc[*d as usize];
+                            (matched & (COUNTED | HIDDEN) == 0).then(|| score * coord(matched))
+                        }));
                     }
                 }
-                // The documents scored so far are sure of their partial score, coordinated by
-                // what they matched: the floor starts again from those (a higher base than
-                // the bounds offered when each was first met).
-                if j + 1 < terms.len() && floor.k > 0 {
-                    floor.reset(touched.iter().filter_map(|d| {
-                        let (score, matched) = acc[*d as usize];
-                        (matched & (COUNTED | HIDDEN) == 0).then(|| score * coord(matched))
-                    }));
-                }
-            }
-            let cut = floor.value();
-            let mut best = BestMatches {
-                hits: Vec::new(),
-                matched: counted,
-            };
-            for &doc in touched.iter() {
-                let slot = &mut acc[doc as usize];
-                if slot.1 & (COUNTED | HIDDEN) == 0 {
-                    best.matched += 1;
-                    let score = slot.0 * coord(slot.1);
-                    if score * BOUND_SLACK >= cut {
-                        best.hits.push((doc, score));
+                let cut = floor.value();
+                let mut best = BestMatches {
+                    hits: Vec::new(),
+                    matched: counted,
+                };
+                for &doc in touched.iter() {
+                    let slot = &mut acc[doc as usize];
+                    if slot.1 & (COUNTED | HIDDEN) == 0 {
+                        best.matched += 1;
+                        let score = slot.0 * coord(slot.1);
+                        if score * BOUND_SLACK >= cut {
+                            best.hits.push((doc, score));
+                        }
                     }
+                    *slot = (0.0, 0);
+                    marks[doc as usize / 64] = 0;
                 }
-                *slot = (0.0, 0);
-            }
-            best
+                best
+            })
         })
     }
 }

@@ -246,6 +246,56 @@ impl Shard {
         }
     }
 
+    /// Takes `doc`'s postings of `generation` out of `group`'s lists of the tokens of `fields`
+    /// this shard owns; `false` when one of them is not there (`fields` are not what the
+    /// document was indexed from).
+    fn take_out(
+        &mut self,
+        me: usize,
+        doc: u32,
+        group: u32,
+        generation: u32,
+        fields: &[(&str, f32)],
+        ids: &mut Vec<u32>,
+    ) -> bool {
+        ids.clear();
+        let mut found = true;
+        for (text, _) in fields {
+            for_each_index_token(text, |token| {
+                let key = pack(token);
+                if shard_of(token, key) != me {
+                    return;
+                }
+                let term = match key {
+                    Some(key) => self.packed_ids.get(&key),
+                    None => self.term_ids.get(token),
+                };
+                match term.and_then(|t| self.lists.get(*t as usize)?.get(group)) {
+                    Some(list) => ids.push(list),
+                    None => found = false,
+                }
+            });
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        for &list in ids.iter() {
+            let postings = &mut self.postings[list as usize];
+            // The newest postings are at the end: a record edited is most often a recent one.
+            match postings
+                .iter()
+                .rposition(|p| p.0 == doc && p.2 == generation)
+            {
+                Some(at) => {
+                    postings.remove(at);
+                    // Positions moved: a block map of the list no longer holds.
+                    self.maps.remove(&list);
+                }
+                None => found = false,
+            }
+        }
+        found
+    }
+
     /// Adds the postings of `doc` for the tokens of `fields` this shard owns; `false` when a
     /// term frequency is not finite (weights so large their sum overflows).
     #[allow(clippy::too_many_arguments)]
@@ -324,6 +374,10 @@ pub struct Bm25Index {
     /// Whether any posting may be stale (a document removed or re-indexed since the last
     /// compaction); while none is, document frequencies are just list lengths.
     stale: bool,
+    /// A bit per document removed or indexed again since the last compaction: only those can
+    /// have stale postings, and the bits (a sixty-fourth of the memory of the lookups that
+    /// tell) stay in cache while a common term's postings are checked.
+    dirty: Vec<u64>,
     /// The document indexed last, while it is live: its postings end every list it is in.
     last: Option<u32>,
     /// One past the highest document ever indexed.
@@ -414,6 +468,13 @@ impl Bm25Index {
         self.live_docs as usize
     }
 
+    /// Whether some postings are of documents removed or indexed again since the last
+    /// compaction (searches then check each posting of their terms): never after only
+    /// [`Bm25Index::insert_fields`] of new documents and [`Bm25Index::replace_fields`].
+    pub fn has_stale_postings(&self) -> bool {
+        self.stale
+    }
+
     /// Whether no document is live.
     pub fn is_empty(&self) -> bool {
         self.live_docs == 0
@@ -477,6 +538,55 @@ impl Bm25Index {
         if !finite {
             self.unbounded();
         }
+    }
+
+    /// Indexes document `doc` of `group` from `fields` as [`Bm25Index::insert_fields`] does,
+    /// when it is live and was indexed last from `old` in the same group: its old postings are
+    /// taken out of their lists instead of being left behind as stale postings that every
+    /// search of their terms must check and count past (a store's records are edited and
+    /// forgotten all the time). When `old` equals `fields`, nothing changes. If `old` is not
+    /// what the document was indexed from, the postings it names are not all found: the ones
+    /// left are then dropped as [`Bm25Index::insert_fields`] drops them.
+    pub fn replace_fields(
+        &mut self,
+        doc: u32,
+        group: u32,
+        old: &[(&str, f32)],
+        fields: &[(&str, f32)],
+    ) {
+        let idx = doc as usize;
+        let live_here = self.alive.get(idx).copied().unwrap_or(false) && self.group[idx] == group;
+        if !live_here {
+            self.insert_fields(doc, group, fields);
+            return;
+        }
+        if old == fields {
+            return;
+        }
+        let generation = self.generation[idx];
+        let mut ids = Vec::with_capacity(64);
+        let mut all_found = true;
+        for (me, shard) in self.shards.iter_mut().enumerate() {
+            all_found &= shard.take_out(me, doc, group, generation, old, &mut ids);
+        }
+        if !all_found {
+            // Some old postings are still in their lists: they go stale as usual.
+            self.insert_fields(doc, group, fields);
+            return;
+        }
+        // Nothing of the old version is left in a list: its statistics go, and the new
+        // version comes in under the next generation, without marking anything stale.
+        let len = self.doc_len[idx];
+        self.alive[idx] = false;
+        self.live_docs -= 1;
+        self.total_len -= f64::from(len);
+        let g = &mut self.groups[group as usize];
+        g.docs -= 1;
+        g.len -= f64::from(len);
+        if self.last == Some(doc) {
+            self.last = None;
+        }
+        self.insert_fields(doc, group, fields);
     }
 
     /// Adds weighted fields to document `doc` as [`Bm25Index::insert_fields`] would have
@@ -597,6 +707,11 @@ impl Bm25Index {
             }
             self.alive[idx] = false;
             self.stale = true;
+            let word = idx / 64;
+            if self.dirty.len() <= word {
+                self.dirty.resize(word + 1, 0);
+            }
+            self.dirty[word] |= 1 << (idx % 64);
             self.live_docs -= 1;
             self.total_len -= f64::from(self.doc_len[idx]);
             let g = &mut self.groups[self.group[idx] as usize];
@@ -620,5 +735,6 @@ impl Bm25Index {
         }
         self.dead_docs = 0;
         self.stale = false;
+        self.dirty = Vec::new();
     }
 }

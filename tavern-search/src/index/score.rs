@@ -177,7 +177,11 @@ impl Bm25Index {
     /// generation.)
     pub(super) fn current(&self, &(doc, _, generation): &Posting) -> bool {
         let idx = doc as usize;
-        self.alive[idx] && self.generation[idx] == generation
+        let dirty = self
+            .dirty
+            .get(idx / 64)
+            .is_some_and(|w| w & (1 << (idx % 64)) != 0);
+        !dirty || (self.alive[idx] && self.generation[idx] == generation)
     }
 
     /// One posting's BM25 contribution for a term of `weight`.

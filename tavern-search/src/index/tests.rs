@@ -440,6 +440,68 @@ fn best_only_counts_the_matches_of_a_common_term() {
     assert_eq!(idx.best(&q, None, 0, 0.7, None).hits.len(), 5_000);
 }
 
+/// Replacing a document's fields takes its old postings out: the index scores exactly as one
+/// holding only the final versions, and nothing goes stale — unless the old fields given are
+/// wrong, when the postings left behind go stale as with `insert_fields`.
+mod replaced_documents_leave_nothing_behind {
+    use super::*;
+    use proptest::prelude::*;
+
+    const WORDS: &[&str] = &["kai", "mira", "gate", "silver", "灯笼", "河灵"];
+
+    fn text(words: &[usize]) -> String {
+        words
+            .iter()
+            .map(|w| WORDS[*w])
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    proptest! {
+        #[test]
+        fn same_scores_as_the_final_versions(
+            edits in prop::collection::vec(
+                (0u32..30, 0u32..2, prop::collection::vec(0usize..6, 1..6), prop::sample::select(vec![1.0f32, 0.5])),
+                1..120,
+            ),
+            wrong_old in prop::option::of(0usize..120),
+            query in prop::collection::vec(0usize..6, 1..4),
+            group in 0u32..2,
+        ) {
+            let mut idx = Bm25Index::new();
+            let mut live: std::collections::BTreeMap<u32, (u32, String, f32)> = Default::default();
+            for (i, (doc, g, words, weight)) in edits.iter().enumerate() {
+                let new = text(words);
+                match live.get(doc) {
+                    Some((_, old, old_w)) => {
+                        let old = if wrong_old == Some(i) { "mira silver".to_owned() } else { old.clone() };
+                        idx.replace_fields(*doc, *g, &[(&old, *old_w)], &[(&new, *weight)]);
+                    }
+                    None => idx.insert_fields(*doc, *g, &[(&new, *weight)]),
+                }
+                live.insert(*doc, (*g, new, *weight));
+            }
+            // A document indexed again in another group leaves stale postings (its old
+            // group's lists are not given).
+            let mut seen = std::collections::HashMap::new();
+            let moved = edits
+                .iter()
+                .any(|(d, g, _, _)| seen.insert(*d, *g).is_some_and(|old| old != *g));
+            if wrong_old.is_none_or(|w| w >= edits.len()) && !moved {
+                prop_assert!(!idx.stale, "a replacement left stale postings");
+            }
+            let mut alone = Bm25Index::new();
+            for (doc, (g, text, weight)) in &live {
+                if *g == group {
+                    alone.insert_fields(*doc, 0, &[(text, *weight)]);
+                }
+            }
+            let q = query_tokens(&text(&query));
+            prop_assert_eq!(idx.score_in(&q, Some(&[group])), alone.score(&q));
+        }
+    }
+}
+
 /// A term's lists by group cost 16 bytes when it has one (most terms of most indexes).
 #[test]
 fn a_terms_group_lists_take_sixteen_bytes() {

@@ -124,6 +124,13 @@ pub(crate) struct MemoryTable {
     /// Per scope id: how many of its records are forgotten or carry an expiry. A search of
     /// scopes where none does needs no per-match visibility check.
     maybe_hidden: Vec<u32>,
+    /// A bit per slot that is forgotten or carries an expiry: a search that must leave hidden
+    /// records out tells the others by this bit, without reading their metadata (on a large
+    /// store each read is a cache miss, and a common word matches a tenth of it).
+    hidden_slots: Vec<u64>,
+    /// The index text of the version the last [`MemoryTable::apply`] replaced, so its
+    /// postings can be taken out of the index rather than left stale.
+    replaced: Option<String>,
     audit: Vec<AuditItem>,
     /// Per slot: where its newest audit item is in `audit` ([`NO_AUDIT`]: none); each item
     /// points to the one before it, so one record's history is read without walking the whole
@@ -266,10 +273,19 @@ impl MemoryTable {
 
     /// Applies an operation; replaying the same log twice from empty yields the same table.
     pub(crate) fn apply(&mut self, op: MemoryOp) {
+        self.replaced = None;
         if let Some(slot) = self.apply_record(op) {
             let text = index_text(&self.records[slot as usize]);
             let scope = self.meta[slot as usize].scope;
-            self.index.insert_fields(slot, scope, &[(&text, 1.0)]);
+            match self.replaced.take() {
+                // An edit or a forget: the old version's postings are taken out (a forget
+                // keeps the text, so nothing changes), none left stale.
+                Some(old) => {
+                    self.index
+                        .replace_fields(slot, scope, &[(&old, 1.0)], &[(&text, 1.0)])
+                }
+                None => self.index.insert_fields(slot, scope, &[(&text, 1.0)]),
+            }
         }
     }
 
@@ -301,6 +317,7 @@ impl MemoryTable {
             .map(|&(slot, scope, start, end)| (slot, scope, text.get(start..end).unwrap_or("")))
             .collect();
         self.index.insert_many(&refs);
+        self.replaced = None;
     }
 
     /// Appends an audit item of `slot`, chained to the slot's previous one.
@@ -362,7 +379,29 @@ impl MemoryTable {
     }
 
     /// Stores a record version in its slot (a new slot for a new key); access times survive.
-    fn place(&mut self, mut record: MemoryRecord) -> u32 {
+    fn place(&mut self, record: MemoryRecord) -> u32 {
+        let slot = self.place_record(record);
+        let hidden = self.meta[slot as usize].maybe_hidden();
+        let (word, bit) = (slot as usize / 64, 1u64 << (slot % 64));
+        if self.hidden_slots.len() <= word {
+            self.hidden_slots.resize(word + 1, 0);
+        }
+        if hidden {
+            self.hidden_slots[word] |= bit;
+        } else {
+            self.hidden_slots[word] &= !bit;
+        }
+        slot
+    }
+
+    /// Whether a slot may be hidden from a search (forgotten, or with an expiry).
+    fn maybe_hidden_slot(&self, slot: u32) -> bool {
+        self.hidden_slots
+            .get(slot as usize / 64)
+            .is_none_or(|w| w & (1 << (slot % 64)) != 0)
+    }
+
+    fn place_record(&mut self, mut record: MemoryRecord) -> u32 {
         let scope = self.scope_id(&record.scope);
         let meta = Meta::of(&record, scope);
         let hidden = &mut self.maybe_hidden[scope as usize];
@@ -374,6 +413,7 @@ impl MemoryTable {
                     .last_accessed_at
                     .max(self.records[slot as usize].last_accessed_at);
                 let old = std::mem::replace(&mut self.records[slot as usize], record);
+                self.replaced = Some(index_text(&old));
                 self.meta[slot as usize] = meta;
                 if old.content != self.records[slot as usize].content {
                     self.keep_replaced_text(slot, old.content);
@@ -527,12 +567,18 @@ impl MemoryTable {
             } else {
                 (limit, BLEND_MIN / most)
             };
+            // Only hidden records to leave out: the others are told by a bit.
+            let only_hidden = q.kinds.is_empty()
+                && q.tags.is_empty()
+                && q.updated_from.is_none()
+                && q.updated_to.is_none();
+            let shown = |slot: u32| (only_hidden && !self.maybe_hidden_slot(slot)) || visible(slot);
             let found = self.index.best(
                 &query_tokens(&q.text),
                 groups,
                 k,
                 share,
-                check.then_some(&visible as &dyn Fn(u32) -> bool),
+                check.then_some(&shown as &dyn Fn(u32) -> bool),
             );
             source_count = found.matched;
             let mut matches = found.hits;
@@ -548,8 +594,21 @@ impl MemoryTable {
                 // `TIME_BOOST`), so a match whose relevance is below that share of the limit-th
                 // best relevance can never reach the results: skip blending it.
                 matches.select_nth_unstable_by(limit - 1, |a, b| b.1.total_cmp(&a.1));
+                // Tighter: the best `limit` by relevance, blended, make the limit-th best blended
+                // score at least the least of theirs, and the blend never lifts a relevance above
+                // itself (times the boost): a match below that is never shown, and is not looked
+                // up (on a large store each look is a cache miss).
+                let sure = matches[..limit]
+                    .iter()
+                    .map(|(slot, rel)| {
+                        blend(f64::from(*rel), &self.meta[*slot as usize], now)
+                            * f64::from(boost(*slot))
+                    })
+                    .fold(f64::INFINITY, f64::min);
                 let floor = matches[limit - 1].1 * BLEND_MIN / most;
-                matches.retain(|(_, rel)| *rel >= floor);
+                matches.retain(|(_, rel)| {
+                    *rel >= floor && f64::from(*rel) * f64::from(most) * (1.0 + 1e-9) >= sure
+                });
             }
             matches
                 .into_iter()
@@ -765,7 +824,14 @@ const BLEND_MIN: f32 = 0.7;
 fn blend(relevance: f64, m: &Meta, now: Timestamp) -> f64 {
     let age_days = ((now.0 - m.updated_at.0).max(0) as f64) / DAY_MS;
     let recency = (-age_days / 30.0).exp2();
-    relevance * (f64::from(BLEND_MIN) + 0.15 * m.importance + 0.05 * m.confidence + 0.1 * recency)
+    // Clamped, so the factor stays within its bounds (search skips matches by them) even for
+    // a record written before its values were checked.
+    let unit = |x: f64| if x.is_nan() { 0.0 } else { x.clamp(0.0, 1.0) };
+    relevance
+        * (f64::from(BLEND_MIN)
+            + 0.15 * unit(m.importance)
+            + 0.05 * unit(m.confidence)
+            + 0.1 * recency)
 }
 
 #[cfg(test)]
@@ -862,9 +928,12 @@ mod tests {
             let mut t = MemoryTable::new();
             for (id, sc, action, expires) in ops {
                 let current = t.get(&scope(sc), &MemoryId::parse(format!("m{id}")).unwrap()).cloned();
+                // Two texts, so that puts over a record edit it.
+                let mut w = write(id, sc, expires);
+                w.content.push_str(if action == 0 { " by the river" } else { " lantern" });
                 let prepared = match (action, current) {
-                    (0 | 1, None) => t.prepare_put(write(id, sc, expires), None, false, Timestamp(1)),
-                    (0 | 1, Some(cur)) => t.prepare_put(write(id, sc, expires), Some(&cur.revision), true, Timestamp(1)),
+                    (0 | 1, None) => t.prepare_put(w, None, false, Timestamp(1)),
+                    (0 | 1, Some(cur)) => t.prepare_put(w, Some(&cur.revision), true, Timestamp(1)),
                     (2, Some(cur)) if cur.deleted_at.is_none() => t.prepare_forget(
                         &cur.id, &cur.scope, &cur.revision, MemorySource::system(), Timestamp(1)),
                     _ => continue,
@@ -911,6 +980,11 @@ mod tests {
                 let counted = t.maybe_hidden[id as usize] as usize;
                 let actual = t.meta.iter().filter(|m| m.scope == id && m.maybe_hidden()).count();
                 prop_assert_eq!(counted, actual);
+            }
+            // Edits and forgets took their old postings out of the index.
+            prop_assert!(!t.index.has_stale_postings());
+            for (slot, m) in t.meta.iter().enumerate() {
+                prop_assert_eq!(t.maybe_hidden_slot(slot as u32), m.maybe_hidden(), "slot {}", slot);
             }
         }
     }

@@ -132,6 +132,9 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[idx]
 }
 
+/// Records edited, and others forgotten, before searching again.
+const EDITS: usize = 100;
+
 fn recall(got: &[String], relevant: &HashSet<String>) -> f64 {
     let hit = got.iter().filter(|id| relevant.contains(*id)).count();
     hit as f64 / relevant.len().min(10) as f64
@@ -422,6 +425,69 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ]);
     drop(stmt);
     drop(db);
+
+    // --- search after edits ------------------------------------------------------------------
+    // A store in use has records edited and forgotten since it was opened: their old postings
+    // linger until a compaction, and every posting of a query's terms must be checked.
+    eprintln!("editing and forgetting {EDITS} records each, then searching again…");
+    let planted: HashSet<&String> = corpus.queries.iter().flat_map(|(_, r)| r).collect();
+    let mut unplanted = corpus
+        .records
+        .iter()
+        .step_by(97)
+        .filter(|(id, _)| !planted.contains(id));
+    for forget in [false, true] {
+        for (id, text) in unplanted.by_ref().take(EDITS) {
+            let id = MemoryId::parse(id)?;
+            let current = rt()
+                .block_on(store.inspect(&id, &scope()))?
+                .ok_or("an edited record is missing")?;
+            if forget {
+                rt().block_on(store.forget(
+                    &id,
+                    &scope(),
+                    &current.revision,
+                    MemorySource::system(),
+                ))?;
+            } else {
+                let edit = write_for(id.as_str(), &format!("{text} edited"))?;
+                rt().block_on(store.put(edit, Some(&current.revision), false))?;
+            }
+        }
+    }
+    let mut after: [Vec<Duration>; 2] = Default::default();
+    let mut recall_after = 0.0;
+    for (k, (text, relevant)) in corpus.queries.iter().enumerate() {
+        for turn in 0..2 {
+            let t = Instant::now();
+            if (k + turn) % 2 == 0 {
+                let query = MemoryQuery::new(text.clone(), scopes.clone());
+                let res = rt().block_on(store.search(&query))?;
+                after[0].push(t.elapsed());
+                let ids: Vec<String> = res.hits.iter().map(|h| h.record.id.to_string()).collect();
+                recall_after += recall(&ids, relevant);
+            } else {
+                reference.search(text)?;
+                after[1].push(t.elapsed());
+            }
+        }
+    }
+    for t in &mut after {
+        t.sort();
+    }
+    let (a, b) = (percentile(&after[0], 0.5), percentile(&after[1], 0.5));
+    rows.push([
+        format!("search p50 after {EDITS} edits + {EDITS} forgets"),
+        ms(a),
+        ms(b),
+        "-".into(),
+        format!(
+            "{:.2}× tantivy (its index unchanged); recall@10 {:.3}",
+            ratio(a, b),
+            recall_after / q.max(1) as f64
+        ),
+    ]);
+    doc.insert("searchP50AfterEditsRatioTantivy".into(), json!(ratio(a, b)));
     drop(reference);
 
     // --- durable put throughput --------------------------------------------------------------
