@@ -224,10 +224,10 @@ impl Bm25Index {
                             let made = (p.1 >= cut)
                                 .then(|| self.contribution(weight, p.1, p.0, &norm))
                                 .filter(|c| (c + rest) * reach * BOUND_SLACK >= floor.value());
-                            if last && made.is_none() && visible.is_none() {
-                                // No later term looks at it: counted without a mark (a document
-                                // has one current posting per term).
-                                counted += 1;
+                            if last && made.is_none() {
+                                // No later term looks at it: counted (if visible) without a
+                                // mark (a document has one current posting per term).
+                                counted += usize::from(visible.is_none_or(|v| v(p.0)));
                                 continue;
                             }
                             touched.push(p.0);

@@ -280,11 +280,20 @@ impl Shard {
         ids.dedup();
         for &list in ids.iter() {
             let postings = &mut self.postings[list as usize];
-            // The newest postings are at the end: a record edited is most often a recent one.
-            match postings
+            // Lists are in document order unless documents were indexed again: look where
+            // the document would be, then (out of order) from the end.
+            let guess = postings.partition_point(|p| p.0 < doc);
+            let at = postings[guess..]
                 .iter()
-                .rposition(|p| p.0 == doc && p.2 == generation)
-            {
+                .take_while(|p| p.0 == doc)
+                .position(|p| p.2 == generation)
+                .map(|i| guess + i)
+                .or_else(|| {
+                    postings
+                        .iter()
+                        .rposition(|p| p.0 == doc && p.2 == generation)
+                });
+            match at {
                 Some(at) => {
                     postings.remove(at);
                     // Positions moved: a block map of the list no longer holds.
