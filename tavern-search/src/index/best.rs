@@ -25,6 +25,9 @@ thread_local! {
     static MARKS: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// The most documents met for which the floor is worked out again between terms.
+const RESET_MAX: usize = 4096;
+
 /// An accumulator's matched-term count flags: counted as a match but not scored (it cannot
 /// reach the floor) ...
 const COUNTED: u32 = 1 << 31;
@@ -201,57 +204,60 @@ impl Bm25Index {
                             need * len_part / (weight - need) / BOUND_SLACK
                         }
                     };
-                    let mut cut = tf_cut(floor.value());
-                    for list in term.lists() {
-                        for p in list {
-                            if check && !self.current(p) {
-                                continue;
-                            }
-                            let idx = p.0 as usize;
-                            let (word, bit) = (idx / 64, 1u64 << (idx % 64));
-                            let Some(mark) = marks.get_mut(word).filter(|_| idx < acc.len()) else {
-                                continue;
-                            };
-                            if *mark & bit != 0 {
-                                let slot = &mut acc[idx];
-                                if slot.1 & (COUNTED | HIDDEN) == 0 {
-                                    slot.0 += self.contribution(weight, p.1, p.0, &norm);
-                                    slot.1 += 1;
-                                }
-                                continue;
-                            }
-                            // Its contribution, when it may reach the floor.
-                            let made = (p.1 >= cut)
-                                .then(|| self.contribution(weight, p.1, p.0, &norm))
-                                .filter(|c| (c + rest) * reach * BOUND_SLACK >= floor.value());
-                            if last && made.is_none() {
-                                // No later term looks at it: counted (if visible) without a
-                                // mark (a document has one current posting per term).
-                                counted += usize::from(visible.is_none_or(|v| v(p.0)));
-                                continue;
-                            }
-                            touched.push(p.0);
-                            *mark |= bit;
-                            let slot = &mut acc[idx];
-                            if visible.is_some_and(|v| !v(p.0)) {
-                                slot.1 = HIDDEN;
-                            } else if let Some(c) = made {
-                                *slot = (c, 1);
-                                let before = floor.value();
-                                floor.offer(c * coord(1));
-                                if floor.value() != before {
-                                    cut = tf_cut(floor.value());
-                                }
-                            } else {
-                                slot.1 = COUNTED;
-                                counted += 1;
-                            }
+                    // The floor, read once per change rather than per posting.
+                    let mut now = floor.value();
+                    let mut cut = tf_cut(now);
+                    term.walk(|p| {
+                        if check && !self.current(p) {
+                            return;
                         }
-                    }
+                        let idx = p.0 as usize;
+                        let (word, bit) = (idx / 64, 1u64 << (idx % 64));
+                        let Some(mark) = marks.get_mut(word).filter(|_| idx < acc.len()) else {
+                            return;
+                        };
+                        if *mark & bit != 0 {
+                            let slot = &mut acc[idx];
+                            if slot.1 & (COUNTED | HIDDEN) == 0 {
+                                slot.0 += self.contribution(weight, p.1, p.0, &norm);
+                                slot.1 += 1;
+                            }
+                            return;
+                        }
+                        // Its contribution, when it may reach the floor.
+                        let made = (p.1 >= cut)
+                            .then(|| self.contribution(weight, p.1, p.0, &norm))
+                            .filter(|c| (c + rest) * reach * BOUND_SLACK >= now);
+                        if last && made.is_none() {
+                            // No later term looks at it: counted (if visible) without a
+                            // mark (a document has one current posting per term).
+                            counted += usize::from(visible.is_none_or(|v| v(p.0)));
+                            return;
+                        }
+                        touched.push(p.0);
+                        *mark |= bit;
+                        let slot = &mut acc[idx];
+                        if visible.is_some_and(|v| !v(p.0)) {
+                            slot.1 = HIDDEN;
+                        } else if let Some(c) = made {
+                            *slot = (c, 1);
+                            floor.offer(c * coord(1));
+                            if floor.value() != now {
+                                now = floor.value();
+                                cut = tf_cut(now);
+                            }
+                        } else {
+                            slot.1 = COUNTED;
+                            counted += 1;
+                        }
+                    });
                     // The documents scored so far are sure of their partial score, coordinated by
                     // what they matched: the floor starts again from those (a higher base than
                     // the bounds offered when each was first met).
-                    if j + 1 < terms.len() && floor.k > 0 {
+                    // (Only while that is cheap: over many documents met, the bounds offered as
+                    // they were met already make a floor, and a pass over all of them per term
+                    // cost more than it saved when few could be turned away.)
+                    if j + 1 < terms.len() && floor.k > 0 && touched.len() <= RESET_MAX {
                         floor.reset(touched.iter().filter_map(|d| {
                             let (score, matched) = acc[*d as usize];
                             (matched & (COUNTED | HIDDEN) == 0).then(|| score * coord(matched))

@@ -81,6 +81,10 @@ struct Shard {
     map_block: usize,
     /// Block maps of the long lists ([`top::BlockMap`]), by list id.
     maps: FxHashMap<u32, top::BlockMap>,
+    /// Per document, how many postings of its current version this shard holds (saturating:
+    /// at the most, unknown): taking a replaced version out is complete only when that many
+    /// were found.
+    doc_postings: Vec<u16>,
 }
 
 /// A term's posting lists by group: `(group, list id)` sorted by group; one group (every
@@ -169,6 +173,9 @@ impl Shard {
     /// Appends a posting to list `term` (and to its block map, keeping one while the list is
     /// long for how many documents there are).
     fn push(&mut self, term: u32, posting: Posting) {
+        if let Some(count) = self.doc_postings.get_mut(posting.0 as usize) {
+            *count = count.saturating_add(1);
+        }
         self.raise_max_tf(term, posting.1);
         let list = &mut self.postings[term as usize];
         list.push(posting);
@@ -259,7 +266,10 @@ impl Shard {
         ids: &mut Vec<u32>,
     ) -> bool {
         ids.clear();
-        let mut found = true;
+        let mut found = self
+            .doc_postings
+            .get(doc as usize)
+            .is_some_and(|n| *n < u16::MAX);
         for (text, _) in fields {
             for_each_index_token(text, |token| {
                 let key = pack(token);
@@ -278,6 +288,11 @@ impl Shard {
         }
         ids.sort_unstable();
         ids.dedup();
+        // Every posting of the version is named (the fields are the ones it was indexed from).
+        found &= self
+            .doc_postings
+            .get(doc as usize)
+            .is_some_and(|n| usize::from(*n) == ids.len());
         for &list in ids.iter() {
             let postings = &mut self.postings[list as usize];
             // Lists are in document order unless documents were indexed again: look where
@@ -504,6 +519,12 @@ impl Bm25Index {
             self.groups.resize(g + 1, GroupStats::default());
         }
         self.generation[idx] = self.generation[idx].wrapping_add(1);
+        for shard in &mut self.shards {
+            if shard.doc_postings.len() <= idx {
+                shard.doc_postings.resize(idx + 1, 0);
+            }
+            shard.doc_postings[idx] = 0;
+        }
         self.last = Some(doc);
         if !len.is_finite() {
             self.unbounded();

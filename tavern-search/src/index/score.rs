@@ -50,6 +50,40 @@ impl Searched {
     }
 }
 
+impl QueryTerm<'_> {
+    /// Calls `visit` with every posting of the term's lists. Several lists (one per group
+    /// searched) are walked side by side a window of documents at a time: accumulators are
+    /// visited about in order, as one list's would be, not swept end to end once per group.
+    /// (A document has one current posting per term, so the order of its lists changes no
+    /// sum.)
+    pub(super) fn walk(&self, mut visit: impl FnMut(&Posting)) {
+        if self.rest.is_empty() {
+            self.list.iter().for_each(visit);
+            return;
+        }
+        let mut lists: Vec<(&[Posting], usize)> = self.lists().map(|l| (l, 0)).collect();
+        while let Some(next) = lists
+            .iter()
+            .filter_map(|(l, at)| l.get(*at))
+            .map(|p| p.0)
+            .min()
+        {
+            // The window holding the earliest posting left (lists out of document order are
+            // still read exactly once: a cursor only moves forward).
+            let end = (next / WINDOW_DOCS)
+                .saturating_add(1)
+                .saturating_mul(WINDOW_DOCS);
+            for (list, at) in &mut lists {
+                while let Some(p) = list.get(*at).filter(|p| p.0 < end || end == u32::MAX) {
+                    visit(p);
+                    *at += 1;
+                }
+            }
+            lists.retain(|(l, at)| *at < l.len());
+        }
+    }
+}
+
 /// Per document (score, matched query tokens), and the documents touched by the query.
 pub(super) type Scratch = (Vec<(f32, u32)>, Vec<u32>);
 
@@ -223,34 +257,7 @@ impl Bm25Index {
         };
         for term in self.weighted_terms(query, n, filter) {
             let weight = term.weight;
-            if term.rest.is_empty() {
-                term.list.iter().for_each(|p| add(p, weight));
-                continue;
-            }
-            // A term's lists of many groups, walked side by side a window of documents at a
-            // time: the accumulators are visited about in order, as one list's would be, not
-            // swept end to end once per group. (A document has one current posting per term,
-            // so the order of its lists changes no sum.)
-            let mut lists: Vec<(&[Posting], usize)> = term.lists().map(|l| (l, 0)).collect();
-            while let Some(next) = lists
-                .iter()
-                .filter_map(|(l, at)| l.get(*at))
-                .map(|p| p.0)
-                .min()
-            {
-                // The window holding the earliest posting left (lists out of document order
-                // are still read exactly once: a cursor only moves forward).
-                let end = (next / WINDOW_DOCS)
-                    .saturating_add(1)
-                    .saturating_mul(WINDOW_DOCS);
-                for (list, at) in &mut lists {
-                    while let Some(p) = list.get(*at).filter(|p| p.0 < end || end == u32::MAX) {
-                        add(p, weight);
-                        *at += 1;
-                    }
-                }
-                lists.retain(|(l, at)| *at < l.len());
-            }
+            term.walk(|p| add(p, weight));
         }
         // Coordination: a document containing all query tokens (for CJK: every bigram of the
         // phrase) must beat a shorter one that contains only some of them.

@@ -8,6 +8,8 @@
 //!   tantivy under our analyzer (`tantivy_ref.rs`) and SQLite FTS5 (bundled, bm25, trigram
 //!   tokenizer) on the same corpus and queries, the three taking turns per query, with
 //!   recall@10 of each against the records the generator planted for each query;
+//! - search p50 again after 100 records were edited and 100 forgotten (a store in use), beside
+//!   tantivy's unchanged index, with the time per durable edit or forget;
 //! - build time of each index;
 //! - durable CAS `put` throughput against a bare write-temp + fsync + rename + dir-fsync loop;
 //! - 8 concurrent writers: updates acknowledged vs found afterwards;
