@@ -33,10 +33,16 @@ const RESET_MAX: usize = 4096;
 const COUNTED: u32 = 1 << 31;
 /// ... or not a match at all (the caller's `visible` said no).
 const HIDDEN: u32 = 1 << 30;
-/// A bound is raised by this share before it turns a document away, so a float rounding in
-/// the bound (computed in another order than the score) never turns away one that reaches
-/// the floor.
+/// A bound is raised by at least this share before it turns a document away, so a float
+/// rounding in the bound (computed in another order than the score) never turns away one that
+/// reaches the floor; more for long queries (see [`slack()`]).
 const BOUND_SLACK: f32 = 1.0 + 1e-4;
+
+/// The share bounds are raised by for a query of `terms` terms: a sum of that many floats is
+/// off by at most about `terms` roundings, each within [`f32::EPSILON`].
+fn slack(terms: usize) -> f32 {
+    BOUND_SLACK.max(1.0 + 4.0 * terms as f32 * f32::EPSILON)
+}
 
 /// The matches [`Bm25Index::best`] scored, and how many matched.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -168,6 +174,10 @@ impl Bm25Index {
         // scores everything).
         let bounded = !self.bounds_broken && each.iter().all(|b| b.is_finite());
         let mut floor = Floor::new(if bounded { k } else { 0 }, share);
+        // Without a floor nothing is turned away: every match is a hit, whatever its score
+        // (a weight that broke the bounds can make one negative, or not a number).
+        let prunes = floor.k > 0 && floor.share > 0.0;
+        let slack = slack(query.len());
         let check = self.stale;
         SCRATCH.with_borrow_mut(|(acc, touched)| {
             MARKS.with_borrow_mut(|marks| {
@@ -194,19 +204,19 @@ impl Bm25Index {
                     // Below this term frequency a document first met here cannot reach the floor
                     // even at the shortest length: turned away without computing its contribution.
                     let tf_cut = |floor: f32| {
-                        let need = floor / (reach * BOUND_SLACK) - rest * BOUND_SLACK;
+                        let need = floor / (reach * slack) - rest * slack;
                         let len_part = norm.base + norm.per_word * min_len;
                         if need <= 0.0 {
                             0.0
                         } else if need >= weight {
                             f32::INFINITY
                         } else {
-                            need * len_part / (weight - need) / BOUND_SLACK
+                            need * len_part / (weight - need) / slack
                         }
                     };
                     // The floor, read once per change rather than per posting.
                     let mut now = floor.value();
-                    let mut cut = tf_cut(now);
+                    let mut cut = if prunes { tf_cut(now) } else { 0.0 };
                     term.walk(|p| {
                         if check && !self.current(p) {
                             return;
@@ -225,9 +235,13 @@ impl Bm25Index {
                             return;
                         }
                         // Its contribution, when it may reach the floor.
-                        let made = (p.1 >= cut)
-                            .then(|| self.contribution(weight, p.1, p.0, &norm))
-                            .filter(|c| (c + rest) * reach * BOUND_SLACK >= now);
+                        let made = if prunes {
+                            (p.1 >= cut)
+                                .then(|| self.contribution(weight, p.1, p.0, &norm))
+                                .filter(|c| (c + rest) * reach * slack >= now)
+                        } else {
+                            Some(self.contribution(weight, p.1, p.0, &norm))
+                        };
                         if last && made.is_none() {
                             // No later term looks at it: counted (if visible) without a
                             // mark (a document has one current posting per term).
@@ -274,7 +288,7 @@ impl Bm25Index {
                     if slot.1 & (COUNTED | HIDDEN) == 0 {
                         best.matched += 1;
                         let score = slot.0 * coord(slot.1);
-                        if score * BOUND_SLACK >= cut {
+                        if !prunes || score * slack >= cut {
                             best.hits.push((doc, score));
                         }
                     }

@@ -254,8 +254,9 @@ impl Shard {
     }
 
     /// Takes `doc`'s postings of `generation` out of `group`'s lists of the tokens of `fields`
-    /// this shard owns; `false` when one of them is not there (`fields` are not what the
-    /// document was indexed from).
+    /// this shard owns (`keep`: only looks for them); `false` when one of them is not there or
+    /// the document has others (`fields` are not what it was indexed from).
+    #[allow(clippy::too_many_arguments)]
     fn take_out(
         &mut self,
         me: usize,
@@ -263,13 +264,11 @@ impl Shard {
         group: u32,
         generation: u32,
         fields: &[(&str, f32)],
+        keep: bool,
         ids: &mut Vec<u32>,
     ) -> bool {
         ids.clear();
-        let mut found = self
-            .doc_postings
-            .get(doc as usize)
-            .is_some_and(|n| *n < u16::MAX);
+        let mut found = true;
         for (text, _) in fields {
             for_each_index_token(text, |token| {
                 let key = pack(token);
@@ -288,11 +287,11 @@ impl Shard {
         }
         ids.sort_unstable();
         ids.dedup();
-        // Every posting of the version is named (the fields are the ones it was indexed from).
+        // Every posting of the version is named (a saturated count is unknown).
         found &= self
             .doc_postings
             .get(doc as usize)
-            .is_some_and(|n| usize::from(*n) == ids.len());
+            .is_some_and(|n| *n < u16::MAX && usize::from(*n) == ids.len());
         for &list in ids.iter() {
             let postings = &mut self.postings[list as usize];
             // Lists are in document order unless documents were indexed again: look where
@@ -309,6 +308,7 @@ impl Shard {
                         .rposition(|p| p.0 == doc && p.2 == generation)
                 });
             match at {
+                Some(_) if keep => {}
                 Some(at) => {
                     postings.remove(at);
                     // Positions moved: a block map of the list no longer holds.
@@ -574,7 +574,8 @@ impl Bm25Index {
     /// when it is live and was indexed last from `old` in the same group: its old postings are
     /// taken out of their lists instead of being left behind as stale postings that every
     /// search of their terms must check and count past (a store's records are edited and
-    /// forgotten all the time). When `old` equals `fields`, nothing changes. If `old` is not
+    /// forgotten all the time). When `old` equals `fields` (and they are what the document
+    /// holds), nothing changes. If `old` is not
     /// what the document was indexed from, the postings it names are not all found: the ones
     /// left are then dropped as [`Bm25Index::insert_fields`] drops them.
     pub fn replace_fields(
@@ -590,14 +591,17 @@ impl Bm25Index {
             self.insert_fields(doc, group, fields);
             return;
         }
-        if old == fields {
-            return;
-        }
         let generation = self.generation[idx];
         let mut ids = Vec::with_capacity(64);
+        // The same fields again (a forget keeps the text): nothing changes, once the
+        // document is seen to hold exactly their postings.
+        let same = old == fields;
         let mut all_found = true;
         for (me, shard) in self.shards.iter_mut().enumerate() {
-            all_found &= shard.take_out(me, doc, group, generation, old, &mut ids);
+            all_found &= shard.take_out(me, doc, group, generation, old, same, &mut ids);
+        }
+        if same && all_found {
+            return;
         }
         if !all_found {
             // Some old postings are still in their lists: they go stale as usual.

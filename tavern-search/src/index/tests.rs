@@ -502,6 +502,155 @@ mod replaced_documents_leave_nothing_behind {
     }
 }
 
+/// `replace_fields` with an `old` that is not what the document was indexed from but equals
+/// the new fields still replaces it: the document no longer matches its real previous text.
+#[test]
+fn a_wrong_old_equal_to_the_new_fields_still_replaces() {
+    let mut idx = Bm25Index::new();
+    idx.insert_fields(0, 0, &[("kai", 1.0)]);
+    idx.insert_fields(1, 0, &[("gate", 1.0)]);
+    idx.replace_fields(0, 0, &[("mira silver", 1.0)], &[("mira silver", 1.0)]);
+    let mut want = Bm25Index::new();
+    want.insert_fields(0, 0, &[("mira silver", 1.0)]);
+    want.insert_fields(1, 0, &[("gate", 1.0)]);
+    for q in ["kai", "mira", "silver"] {
+        let q = query_tokens(q);
+        assert_eq!(idx.score(&q), want.score(&q), "{q:?}");
+    }
+}
+
+/// With a weight that is not positive the bounds are broken: every visible match is a hit,
+/// whatever its score (negative, or not a number).
+#[test]
+fn without_bounds_every_match_is_a_hit_whatever_its_score() {
+    for weight in [f32::NAN, -1.0f32] {
+        let mut idx = Bm25Index::new();
+        idx.insert_fields(0, 0, &[("kai", weight), ("oak oak oak", 1.0)]);
+        idx.insert_fields(1, 0, &[("kai gate", 1.0)]);
+        let q = query_tokens("kai");
+        let all = idx.score_unordered(&q, None);
+        assert_eq!(all.len(), 2);
+        for k in [0, 1, 5] {
+            let best = idx.best(&q, None, k, 0.7, None);
+            assert_eq!(best.matched, 2);
+            let mut docs: Vec<u32> = best.hits.iter().map(|h| h.0).collect();
+            docs.sort_unstable();
+            assert_eq!(docs, [0, 1], "weight {weight}, k {k}: all {all:?}");
+        }
+    }
+}
+
+/// `best` against scoring every match, and the index against one built from the final
+/// versions, after bulk indexing, edits in place and across groups, wrong old fields,
+/// additions to the last document and removals.
+mod best_after_every_kind_of_edit {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    const WORDS: &[&str] = &[
+        "kai", "mira", "gate", "silver", "lantern", "river", "灯笼", "河灵",
+    ];
+    const SKEW: &[usize] = &[0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 4, 5, 6, 7];
+
+    fn text(words: &[usize]) -> String {
+        words
+            .iter()
+            .map(|w| WORDS[SKEW[*w]])
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    proptest! {
+        #[test]
+        fn same_scores_and_count(
+            bulk in prop::collection::vec((0u32..60, 0u32..3, prop::collection::vec(0usize..19, 1..6)), 0..300),
+            edits in prop::collection::vec(
+                (0u32..80, 0u32..3, 0u8..6, prop::collection::vec(0usize..19, 1..8),
+                 prop::sample::select(vec![1.0f32, 0.5, 2.0]), 0usize..30),
+                1..150,
+            ),
+            query in prop::collection::vec(0usize..19, 1..6),
+            searched in prop::option::of(prop::collection::vec(0u32..4, 1..3)),
+            k in 0usize..8,
+            share in prop::sample::select(vec![0.3f32, 0.7, 1.0]),
+        ) {
+            let mut idx = Bm25Index::new();
+            // what each live doc was indexed from: (group, fields)
+            let mut known: HashMap<u32, (u32, Vec<(String, f32)>)> = HashMap::new();
+            let texts: Vec<(u32, u32, String)> = bulk.iter().map(|(d, g, w)| (*d, *g, text(w))).collect();
+            let refs: Vec<(u32, u32, &str)> = texts.iter().map(|(d, g, t)| (*d, *g, t.as_str())).collect();
+            idx.insert_many(&refs);
+            for (d, g, t) in &texts { known.insert(*d, (*g, vec![(t.clone(), 1.0)])); }
+            for (doc, group, action, words, weight, filler) in &edits {
+                let mut fields = vec![(text(words), *weight)];
+                if *filler > 0 { fields.push(("oak ".repeat(*filler), 1.0)); }
+                let f: Vec<(&str, f32)> = fields.iter().map(|(t, w)| (t.as_str(), *w)).collect();
+                match action {
+                    0 => { idx.insert_fields(*doc, *group, &f); known.insert(*doc, (*group, fields)); }
+                    1 | 2 => {
+                        match known.get(doc).cloned() {
+                            Some((g0, old)) => {
+                                let o: Vec<(&str, f32)> = old.iter().map(|(t, w)| (t.as_str(), *w)).collect();
+                                // action 2 moves it to `group`
+                                let g = if *action == 1 { g0 } else { *group };
+                                idx.replace_fields(*doc, g, &o, &f);
+                                known.insert(*doc, (g, fields));
+                            }
+                            None => { idx.insert_fields(*doc, *group, &f); known.insert(*doc, (*group, fields)); }
+                        }
+                    }
+                    3 => {
+                        // wrong old
+                        if let Some((g0, _)) = known.get(doc).cloned().filter(|_| f != [("mira gate", 1.0)]) {
+                            idx.replace_fields(*doc, g0, &[("mira gate", 1.0)], &f);
+                            known.insert(*doc, (g0, fields));
+                        }
+                    }
+                    4 => {
+                        if idx.add_fields_to_last(*doc, &f) {
+                            known.get_mut(doc).unwrap().1.extend(fields);
+                        }
+                    }
+                    _ => { idx.remove(*doc); known.remove(doc); }
+                }
+            }
+            let q = query_tokens(&text(&query));
+            let groups = searched.as_deref();
+            let mut all = idx.score_unordered(&q, groups);
+            let best = idx.best(&q, groups, k, share, None);
+            prop_assert_eq!(best.matched, all.len());
+            let scores: HashMap<u32, u32> = all.iter().map(|(d, s)| (*d, s.to_bits())).collect();
+            for (doc, score) in &best.hits {
+                prop_assert_eq!(scores.get(doc), Some(&score.to_bits()), "doc {}", doc);
+            }
+            all.sort_by(|a, b| b.1.total_cmp(&a.1));
+            let floor = match all.get(k.wrapping_sub(1)) { Some((_, kth)) if k > 0 => kth * share, _ => 0.0 };
+            let kept: HashMap<u32, f32> = best.hits.iter().copied().collect();
+            for (doc, score) in all.iter().filter(|(_, s)| *s >= floor) {
+                prop_assert_eq!(kept.get(doc), Some(score), "doc {} dropped", doc);
+            }
+            // And the index matches one built from the final versions alone (per group).
+            let mut alone = Bm25Index::new();
+            let mut docs: Vec<_> = known.iter().collect();
+            docs.sort_by_key(|(d, _)| **d);
+            for (d, (g, fields)) in docs {
+                let f: Vec<(&str, f32)> = fields.iter().map(|(t, w)| (t.as_str(), *w)).collect();
+                alone.insert_fields(*d, *g, &f);
+            }
+            for g in 0..3u32 {
+                let a = idx.score_in(&q, Some(&[g]));
+                let b = alone.score_in(&q, Some(&[g]));
+                prop_assert_eq!(a.len(), b.len());
+                for ((da, sa), (db, sb)) in a.iter().zip(&b) {
+                    prop_assert_eq!(da, db);
+                    prop_assert!((sa - sb).abs() <= 1e-4 * sa.abs().max(1e-6), "{} {} {}", da, sa, sb);
+                }
+            }
+        }
+    }
+}
+
 /// A term's lists by group cost 16 bytes when it has one (most terms of most indexes).
 #[test]
 fn a_terms_group_lists_take_sixteen_bytes() {
