@@ -16,8 +16,8 @@
 //! reach it at the shortest length, and without marking it when no later term could meet it
 //! again. The floor only rises, so a document turned away can never reach it.
 
-use super::score::{LengthNorm, SCRATCH};
-use super::Bm25Index;
+use super::score::{coordination, LengthNorm, SCRATCH};
+use super::{top, Bm25Index};
 
 thread_local! {
     /// Per thread, a bit per document: set while a search has met it (its accumulator is in
@@ -153,23 +153,14 @@ impl Bm25Index {
         // Each term's contribution bound, and the sum of the bounds of the terms after each.
         let each: Vec<f32> = terms
             .iter()
-            .map(|t| {
-                let tf = t.max_tf.max(0.0);
-                t.weight * tf / (tf + norm.base + norm.per_word * min_len)
-            })
+            .map(|t| norm.term_score(t.weight, t.max_tf.max(0.0), min_len))
             .collect();
         let mut after = vec![0.0f32; terms.len() + 1];
         for j in (0..terms.len()).rev() {
             after[j] = after[j + 1] + each[j];
         }
-        let size = query.len() as f32;
-        let coords: Vec<f32> = (0..=query.len()).map(|c| c as f32 / size).collect();
-        let coord = |matched: u32| {
-            coords
-                .get(matched as usize)
-                .copied()
-                .unwrap_or(matched as f32 / size)
-        };
+        let coords: Vec<f32> = coordination(query.len()).collect();
+        let coord = |matched: u32| top::coord(&coords, matched as usize);
         // A bound is only trusted when it is a number (a weight or length that breaks it
         // scores everything).
         let bounded = !self.bounds_broken && each.iter().all(|b| b.is_finite());

@@ -5,7 +5,7 @@
 
 use std::cell::RefCell;
 
-use super::{pack, shard_of, Bm25Index, Posting, QueryTerm};
+use super::{pack, shard_of, top, Bm25Index, Posting, QueryTerm};
 
 /// BM25 term-frequency saturation.
 pub(super) const K1: f32 = 1.2;
@@ -26,6 +26,20 @@ impl LengthNorm {
             per_word: K1 * B / avg,
         }
     }
+
+    /// A term of `weight`'s contribution at term frequency `tf` in a document of `len` words:
+    /// one expression for scores and their bounds alike, so a bound computed at the largest
+    /// frequency and the shortest length is never below a score.
+    pub(super) fn term_score(&self, weight: f32, tf: f32, len: f32) -> f32 {
+        weight * tf / (tf + self.base + self.per_word * len)
+    }
+}
+
+/// The coordination factor for each number of matched tokens, 0 to all of a query of `tokens`
+/// (a document matching `c` of them scores `c / tokens` of its sum).
+pub(super) fn coordination(tokens: usize) -> impl Iterator<Item = f32> {
+    let all = tokens as f32;
+    (0..=tokens).map(move |c| c as f32 / all)
 }
 
 /// Documents per window when a term's lists of several groups are walked side by side
@@ -221,7 +235,7 @@ impl Bm25Index {
     /// One posting's BM25 contribution for a term of `weight`.
     pub(super) fn contribution(&self, weight: f32, tf: f32, doc: u32, norm: &LengthNorm) -> f32 {
         let len = self.doc_len.get(doc as usize).copied().unwrap_or(0.0);
-        weight * tf / (tf + norm.base + norm.per_word * len)
+        norm.term_score(weight, tf, len)
     }
 
     /// Scores every match into the accumulators, then hands each to `sink` with its
@@ -261,19 +275,14 @@ impl Bm25Index {
         }
         // Coordination: a document containing all query tokens (for CJK: every bigram of the
         // phrase) must beat a shorter one that contains only some of them.
-        let terms = query.len() as f32;
         // The factor for each count of matched terms, computed once instead of per match.
-        let coords: Vec<f32> = (0..=query.len()).map(|c| c as f32 / terms).collect();
+        let coords: Vec<f32> = coordination(query.len()).collect();
         for &doc in touched.iter() {
             let idx = doc as usize;
             let Some(slot) = acc.get_mut(idx) else {
                 continue;
             };
-            let coord = coords
-                .get(slot.1 as usize)
-                .copied()
-                .unwrap_or_else(|| slot.1 as f32 / terms);
-            sink(doc, slot.0 * coord);
+            sink(doc, slot.0 * top::coord(&coords, slot.1 as usize));
             *slot = (0.0, 0);
         }
     }

@@ -33,7 +33,7 @@ use std::collections::BinaryHeap;
 
 use rustc_hash::FxHashMap;
 
-use super::score::LengthNorm;
+use super::score::{coordination, LengthNorm};
 use super::{Bm25Index, Posting, QueryTerm};
 
 /// Documents handled together: the query terms' bits for a block (128 bytes per term) stay in
@@ -352,14 +352,12 @@ impl Bm25Index {
     /// [`Bm25Index::top`] walking the lists in blocks of `block` documents, and the work that
     /// took. Requires every posting to be current and every list in document order.
     fn top_in_blocks(&self, query: &[String], k: usize, block: usize) -> Walk {
-        let n = self.live_docs;
-        if n == 0 || query.is_empty() {
-            return Walk::default();
-        }
         // The statistics exactly as `score_each` takes them, so scores are bit-identical.
-        let avg = ((self.total_len / f64::from(n)) as f32).max(1.0);
-        let norm = LengthNorm::new(avg);
-        let mut terms = self.weighted_terms(query, n as f32, None);
+        let Some(searched) = self.searched(None).filter(|_| !query.is_empty()) else {
+            return Walk::default();
+        };
+        let norm = LengthNorm::new(searched.avg);
+        let mut terms = self.weighted_terms(query, searched.docs, None);
         if terms.is_empty() {
             return Walk::default();
         }
@@ -378,9 +376,8 @@ impl Bm25Index {
             coords,
             bounds,
         } = &mut lent.0;
-        let q = query.len() as f32;
         coords.clear();
-        coords.extend((0..=query.len()).map(|c| c as f32 / q));
+        coords.extend(coordination(query.len()));
         let coords = &coords[..];
         bounds.reset(terms.len());
         let docs = self.alive.len();
@@ -626,7 +623,7 @@ impl Bounds {
             held += usize::from(tf != 0.0);
             self.top_tf[j] = tf;
             self.weight[j] = t.weight;
-            self.each[j] = t.weight * tf / (tf + norm.base + norm.per_word * len);
+            self.each[j] = norm.term_score(t.weight, tf, len);
             self.rests[j] = self.rests[j + 1] + self.each[j];
             let coord = coord(coords, held);
             self.tails[j] = self.rests[j] * coord * (1.0 + BOUND_SLACK);
@@ -675,7 +672,7 @@ impl Bounds {
         for (word, (tf, weight)) in terms.skip(from) {
             if word >> bit & 1 == 1 {
                 count += 1;
-                sum += weight * tf / (tf + norm.base + norm.per_word * len);
+                sum += norm.term_score(*weight, *tf, len);
             }
         }
         let coord = coord(coords, count);
@@ -710,7 +707,7 @@ impl Bounds {
 
 /// The coordination factor of a document matching `matched` of the query's tokens (`coords`
 /// holds it for 0 to all of them; a document never matches more than all, and 1 bounds it).
-fn coord(coords: &[f32], matched: usize) -> f32 {
+pub(super) fn coord(coords: &[f32], matched: usize) -> f32 {
     coords.get(matched).copied().unwrap_or(1.0)
 }
 

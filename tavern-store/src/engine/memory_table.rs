@@ -128,9 +128,6 @@ pub(crate) struct MemoryTable {
     /// records out tells the others by this bit, without reading their metadata (on a large
     /// store each read is a cache miss, and a common word matches a tenth of it).
     hidden_slots: Vec<u64>,
-    /// The index text of the version the last [`MemoryTable::apply`] replaced, so its
-    /// postings can be taken out of the index rather than left stale.
-    replaced: Option<String>,
     audit: Vec<AuditItem>,
     /// Per slot: where its newest audit item is in `audit` ([`NO_AUDIT`]: none); each item
     /// points to the one before it, so one record's history is read without walking the whole
@@ -273,11 +270,17 @@ impl MemoryTable {
 
     /// Applies an operation; replaying the same log twice from empty yields the same table.
     pub(crate) fn apply(&mut self, op: MemoryOp) {
-        self.replaced = None;
+        // The index text of the version this replaces, if it replaces one.
+        let replaced = match &op {
+            MemoryOp::Put { record, .. } | MemoryOp::Snapshot { record, .. } => {
+                self.get(&record.scope, &record.id).map(index_text)
+            }
+            MemoryOp::Touch { .. } => None,
+        };
         if let Some(slot) = self.apply_record(op) {
             let text = index_text(&self.records[slot as usize]);
             let scope = self.meta[slot as usize].scope;
-            match self.replaced.take() {
+            match replaced {
                 // An edit or a forget: the old version's postings are taken out (a forget
                 // keeps the text, so nothing changes), none left stale.
                 Some(old) => {
@@ -317,7 +320,6 @@ impl MemoryTable {
             .map(|&(slot, scope, start, end)| (slot, scope, text.get(start..end).unwrap_or("")))
             .collect();
         self.index.insert_many(&refs);
-        self.replaced = None;
     }
 
     /// Appends an audit item of `slot`, chained to the slot's previous one.
@@ -413,7 +415,6 @@ impl MemoryTable {
                     .last_accessed_at
                     .max(self.records[slot as usize].last_accessed_at);
                 let old = std::mem::replace(&mut self.records[slot as usize], record);
-                self.replaced = Some(index_text(&old));
                 self.meta[slot as usize] = meta;
                 if old.content != self.records[slot as usize].content {
                     self.keep_replaced_text(slot, old.content);
