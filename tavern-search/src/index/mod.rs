@@ -7,6 +7,7 @@
 
 mod best;
 mod bulk;
+mod image;
 mod score;
 #[cfg(test)]
 mod tests;

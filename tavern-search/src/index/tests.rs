@@ -680,3 +680,157 @@ fn top_finds_matches_after_a_group_emptied_by_compaction() {
     all.truncate(5);
     assert_eq!(idx.top(&q, 5), (all, total));
 }
+
+/// An index read back from its image is the index: the same image again, the same scores,
+/// matches and counts bit for bit, and it goes on alike under more edits of every kind.
+mod an_index_read_from_its_image {
+    use super::*;
+    use crate::bytes::Take;
+    use proptest::prelude::*;
+
+    const WORDS: &[&str] = &[
+        "kai",
+        "mira",
+        "gate",
+        "silver",
+        "lantern",
+        "river",
+        "灯笼",
+        "河灵",
+        "waterfall",
+    ];
+
+    fn text(words: &[usize]) -> String {
+        words
+            .iter()
+            .map(|w| WORDS[*w % WORDS.len()])
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    type Edit = (u32, u32, u8, Vec<usize>);
+
+    fn edit(idx: &mut Bm25Index, known: &mut std::collections::HashMap<u32, String>, e: &Edit) {
+        let (doc, group, action, words) = e;
+        let t = text(words);
+        match action {
+            0 | 1 => {
+                idx.insert_fields(*doc, *group, &[(&t, 1.0)]);
+                known.insert(*doc, t);
+            }
+            2 => match known.get(doc).cloned() {
+                Some(old) => {
+                    idx.replace_fields(*doc, *group, &[(&old, 1.0)], &[(&t, 1.0)]);
+                    known.insert(*doc, t);
+                }
+                None => {
+                    idx.insert_fields(*doc, *group, &[(&t, 1.0)]);
+                    known.insert(*doc, t);
+                }
+            },
+            3 => {
+                let _ = idx.add_fields_to_last(*doc, &[(&t, 0.5)]);
+            }
+            _ => {
+                idx.remove(*doc);
+                known.remove(doc);
+            }
+        }
+    }
+
+    fn image(idx: &Bm25Index) -> Vec<u8> {
+        let mut out = Vec::new();
+        idx.write_image(&mut out);
+        out
+    }
+
+    fn same_answers(a: &Bm25Index, b: &Bm25Index, query: &[usize]) -> Result<(), TestCaseError> {
+        let q = query_tokens(&text(query));
+        prop_assert_eq!(a.len(), b.len());
+        prop_assert_eq!(a.has_stale_postings(), b.has_stale_postings());
+        for groups in [None, Some(&[0u32][..]), Some(&[1, 2][..])] {
+            let bits = |v: Vec<(u32, f32)>| {
+                v.into_iter()
+                    .map(|(d, s)| (d, s.to_bits()))
+                    .collect::<Vec<_>>()
+            };
+            prop_assert_eq!(bits(a.score_in(&q, groups)), bits(b.score_in(&q, groups)));
+            let (x, y) = (
+                a.best(&q, groups, 3, 0.7, None),
+                b.best(&q, groups, 3, 0.7, None),
+            );
+            prop_assert_eq!(x.matched, y.matched);
+            let mut x = bits(x.hits);
+            let mut y = bits(y.hits);
+            x.sort_unstable();
+            y.sort_unstable();
+            prop_assert_eq!(x, y);
+        }
+        let (x, nx) = a.top(&q, 5);
+        let (y, ny) = b.top(&q, 5);
+        prop_assert_eq!(nx, ny);
+        prop_assert_eq!(
+            x.iter().map(|(d, s)| (*d, s.to_bits())).collect::<Vec<_>>(),
+            y.iter().map(|(d, s)| (*d, s.to_bits())).collect::<Vec<_>>()
+        );
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn same_index(
+            for_top in any::<bool>(),
+            bulk in prop::collection::vec((0u32..300, 0u32..3, prop::collection::vec(0usize..9, 1..6)), 0..400),
+            before in prop::collection::vec((0u32..320, 0u32..3, 0u8..5, prop::collection::vec(0usize..9, 1..6)), 0..80),
+            after in prop::collection::vec((0u32..320, 0u32..3, 0u8..5, prop::collection::vec(0usize..9, 1..6)), 0..80),
+            query in prop::collection::vec(0usize..9, 1..4),
+        ) {
+            let mut idx = if for_top { Bm25Index::for_top() } else { Bm25Index::new() };
+            let mut known = std::collections::HashMap::new();
+            let texts: Vec<(u32, u32, String)> = bulk.iter().map(|(d, g, w)| (*d, *g, text(w))).collect();
+            let refs: Vec<(u32, u32, &str)> = texts.iter().map(|(d, g, t)| (*d, *g, t.as_str())).collect();
+            idx.insert_many(&refs);
+            for (d, _, t) in &texts { known.insert(*d, t.clone()); }
+            for e in &before { edit(&mut idx, &mut known, e); }
+            let bytes = image(&idx);
+            let mut take = Take::new(&bytes);
+            let mut read = Bm25Index::read_image(&mut take).unwrap();
+            prop_assert_eq!(take.left(), 0);
+            prop_assert_eq!(&image(&read), &bytes);
+            same_answers(&idx, &read, &query)?;
+            let mut known_read = known.clone();
+            for e in &after {
+                edit(&mut idx, &mut known, e);
+                edit(&mut read, &mut known_read, e);
+            }
+            prop_assert_eq!(image(&read), image(&idx));
+            same_answers(&idx, &read, &query)?;
+        }
+
+        /// A cut or damaged image is refused or read, never a panic; a cut one is always
+        /// refused.
+        #[test]
+        fn a_damaged_image_is_an_error_not_a_panic(
+            bulk in prop::collection::vec((0u32..50, 0u32..3, prop::collection::vec(0usize..9, 1..6)), 1..40),
+            cut in any::<prop::sample::Index>(),
+            flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+        ) {
+            let mut idx = Bm25Index::new();
+            for (d, g, w) in &bulk { idx.insert_fields(*d, *g, &[(&text(w), 1.0)]); }
+            let bytes = image(&idx);
+            let short = &bytes[..cut.index(bytes.len())];
+            prop_assert!(Bm25Index::read_image(&mut Take::new(short)).is_err());
+            let mut damaged = bytes.clone();
+            for (at, x) in &flips { let i = at.index(damaged.len()); damaged[i] ^= x | 1; }
+            if let Ok(read) = Bm25Index::read_image(&mut Take::new(&damaged)) {
+                // Whatever it holds, searching and editing it stay within bounds.
+                let q = query_tokens("kai gate 灯笼");
+                let _ = read.score_in(&q, None);
+                let _ = read.best(&q, Some(&[0, 1]), 3, 0.7, None);
+                let mut read = read;
+                read.insert_fields(7, 1, &[("mira river", 1.0)]);
+                read.remove(3);
+            }
+        }
+    }
+}

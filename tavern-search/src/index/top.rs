@@ -102,6 +102,25 @@ impl BlockMap {
         }
     }
 
+    /// Keeps a map of `list` in `maps` when [`BlockMap::follow`] would create one for it as
+    /// it stands (a read index image rebuilds its maps so).
+    pub(super) fn rebuild(
+        maps: &mut FxHashMap<u32, BlockMap>,
+        term: u32,
+        list: &[Posting],
+        block: usize,
+    ) {
+        let Some(&(doc, _, _)) = list.last() else {
+            return;
+        };
+        let len = list.len();
+        if len >= MAP_MIN_POSTINGS && len.saturating_mul(MAP_DENSITY) > doc as usize {
+            if let Some(map) = Self::of(list, block) {
+                maps.insert(term, map);
+            }
+        }
+    }
+
     /// The map of a whole list; `None` when it is out of document order.
     fn of(list: &[Posting], block: usize) -> Option<Self> {
         let block = block.max(1).next_power_of_two();

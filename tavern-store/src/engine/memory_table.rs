@@ -67,6 +67,8 @@ pub(crate) struct AuditLine {
 
 use crate::memory::KEPT_CONTENTS;
 
+mod image;
+
 /// What an audit item knows of its version's text.
 #[derive(Debug, Clone, PartialEq)]
 enum VersionText {

@@ -45,6 +45,20 @@ pub(crate) trait OpTable: Default + Send {
 
     /// How many operations [`OpTable::snapshot`] would produce (whether a log is bloated).
     fn snapshot_len(&self) -> usize;
+
+    /// Appends the table's image to `out` (what [`OpTable::read_image`] reads back) and
+    /// returns `true`; `false`, appending nothing, for a table that keeps no image.
+    fn write_image(&self, _out: &mut Vec<u8>) -> bool {
+        false
+    }
+
+    /// The table an image holds.
+    ///
+    /// # Errors
+    /// Why the bytes are not such an image, in lowercase words.
+    fn read_image(_bytes: &[u8]) -> Result<Self, String> {
+        Err("this table keeps no image".into())
+    }
 }
 
 impl OpTable for MemoryTable {
@@ -64,6 +78,15 @@ impl OpTable for MemoryTable {
 
     fn snapshot_len(&self) -> usize {
         self.len()
+    }
+
+    fn write_image(&self, out: &mut Vec<u8>) -> bool {
+        MemoryTable::write_image(self, out);
+        true
+    }
+
+    fn read_image(bytes: &[u8]) -> Result<Self, String> {
+        MemoryTable::read_image(bytes).map_err(|e| e.to_string())
     }
 }
 

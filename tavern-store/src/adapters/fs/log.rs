@@ -74,13 +74,13 @@ impl Payloads {
 }
 
 #[cfg(unix)]
-fn identity(meta: &std::fs::Metadata) -> Option<u64> {
+pub(crate) fn identity(meta: &std::fs::Metadata) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
     Some(meta.ino())
 }
 
 #[cfg(not(unix))]
-fn identity(_meta: &std::fs::Metadata) -> Option<u64> {
+pub(crate) fn identity(_meta: &std::fs::Metadata) -> Option<u64> {
     None
 }
 
@@ -131,6 +131,24 @@ impl DurableLog {
     /// How many lines were read (including damaged ones).
     pub(crate) fn lines(&self) -> u64 {
         self.lines
+    }
+
+    /// Where this log has read to (what a table built from it reflects); `None` once an
+    /// earlier failed write left it unusable.
+    pub(crate) fn position(&self) -> Option<super::image::Anchor> {
+        (!self.poisoned).then_some(super::image::Anchor {
+            offset: self.offset,
+            lines: self.lines,
+            identity: self.identity,
+        })
+    }
+
+    /// Goes on reading from `at` (a table image reflects the log up to there), as if every
+    /// line before it had been read.
+    pub(crate) fn resume(&mut self, at: super::image::Anchor) {
+        self.offset = at.offset;
+        self.lines = at.lines;
+        self.identity = at.identity;
     }
 
     /// Forgets the position (after a replacement) so the next read starts at the beginning.

@@ -18,6 +18,7 @@ mod chat;
 mod chat_digests;
 mod chat_folder;
 mod check;
+mod image;
 mod log;
 mod names;
 mod transfer;
@@ -63,6 +64,8 @@ use crate::StoreDiagnostic;
 const STATE: &str = "state.json";
 const STATE_LOCK: &str = "state.lock";
 const MEMORY_LOG: &str = "memory.log";
+/// The memory table's saved image ([`image`]).
+const MEMORY_IMAGE: &str = "memory.image";
 const VARIABLE_LOG: &str = "variables.log";
 
 struct Logged<T> {
@@ -71,7 +74,24 @@ struct Logged<T> {
     /// Whether the log was read once (set aside if unreadable): until then `table` is empty
     /// and every use goes through [`Inner::first_load`] ([`FsOptions::defer_memory_load`]).
     loaded: bool,
+    /// Where the table's image is saved (root-relative), for a table that keeps one.
+    image: Option<&'static str>,
+    /// Lines of the log the image on disk reflects, as far as this process knows (0: none
+    /// or a stale one).
+    image_lines: u64,
+    /// Damaged lines and unreadable operations met since the log was last read from its
+    /// start: an image is saved only of a log read whole, so the diagnostics it gave are given
+    /// again by every open.
+    damaged: u64,
+    /// Log lines replayed into the table since the store opened (tests check that an image
+    /// spares them).
+    replayed: u64,
 }
+
+/// Logs shorter than this keep no image (they open fast enough from the log).
+const IMAGE_MIN_LINES: u64 = 4096;
+/// A new image is saved once the log has this many lines more than the last one reflects.
+const IMAGE_MIN_NEW_LINES: u64 = 4096;
 
 /// Logs shorter than this are never compacted automatically.
 const COMPACT_MIN_LINES: u64 = 4096;
@@ -93,14 +113,18 @@ impl<T: OpTable> Logged<T> {
         let mut entries = Vec::with_capacity(payloads.len() + 1);
         if replaced {
             entries.push(Entry::Reset);
+            self.damaged = 0;
+            self.image_lines = 0;
         }
         entries.extend(payloads.iter().map(Entry::Op));
+        self.replayed += payloads.len() as u64;
         let done = replay(&mut self.table, &entries)?;
         let file = self.log_name();
         found.extend(done.unreadable.into_iter().map(|u| StoreDiagnostic {
             file: file.clone(),
             message: format!("unreadable operation ({}); skipped", u.reason),
         }));
+        self.damaged += found.len() as u64;
         diags.extend(found);
         Ok(())
     }
@@ -129,7 +153,23 @@ impl<T: OpTable> Logged<T> {
         let before = self.log.lines();
         let payloads = encode_snapshot(&self.table)?;
         self.log.replace_with(&payloads)?;
+        // A new file, read whole: the image of the old one is stale.
+        self.damaged = 0;
+        self.image_lines = 0;
         Ok((before, payloads.len() as u64))
+    }
+
+    /// Whether an image of the table is worth saving now: the table keeps one, the log was
+    /// read without damage and has grown enough since the last image (`force`: any growth).
+    fn image_due(&self, force: bool) -> bool {
+        let lines = self.log.lines();
+        let enough = if force {
+            lines > self.image_lines
+        } else {
+            lines >= IMAGE_MIN_LINES
+                && lines >= self.image_lines.saturating_add(IMAGE_MIN_NEW_LINES)
+        };
+        self.image.is_some() && self.loaded && self.damaged == 0 && enough
     }
 
     /// Whether the log holds many more lines than the state it describes.
@@ -196,6 +236,15 @@ struct Inner {
     fail_next_write: Arc<AtomicBool>,
 }
 
+impl Drop for Inner {
+    /// A store closed after many log lines since its last image saves one, so the next open
+    /// reads it and only what is written after.
+    fn drop(&mut self) {
+        let mut g = lock(&self.memory);
+        self.save_image(&mut g, false);
+    }
+}
+
 impl std::fmt::Debug for FsStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FsStore").finish_non_exhaustive()
@@ -254,6 +303,10 @@ impl FsStore {
                 )?,
                 table: MemoryTable::new(),
                 loaded: false,
+                image: Some(MEMORY_IMAGE),
+                image_lines: 0,
+                damaged: 0,
+                replayed: 0,
             }),
             variables: Mutex::new(Logged {
                 log: DurableLog::open(
@@ -264,6 +317,10 @@ impl FsStore {
                 )?,
                 table: VariableTable::new(),
                 loaded: false,
+                image: None,
+                image_lines: 0,
+                damaged: 0,
+                replayed: 0,
             }),
             root,
             chat_root,
@@ -296,6 +353,8 @@ impl FsStore {
             }
         } else if lock(&inner.memory).bloated() || lock(&inner.variables).bloated() {
             inner.compact()?;
+        } else {
+            inner.save_image(&mut lock(&inner.memory), false);
         }
         Ok(Self {
             inner: Arc::new(inner),
@@ -322,6 +381,20 @@ impl FsStore {
     /// The first failing write's error; nothing is written then.
     pub fn import_memories(&self, writes: Vec<MemoryWrite>) -> Result<usize, StoreError> {
         self.inner.import_memories(writes)
+    }
+
+    /// Saves the memory table's image (`memory.image`) now, when the log has lines the last
+    /// image does not reflect and was read without a damaged line: the next open reads it and
+    /// replays only the lines written after. A store saves one by itself when it opens or
+    /// compacts a log of thousands of lines and when it is dropped after thousands more; this
+    /// is for a program that wants one at a point of its choosing (after a large import).
+    /// Blocking. Returns whether an image was written.
+    ///
+    /// # Errors
+    /// IO failures reading the log or writing the image (the old image, if any, stays).
+    pub fn save_memory_image(&self) -> Result<bool, StoreError> {
+        let mut g = self.inner.memory()?;
+        self.inner.try_save_image(&mut g, true)
     }
 
     /// Problems found in stored data so far (file names relative to the root).
@@ -370,6 +443,13 @@ impl FsStore {
         self.inner.chat_digests.whole_reads()
     }
 
+    /// How many `memory.log` lines were replayed into the memory table since the store
+    /// opened (an image read at open spares the lines it reflects).
+    #[cfg(feature = "testkit")]
+    pub fn memory_lines_replayed(&self) -> u64 {
+        lock(&self.inner.memory).replayed
+    }
+
     /// Makes the next durable log append fail at its fsync, as a failing disk would (tests of
     /// "a failed write changes nothing").
     #[cfg(feature = "testkit")]
@@ -403,10 +483,14 @@ impl Inner {
         // the caller's thread survived) may have left part of it applied.
         g.table = T::default();
         g.log.restart();
+        g.damaged = 0;
+        g.image_lines = 0;
         let first = {
             // Read under the shared lock, as every reader does: a writer's failed append is
-            // cut back before anyone can read it.
+            // cut back before anyone can read it. The image is checked against the log under
+            // it too, so the file it matched is the one read on from its anchor.
             let _lock = g.log.lock(false)?;
+            self.restore_image(g);
             g.catch_up(&self.diagnostics)
         };
         match first {
@@ -454,8 +538,60 @@ impl Inner {
                     self.diag(MEMORY_LOG, format!("not compacted after loading: {e}"));
                 }
             }
+            self.save_image(&mut g, false);
         }
         Ok(g)
+    }
+
+    /// Starts `g`'s table from its saved image when one matches the log (the caller holds the
+    /// log's lock and reads on from the image's anchor). A damaged image is reported; a stale
+    /// or missing one, or one that cannot be checked, leaves the table to the log.
+    fn restore_image<T: OpTable>(&self, g: &mut Logged<T>) {
+        let Some(name) = g.image else {
+            return;
+        };
+        match image::load::<T>(&self.root, name, g.log.rel()) {
+            Ok(image::Found::Fresh(table, anchor)) => {
+                g.table = table;
+                g.log.resume(anchor);
+                g.image_lines = anchor.lines;
+            }
+            Ok(image::Found::Damaged(why)) => {
+                let log = g.log.rel().to_owned();
+                self.diag(name, format!("{why}; the table is read from {log} instead"));
+            }
+            // Whatever keeps the log from being checked, reading it reports.
+            Ok(image::Found::Absent | image::Found::Stale) | Err(_) => {}
+        }
+    }
+
+    /// Saves `g`'s table image when one is due ([`Logged::image_due`]), under the log's shared
+    /// lock (so no other process replaces the file it hashes). Returns whether one was
+    /// written.
+    fn try_save_image<T: OpTable>(
+        &self,
+        g: &mut Logged<T>,
+        force: bool,
+    ) -> Result<bool, StoreError> {
+        let Some(name) = g.image.filter(|_| g.image_due(force)) else {
+            return Ok(false);
+        };
+        let saved = {
+            let _lock = g.log.lock(false)?;
+            image::save(&self.root, name, &g.log, &g.table)?
+        };
+        if saved {
+            g.image_lines = g.log.lines();
+        }
+        Ok(saved)
+    }
+
+    /// [`Inner::try_save_image`] on its own initiative: a failure is reported, never fatal
+    /// (the next open reads the log).
+    fn save_image<T: OpTable>(&self, g: &mut Logged<T>, force: bool) {
+        if let Err(e) = self.try_save_image(g, force) {
+            self.diag(g.image.unwrap_or(MEMORY_IMAGE), format!("not saved: {e}"));
+        }
     }
 
     /// Compacts `variables.log` alone (an open that defers the memory log).
@@ -469,9 +605,13 @@ impl Inner {
     fn compact(&self) -> Result<CompactReport, StoreError> {
         let memory = {
             let mut g = self.memory()?;
-            let _lock = g.log.lock(true)?;
-            g.catch_up(&self.diagnostics)?;
-            g.compact()?
+            let report = {
+                let _lock = g.log.lock(true)?;
+                g.catch_up(&self.diagnostics)?;
+                g.compact()?
+            };
+            self.save_image(&mut g, false);
+            report
         };
         let variables = {
             let mut g = lock(&self.variables);

@@ -1,0 +1,313 @@
+//! The index as bytes and back ([`Bm25Index::write_image`], [`Bm25Index::read_image`]): what
+//! a store saves so that opening it does not tokenize and index every record again. The image
+//! holds the index exactly (scores after reading it are bit-identical); only the block maps of
+//! chat-like indexes are rebuilt from their lists. Reading checks every reference (documents,
+//! lists, groups) so a damaged image is an error, never a panic later.
+
+use rustc_hash::FxHashMap;
+
+use super::{top, Bm25Index, GroupLists, GroupStats, Posting, Shard, SHARDS};
+use crate::bytes::{ImageError, Put, Take};
+
+/// The first bytes of an index image and its format version.
+const MAGIC: &[u8; 8] = b"tvbm25\0\x01";
+
+/// How a term is keyed in a shard's dictionary.
+const PACKED: u8 = 0;
+const WORD: u8 = 1;
+
+fn invalid(message: String) -> ImageError {
+    ImageError::Invalid(message)
+}
+
+impl Bm25Index {
+    /// Appends the index's image to `out` ([`Bm25Index::read_image`] reads it back).
+    pub fn write_image(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(MAGIC);
+        let n = self.generation.len();
+        out.put_len(n);
+        for i in 0..n {
+            out.put_u32(self.generation[i]);
+            out.put_f32(self.doc_len.get(i).copied().unwrap_or(0.0));
+            out.put_u32(self.group.get(i).copied().unwrap_or(0));
+            out.put_u8(u8::from(self.alive.get(i).copied().unwrap_or(false)));
+        }
+        out.put_u32(self.live_docs);
+        out.put_f64(self.total_len);
+        out.put_len(self.groups.len());
+        for g in &self.groups {
+            out.put_u32(g.docs);
+            out.put_f64(g.len);
+        }
+        out.put_len(self.dead_docs);
+        out.put_u8(u8::from(self.stale));
+        out.put_len(self.dirty.len());
+        for word in &self.dirty {
+            out.put_u64(*word);
+        }
+        out.put_u8(u8::from(self.last.is_some()));
+        out.put_u32(self.last.unwrap_or(0));
+        out.put_u32(self.next_doc);
+        out.put_u8(u8::from(self.exact_only));
+        out.put_u8(u8::from(self.bounds_broken));
+        out.put_u8(u8::from(self.min_len.is_some()));
+        out.put_f32(self.min_len.unwrap_or(0.0));
+        for shard in &self.shards {
+            shard.write_image(out);
+        }
+    }
+
+    /// Reads an index written by [`Bm25Index::write_image`] from the front of `bytes`.
+    ///
+    /// # Errors
+    /// [`ImageError`] when the bytes are not such an image, end early, or refer to documents,
+    /// lists or groups they do not hold.
+    pub fn read_image(bytes: &mut Take<'_>) -> Result<Self, ImageError> {
+        if bytes.bytes(MAGIC.len(), "index image header")? != MAGIC {
+            return Err(invalid("not an index image of this version".into()));
+        }
+        let n = bytes.len(13, "documents")?;
+        let mut index = Self {
+            generation: Vec::with_capacity(n),
+            doc_len: Vec::with_capacity(n),
+            group: Vec::with_capacity(n),
+            alive: Vec::with_capacity(n),
+            ..Self::default()
+        };
+        for _ in 0..n {
+            index.generation.push(bytes.u32("generation")?);
+            index.doc_len.push(bytes.f32("document length")?);
+            index.group.push(bytes.u32("document group")?);
+            index.alive.push(bytes.flag("document alive")?);
+        }
+        index.live_docs = bytes.u32("live documents")?;
+        index.total_len = bytes.f64("total length")?;
+        let groups = bytes.len(12, "groups")?;
+        index.groups = (0..groups)
+            .map(|_| {
+                Ok(GroupStats {
+                    docs: bytes.u32("group documents")?,
+                    len: bytes.f64("group length")?,
+                })
+            })
+            .collect::<Result<_, ImageError>>()?;
+        index.dead_docs = usize::try_from(bytes.u64("dead documents")?)
+            .map_err(|_| invalid("dead documents out of range".into()))?;
+        index.stale = bytes.flag("stale")?;
+        let dirty = bytes.len(8, "dirty words")?;
+        index.dirty = (0..dirty)
+            .map(|_| bytes.u64("dirty word"))
+            .collect::<Result<_, _>>()?;
+        let has_last = bytes.flag("has last")?;
+        let last = bytes.u32("last")?;
+        index.last = has_last.then_some(last);
+        index.next_doc = bytes.u32("next document")?;
+        index.exact_only = bytes.flag("exact only")?;
+        index.bounds_broken = bytes.flag("bounds broken")?;
+        let has_min = bytes.flag("has shortest length")?;
+        let min_len = bytes.f32("shortest length")?;
+        index.min_len = has_min.then_some(min_len);
+        let mut shards = Vec::with_capacity(SHARDS);
+        for _ in 0..SHARDS {
+            shards.push(Shard::read_image(bytes, n)?);
+        }
+        index.shards = shards
+            .try_into()
+            .map_err(|_| invalid("shard count".into()))?;
+        index.check()?;
+        Ok(index)
+    }
+
+    /// Every live document and its group, by document.
+    pub fn live_documents(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.alive
+            .iter()
+            .zip(&self.group)
+            .enumerate()
+            .filter(|(_, (alive, _))| **alive)
+            .filter_map(|(doc, (_, group))| Some((u32::try_from(doc).ok()?, *group)))
+    }
+
+    /// What every operation on the index takes for granted of a read image.
+    fn check(&self) -> Result<(), ImageError> {
+        let n = self.generation.len();
+        if self.next_doc as usize > n || self.last.is_some_and(|d| d as usize >= n) {
+            return Err(invalid(format!(
+                "next or last document beyond the {n} documents held"
+            )));
+        }
+        let mut live = 0u32;
+        let mut per_group = vec![0u32; self.groups.len()];
+        for (i, &alive) in self.alive.iter().enumerate() {
+            let g = self.group[i] as usize;
+            let Some(count) = per_group.get_mut(g) else {
+                return Err(invalid(format!("document {i} in unknown group {g}")));
+            };
+            if alive {
+                live += 1;
+                *count += 1;
+            }
+        }
+        let counts_agree = self
+            .groups
+            .iter()
+            .zip(&per_group)
+            .all(|(g, n)| g.docs == *n);
+        if live != self.live_docs || !counts_agree {
+            return Err(invalid(
+                "live document counts disagree with the documents".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Shard {
+    fn write_image(&self, out: &mut Vec<u8>) {
+        out.put_len(self.map_block);
+        // Each term's key, by term id.
+        let mut keys: Vec<Option<Result<u64, &str>>> = vec![None; self.lists.len()];
+        for (key, id) in &self.packed_ids {
+            if let Some(slot) = keys.get_mut(*id as usize) {
+                *slot = Some(Ok(*key));
+            }
+        }
+        for (word, id) in &self.term_ids {
+            if let Some(slot) = keys.get_mut(*id as usize) {
+                *slot = Some(Err(word));
+            }
+        }
+        out.put_len(self.lists.len());
+        for (key, lists) in keys.iter().zip(&self.lists) {
+            match key {
+                Some(Ok(packed)) => {
+                    out.put_u8(PACKED);
+                    out.put_u64(*packed);
+                }
+                Some(Err(word)) => {
+                    out.put_u8(WORD);
+                    out.put_str(word);
+                }
+                // A term id no key names cannot be searched: written as an empty word.
+                None => {
+                    out.put_u8(WORD);
+                    out.put_str("");
+                }
+            }
+            let pairs: Vec<(u32, u32)> = match lists {
+                GroupLists::Empty => Vec::new(),
+                GroupLists::One { group, list } => vec![(*group, *list)],
+                GroupLists::Many(all) => all.to_vec(),
+            };
+            out.put_len(pairs.len());
+            for (group, list) in pairs {
+                out.put_u32(group);
+                out.put_u32(list);
+            }
+        }
+        out.put_len(self.postings.len());
+        for (list, max_tf) in self.postings.iter().zip(&self.max_tf) {
+            out.put_f32(*max_tf);
+            out.put_len(list.len());
+            out.reserve(list.len() * 12);
+            for &(doc, tf, generation) in list {
+                out.put_u32(doc);
+                out.put_f32(tf);
+                out.put_u32(generation);
+            }
+        }
+        out.put_len(self.doc_postings.len());
+        for count in &self.doc_postings {
+            out.put_u16(*count);
+        }
+    }
+
+    fn read_image(bytes: &mut Take<'_>, docs: usize) -> Result<Self, ImageError> {
+        let map_block = usize::try_from(bytes.u64("block size")?)
+            .map_err(|_| invalid("block size out of range".into()))?;
+        let terms = bytes.len(17, "terms")?;
+        let mut shard = Self {
+            map_block,
+            lists: Vec::with_capacity(terms),
+            ..Self::default()
+        };
+        shard.packed_ids.reserve(terms);
+        for id in 0..terms {
+            let id = u32::try_from(id).map_err(|_| invalid("too many terms".into()))?;
+            let fresh = match bytes.u8("term kind")? {
+                PACKED => shard
+                    .packed_ids
+                    .insert(bytes.u64("packed term")?, id)
+                    .is_none(),
+                WORD => {
+                    let word = bytes.str("term")?;
+                    word.is_empty() || shard.term_ids.insert(word.into(), id).is_none()
+                }
+                other => return Err(invalid(format!("term kind {other}"))),
+            };
+            if !fresh {
+                return Err(invalid(format!("term {id} repeats another's key")));
+            }
+            let pairs = bytes.len(8, "term lists")?;
+            let mut all = Vec::with_capacity(pairs);
+            for _ in 0..pairs {
+                all.push((bytes.u32("list group")?, bytes.u32("list id")?));
+            }
+            if !all.windows(2).all(|w| w[0].0 < w[1].0) {
+                return Err(invalid(format!("term {id}'s lists are not by group")));
+            }
+            shard.lists.push(match all.len() {
+                0 => GroupLists::Empty,
+                1 => GroupLists::One {
+                    group: all[0].0,
+                    list: all[0].1,
+                },
+                _ => GroupLists::Many(Box::new(all)),
+            });
+        }
+        let lists = bytes.len(12, "posting lists")?;
+        shard.postings.reserve_exact(lists);
+        shard.max_tf.reserve_exact(lists);
+        for _ in 0..lists {
+            shard.max_tf.push(bytes.f32("largest term frequency")?);
+            let len = bytes.len(12, "postings")?;
+            let raw = bytes.bytes(len * 12, "postings")?;
+            let mut list: Vec<Posting> = Vec::with_capacity(len);
+            let word = |p: &[u8], at: usize| [p[at], p[at + 1], p[at + 2], p[at + 3]];
+            list.extend(raw.chunks_exact(12).map(|p| {
+                (
+                    u32::from_le_bytes(word(p, 0)),
+                    f32::from_le_bytes(word(p, 4)),
+                    u32::from_le_bytes(word(p, 8)),
+                )
+            }));
+            if let Some(&(doc, _, _)) = list.iter().find(|p| p.0 as usize >= docs) {
+                return Err(invalid(format!("a posting of document {doc} of {docs}")));
+            }
+            shard.postings.push(list);
+        }
+        let named_lists_exist = shard
+            .lists
+            .iter()
+            .all(|l| l.lists().all(|list| (list as usize) < lists));
+        if !named_lists_exist {
+            return Err(invalid(
+                "a term names a list the image does not hold".into(),
+            ));
+        }
+        let counts = bytes.len(2, "document posting counts")?;
+        shard.doc_postings = (0..counts)
+            .map(|_| bytes.u16("document posting count"))
+            .collect::<Result<_, _>>()?;
+        // Block maps are rebuilt for the lists long enough to keep one.
+        if shard.map_block > 0 {
+            let mut maps = FxHashMap::default();
+            for (list, postings) in shard.postings.iter().enumerate() {
+                let list = u32::try_from(list).map_err(|_| invalid("too many lists".into()))?;
+                top::BlockMap::rebuild(&mut maps, list, postings, shard.map_block);
+            }
+            shard.maps = maps;
+        }
+        Ok(shard)
+    }
+}

@@ -1,0 +1,279 @@
+//! A file store saves an image of its memory table (`memory.image`) and opens from it,
+//! replaying only the log lines written after; a damaged image is reported and the log read
+//! instead, an image of a log that was compacted or replaced since is never trusted, and every
+//! way of opening yields the same records, audit trails and search scores.
+
+use std::sync::Arc;
+
+use tavern_core::MemorySource;
+use tavern_core::{AgentId, MemoryId, ScopeKey};
+use tavern_store::clock::ManualClock;
+use tavern_store::conformance::{write, T0};
+use tavern_store::fs::FsStore;
+use tavern_store::{MemoryQuery, MemoryStore};
+
+const IMAGE: &str = "memory.image";
+
+fn open(dir: &std::path::Path) -> FsStore {
+    FsStore::open(dir, Arc::new(ManualClock::new(T0))).unwrap()
+}
+
+fn scope(i: usize) -> ScopeKey {
+    ScopeKey::Agent {
+        agent: AgentId::parse(format!("a{i}")).unwrap(),
+    }
+}
+
+const TEXTS: &[&str] = &[
+    "a lantern by the silver gate",
+    "米拉在雨夜里点亮了灯笼",
+    "the river spirit keeps the old bridge",
+    "Kai fears deep water",
+];
+
+/// 5,000 records in two scopes in one append, then edits, forgets and reads through the port.
+async fn fill(s: &FsStore) {
+    let writes = (0..5000)
+        .map(|i| {
+            write(
+                &format!("m{i}"),
+                scope(i % 2),
+                &format!("{} {i}", TEXTS[i % 4]),
+            )
+        })
+        .collect();
+    s.import_memories(writes).unwrap();
+    edit(s, 0..12, "edited").await;
+    // A read marks the record accessed (a line of its own).
+    let id = MemoryId::parse("m4999").unwrap();
+    assert!(s.read(&id, &scope(1)).await.unwrap().is_some());
+}
+
+/// Edits the records `ids` (each twice) and forgets every third.
+async fn edit(s: &FsStore, ids: std::ops::Range<usize>, word: &str) {
+    for i in ids {
+        let (sc, id) = (scope(i % 2), MemoryId::parse(format!("m{i}")).unwrap());
+        for round in 0..2 {
+            let cur = s.inspect(&id, &sc).await.unwrap().unwrap();
+            let w = write(
+                &format!("m{i}"),
+                sc.clone(),
+                &format!("{word} {round} lantern {i}"),
+            );
+            s.put(w, Some(&cur.revision), false).await.unwrap();
+        }
+        if i % 3 == 0 {
+            let cur = s.inspect(&id, &sc).await.unwrap().unwrap();
+            s.forget(&id, &sc, &cur.revision, MemorySource::system())
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// What a user can see of the memories: searches with their scores, and audit trails.
+async fn seen(s: &FsStore) -> String {
+    let mut out = String::new();
+    for q in ["lantern", "灯笼", "edited river", "silver gate 4999"] {
+        for scopes in [vec![scope(0)], vec![scope(1)], vec![scope(0), scope(1)]] {
+            let mut query = MemoryQuery::new(q, scopes);
+            query.limit = 20;
+            query.include_deleted = true;
+            let r = s.search(&query).await.unwrap();
+            out.push_str(&format!("{q} {}:", r.source_count));
+            for h in r.hits {
+                out.push_str(&format!(
+                    " {}@{}/{}/{:?}",
+                    h.record.id, h.score, h.record.revision, h.record.deleted_at
+                ));
+            }
+            out.push('\n');
+        }
+    }
+    for sc in 0..2 {
+        for id in [None, Some("m0"), Some("m3"), Some("m4999")] {
+            let id = id.map(|i| MemoryId::parse(i).unwrap());
+            let trail = s.memory_audit(&scope(sc), id.as_ref()).await.unwrap();
+            out.push_str(&format!("{trail:?}\n"));
+        }
+    }
+    out
+}
+
+fn log_lines(dir: &std::path::Path) -> u64 {
+    std::fs::read_to_string(dir.join("memory.log"))
+        .unwrap()
+        .lines()
+        .count() as u64
+}
+
+/// The store as read from its log alone: a copy of the directory without the image.
+async fn from_log_alone(dir: &std::path::Path) -> String {
+    let copy = tempfile::tempdir().unwrap();
+    for f in ["memory.log", "variables.log"] {
+        std::fs::copy(dir.join(f), copy.path().join(f)).unwrap();
+    }
+    let s = open(copy.path());
+    assert_eq!(s.memory_lines_replayed(), log_lines(dir));
+    seen(&s).await
+}
+
+#[tokio::test]
+async fn a_store_opens_from_its_image_and_replays_only_what_came_after() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = open(dir.path());
+        fill(&s).await;
+        assert!(
+            !dir.path().join(IMAGE).exists(),
+            "saved before the store closed"
+        );
+    }
+    // Dropped after thousands of lines: the image is saved.
+    assert!(dir.path().join(IMAGE).is_file());
+    {
+        let s = open(dir.path());
+        assert_eq!(s.memory_lines_replayed(), 0);
+        // A few lines more: too few for a new image.
+        edit(&s, 20..23, "later").await;
+    }
+    let s = open(dir.path());
+    assert!(s.diagnostics().is_empty(), "{:?}", s.diagnostics());
+    let tail = 2 * 3 + 1;
+    assert_eq!(s.memory_lines_replayed(), tail);
+    assert_eq!(seen(&s).await, from_log_alone(dir.path()).await);
+    // It goes on from there like any store: writes, and another image at will.
+    edit(&s, 30..31, "after").await;
+    assert!(s.save_memory_image().unwrap());
+    assert!(!s.save_memory_image().unwrap(), "nothing new to save");
+    let again = open(dir.path());
+    assert_eq!(again.memory_lines_replayed(), 0);
+    assert_eq!(seen(&again).await, seen(&s).await);
+}
+
+#[tokio::test]
+async fn a_damaged_image_is_reported_and_the_log_read_instead() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = open(dir.path());
+        fill(&s).await;
+    }
+    let image = std::fs::read(dir.path().join(IMAGE)).unwrap();
+    let truth = from_log_alone(dir.path()).await;
+    let mut flipped = image.clone();
+    let middle = flipped.len() / 2;
+    flipped[middle] ^= 0x20;
+    for damaged in [
+        flipped,
+        image[..image.len() - 7].to_vec(),
+        b"tvimage".to_vec(),
+    ] {
+        std::fs::write(dir.path().join(IMAGE), &damaged).unwrap();
+        let s = open(dir.path());
+        let diags = s.diagnostics();
+        assert_eq!(diags.len(), 1, "{diags:?}");
+        assert_eq!(diags[0].file, IMAGE);
+        assert!(diags[0].message.contains("damaged"), "{}", diags[0].message);
+        assert!(!diags[0].message.contains(&*dir.path().to_string_lossy()));
+        assert_eq!(s.memory_lines_replayed(), log_lines(dir.path()));
+        assert_eq!(seen(&s).await, truth);
+    }
+    // The open that read the log saved a good image again.
+    let s = open(dir.path());
+    assert!(s.diagnostics().is_empty());
+    assert_eq!(s.memory_lines_replayed(), 0);
+    assert_eq!(seen(&s).await, truth);
+}
+
+#[tokio::test]
+async fn an_image_of_a_log_replaced_since_is_never_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = open(dir.path());
+        fill(&s).await;
+    }
+    let old_image = std::fs::read(dir.path().join(IMAGE)).unwrap();
+    {
+        // One record's text changes to another of the same length, and the log is
+        // compacted: same size, same first and last lines, different contents.
+        let s = open(dir.path());
+        let (sc, id) = (scope(0), MemoryId::parse("m2002").unwrap());
+        let cur = s.inspect(&id, &sc).await.unwrap().unwrap();
+        let same_length = cur.content.replace("river", "rivet");
+        assert_eq!(same_length.len(), cur.content.len());
+        assert_ne!(same_length, cur.content);
+        s.put(write("m2002", sc, &same_length), Some(&cur.revision), false)
+            .await
+            .unwrap();
+        s.compact().unwrap();
+    }
+    // Another process put back the image of the log before.
+    std::fs::write(dir.path().join(IMAGE), &old_image).unwrap();
+    let s = open(dir.path());
+    assert!(s.diagnostics().is_empty(), "a stale image is not a problem");
+    assert_eq!(s.memory_lines_replayed(), log_lines(dir.path()));
+    let rivet = s
+        .search(&MemoryQuery::new("rivet", vec![scope(0)]))
+        .await
+        .unwrap();
+    assert_eq!(rivet.hits.len(), 1);
+    assert_eq!(seen(&s).await, from_log_alone(dir.path()).await);
+}
+
+#[tokio::test]
+async fn two_handles_on_one_store_keep_their_images_true() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = open(dir.path());
+    fill(&a).await;
+    let b = open(dir.path());
+    // b writes while a's table is behind; a saves an image of what it has read.
+    edit(&b, 40..42, "from b").await;
+    assert!(a.save_memory_image().unwrap());
+    let c = open(dir.path());
+    // c read a's image and the lines b wrote after a's read.
+    assert!(
+        c.memory_lines_replayed() < 20,
+        "{}",
+        c.memory_lines_replayed()
+    );
+    assert_eq!(seen(&c).await, seen(&b).await);
+    assert_eq!(seen(&c).await, from_log_alone(dir.path()).await);
+}
+
+#[tokio::test]
+async fn an_image_is_not_trusted_for_a_log_changed_in_place_to_the_same_length() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = open(dir.path());
+        fill(&s).await;
+    }
+    assert!(dir.path().join(IMAGE).is_file());
+    // Another program rewrites one line in the middle: same length, valid checksum.
+    let log = std::fs::read_to_string(dir.path().join("memory.log")).unwrap();
+    let mut lines: Vec<String> = log.lines().map(str::to_owned).collect();
+    let at = lines
+        .iter()
+        .position(|l| l.contains("the river spirit keeps the old bridge 2002"))
+        .unwrap();
+    let payload = lines[at]
+        .split_once(' ')
+        .unwrap()
+        .1
+        .replace("river", "rivet");
+    lines[at] = format!(
+        "{} {payload}",
+        tavern_core::revision::short_digest(&[payload.as_bytes()])
+    );
+    let changed = lines.join("\n") + "\n";
+    assert_eq!(changed.len(), log.len());
+    std::fs::write(dir.path().join("memory.log"), changed).unwrap();
+    let s = open(dir.path());
+    assert!(s.diagnostics().is_empty(), "{:?}", s.diagnostics());
+    assert_eq!(s.memory_lines_replayed(), log_lines(dir.path()));
+    let rivet = s
+        .search(&MemoryQuery::new("rivet", vec![scope(0)]))
+        .await
+        .unwrap();
+    assert_eq!(rivet.hits.len(), 1);
+    assert_eq!(seen(&s).await, from_log_alone(dir.path()).await);
+}
