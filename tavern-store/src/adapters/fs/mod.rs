@@ -505,6 +505,7 @@ impl Inner {
                 );
                 g.table = T::default();
                 g.log.restart();
+                g.image_lines = 0;
                 g.log = DurableLog::open(
                     &self.root,
                     rel,
