@@ -83,23 +83,48 @@ pub(crate) fn load<T: OpTable>(
     image_rel: &str,
     log_rel: &str,
 ) -> Result<Found<T>, StoreError> {
-    let bytes = match std::fs::read(under(root, image_rel)) {
-        Ok(bytes) => bytes,
+    let mut file = match std::fs::File::open(under(root, image_rel)) {
+        Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Found::Absent),
+        Err(e) => return Ok(Found::Damaged(format!("unreadable ({e})"))),
+    };
+    // The anchor first: the log's prefix is hashed on another thread while the rest of the
+    // image is read (both are trusted only once the image's checksum holds).
+    let mut head = [0u8; HEADER + 32];
+    match file.read_exact(&mut head) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            return Ok(Found::Damaged("torn or damaged (shorter than its header)".into()))
+        }
+        Err(e) => return Ok(Found::Damaged(format!("unreadable ({e})"))),
+    }
+    let word = |at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&head[HEADER + at..HEADER + at + 8]);
+        u64::from_le_bytes(w)
+    };
+    let (offset, lines) = (word(0), word(8));
+    let mut digest = [0u8; 16];
+    digest.copy_from_slice(&head[HEADER + 16..HEADER + 32]);
+    let (bytes, prefix) = std::thread::scope(|s| {
+        let prefix = s.spawn(|| prefix_digest(root, log_rel, offset));
+        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+        bytes.extend_from_slice(&head);
+        let read = file.read_to_end(&mut bytes).map(|_| bytes);
+        let prefix = prefix
+            .join()
+            .unwrap_or_else(|_| Err(StoreError::Internal("hashing the log failed".into())));
+        (read, prefix)
+    });
+    let bytes = match bytes {
+        Ok(bytes) => bytes,
         Err(e) => return Ok(Found::Damaged(format!("unreadable ({e})"))),
     };
     let Some(body) = checked_body(&bytes) else {
         return Ok(Found::Damaged("torn or damaged (checksum mismatch)".into()));
     };
-    let word = |at: usize| {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&body[at..at + 8]);
-        u64::from_le_bytes(w)
-    };
-    let (offset, lines) = (word(0), word(8));
-    let mut digest = [0u8; 16];
-    digest.copy_from_slice(&body[16..32]);
-    let Some((found, identity)) = prefix_digest(root, log_rel, offset)? else {
+    let Some((found, identity)) = prefix? else {
         return Ok(Found::Stale);
     };
     if found != u128::from_le_bytes(digest) {
