@@ -10,8 +10,11 @@
 //! the table rebuilt from the log) and the log still begins with the very bytes it was taken
 //! from (a log compacted or replaced since, by this process or another, makes it stale: the
 //! table is rebuilt, silently). It is written atomically (temp + fsync + rename), from a table
-//! that reflects exactly the log's first `offset` bytes, while the log is locked so no other
-//! process replaces the file being hashed.
+//! that reflects exactly the log's first `offset` bytes, without locking the log: in a log file
+//! of one identity the bytes before a reader's offset never change (appends add after them, a
+//! failed append is cut back after them, compaction renames a new file in under a new
+//! identity), so hashing them from a descriptor whose file has the identity the table was read
+//! from hashes what the table reflects, while other processes go on writing.
 
 use std::io::Read;
 use std::path::Path;
@@ -94,7 +97,9 @@ pub(crate) fn load<T: OpTable>(
     match file.read_exact(&mut head) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-            return Ok(Found::Damaged("torn or damaged (shorter than its header)".into()))
+            return Ok(Found::Damaged(
+                "torn or damaged (shorter than its header)".into(),
+            ))
         }
         Err(e) => return Ok(Found::Damaged(format!("unreadable ({e})"))),
     }
@@ -162,9 +167,8 @@ fn checked_body(bytes: &[u8]) -> Option<&[u8]> {
 }
 
 /// Writes the image of `table`, which reflects exactly the lines `log` has read, to
-/// `image_rel`. The caller holds the log's lock (shared or exclusive), so the file hashed is
-/// the one read. Returns `false` (writing nothing) when the log file is no longer the one the
-/// table was read from.
+/// `image_rel` (no lock needed: see the module doc). Returns `false` (writing nothing) when
+/// the log file is no longer the one the table was read from.
 pub(crate) fn save<T: OpTable>(
     root: &Path,
     image_rel: &str,

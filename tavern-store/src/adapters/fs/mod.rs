@@ -566,9 +566,9 @@ impl Inner {
         }
     }
 
-    /// Saves `g`'s table image when one is due ([`Logged::image_due`]), under the log's shared
-    /// lock (so no other process replaces the file it hashes). Returns whether one was
-    /// written.
+    /// Saves `g`'s table image when one is due ([`Logged::image_due`]), without locking the log
+    /// (writers in other processes never wait for an image; `image` says why that is safe).
+    /// Returns whether one was written.
     fn try_save_image<T: OpTable>(
         &self,
         g: &mut Logged<T>,
@@ -577,10 +577,7 @@ impl Inner {
         let Some(name) = g.image.filter(|_| g.image_due(force)) else {
             return Ok(false);
         };
-        let saved = {
-            let _lock = g.log.lock(false)?;
-            image::save(&self.root, name, &g.log, &g.table)?
-        };
+        let saved = image::save(&self.root, name, &g.log, &g.table)?;
         if saved {
             g.image_lines = g.log.lines();
         }
