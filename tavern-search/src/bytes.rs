@@ -39,6 +39,8 @@ pub trait Put {
     fn put_len(&mut self, n: usize);
     /// A string: its length, then its bytes.
     fn put_str(&mut self, s: &str);
+    /// A `u64` in 1 to 10 bytes, 7 bits each, low first (LEB128): small numbers stay small.
+    fn put_varint(&mut self, v: u64);
 }
 
 impl Put for Vec<u8> {
@@ -66,6 +68,13 @@ impl Put for Vec<u8> {
     fn put_str(&mut self, s: &str) {
         self.put_len(s.len());
         self.extend_from_slice(s.as_bytes());
+    }
+    fn put_varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.push(v as u8);
     }
 }
 
@@ -162,6 +171,43 @@ impl<'a> Take<'a> {
         self.u64(what).map(f64::from_bits)
     }
 
+    /// A `u64` written by [`Put::put_varint`].
+    ///
+    /// # Errors
+    /// [`ImageError::Truncated`]; [`ImageError::Invalid`] past 10 bytes or 64 bits.
+    #[inline]
+    pub fn varint(&mut self, what: &'static str) -> Result<u64, ImageError> {
+        // One byte, the common case, without the loop.
+        if let Some((&b, rest)) = self.bytes.split_first() {
+            if b < 0x80 {
+                self.bytes = rest;
+                return Ok(u64::from(b));
+            }
+        }
+        let mut v = 0u64;
+        for (i, &b) in self.bytes.iter().enumerate().take(10) {
+            let bits = u64::from(b & 0x7f);
+            if i == 9 && b > 1 {
+                break;
+            }
+            v |= bits << (7 * i);
+            if b < 0x80 {
+                self.bytes = &self.bytes[i + 1..];
+                return Ok(v);
+            }
+        }
+        if self.bytes.len() < 10 && self.bytes.iter().all(|b| *b >= 0x80) {
+            return Err(ImageError::Truncated {
+                what,
+                need: self.bytes.len() + 1,
+                left: self.bytes.len(),
+            });
+        }
+        Err(ImageError::Invalid(format!(
+            "{what} is not a 64-bit varint"
+        )))
+    }
+
     /// A `bool` written as a `u8` (0 or 1).
     ///
     /// # Errors
@@ -224,6 +270,9 @@ mod tests {
         out.put_f64(f64::NAN);
         out.put_str("灯笼 lantern");
         out.put_u8(1);
+        for v in [0, 1, 127, 128, 300, u64::from(u32::MAX), u64::MAX] {
+            out.put_varint(v);
+        }
         let mut r = Take::new(&out);
         assert_eq!(r.u8("a").unwrap(), 7);
         assert_eq!(r.u16("b").unwrap(), 65_000);
@@ -233,7 +282,18 @@ mod tests {
         assert!(r.f64("f").unwrap().is_nan());
         assert_eq!(r.str("g").unwrap(), "灯笼 lantern");
         assert!(r.flag("h").unwrap());
+        for v in [0, 1, 127, 128, 300, u64::from(u32::MAX), u64::MAX] {
+            assert_eq!(r.varint("v").unwrap(), v);
+        }
         assert_eq!(r.left(), 0);
+        // Cut short, or longer than 64 bits: refused.
+        assert!(Take::new(&[0x80, 0x80]).varint("v").is_err());
+        assert!(Take::new(&[0xff; 11]).varint("v").is_err());
+        assert!(
+            Take::new(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02])
+                .varint("v")
+                .is_err()
+        );
         assert!(matches!(
             r.u32("past the end"),
             Err(ImageError::Truncated {

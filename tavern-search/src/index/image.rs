@@ -10,11 +10,20 @@ use super::{top, Bm25Index, GroupLists, GroupStats, Posting, Shard, SHARDS};
 use crate::bytes::{ImageError, Put, Take};
 
 /// The first bytes of an index image and its format version.
-const MAGIC: &[u8; 8] = b"tvbm25\0\x01";
+const MAGIC: &[u8; 8] = b"tvbm25\0\x02";
 
 /// How a term is keyed in a shard's dictionary.
 const PACKED: u8 = 0;
 const WORD: u8 = 1;
+
+/// `tf` as a count of halves when it is one exactly (below 2²⁴, so the float holds it): what
+/// weights of ½ and 1 give.
+fn halves(tf: f32) -> Option<u32> {
+    let h = tf * 2.0;
+    let whole = h >= 0.0 && h < 16_777_216.0 && h.fract() == 0.0;
+    let h = whole.then_some(h as u32)?;
+    ((h as f32 / 2.0).to_bits() == tf.to_bits()).then_some(h)
+}
 
 fn invalid(message: String) -> ImageError {
     ImageError::Invalid(message)
@@ -209,11 +218,21 @@ impl Shard {
         for (list, max_tf) in self.postings.iter().zip(&self.max_tf) {
             out.put_f32(*max_tf);
             out.put_len(list.len());
-            out.reserve(list.len() * 12);
+            let mut previous = 0i64;
             for &(doc, tf, generation) in list {
-                out.put_u32(doc);
-                out.put_f32(tf);
-                out.put_u32(generation);
+                // Documents as zigzag deltas (a list re-indexed out of order goes back), term
+                // frequencies as whole halves when they are (a posting takes 3 bytes, not 12).
+                let delta = i64::from(doc) - previous;
+                previous = i64::from(doc);
+                out.put_varint(((delta << 1) ^ (delta >> 63)) as u64);
+                match halves(tf) {
+                    Some(h) => out.put_varint(u64::from(h) << 1),
+                    None => {
+                        out.put_varint(1);
+                        out.put_f32(tf);
+                    }
+                }
+                out.put_varint(u64::from(generation));
             }
         }
         out.put_len(self.doc_postings.len());
@@ -270,19 +289,28 @@ impl Shard {
         shard.max_tf.reserve_exact(lists);
         for _ in 0..lists {
             shard.max_tf.push(bytes.f32("largest term frequency")?);
-            let len = bytes.len(12, "postings")?;
-            let raw = bytes.bytes(len * 12, "postings")?;
+            let len = bytes.len(3, "postings")?;
             let mut list: Vec<Posting> = Vec::with_capacity(len);
-            let word = |p: &[u8], at: usize| [p[at], p[at + 1], p[at + 2], p[at + 3]];
-            list.extend(raw.chunks_exact(12).map(|p| {
-                (
-                    u32::from_le_bytes(word(p, 0)),
-                    f32::from_le_bytes(word(p, 4)),
-                    u32::from_le_bytes(word(p, 8)),
-                )
-            }));
-            if let Some(&(doc, _, _)) = list.iter().find(|p| p.0 as usize >= docs) {
-                return Err(invalid(format!("a posting of document {doc} of {docs}")));
+            let mut previous = 0i64;
+            for _ in 0..len {
+                let zigzag = bytes.varint("posting document")?;
+                let delta = (zigzag >> 1) as i64 ^ -((zigzag & 1) as i64);
+                previous = previous.wrapping_add(delta);
+                let doc = u32::try_from(previous)
+                    .ok()
+                    .filter(|d| (*d as usize) < docs)
+                    .ok_or_else(|| {
+                        invalid(format!("a posting of document {previous} of {docs}"))
+                    })?;
+                let code = bytes.varint("term frequency")?;
+                let tf = if code & 1 == 0 {
+                    (code >> 1) as f32 / 2.0
+                } else {
+                    bytes.f32("term frequency")?
+                };
+                let generation = u32::try_from(bytes.varint("posting generation")?)
+                    .map_err(|_| invalid("a generation past 32 bits".into()))?;
+                list.push((doc, tf, generation));
             }
             shard.postings.push(list);
         }

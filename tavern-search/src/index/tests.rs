@@ -715,7 +715,9 @@ mod an_index_read_from_its_image {
         let t = text(words);
         match action {
             0 | 1 => {
-                idx.insert_fields(*doc, *group, &[(&t, 1.0)]);
+                // A weight that makes frequencies no whole halves (kept as raw floats).
+                let weight = if *action == 1 { 0.3 } else { 1.0 };
+                idx.insert_fields(*doc, *group, &[(&t, weight)]);
                 known.insert(*doc, t);
             }
             2 => match known.get(doc).cloned() {
