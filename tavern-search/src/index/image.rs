@@ -20,7 +20,7 @@ const WORD: u8 = 1;
 /// weights of ½ and 1 give.
 fn halves(tf: f32) -> Option<u32> {
     let h = tf * 2.0;
-    let whole = h >= 0.0 && h < 16_777_216.0 && h.fract() == 0.0;
+    let whole = (0.0..16_777_216.0).contains(&h) && h.fract() == 0.0;
     let h = whole.then_some(h as u32)?;
     ((h as f32 / 2.0).to_bits() == tf.to_bits()).then_some(h)
 }
