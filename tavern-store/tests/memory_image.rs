@@ -178,6 +178,14 @@ async fn a_damaged_image_is_reported_and_the_log_read_instead() {
         assert_eq!(s.memory_lines_replayed(), log_lines(dir.path()));
         assert_eq!(seen(&s).await, truth);
     }
+    // `tavern check` finds a damaged image without opening the store.
+    let saved_again = std::fs::read(dir.path().join(IMAGE)).unwrap();
+    std::fs::write(dir.path().join(IMAGE), &image[..image.len() / 2]).unwrap();
+    let report = tavern_store::fs::check_files(dir.path(), |_, _| {});
+    assert_eq!(report.problems.len(), 1, "{report:?}");
+    assert_eq!(report.problems[0].file, IMAGE);
+    assert!(report.problems[0].problem.contains("damaged"), "{report:?}");
+    std::fs::write(dir.path().join(IMAGE), saved_again).unwrap();
     // The open that read the log saved a good image again.
     let s = open(dir.path());
     assert!(s.diagnostics().is_empty());
@@ -207,8 +215,20 @@ async fn an_image_of_a_log_replaced_since_is_never_trusted() {
             .unwrap();
         s.compact().unwrap();
     }
+    let report = tavern_store::fs::check_files(dir.path(), |_, _| {});
+    assert!(
+        report.problems.is_empty() && report.warnings.is_empty(),
+        "{report:?}"
+    );
     // Another process put back the image of the log before.
     std::fs::write(dir.path().join(IMAGE), &old_image).unwrap();
+    let report = tavern_store::fs::check_files(dir.path(), |_, _| {});
+    assert!(report.problems.is_empty(), "{report:?}");
+    assert_eq!(report.warnings.len(), 1, "{report:?}");
+    assert!(
+        report.warnings[0].problem.contains("earlier memory.log"),
+        "{report:?}"
+    );
     let s = open(dir.path());
     assert!(s.diagnostics().is_empty(), "a stale image is not a problem");
     assert_eq!(s.memory_lines_replayed(), log_lines(dir.path()));

@@ -1,7 +1,8 @@
 //! The file store's integrity check (`tavern check`, the panel's store page): reads the
 //! store's layout itself, read-only — it never opens the store, which could set files aside or
 //! compact: every log line's checksum and payload, the revision chain of every memory and
-//! variable version, `state.json`, every checkpoint, prompt and chat document; set-aside
+//! variable version, `state.json`, every checkpoint, prompt and chat document, the memory image
+//! (checksum, and whether it still matches `memory.log`); set-aside
 //! (`*.corrupt-*`) files are listed. Logs and chats are read under a shared lock when their lock
 //! file exists, so a write in progress is never mistaken for damage.
 
@@ -85,6 +86,7 @@ pub fn check_files(root: &Path, mut on_file: impl FnMut(usize, usize)) -> CheckR
     for (rel, what) in findings_early {
         findings.problem(&rel, what);
     }
+    check_memory_image(root, &mut findings);
     let mut leftovers = Vec::new();
     for name in list(root) {
         leftovers.push(name);
@@ -216,6 +218,29 @@ fn read_locked(root: &Path, rel: &str, lock: Option<PathBuf>) -> std::io::Result
     let bytes = std::fs::read(root.join(rel));
     drop(guard);
     bytes
+}
+
+/// The memory table's saved image: read and checked against `memory.log` as an open would
+/// (a damaged one is a problem the store works around; a stale one only a warning).
+fn check_memory_image(root: &Path, f: &mut CheckReport) {
+    use super::image::{load, Found};
+    const IMAGE: &str = "memory.image";
+    if !root.join(IMAGE).is_file() {
+        return;
+    }
+    f.files += 1;
+    match load::<crate::engine::memory_table::MemoryTable>(root, IMAGE, "memory.log") {
+        Ok(Found::Fresh(..) | Found::Absent) => {}
+        Ok(Found::Stale) => f.warnings.push(CheckFinding {
+            file: IMAGE.into(),
+            problem: "reflects an earlier memory.log (compacted or changed since): the store reads the log and saves a new image".into(),
+        }),
+        Ok(Found::Damaged(why)) => f.problem(
+            IMAGE,
+            format!("{why}: the store reads memory.log instead and saves a new image"),
+        ),
+        Err(e) => f.problem(IMAGE, format!("cannot be checked against memory.log ({e})")),
+    }
 }
 
 fn check_file(root: &Path, rel: &str, kind: Kind, f: &mut CheckReport) {
