@@ -100,6 +100,16 @@ async fn seen(s: &FsStore) -> String {
     out
 }
 
+/// A store filled (`fill`) and closed: it saved its image.
+async fn filled() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = open(dir.path());
+        fill(&s).await;
+    }
+    dir
+}
+
 fn log_lines(dir: &std::path::Path) -> u64 {
     std::fs::read_to_string(dir.join("memory.log"))
         .unwrap()
@@ -153,11 +163,7 @@ async fn a_store_opens_from_its_image_and_replays_only_what_came_after() {
 
 #[tokio::test]
 async fn a_damaged_image_is_reported_and_the_log_read_instead() {
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let s = open(dir.path());
-        fill(&s).await;
-    }
+    let dir = filled().await;
     let image = std::fs::read(dir.path().join(IMAGE)).unwrap();
     let truth = from_log_alone(dir.path()).await;
     let mut flipped = image.clone();
@@ -195,11 +201,7 @@ async fn a_damaged_image_is_reported_and_the_log_read_instead() {
 
 #[tokio::test]
 async fn an_image_of_a_log_replaced_since_is_never_trusted() {
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let s = open(dir.path());
-        fill(&s).await;
-    }
+    let dir = filled().await;
     let old_image = std::fs::read(dir.path().join(IMAGE)).unwrap();
     {
         // One record's text changes to another of the same length, and the log is
@@ -229,15 +231,8 @@ async fn an_image_of_a_log_replaced_since_is_never_trusted() {
         report.warnings[0].problem.contains("earlier memory.log"),
         "{report:?}"
     );
-    let s = open(dir.path());
-    assert!(s.diagnostics().is_empty(), "a stale image is not a problem");
-    assert_eq!(s.memory_lines_replayed(), log_lines(dir.path()));
-    let rivet = s
-        .search(&MemoryQuery::new("rivet", vec![scope(0)]))
-        .await
-        .unwrap();
-    assert_eq!(rivet.hits.len(), 1);
-    assert_eq!(seen(&s).await, from_log_alone(dir.path()).await);
+    // A stale image is not a problem: the log is read whole.
+    opens_from_the_log_with_the_rivet(dir.path()).await;
 }
 
 #[tokio::test]
@@ -262,11 +257,7 @@ async fn two_handles_on_one_store_keep_their_images_true() {
 
 #[tokio::test]
 async fn an_image_is_not_trusted_for_a_log_changed_in_place_to_the_same_length() {
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let s = open(dir.path());
-        fill(&s).await;
-    }
+    let dir = filled().await;
     assert!(dir.path().join(IMAGE).is_file());
     // Another program rewrites one line in the middle: same length, valid checksum.
     let log = std::fs::read_to_string(dir.path().join("memory.log")).unwrap();
@@ -287,13 +278,18 @@ async fn an_image_is_not_trusted_for_a_log_changed_in_place_to_the_same_length()
     let changed = lines.join("\n") + "\n";
     assert_eq!(changed.len(), log.len());
     std::fs::write(dir.path().join("memory.log"), changed).unwrap();
-    let s = open(dir.path());
+    opens_from_the_log_with_the_rivet(dir.path()).await;
+}
+
+/// Opening reads the whole log, reports nothing, and finds the record changed to "rivet".
+async fn opens_from_the_log_with_the_rivet(dir: &std::path::Path) {
+    let s = open(dir);
     assert!(s.diagnostics().is_empty(), "{:?}", s.diagnostics());
-    assert_eq!(s.memory_lines_replayed(), log_lines(dir.path()));
+    assert_eq!(s.memory_lines_replayed(), log_lines(dir));
     let rivet = s
         .search(&MemoryQuery::new("rivet", vec![scope(0)]))
         .await
         .unwrap();
     assert_eq!(rivet.hits.len(), 1);
-    assert_eq!(seen(&s).await, from_log_alone(dir.path()).await);
+    assert_eq!(seen(&s).await, from_log_alone(dir).await);
 }

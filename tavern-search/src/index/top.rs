@@ -95,10 +95,8 @@ impl BlockMap {
             if len.saturating_mul(MAP_DENSITY * 2) < doc as usize || !map.add(doc, len - 1, tf) {
                 maps.remove(&term);
             }
-        } else if len >= MAP_MIN_POSTINGS && len.saturating_mul(MAP_DENSITY) > doc as usize {
-            if let Some(map) = Self::of(list, block) {
-                maps.insert(term, map);
-            }
+        } else {
+            Self::rebuild(maps, term, list, block);
         }
     }
 
