@@ -293,3 +293,80 @@ async fn opens_from_the_log_with_the_rivet(dir: &std::path::Path) {
     assert_eq!(rivet.hits.len(), 1);
     assert_eq!(seen(&s).await, from_log_alone(dir).await);
 }
+
+#[tokio::test]
+async fn a_handle_behind_a_compaction_saves_an_image_no_open_trusts() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = open(dir.path());
+    fill(&a).await;
+    let b = open(dir.path());
+    // b forgets records a still holds live, then compacts: a new log file.
+    edit(&b, 100..130, "from b").await;
+    b.compact().unwrap();
+    // a has read nothing since; the image it saves reflects the bytes it read, not the file
+    // now at memory.log, so no open takes it for the new log.
+    assert!(a.save_memory_image().unwrap());
+    drop(a);
+    let c = open(dir.path());
+    assert_eq!(c.memory_lines_replayed(), log_lines(dir.path()));
+    assert_eq!(seen(&c).await, from_log_alone(dir.path()).await);
+    let forgotten = MemoryId::parse("m102").unwrap();
+    assert!(c.read(&forgotten, &scope(0)).await.unwrap().is_none());
+}
+
+/// Importance and confidence read back from the log are the numbers written (serde_json's
+/// `float_roundtrip`): an open from the image and one from the log agree bit for bit.
+#[tokio::test]
+async fn numbers_read_from_the_log_are_the_numbers_written() {
+    // Each of these reads back one ulp off without `float_roundtrip`.
+    let values = [
+        0.985_690_694_632_869_5_f64,
+        0.1 + 0.2,
+        0.333_333_333_333_333_3,
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path());
+    for (i, v) in values.iter().enumerate() {
+        let mut w = write(&format!("f{i}"), scope(0), "a lantern");
+        w.importance = *v;
+        w.confidence = 1.0 - *v;
+        s.put(w, None, false).await.unwrap();
+    }
+    assert!(s.save_memory_image().unwrap());
+    let copy = tempfile::tempdir().unwrap();
+    for f in ["memory.log", "variables.log"] {
+        std::fs::copy(dir.path().join(f), copy.path().join(f)).unwrap();
+    }
+    let (from_image, from_log) = (open(dir.path()), open(copy.path()));
+    assert_eq!(from_image.memory_lines_replayed(), 0);
+    for (i, v) in values.iter().enumerate() {
+        let id = MemoryId::parse(format!("f{i}")).unwrap();
+        for s in [&from_image, &from_log] {
+            let r = s.inspect(&id, &scope(0)).await.unwrap().unwrap();
+            assert_eq!(r.importance.to_bits(), v.to_bits(), "{i}");
+            assert_eq!(r.confidence.to_bits(), (1.0 - v).to_bits(), "{i}");
+        }
+    }
+}
+
+/// A FIFO (or any non-file) named `memory.image` is reported, never opened: an open that read
+/// it would wait for a writer forever.
+#[test]
+fn a_fifo_named_memory_image_is_reported_not_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(dir.path().join(IMAGE))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    // Were it opened, the open would block until a writer came: none will (no thread waits
+    // to rescue it, so a regression hangs the test run and fails CI loudly by its timeout).
+    let s = open(dir.path());
+    let diags = s.diagnostics();
+    assert_eq!(diags.len(), 1, "{diags:?}");
+    assert_eq!(diags[0].file, IMAGE);
+    assert!(diags[0].message.contains("not a regular file"), "{diags:?}");
+    let report = tavern_store::fs::check_files(dir.path(), |_, _| {});
+    assert_eq!(report.problems.len(), 1, "{report:?}");
+    assert_eq!(report.problems[0].file, IMAGE);
+}

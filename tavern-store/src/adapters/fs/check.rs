@@ -225,6 +225,13 @@ fn read_locked(root: &Path, rel: &str, lock: Option<PathBuf>) -> std::io::Result
 fn check_memory_image(root: &Path, f: &mut CheckReport) {
     use super::image::{load, Found};
     const IMAGE: &str = "memory.image";
+    if let Some(what) = not_regular(&root.join(IMAGE)) {
+        f.problem(
+            IMAGE,
+            format!("{what} where a file belongs; the store reads memory.log instead"),
+        );
+        return;
+    }
     if !root.join(IMAGE).is_file() {
         return;
     }

@@ -10,11 +10,11 @@
 //! the table rebuilt from the log) and the log still begins with the very bytes it was taken
 //! from (a log compacted or replaced since, by this process or another, makes it stale: the
 //! table is rebuilt, silently). It is written atomically (temp + fsync + rename), from a table
-//! that reflects exactly the log's first `offset` bytes, without locking the log: in a log file
-//! of one identity the bytes before a reader's offset never change (appends add after them, a
-//! failed append is cut back after them, compaction renames a new file in under a new
-//! identity), so hashing them from a descriptor whose file has the identity the table was read
-//! from hashes what the table reflects, while other processes go on writing.
+//! that reflects exactly the log's first `offset` bytes, anchored to the hash its log handle
+//! kept of the very bytes it read or wrote (`DurableLog` hashes as it goes): the file is never
+//! hashed again to save an image, since by then it may be another file — compacted by another
+//! process, even under the inode number of the one read — so no lock is needed and other
+//! processes go on writing.
 
 use std::io::Read;
 use std::path::Path;
@@ -26,11 +26,12 @@ use super::log::DurableLog;
 use crate::engine::oplog::OpTable;
 use crate::error::StoreError;
 
+/// `tvimage` and the format version (of the whole image, table and index included).
 const MAGIC: &[u8; 8] = b"tvimage\x01";
 const HEADER: usize = 8 + 8 + 16;
 
 /// Where in its log a table image was taken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone)]
 pub(crate) struct Anchor {
     /// Bytes of the log the table reflects (a line boundary).
     pub(crate) offset: u64,
@@ -38,6 +39,8 @@ pub(crate) struct Anchor {
     pub(crate) lines: u64,
     /// The identity of the log file hashed (see `log::identity`).
     pub(crate) identity: Option<u64>,
+    /// The hash of those bytes so far (a reader goes on hashing what it reads after them).
+    pub(crate) prefix: Box<Xxh3>,
 }
 
 /// What looking for an image found.
@@ -52,13 +55,16 @@ pub(crate) enum Found<T> {
     Fresh(T, Anchor),
 }
 
-/// The XXH3-128 of the first `len` bytes of the log at `rel` and the file's identity; `None`
-/// when the file is shorter.
+/// A log prefix's hash state and the identity of the file hashed.
+type HashedPrefix = (Box<Xxh3>, Option<u64>);
+
+/// The XXH3-128 state over the first `len` bytes of the log at `rel` and the file's
+/// identity; `None` when the file is shorter.
 fn prefix_digest(
     root: &Path,
     rel: &str,
     len: u64,
-) -> Result<Option<(u128, Option<u64>)>, StoreError> {
+) -> Result<Option<HashedPrefix>, StoreError> {
     let mut file = std::fs::File::open(under(root, rel)).map_err(io_err("open", rel))?;
     let meta = file.metadata().map_err(io_err("stat", rel))?;
     if meta.len() < len {
@@ -76,7 +82,7 @@ fn prefix_digest(
         hasher.update(&buf[..got]);
         left -= got as u64;
     }
-    Ok(Some((hasher.digest128(), super::log::identity(&meta))))
+    Ok(Some((Box::new(hasher), super::log::identity(&meta))))
 }
 
 /// Reads the image at `image_rel` of the table of the log at `log_rel`. The caller holds the
@@ -86,6 +92,10 @@ pub(crate) fn load<T: OpTable>(
     image_rel: &str,
     log_rel: &str,
 ) -> Result<Found<T>, StoreError> {
+    // A FIFO would block the open, a device never end: only a regular file is read.
+    if super::atomic::is_special(root, image_rel) {
+        return Ok(Found::Damaged("not a regular file".into()));
+    }
     let mut file = match std::fs::File::open(under(root, image_rel)) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Found::Absent),
@@ -126,13 +136,17 @@ pub(crate) fn load<T: OpTable>(
         Ok(bytes) => bytes,
         Err(e) => return Ok(Found::Damaged(format!("unreadable ({e})"))),
     };
+    // Another format version (written by another release): not damage, just not ours.
+    if bytes.get(..7) == Some(&MAGIC[..7]) && bytes.get(7) != Some(&MAGIC[7]) {
+        return Ok(Found::Stale);
+    }
     let Some(body) = checked_body(&bytes) else {
         return Ok(Found::Damaged("torn or damaged (checksum mismatch)".into()));
     };
-    let Some((found, identity)) = prefix? else {
+    let Some((prefix, identity)) = prefix? else {
         return Ok(Found::Stale);
     };
-    if found != u128::from_le_bytes(digest) {
+    if prefix.digest128() != u128::from_le_bytes(digest) {
         return Ok(Found::Stale);
     }
     match T::read_image(&body[32..]) {
@@ -142,6 +156,7 @@ pub(crate) fn load<T: OpTable>(
                 offset,
                 lines,
                 identity,
+                prefix,
             },
         )),
         Err(e) => Ok(Found::Damaged(e)),
@@ -167,8 +182,8 @@ fn checked_body(bytes: &[u8]) -> Option<&[u8]> {
 }
 
 /// Writes the image of `table`, which reflects exactly the lines `log` has read, to
-/// `image_rel` (no lock needed: see the module doc). Returns `false` (writing nothing) when
-/// the log file is no longer the one the table was read from.
+/// `image_rel` (no lock needed: see the module doc). Returns `false` (writing nothing) for a
+/// log handle that an earlier failed write left unusable or a table that keeps no image.
 pub(crate) fn save<T: OpTable>(
     root: &Path,
     image_rel: &str,
@@ -178,12 +193,7 @@ pub(crate) fn save<T: OpTable>(
     let Some(anchor) = log.position() else {
         return Ok(false);
     };
-    let Some((digest, identity)) = prefix_digest(root, log.rel(), anchor.offset)? else {
-        return Ok(false);
-    };
-    if identity != anchor.identity || anchor.identity.is_none() {
-        return Ok(false);
-    }
+    let digest = anchor.prefix.digest128();
     // One buffer: header and anchor first, filled in once the body is written.
     let mut file = vec![0u8; HEADER];
     file.extend_from_slice(&anchor.offset.to_le_bytes());

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tavern_core::revision::short_digest;
+use xxhash_rust::xxh3::Xxh3;
 
 use super::atomic::{io_err, sync_dir, under, FileLock};
 use crate::error::StoreError;
@@ -37,6 +38,14 @@ pub(crate) struct DurableLog {
     /// A failed append could not be taken back: the file holds bytes that were never
     /// acknowledged, so this handle refuses to go on rather than apply them.
     poisoned: bool,
+    /// XXH3-128 of the bytes before `offset`, as this handle read or wrote them: what a table
+    /// image taken now is anchored to (never hashed again from the file, which may since be
+    /// another one under a reused inode number).
+    prefix: Box<Xxh3>,
+    /// The file last read, kept open: while it is, its inode number cannot be handed to a
+    /// file that replaces it, so a replacement is never mistaken for the file read.
+    #[cfg(unix)]
+    pinned: Option<std::fs::File>,
 }
 
 /// What a read found.
@@ -112,6 +121,9 @@ impl DurableLog {
             fail_next_sync,
             fail_next_write,
             poisoned: false,
+            prefix: Box::default(),
+            #[cfg(unix)]
+            pinned: None,
         })
     }
 
@@ -136,10 +148,11 @@ impl DurableLog {
     /// Where this log has read to (what a table built from it reflects); `None` once an
     /// earlier failed write left it unusable.
     pub(crate) fn position(&self) -> Option<super::image::Anchor> {
-        (!self.poisoned).then_some(super::image::Anchor {
+        (!self.poisoned).then(|| super::image::Anchor {
             offset: self.offset,
             lines: self.lines,
             identity: self.identity,
+            prefix: self.prefix.clone(),
         })
     }
 
@@ -149,12 +162,18 @@ impl DurableLog {
         self.offset = at.offset;
         self.lines = at.lines;
         self.identity = at.identity;
+        self.prefix = at.prefix;
     }
 
     /// Forgets the position (after a replacement) so the next read starts at the beginning.
     pub(crate) fn restart(&mut self) {
         self.offset = 0;
         self.lines = 0;
+        *self.prefix = Xxh3::default();
+        #[cfg(unix)]
+        {
+            self.pinned = None;
+        }
         self.identity = None;
     }
 
@@ -173,6 +192,12 @@ impl DurableLog {
             std::fs::metadata(under(&self.root, &self.rel)).map_err(io_err("stat", &self.rel))?;
         self.offset = meta.len();
         self.lines = payloads.len() as u64;
+        *self.prefix = Xxh3::default();
+        self.prefix.update(text.as_bytes());
+        #[cfg(unix)]
+        {
+            self.pinned = std::fs::File::open(under(&self.root, &self.rel)).ok();
+        }
         self.identity = identity(&meta);
         Ok(())
     }
@@ -203,6 +228,10 @@ impl DurableLog {
             return Ok(NewLines::Replaced);
         }
         self.identity = identity(&meta);
+        #[cfg(unix)]
+        if self.pinned.is_none() {
+            self.pinned = file.try_clone().ok();
+        }
         if len <= self.offset {
             return Ok(NewLines::Lines(Payloads::default()));
         }
@@ -214,6 +243,8 @@ impl DurableLog {
         let Some(end) = buf.iter().rposition(|b| *b == b'\n') else {
             return Ok(NewLines::Lines(Payloads::default()));
         };
+        // Hashed as read, before the payloads are moved down over the checksums.
+        self.prefix.update(&buf[..=end]);
         // Each verified payload is moved down over the checksums and damaged lines before it,
         // so the bytes read become the payloads' text without a second copy of the log.
         let mut ends = Vec::new();
@@ -313,6 +344,7 @@ impl DurableLog {
         if !torn {
             self.offset += text.len() as u64;
             self.lines += payloads.len() as u64;
+            self.prefix.update(text.as_bytes());
         }
         Ok(torn)
     }
