@@ -60,11 +60,7 @@ type HashedPrefix = (Box<Xxh3>, Option<u64>);
 
 /// The XXH3-128 state over the first `len` bytes of the log at `rel` and the file's
 /// identity; `None` when the file is shorter.
-fn prefix_digest(
-    root: &Path,
-    rel: &str,
-    len: u64,
-) -> Result<Option<HashedPrefix>, StoreError> {
+fn prefix_digest(root: &Path, rel: &str, len: u64) -> Result<Option<HashedPrefix>, StoreError> {
     let mut file = std::fs::File::open(under(root, rel)).map_err(io_err("open", rel))?;
     let meta = file.metadata().map_err(io_err("stat", rel))?;
     if meta.len() < len {
