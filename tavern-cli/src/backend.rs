@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tavern_store::fs::FsStore;
-use tavern_store::pg::{PgStore, DEFAULT_POOL_SIZE};
+use tavern_store::pg::{PgOptions, PgStore};
 use tavern_store::{AllStores, CopyableStore, StoreDiagnostic, SystemClock};
 
 use crate::{CliError, Context};
@@ -21,6 +21,8 @@ pub struct StoreSettings {
     pub password_file: Option<PathBuf>,
     /// A PEM file of CA certificates trusted for `sslmode=require`.
     pub ca_file: Option<PathBuf>,
+    /// Where the memory mirror's image is kept (`PgOptions::memory_image_dir`).
+    pub image_dir: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for StoreSettings {
@@ -183,8 +185,9 @@ pub async fn open_postgres(settings: &StoreSettings, option: &str) -> Result<PgB
         settings.ca_file.as_deref(),
     )
     .map_err(|e| CliError::Usage(format!("{option}{}: {e}", e.option_suffix())))?;
-    let store =
-        PgStore::open_with_tls(config, &tls, Arc::new(SystemClock), DEFAULT_POOL_SIZE).await?;
+    let mut options = PgOptions::default();
+    options.memory_image_dir.clone_from(&settings.image_dir);
+    let store = PgStore::open_with_options(config, &tls, Arc::new(SystemClock), options).await?;
     for d in store.diagnostics() {
         tracing::warn!(file = %d.file, "{}", d.message);
     }

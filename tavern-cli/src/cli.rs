@@ -46,6 +46,11 @@ pub struct Cli {
     /// `sslmode=require`; without that setting connections are not encrypted.
     #[arg(long, value_name = "FILE", requires = "store", global = true)]
     pub store_ca_file: Option<PathBuf>,
+    /// A local directory (created when missing) where an image of the memories read from
+    /// --store is kept: the next run reads it and fetches only the memories written since.
+    /// One directory per database.
+    #[arg(long, value_name = "DIR", requires = "store", global = true)]
+    pub store_image_dir: Option<PathBuf>,
     /// Print one JSON document on stdout instead of text.
     #[arg(long, global = true)]
     pub json: bool,

@@ -89,6 +89,7 @@ fn main() -> ExitCode {
                 settings,
                 password_file: cli.store_password_file.clone(),
                 ca_file: cli.store_ca_file.clone(),
+                image_dir: cli.store_image_dir.clone(),
             }),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()

@@ -328,3 +328,106 @@ fn tls_is_used_when_the_settings_require_it_and_the_ca_is_trusted() {
     assert_eq!(bad.code, 2, "{}", bad.stderr);
     assert!(bad.stderr.contains("--store-ca-file"), "{}", bad.stderr);
 }
+
+#[test]
+fn a_memory_image_dir_spares_the_next_run_reading_every_memory() {
+    let cluster = pg::cluster();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let config = rt.block_on(cluster.fresh_database());
+    let settings = cluster.settings(config.get_dbname().unwrap());
+    let tmp = tempfile::tempdir().unwrap();
+    // Enough memories for an image to be worth saving (4,096 rows read at open).
+    let data = tmp.path().join("a");
+    let writes = (0..5000)
+        .map(|i| MemoryWrite {
+            id: tavern_core::MemoryId::parse(format!("m{i}")).unwrap(),
+            scope: ScopeKey::Global,
+            kind: MemoryKind::Semantic,
+            content: format!("记忆 {i}: the lantern number {i} hangs by the gate"),
+            tags: Vec::new(),
+            importance: 0.5,
+            confidence: 0.9,
+            source: MemorySource::system(),
+            expires_at: None,
+        })
+        .collect();
+    FsStore::open(&data, Arc::new(SystemClock))
+        .unwrap()
+        .import_memories(writes)
+        .unwrap();
+    ok(&["--data", s(&data), "copy", "--to-store", &settings]);
+
+    let images = tmp.path().join("images");
+    let search = |extra: &[&str]| {
+        let mut args = vec!["--store", &settings, "--json"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&[
+            "memory",
+            "search",
+            "lantern number 4321",
+            "--scope",
+            "global",
+        ]);
+        tavern(&args)
+    };
+    // What was found and how well it matched (the score also weighs recency: the clock moves
+    // between runs).
+    let found = |run: &Run| {
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let json = run.json();
+        let hits: Vec<(String, String, f64)> = json["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                let text = |k: &str| h[k].as_str().unwrap().to_owned();
+                (
+                    text("id"),
+                    text("revision"),
+                    h["relevance"].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        (hits, json["sourceCount"].clone())
+    };
+    let plain = found(&search(&[]));
+    assert_eq!(plain.0[0].0, "m4321", "{plain:?}");
+    assert_eq!(plain.1, 5000);
+    let first = found(&search(&["--store-image-dir", s(&images)]));
+    assert!(images.join("memory.image").is_file());
+    let second = found(&search(&["--store-image-dir", s(&images)]));
+    assert_eq!(first, plain);
+    assert_eq!(second, plain);
+
+    // A damaged image is a warning naming the file (never its directory), and the answer
+    // is the same.
+    let path = images.join("memory.image");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 1;
+    std::fs::write(&path, bytes).unwrap();
+    let damaged = search(&["--store-image-dir", s(&images)]);
+    assert_eq!(found(&damaged), plain);
+    assert!(
+        damaged.stderr.contains("memory.image"),
+        "{}",
+        damaged.stderr
+    );
+    assert!(damaged.stderr.contains("damaged"), "{}", damaged.stderr);
+    assert!(!damaged.stderr.contains(s(&images)), "{}", damaged.stderr);
+
+    // Without --store it is refused.
+    let alone = tavern(&[
+        "--data",
+        s(&data),
+        "--store-image-dir",
+        s(&images),
+        "memory",
+        "ls",
+    ]);
+    assert_ne!(alone.code, 0);
+    assert!(alone.stderr.contains("--store"), "{}", alone.stderr);
+}

@@ -31,8 +31,19 @@ async fn bridge_trusting(
     assets: &Path,
     session: &str,
 ) -> RunningService<RoleClient, ()> {
+    bridge_with(settings, &[], ca, assets, session).await
+}
+
+/// A bridge with more options (`extra`, before the session's).
+async fn bridge_with(
+    settings: &str,
+    extra: &[&std::ffi::OsStr],
+    ca: Option<&Path>,
+    assets: &Path,
+    session: &str,
+) -> RunningService<RoleClient, ()> {
     let mut command = Command::new(BRIDGE);
-    command.arg("mcp").arg("--store").arg(settings);
+    command.arg("mcp").arg("--store").arg(settings).args(extra);
     if let Some(ca) = ca {
         command.arg("--store-ca-file").arg(ca);
     }
@@ -46,6 +57,18 @@ async fn bridge_trusting(
     ().serve(TokioChildProcess::new(command).unwrap())
         .await
         .unwrap()
+}
+
+/// An assets folder under `root` holding Mira's card.
+fn mira_assets(root: &Path) -> std::path::PathBuf {
+    let assets = root.join("assets");
+    std::fs::create_dir_all(assets.join("characters")).unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/assets/Mira.card.json"),
+        assets.join("characters/Mira.json"),
+    )
+    .unwrap();
+    assets
 }
 
 async fn call(peer: &Peer<RoleClient>, tool: &'static str, args: Value) -> CallToolResult {
@@ -94,13 +117,7 @@ async fn two_bridges_share_one_postgres_store() {
     let db = cluster.fresh_database().await;
     let settings = cluster.settings(db.get_dbname().unwrap());
     let tmp = tempfile::tempdir().unwrap();
-    let assets = tmp.path().join("assets");
-    std::fs::create_dir_all(assets.join("characters")).unwrap();
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/assets/Mira.card.json"),
-        assets.join("characters/Mira.json"),
-    )
-    .unwrap();
+    let assets = mira_assets(tmp.path());
     let a = bridge(&settings, &assets, "host-a").await;
     // The second host reaches the database over TCP with TLS, trusting the deployment's CA.
     let over_tls = cluster.tcp_settings(db.get_dbname().unwrap(), "require");
@@ -191,6 +208,59 @@ async fn two_bridges_share_one_postgres_store() {
     }
     a.cancel().await.unwrap();
     b.cancel().await.unwrap();
+}
+
+/// A bridge on a database of 5,000 memories keeps their image in `--store-image-dir`
+/// (saved at its start) and the next bridge starts from it.
+#[tokio::test]
+async fn bridges_keep_an_image_of_the_memories_in_the_image_dir() {
+    use tavern_core::{CharacterName, MemoryId, MemoryKind, MemorySource, MemoryWrite, ScopeKey};
+    let cluster = pg::cluster();
+    let db = cluster.fresh_database().await;
+    let settings = cluster.settings(db.get_dbname().unwrap());
+    let tmp = tempfile::tempdir().unwrap();
+    let assets = mira_assets(tmp.path());
+    let mira = ScopeKey::Character {
+        character: CharacterName::parse("Mira").unwrap(),
+    };
+    let writes = (0..5000)
+        .map(|i| MemoryWrite {
+            id: MemoryId::parse(format!("m{i}")).unwrap(),
+            scope: mira.clone(),
+            kind: MemoryKind::Semantic,
+            content: format!("第{i}盏灯笼挂在城门边 lantern {i}"),
+            tags: Vec::new(),
+            importance: 0.5,
+            confidence: 0.9,
+            source: MemorySource::system(),
+            expires_at: None,
+        })
+        .collect();
+    let clock = std::sync::Arc::new(tavern_store::SystemClock);
+    let files = tavern_store::fs::FsStore::open(tmp.path().join("files"), clock.clone()).unwrap();
+    files.import_memories(writes).unwrap();
+    let target = cluster.open(&db, clock).await;
+    tavern_store::copy_store(&files, &target).await.unwrap();
+
+    let images = tmp.path().join("images");
+    let flag = [
+        std::ffi::OsStr::new("--store-image-dir"),
+        images.as_os_str(),
+    ];
+    for session in ["host-a", "host-b"] {
+        let b = bridge_with(&settings, &flag, None, &assets, session).await;
+        // Saved before the bridge answered its handshake.
+        assert!(images.join("memory.image").is_file());
+        let found = call(
+            &b,
+            "memory_search",
+            json!({"query": "lantern 4321", "scopes": ["character"]}),
+        )
+        .await;
+        let found = found.structured_content.unwrap().to_string();
+        assert!(found.contains("第4321盏灯笼"), "{found}");
+        b.cancel().await.unwrap();
+    }
 }
 
 #[test]

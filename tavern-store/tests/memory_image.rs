@@ -5,99 +5,21 @@
 
 use std::sync::Arc;
 
-use tavern_core::MemorySource;
-use tavern_core::{AgentId, MemoryId, ScopeKey};
+use tavern_core::MemoryId;
 use tavern_store::clock::ManualClock;
 use tavern_store::conformance::{write, T0};
 use tavern_store::fs::FsStore;
 use tavern_store::{MemoryQuery, MemoryStore};
 
+#[path = "support/memories.rs"]
+mod memories;
+
+use memories::{edit, fill, scope, seen};
+
 const IMAGE: &str = "memory.image";
 
 fn open(dir: &std::path::Path) -> FsStore {
     FsStore::open(dir, Arc::new(ManualClock::new(T0))).unwrap()
-}
-
-fn scope(i: usize) -> ScopeKey {
-    ScopeKey::Agent {
-        agent: AgentId::parse(format!("a{i}")).unwrap(),
-    }
-}
-
-const TEXTS: &[&str] = &[
-    "a lantern by the silver gate",
-    "米拉在雨夜里点亮了灯笼",
-    "the river spirit keeps the old bridge",
-    "Kai fears deep water",
-];
-
-/// 5,000 records in two scopes in one append, then edits, forgets and reads through the port.
-async fn fill(s: &FsStore) {
-    let writes = (0..5000)
-        .map(|i| {
-            write(
-                &format!("m{i}"),
-                scope(i % 2),
-                &format!("{} {i}", TEXTS[i % 4]),
-            )
-        })
-        .collect();
-    s.import_memories(writes).unwrap();
-    edit(s, 0..12, "edited").await;
-    // A read marks the record accessed (a line of its own).
-    let id = MemoryId::parse("m4999").unwrap();
-    assert!(s.read(&id, &scope(1)).await.unwrap().is_some());
-}
-
-/// Edits the records `ids` (each twice) and forgets every third.
-async fn edit(s: &FsStore, ids: std::ops::Range<usize>, word: &str) {
-    for i in ids {
-        let (sc, id) = (scope(i % 2), MemoryId::parse(format!("m{i}")).unwrap());
-        for round in 0..2 {
-            let cur = s.inspect(&id, &sc).await.unwrap().unwrap();
-            let w = write(
-                &format!("m{i}"),
-                sc.clone(),
-                &format!("{word} {round} lantern {i}"),
-            );
-            s.put(w, Some(&cur.revision), false).await.unwrap();
-        }
-        if i % 3 == 0 {
-            let cur = s.inspect(&id, &sc).await.unwrap().unwrap();
-            s.forget(&id, &sc, &cur.revision, MemorySource::system())
-                .await
-                .unwrap();
-        }
-    }
-}
-
-/// What a user can see of the memories: searches with their scores, and audit trails.
-async fn seen(s: &FsStore) -> String {
-    let mut out = String::new();
-    for q in ["lantern", "灯笼", "edited river", "silver gate 4999"] {
-        for scopes in [vec![scope(0)], vec![scope(1)], vec![scope(0), scope(1)]] {
-            let mut query = MemoryQuery::new(q, scopes);
-            query.limit = 20;
-            query.include_deleted = true;
-            let r = s.search(&query).await.unwrap();
-            out.push_str(&format!("{q} {}:", r.source_count));
-            for h in r.hits {
-                out.push_str(&format!(
-                    " {}@{}/{}/{:?}",
-                    h.record.id, h.score, h.record.revision, h.record.deleted_at
-                ));
-            }
-            out.push('\n');
-        }
-    }
-    for sc in 0..2 {
-        for id in [None, Some("m0"), Some("m3"), Some("m4999")] {
-            let id = id.map(|i| MemoryId::parse(i).unwrap());
-            let trail = s.memory_audit(&scope(sc), id.as_ref()).await.unwrap();
-            out.push_str(&format!("{trail:?}\n"));
-        }
-    }
-    out
 }
 
 /// A store filled (`fill`) and closed: it saved its image.
@@ -196,6 +118,33 @@ async fn a_damaged_image_is_reported_and_the_log_read_instead() {
     let s = open(dir.path());
     assert!(s.diagnostics().is_empty());
     assert_eq!(s.memory_lines_replayed(), 0);
+    assert_eq!(seen(&s).await, truth);
+}
+
+#[tokio::test]
+async fn an_image_larger_than_its_log_could_have_is_refused_unread() {
+    let dir = filled().await;
+    let truth = from_log_alone(dir.path()).await;
+    let log_len = std::fs::metadata(dir.path().join("memory.log"))
+        .unwrap()
+        .len();
+    // The real image's first bytes, then (sparse) far more than an image of this log holds.
+    let image = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.path().join(IMAGE))
+        .unwrap();
+    image.set_len(log_len * 8 + (2 << 20)).unwrap();
+    drop(image);
+    let s = open(dir.path());
+    let diags = s.diagnostics();
+    assert_eq!(diags.len(), 1, "{diags:?}");
+    assert_eq!(diags[0].file, IMAGE);
+    assert!(
+        diags[0].message.contains("more than an image of a"),
+        "{}",
+        diags[0].message
+    );
+    assert_eq!(s.memory_lines_replayed(), log_lines(dir.path()));
     assert_eq!(seen(&s).await, truth);
 }
 

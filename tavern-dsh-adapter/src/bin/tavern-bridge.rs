@@ -62,6 +62,12 @@ struct Common {
     #[cfg(feature = "postgres")]
     #[arg(long, value_name = "FILE", requires = "store", global = true)]
     store_ca_file: Option<PathBuf>,
+    /// A local directory (created when missing) where an image of the memories read from
+    /// --store is kept: the next start reads it and fetches only the memories written since.
+    /// One directory per database; hosts on one machine may share it.
+    #[cfg(feature = "postgres")]
+    #[arg(long, value_name = "DIR", requires = "store", global = true)]
+    store_image_dir: Option<PathBuf>,
     /// A SillyTavern user folder (`characters/`, `worlds/`) to read cards and world books from.
     #[arg(long, value_name = "DIR", global = true)]
     assets: Option<PathBuf>,
@@ -196,6 +202,7 @@ async fn open_store(
             settings,
             common.store_password_file.as_deref(),
             common.store_ca_file.as_deref(),
+            common.store_image_dir.clone(),
             clock,
         )
         .await;
@@ -248,14 +255,20 @@ async fn open_postgres(
     settings: &str,
     password_file: Option<&std::path::Path>,
     ca_file: Option<&std::path::Path>,
+    image_dir: Option<PathBuf>,
     clock: Arc<dyn tavern_store::clock::Clock>,
 ) -> Result<Arc<dyn AllStores>, String> {
-    use tavern_store::pg::{PgStore, DEFAULT_POOL_SIZE};
+    use tavern_store::pg::{PgOptions, PgStore};
     let (config, tls) = tavern_store::pg::load_settings(settings, password_file, ca_file)
         .map_err(|e| format!("--store{}: {e}", e.option_suffix()))?;
-    let store = PgStore::open_with_tls(config, &tls, clock, DEFAULT_POOL_SIZE)
+    let mut options = PgOptions::default();
+    options.memory_image_dir = image_dir;
+    let store = PgStore::open_with_options(config, &tls, clock, options)
         .await
         .map_err(|e| e.to_string())?;
+    for d in store.diagnostics() {
+        tracing::warn!(file = %d.file, "{}", d.message);
+    }
     tracing::info!("store: postgresql");
     Ok(Arc::new(store))
 }

@@ -28,7 +28,13 @@ use crate::error::StoreError;
 
 /// `tvimage` and the format version (of the whole image, table and index included).
 const MAGIC: &[u8; 8] = b"tvimage\x01";
+/// Magic, body length, body checksum.
 const HEADER: usize = 8 + 8 + 16;
+/// Log offset, line count, prefix digest.
+const ANCHOR: usize = 8 + 8 + 16;
+/// The largest image read per byte of its log (images run 1.2–2× their log: records stored
+/// once, plus the index).
+const MAX_IMAGE_PER_LOG_BYTE: u64 = 8;
 
 /// Where in its log a table image was taken.
 #[derive(Clone)]
@@ -99,7 +105,7 @@ pub(crate) fn load<T: OpTable>(
     };
     // The anchor first: the log's prefix is hashed on another thread while the rest of the
     // image is read (both are trusted only once the image's checksum holds).
-    let mut head = [0u8; HEADER + 32];
+    let mut head = [0u8; HEADER + ANCHOR];
     match file.read_exact(&mut head) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
@@ -117,12 +123,27 @@ pub(crate) fn load<T: OpTable>(
     let (offset, lines) = (word(0), word(8));
     let mut digest = [0u8; 16];
     digest.copy_from_slice(&head[HEADER + 16..HEADER + 32]);
+    // The store wrote it, but whatever lies at that name is read only up to a size an image
+    // of this log could have: a foreign file of any size is refused, not read whole.
+    let log_len = std::fs::metadata(under(root, log_rel)).map_or(0, |m| m.len());
+    let cap = log_len
+        .saturating_mul(MAX_IMAGE_PER_LOG_BYTE)
+        .saturating_add(1 << 20);
+    let size = file.metadata().map_or(0, |m| m.len());
+    if size > cap {
+        return Ok(Found::Damaged(format!(
+            "{size} bytes, more than an image of a {log_len}-byte log can be; not read"
+        )));
+    }
     let (bytes, prefix) = std::thread::scope(|s| {
         let prefix = s.spawn(|| prefix_digest(root, log_rel, offset));
-        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
         let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
         bytes.extend_from_slice(&head);
-        let read = file.read_to_end(&mut bytes).map(|_| bytes);
+        let rest = cap.saturating_sub(head.len() as u64);
+        let read = (&mut file)
+            .take(rest)
+            .read_to_end(&mut bytes)
+            .map(|_| bytes);
         let prefix = prefix
             .join()
             .unwrap_or_else(|_| Err(StoreError::Internal("hashing the log failed".into())));
@@ -132,12 +153,10 @@ pub(crate) fn load<T: OpTable>(
         Ok(bytes) => bytes,
         Err(e) => return Ok(Found::Damaged(format!("unreadable ({e})"))),
     };
-    // Another format version (written by another release): not damage, just not ours.
-    if bytes.get(..7) == Some(&MAGIC[..7]) && bytes.get(7) != Some(&MAGIC[7]) {
-        return Ok(Found::Stale);
-    }
-    let Some(body) = checked_body(&bytes) else {
-        return Ok(Found::Damaged("torn or damaged (checksum mismatch)".into()));
+    let body = match checked_body(&bytes, MAGIC, ANCHOR) {
+        Framed::Body(body) => body,
+        Framed::OtherVersion => return Ok(Found::Stale),
+        Framed::Damaged => return Ok(Found::Damaged("torn or damaged (checksum mismatch)".into())),
     };
     let Some((prefix, identity)) = prefix? else {
         return Ok(Found::Stale);
@@ -145,7 +164,7 @@ pub(crate) fn load<T: OpTable>(
     if prefix.digest128() != u128::from_le_bytes(digest) {
         return Ok(Found::Stale);
     }
-    match T::read_image(&body[32..]) {
+    match T::read_image(&body[ANCHOR..]) {
         Ok(table) => Ok(Found::Fresh(
             table,
             Anchor {
@@ -159,22 +178,62 @@ pub(crate) fn load<T: OpTable>(
     }
 }
 
-/// The body of an image file whose header and checksum hold (at least an anchor long).
-fn checked_body(bytes: &[u8]) -> Option<&[u8]> {
-    let header = bytes.get(..HEADER)?;
-    if &header[..8] != MAGIC {
-        return None;
+/// What an image file's framing says about its bytes.
+pub(crate) enum Framed<'a> {
+    /// Magic, length and checksum hold: the body (at least an anchor long).
+    Body(&'a [u8]),
+    /// An image of another format version (written by another release): not damage, just
+    /// not ours.
+    OtherVersion,
+    /// Torn or damaged.
+    Damaged,
+}
+
+/// The body of an image file framed by [`frame`] with `magic`, with at least `anchor` bytes.
+pub(crate) fn checked_body<'a>(bytes: &'a [u8], magic: &[u8; 8], anchor: usize) -> Framed<'a> {
+    if bytes.get(..7) == Some(&magic[..7]) && bytes.get(7).is_some_and(|v| *v != magic[7]) {
+        return Framed::OtherVersion;
     }
-    let mut len = [0u8; 8];
-    len.copy_from_slice(&header[8..16]);
-    let len = usize::try_from(u64::from_le_bytes(len)).ok()?;
-    let body = bytes.get(HEADER..)?;
-    let mut digest = [0u8; 16];
-    digest.copy_from_slice(&header[16..32]);
-    (body.len() == len
-        && len >= 32
-        && xxhash_rust::xxh3::xxh3_128(body) == u128::from_le_bytes(digest))
-    .then_some(body)
+    let checked = || {
+        let header = bytes.get(..HEADER)?;
+        if &header[..8] != magic {
+            return None;
+        }
+        let mut len = [0u8; 8];
+        len.copy_from_slice(&header[8..16]);
+        let len = usize::try_from(u64::from_le_bytes(len)).ok()?;
+        let body = bytes.get(HEADER..)?;
+        let mut digest = [0u8; 16];
+        digest.copy_from_slice(&header[16..32]);
+        (body.len() == len
+            && len >= anchor
+            && xxhash_rust::xxh3::xxh3_128(body) == u128::from_le_bytes(digest))
+        .then_some(body)
+    };
+    checked().map_or(Framed::Damaged, Framed::Body)
+}
+
+/// An image file under construction: the header's room, then the anchor's (`anchor` zero
+/// bytes, filled in by the caller once known, before [`seal`]), then the table's image. `None`
+/// for a table that keeps no image.
+pub(crate) fn frame<T: OpTable>(anchor: usize, table: &T) -> Option<Vec<u8>> {
+    let mut file = vec![0u8; HEADER + anchor];
+    table.write_image(&mut file).then_some(file)
+}
+
+/// The anchor's bytes in a [`frame`]d file.
+pub(crate) fn anchor_mut(file: &mut [u8], anchor: usize) -> &mut [u8] {
+    &mut file[HEADER..HEADER + anchor]
+}
+
+/// Writes the header (`magic`, the body's length and checksum) of a [`frame`]d file whose
+/// anchor is filled in.
+pub(crate) fn seal(file: &mut [u8], magic: &[u8; 8]) {
+    let body_len = (file.len() - HEADER) as u64;
+    let checksum = xxhash_rust::xxh3::xxh3_128(&file[HEADER..]);
+    file[..8].copy_from_slice(magic);
+    file[8..16].copy_from_slice(&body_len.to_le_bytes());
+    file[16..32].copy_from_slice(&checksum.to_le_bytes());
 }
 
 /// Writes the image of `table`, which reflects exactly the lines `log` has read, to
@@ -189,20 +248,14 @@ pub(crate) fn save<T: OpTable>(
     let Some(anchor) = log.position() else {
         return Ok(false);
     };
-    let digest = anchor.prefix.digest128();
-    // One buffer: header and anchor first, filled in once the body is written.
-    let mut file = vec![0u8; HEADER];
-    file.extend_from_slice(&anchor.offset.to_le_bytes());
-    file.extend_from_slice(&anchor.lines.to_le_bytes());
-    file.extend_from_slice(&digest.to_le_bytes());
-    if !table.write_image(&mut file) {
+    let Some(mut file) = frame(ANCHOR, table) else {
         return Ok(false);
-    }
-    let body_len = (file.len() - HEADER) as u64;
-    let checksum = xxhash_rust::xxh3::xxh3_128(&file[HEADER..]);
-    file[..8].copy_from_slice(MAGIC);
-    file[8..16].copy_from_slice(&body_len.to_le_bytes());
-    file[16..32].copy_from_slice(&checksum.to_le_bytes());
+    };
+    let at = anchor_mut(&mut file, ANCHOR);
+    at[..8].copy_from_slice(&anchor.offset.to_le_bytes());
+    at[8..16].copy_from_slice(&anchor.lines.to_le_bytes());
+    at[16..].copy_from_slice(&anchor.prefix.digest128().to_le_bytes());
+    seal(&mut file, MAGIC);
     write_atomic(root, image_rel, &file)?;
     Ok(true)
 }

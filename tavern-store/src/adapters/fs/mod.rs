@@ -13,12 +13,12 @@
 //! [`FsStore::import_memories`] are plain blocking calls for programs that manage threads
 //! themselves.
 
-mod atomic;
+pub(crate) mod atomic;
 mod chat;
 mod chat_digests;
 mod chat_folder;
 mod check;
-mod image;
+pub(crate) mod image;
 mod log;
 mod names;
 mod transfer;
@@ -448,7 +448,6 @@ impl FsStore {
 
     /// How many `memory.log` lines were replayed into the memory table since the store
     /// opened (an image read at open spares the lines it reflects).
-    #[cfg(feature = "testkit")]
     pub fn memory_lines_replayed(&self) -> u64 {
         lock(&self.inner.memory).replayed
     }

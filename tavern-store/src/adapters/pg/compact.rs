@@ -29,8 +29,12 @@ impl PgStore {
     /// # Errors
     /// Store failures; nothing changes in a table whose transaction failed.
     pub async fn compact(&self) -> Result<PgCompactReport, StoreError> {
+        let memory = self.inner.compact_table(&self.inner.memory).await?;
+        // The rows the last image ended at are gone: a new image, or the next open reads
+        // every memory again.
+        self.inner.save_memory_image_quietly(true).await;
         Ok(PgCompactReport {
-            memory: self.inner.compact_table(&self.inner.memory).await?,
+            memory,
             variables: self.inner.compact_table(&self.inner.variables).await?,
         })
     }

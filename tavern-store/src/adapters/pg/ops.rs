@@ -114,6 +114,10 @@ pub(super) struct Mirror<T> {
     pub(super) seq: i64,
     /// Rows since the last compaction that could not be read (skipped with a diagnostic).
     pub(super) unreadable: u64,
+    /// The last row of the newest image saved or read here (0: none).
+    pub(super) image_seq: i64,
+    /// Rows applied from catch-ups since the store opened.
+    pub(super) replayed: u64,
 }
 
 impl Inner {
@@ -150,6 +154,7 @@ impl Inner {
             );
         }
         mirror.seq = seqs.last().copied().unwrap_or(mirror.seq);
+        mirror.replayed += rows.len() as u64;
         Ok(())
     }
 

@@ -4,7 +4,7 @@
 //! soon a write acknowledged through one store is found by a search through the other.
 
 use super::*;
-use tavern_store::pg::{NoTls, PgConfig, PgStore, SESSION_SETTINGS};
+use tavern_store::pg::{NoTls, PgConfig, PgOptions, PgStore, PgTls, SESSION_SETTINGS};
 use tavern_store::Transfer;
 
 type Rows = Vec<[String; 4]>;
@@ -77,6 +77,42 @@ pub fn run(
         let _ = task.await;
         Ok::<_, tavern_store::pg::PgError>(())
     })?;
+
+    // --- opening: every row read, or the image and the rows after it ------------------------
+    let images = tempfile::tempdir()?;
+    let open = |dir: Option<&std::path::Path>| {
+        let mut options = PgOptions::default();
+        options.memory_image_dir = dir.map(std::path::Path::to_path_buf);
+        let t = Instant::now();
+        let store = rt().block_on(PgStore::open_with_options(
+            config.clone(),
+            &PgTls::default(),
+            Arc::new(SystemClock),
+            options,
+        ))?;
+        let took = t.elapsed();
+        let replayed = rt().block_on(store.memory_rows_replayed());
+        drop(store);
+        Ok::<_, Box<dyn std::error::Error>>((took, replayed))
+    };
+    let (from_rows, all) = open(None)?;
+    // Reads every row and saves the image.
+    let (with_save, _) = open(Some(images.path()))?;
+    let (from_image, tail) = open(Some(images.path()))?;
+    let image_mib = std::fs::metadata(images.path().join("memory.image"))?.len() as f64 / 1048576.0;
+    rows.push([
+        format!("open, this process ({n} records)"),
+        format!(
+            "{} from --store-image-dir ({tail} rows fetched; image {image_mib:.0} MiB)",
+            ms(from_image)
+        ),
+        format!("{} every row ({all})", ms(from_rows)),
+        format!(
+            "{:.2}×; the first open with the directory saved it: {}",
+            from_image.as_secs_f64() / from_rows.as_secs_f64(),
+            ms(with_save)
+        ),
+    ]);
 
     // --- search: the same engine, so the same hits; the cost is the catch-up round trip ---
     let scopes = vec![scope()];

@@ -1,0 +1,203 @@
+//! A PostgreSQL store keeps an image of its memory mirror in a local directory
+//! (`PgOptions::memory_image_dir`) and opens from it, fetching only the rows written after;
+//! a damaged image is reported and the database read instead; an image of a table compacted
+//! since, or of another database, is never trusted; and every way of opening yields the same
+//! records, audit trails and search scores as reading every row.
+
+#[path = "support/memories.rs"]
+mod memories;
+#[path = "support/pg.rs"]
+mod pg_support;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use memories::{edit, fill, scope, seen};
+use tavern_core::{MemoryId, MemorySource};
+use tavern_store::clock::{Clock, ManualClock};
+use tavern_store::conformance::T0;
+use tavern_store::fs::FsStore;
+use tavern_store::pg::{PgConfig, PgOptions, PgStore, PgTls};
+use tavern_store::{copy_store, MemoryStore};
+
+const IMAGE: &str = "memory.image";
+
+fn clock() -> Arc<dyn Clock> {
+    Arc::new(ManualClock::new(T0))
+}
+
+async fn open(config: &PgConfig, images: Option<&Path>) -> PgStore {
+    let mut options = PgOptions::default();
+    options.memory_image_dir = images.map(Path::to_path_buf);
+    PgStore::open_with_options(config.clone(), &PgTls::default(), clock(), options)
+        .await
+        .unwrap()
+}
+
+/// A fresh database holding the 5,000 memories of `memories::fill`, copied in from a file
+/// store (one bulk load), and the number of its memory rows.
+async fn filled_database() -> (PgConfig, u64) {
+    let config = pg_support::cluster().fresh_database().await;
+    let files = tempfile::tempdir().unwrap();
+    let source = FsStore::open(files.path(), clock()).unwrap();
+    fill(&source).await;
+    let target = open(&config, None).await;
+    copy_store(&source, &target).await.unwrap();
+    let rows = open(&config, None).await.memory_rows_replayed().await;
+    assert!(rows >= 5000, "{rows}");
+    (config, rows)
+}
+
+/// The memories as read from every row of the database, with no image.
+async fn from_rows_alone(config: &PgConfig, rows: u64) -> String {
+    let s = open(config, None).await;
+    assert_eq!(s.memory_rows_replayed().await, rows);
+    seen(&s).await
+}
+
+#[tokio::test]
+async fn a_process_opens_from_the_image_and_fetches_only_the_rows_after_it() {
+    let (config, rows) = filled_database().await;
+    let images = tempfile::tempdir().unwrap();
+    let dir = images.path().join("not yet made");
+    let first = open(&config, Some(&dir)).await;
+    assert_eq!(first.memory_rows_replayed().await, rows);
+    // Thousands of rows read: the image was saved at open (its directory made).
+    assert!(dir.join(IMAGE).is_file());
+    assert!(!first.save_memory_image().await.unwrap(), "nothing new");
+    // Another process (no image of its own) writes on.
+    let other = open(&config, None).await;
+    edit(&other, 20..23, "later").await;
+    let tail = 2 * 3 + 1;
+
+    let second = open(&config, Some(&dir)).await;
+    assert!(
+        second.diagnostics().is_empty(),
+        "{:?}",
+        second.diagnostics()
+    );
+    assert_eq!(second.memory_rows_replayed().await, tail);
+    let truth = from_rows_alone(&config, rows + tail).await;
+    assert_eq!(seen(&second).await, truth);
+    // The first process catches up like any other; every process agrees.
+    assert_eq!(seen(&first).await, truth);
+    // It goes on from there, and saves again at will.
+    edit(&second, 30..31, "after").await;
+    assert!(second.save_memory_image().await.unwrap());
+    let third = open(&config, Some(&dir)).await;
+    assert_eq!(third.memory_rows_replayed().await, 0);
+    assert_eq!(seen(&third).await, seen(&second).await);
+}
+
+#[tokio::test]
+async fn a_damaged_image_is_reported_and_the_database_read_instead() {
+    let (config, rows) = filled_database().await;
+    let images = tempfile::tempdir().unwrap();
+    drop(open(&config, Some(images.path())).await);
+    let path = images.path().join(IMAGE);
+    let image = std::fs::read(&path).unwrap();
+    let truth = from_rows_alone(&config, rows).await;
+    let mut flipped = image.clone();
+    let middle = flipped.len() / 2;
+    flipped[middle] ^= 0x20;
+    for damaged in [
+        flipped,
+        image[..image.len() - 7].to_vec(),
+        b"tvpgimg".to_vec(),
+    ] {
+        std::fs::write(&path, &damaged).unwrap();
+        let s = open(&config, Some(images.path())).await;
+        let diags = s.diagnostics();
+        assert_eq!(diags.len(), 1, "{diags:?}");
+        assert_eq!(diags[0].file, IMAGE);
+        assert!(diags[0].message.contains("damaged"), "{}", diags[0].message);
+        assert!(!diags[0].message.contains(&*images.path().to_string_lossy()));
+        assert_eq!(s.memory_rows_replayed().await, rows);
+        assert_eq!(seen(&s).await, truth);
+    }
+    // The last open that read the database saved a good image again.
+    let s = open(&config, Some(images.path())).await;
+    assert!(s.diagnostics().is_empty(), "{:?}", s.diagnostics());
+    assert_eq!(s.memory_rows_replayed().await, 0);
+    assert_eq!(seen(&s).await, truth);
+}
+
+#[tokio::test]
+async fn an_image_of_a_table_compacted_since_or_of_another_database_is_never_trusted() {
+    let (config, rows) = filled_database().await;
+    let images = tempfile::tempdir().unwrap();
+    drop(open(&config, Some(images.path())).await);
+    let path = images.path().join(IMAGE);
+    let old = std::fs::read(&path).unwrap();
+
+    // Another process forgets a memory the image holds live, then compacts: the row the image
+    // ends at is gone.
+    let other = open(&config, None).await;
+    let (sc, id) = (scope(1), MemoryId::parse("m4999").unwrap());
+    let cur = other.inspect(&id, &sc).await.unwrap().unwrap();
+    assert!(cur.deleted_at.is_none());
+    other
+        .forget(&id, &sc, &cur.revision, MemorySource::system())
+        .await
+        .unwrap();
+    let report = other.compact().await.unwrap();
+    let s = open(&config, Some(images.path())).await;
+    assert!(s.diagnostics().is_empty(), "{:?}", s.diagnostics());
+    assert_eq!(s.memory_rows_replayed().await, report.memory.1);
+    assert!(s
+        .inspect(&id, &sc)
+        .await
+        .unwrap()
+        .unwrap()
+        .deleted_at
+        .is_some());
+    assert_eq!(seen(&s).await, seen(&other).await);
+    drop(s);
+    // A process that compacts with an image directory saves the compacted table's image.
+    let own = tempfile::tempdir().unwrap();
+    let compacting = open(&config, Some(own.path())).await;
+    compacting.compact().await.unwrap();
+    let after = open(&config, Some(own.path())).await;
+    assert_eq!(after.memory_rows_replayed().await, 0);
+    assert_eq!(seen(&after).await, seen(&other).await);
+
+    // Another database with other memories, opened with this database's image: its own rows.
+    std::fs::write(&path, &old).unwrap();
+    let elsewhere = pg_support::cluster().fresh_database().await;
+    let few = open(&elsewhere, None).await;
+    edit_fresh(&few).await;
+    let s = open(&elsewhere, Some(images.path())).await;
+    assert!(s.diagnostics().is_empty(), "{:?}", s.diagnostics());
+    assert_eq!(s.memory_rows_replayed().await, 2);
+    assert_eq!(seen(&s).await, seen(&few).await);
+    // Its own m4999, not the one the image holds.
+    let mine = s.inspect(&id, &sc).await.unwrap().unwrap();
+    assert_eq!(mine.content, "elsewhere");
+    assert_eq!(mine, few.inspect(&id, &sc).await.unwrap().unwrap());
+    assert!(rows > 2);
+}
+
+/// Two memories in a fresh store.
+async fn edit_fresh(s: &PgStore) {
+    for i in [4999, 1] {
+        let w = tavern_store::conformance::write(&format!("m{i}"), scope(i % 2), "elsewhere");
+        s.put(w, None, false).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_fifo_named_memory_image_is_reported_not_opened() {
+    let config = pg_support::cluster().fresh_database().await;
+    let images = tempfile::tempdir().unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(images.path().join(IMAGE))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    // Were it opened, the open would block until a writer came: none will.
+    let s = open(&config, Some(images.path())).await;
+    let diags = s.diagnostics();
+    assert_eq!(diags.len(), 1, "{diags:?}");
+    assert_eq!(diags[0].file, IMAGE);
+    assert!(diags[0].message.contains("not a regular file"), "{diags:?}");
+}

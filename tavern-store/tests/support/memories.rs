@@ -1,0 +1,91 @@
+//! Memories for the image tests of every backend: scopes, texts, edits through the port, and
+//! what a user can see of them (searches with scores, audit trails), to compare stores by.
+
+use tavern_core::{AgentId, MemoryId, MemorySource, ScopeKey};
+use tavern_store::conformance::write;
+use tavern_store::fs::FsStore;
+use tavern_store::{MemoryQuery, MemoryStore};
+
+/// An agent scope.
+pub fn scope(i: usize) -> ScopeKey {
+    ScopeKey::Agent {
+        agent: AgentId::parse(format!("a{i}")).unwrap(),
+    }
+}
+
+/// Texts, English and Chinese, that the records cycle through.
+pub const TEXTS: &[&str] = &[
+    "a lantern by the silver gate",
+    "米拉在雨夜里点亮了灯笼",
+    "the river spirit keeps the old bridge",
+    "Kai fears deep water",
+];
+
+/// 5,000 records in two scopes in one append, then edits, forgets and reads through the port.
+pub async fn fill(s: &FsStore) {
+    let writes = (0..5000)
+        .map(|i| {
+            write(
+                &format!("m{i}"),
+                scope(i % 2),
+                &format!("{} {i}", TEXTS[i % 4]),
+            )
+        })
+        .collect();
+    s.import_memories(writes).unwrap();
+    edit(s, 0..12, "edited").await;
+    // A read marks the record accessed (a line of its own).
+    let id = MemoryId::parse("m4999").unwrap();
+    assert!(s.read(&id, &scope(1)).await.unwrap().is_some());
+}
+
+/// Edits the records `ids` (each twice) and forgets every third.
+pub async fn edit(s: &impl MemoryStore, ids: std::ops::Range<usize>, word: &str) {
+    for i in ids {
+        let (sc, id) = (scope(i % 2), MemoryId::parse(format!("m{i}")).unwrap());
+        for round in 0..2 {
+            let cur = s.inspect(&id, &sc).await.unwrap().unwrap();
+            let w = write(
+                &format!("m{i}"),
+                sc.clone(),
+                &format!("{word} {round} lantern {i}"),
+            );
+            s.put(w, Some(&cur.revision), false).await.unwrap();
+        }
+        if i % 3 == 0 {
+            let cur = s.inspect(&id, &sc).await.unwrap().unwrap();
+            s.forget(&id, &sc, &cur.revision, MemorySource::system())
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// What a user can see of the memories: searches with their scores, and audit trails.
+pub async fn seen(s: &impl MemoryStore) -> String {
+    let mut out = String::new();
+    for q in ["lantern", "灯笼", "edited river", "silver gate 4999"] {
+        for scopes in [vec![scope(0)], vec![scope(1)], vec![scope(0), scope(1)]] {
+            let mut query = MemoryQuery::new(q, scopes);
+            query.limit = 20;
+            query.include_deleted = true;
+            let r = s.search(&query).await.unwrap();
+            out.push_str(&format!("{q} {}:", r.source_count));
+            for h in r.hits {
+                out.push_str(&format!(
+                    " {}@{}/{}/{:?}",
+                    h.record.id, h.score, h.record.revision, h.record.deleted_at
+                ));
+            }
+            out.push('\n');
+        }
+    }
+    for sc in 0..2 {
+        for id in [None, Some("m0"), Some("m3"), Some("m4999")] {
+            let id = id.map(|i| MemoryId::parse(i).unwrap());
+            let trail = s.memory_audit(&scope(sc), id.as_ref()).await.unwrap();
+            out.push_str(&format!("{trail:?}\n"));
+        }
+    }
+    out
+}
