@@ -16,6 +16,7 @@ use rmcp::service::{Peer, RunningService};
 use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{json, Value};
+use tokio::io::AsyncBufReadExt;
 use tokio::process::Command;
 
 const BRIDGE: &str = env!("CARGO_BIN_EXE_tavern-bridge");
@@ -31,19 +32,8 @@ async fn bridge_trusting(
     assets: &Path,
     session: &str,
 ) -> RunningService<RoleClient, ()> {
-    bridge_with(settings, &[], ca, assets, session).await
-}
-
-/// A bridge with more options (`extra`, before the session's).
-async fn bridge_with(
-    settings: &str,
-    extra: &[&std::ffi::OsStr],
-    ca: Option<&Path>,
-    assets: &Path,
-    session: &str,
-) -> RunningService<RoleClient, ()> {
     let mut command = Command::new(BRIDGE);
-    command.arg("mcp").arg("--store").arg(settings).args(extra);
+    command.arg("mcp").arg("--store").arg(settings);
     if let Some(ca) = ca {
         command.arg("--store-ca-file").arg(ca);
     }
@@ -210,8 +200,9 @@ async fn two_bridges_share_one_postgres_store() {
     b.cancel().await.unwrap();
 }
 
-/// A bridge on a database of 5,000 memories keeps their image in `--store-image-dir`
-/// (saved at its start) and the next bridge starts from it.
+/// A bridge on a database of 5,000 memories answers its handshake before it reads them (in
+/// the background, from `--store-image-dir` when an image is there), saves their image, and
+/// the next bridge starts from it.
 #[tokio::test]
 async fn bridges_keep_an_image_of_the_memories_in_the_image_dir() {
     use tavern_core::{CharacterName, MemoryId, MemoryKind, MemorySource, MemoryWrite, ScopeKey};
@@ -243,14 +234,22 @@ async fn bridges_keep_an_image_of_the_memories_in_the_image_dir() {
     tavern_store::copy_store(&files, &target).await.unwrap();
 
     let images = tmp.path().join("images");
-    let flag = [
-        std::ffi::OsStr::new("--store-image-dir"),
-        images.as_os_str(),
-    ];
-    for session in ["host-a", "host-b"] {
-        let b = bridge_with(&settings, &flag, None, &assets, session).await;
-        // Saved before the bridge answered its handshake.
-        assert!(images.join("memory.image").is_file());
+    for (session, first) in [("host-a", true), ("host-b", false)] {
+        let mut command = Command::new(BRIDGE);
+        command
+            .args(["mcp", "--store", &settings, "--store-image-dir"])
+            .arg(&images)
+            .arg("--assets")
+            .arg(&assets)
+            .args(["--session", session, "--character", "Mira"])
+            .arg("--chat")
+            .arg(format!("Mira - {session}"))
+            .env("RUST_LOG", "info");
+        let (process, stderr) = TokioChildProcess::builder(command)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let b = ().serve(process).await.unwrap();
         let found = call(
             &b,
             "memory_search",
@@ -259,6 +258,24 @@ async fn bridges_keep_an_image_of_the_memories_in_the_image_dir() {
         .await;
         let found = found.structured_content.unwrap().to_string();
         assert!(found.contains("第4321盏灯笼"), "{found}");
+        // The memories are read in the background after the handshake: the bridge says when
+        // they are, and how long it took; by then the first start saved their image.
+        let mut lines = tokio::io::BufReader::new(stderr.unwrap()).lines();
+        let mut log = String::new();
+        while let Some(line) = lines.next_line().await.unwrap() {
+            log.push_str(&line);
+            log.push('\n');
+            if line.contains("memories loaded") {
+                break;
+            }
+        }
+        assert!(log.contains("memories loaded"), "{log}");
+        assert!(log.contains("records=5000"), "{log}");
+        // The second start read the first one's image: no row was fetched.
+        let rows = if first { "rows=5000" } else { "rows=0" };
+        assert!(log.contains(rows), "{log}");
+        assert!(!log.contains("WARN") && !log.contains("ERROR"), "{log}");
+        assert!(images.join("memory.image").is_file(), "{first} {log}");
         b.cancel().await.unwrap();
     }
 }

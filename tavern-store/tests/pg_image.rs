@@ -27,7 +27,10 @@ fn clock() -> Arc<dyn Clock> {
 }
 
 async fn open(config: &PgConfig, images: Option<&Path>) -> PgStore {
-    let mut options = PgOptions::default();
+    open_with(config, images, PgOptions::default()).await
+}
+
+async fn open_with(config: &PgConfig, images: Option<&Path>, mut options: PgOptions) -> PgStore {
     options.memory_image_dir = images.map(Path::to_path_buf);
     PgStore::open_with_options(config.clone(), &PgTls::default(), clock(), options)
         .await
@@ -200,4 +203,46 @@ async fn a_fifo_named_memory_image_is_reported_not_opened() {
     assert_eq!(diags.len(), 1, "{diags:?}");
     assert_eq!(diags[0].file, IMAGE);
     assert!(diags[0].message.contains("not a regular file"), "{diags:?}");
+}
+
+#[tokio::test]
+async fn a_deferred_open_reads_the_image_at_the_first_memory_call_whichever_it_is() {
+    let (config, rows) = filled_database().await;
+    let images = tempfile::tempdir().unwrap();
+    drop(open(&config, Some(images.path())).await);
+    let other = open(&config, None).await;
+    edit(&other, 20..23, "later").await;
+    let tail = 2 * 3 + 1;
+    let truth = from_rows_alone(&config, rows + tail).await;
+
+    let deferred = |images| {
+        open_with(
+            &config,
+            images,
+            PgOptions::default().with_deferred_memory_load(),
+        )
+    };
+    // Nothing read at open.
+    let s = deferred(Some(images.path())).await;
+    assert!(!s.memories_loaded());
+    assert_eq!(s.memory_rows_replayed().await, 0);
+    assert_eq!(s.memory_len().await, 0);
+    // A write first: decided on the image and the rows after it, so a memory the image holds
+    // is known (a create over it is refused) and the write lands after the rest.
+    let taken = tavern_store::conformance::write("m10", scope(0), "again");
+    assert!(s.put(taken, None, false).await.is_err());
+    assert!(s.memories_loaded());
+    assert_eq!(s.memory_rows_replayed().await, tail);
+    assert_eq!(seen(&s).await, truth);
+    // A search first, then `load_memories` (a no-op but for catching up).
+    let s = deferred(Some(images.path())).await;
+    assert_eq!(seen(&s).await, truth);
+    s.load_memories().await.unwrap();
+    assert_eq!(s.memory_rows_replayed().await, tail);
+    // Without an image, `load_memories` reads every row.
+    let s = deferred(None).await;
+    s.load_memories().await.unwrap();
+    assert!(s.memories_loaded());
+    assert_eq!(s.memory_rows_replayed().await, rows + tail);
+    assert_eq!(seen(&s).await, truth);
 }

@@ -261,15 +261,47 @@ async fn open_postgres(
     use tavern_store::pg::{PgOptions, PgStore};
     let (config, tls) = tavern_store::pg::load_settings(settings, password_file, ca_file)
         .map_err(|e| format!("--store{}: {e}", e.option_suffix()))?;
-    let mut options = PgOptions::default();
+    // The memories (a million take seconds to read, even from an image) are read in a task
+    // of their own, so the host's handshake is answered at once; a memory call made before
+    // they are read waits for them.
+    let mut options = PgOptions::default().with_deferred_memory_load();
     options.memory_image_dir = image_dir;
     let store = PgStore::open_with_options(config, &tls, clock, options)
         .await
         .map_err(|e| e.to_string())?;
-    for d in store.diagnostics() {
+    let reported = store.diagnostics();
+    for d in &reported {
         tracing::warn!(file = %d.file, "{}", d.message);
     }
     tracing::info!("store: postgresql");
+    let loading = store.clone();
+    tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        match loading.load_memories().await {
+            Ok(()) => {
+                let records = loading.memory_len().await;
+                // Rows fetched from the database: those after the image, when one was read.
+                let rows = loading.memory_rows_replayed().await;
+                tracing::info!(
+                    records,
+                    rows,
+                    ms = started.elapsed().as_millis() as u64,
+                    "memories loaded"
+                );
+            }
+            // The next memory call tries again (and fails with this error if it persists).
+            Err(e) => tracing::error!(
+                "the memories cannot be read yet; memory calls fail until they can: {e}"
+            ),
+        }
+        for d in loading
+            .diagnostics()
+            .iter()
+            .filter(|d| !reported.contains(d))
+        {
+            tracing::warn!(file = %d.file, "{}", d.message);
+        }
+    });
     Ok(Arc::new(store))
 }
 

@@ -50,7 +50,7 @@ impl Inner {
         &self,
         mirror: &Mutex<Mirror<T>>,
     ) -> Result<(u64, u64), StoreError> {
-        let mut m = mirror.lock().await;
+        let mut m = self.lock_mirror(mirror).await?;
         let client = self.client("compact").await?;
         let statements = Statements::prepare::<T>(&client).await?;
         let tx = OpenTransaction::new(client);

@@ -17,10 +17,12 @@ use std::path::{Path, PathBuf};
 
 use tokio_postgres::types::ToSql;
 
+use super::ops::{Mirror, OpsTable};
 use super::{db, Inner};
 use crate::adapters::fs::atomic::{io_err, write_atomic};
 use crate::adapters::fs::image::{anchor_mut, checked_body, frame, seal, Framed};
 use crate::engine::memory_table::MemoryTable;
+use crate::engine::oplog::OpTable;
 use crate::error::StoreError;
 
 /// The image's file name in its directory.
@@ -73,17 +75,17 @@ impl Anchor {
 }
 
 /// What looking for an image found.
-pub(super) enum Found {
+enum Found<T> {
     /// No image file, or one of another format version.
     Absent,
     /// An image that cannot be read: why, in lowercase words.
     Damaged(String),
     /// A table and where it was taken (still to be checked against the database).
-    Read(Box<MemoryTable>, Anchor),
+    Read(Box<T>, Anchor),
 }
 
 /// Reads the image in `dir` (blocking).
-pub(super) fn load(dir: &Path) -> Found {
+fn load<T: OpTable>(dir: &Path) -> Found<T> {
     let path = dir.join(FILE);
     // A FIFO would block the open, a device never end: only a regular file is read.
     match std::fs::symlink_metadata(&path) {
@@ -101,33 +103,34 @@ pub(super) fn load(dir: &Path) -> Found {
         Framed::OtherVersion => return Found::Absent,
         Framed::Damaged => return Found::Damaged("torn or damaged (checksum mismatch)".into()),
     };
-    match MemoryTable::read_image(&body[ANCHOR..]) {
+    match T::read_image(&body[ANCHOR..]) {
         Ok(table) => Found::Read(Box::new(table), Anchor::from_bytes(&body[..ANCHOR])),
-        Err(e) => Found::Damaged(e.to_string()),
+        Err(e) => Found::Damaged(e),
     }
 }
 
-/// The anchor an image of a mirror at row `seq` gets: `None` when that row is no longer in
-/// the table (a compaction deleted it).
-const IDENTITY: &str = "SELECT
-    (SELECT oid::bigint FROM pg_database WHERE datname = current_database()),
-    'memory_ops'::regclass::oid::bigint,
-    (SELECT op::text FROM memory_ops WHERE seq = $1),
-    (SELECT reset FROM memory_ops WHERE seq = $1)";
-
 impl Inner {
-    /// The anchor of `memory_ops` at row `seq` as the database holds it now.
-    async fn anchor_at(&self, seq: i64) -> Result<Option<Anchor>, StoreError> {
-        let client = self.client("memory image").await?;
+    /// The anchor of `T`'s table at row `seq` as the database holds it now: `None` when that
+    /// row is no longer in the table (a compaction deleted it).
+    async fn anchor_at<T: OpsTable>(&self, seq: i64) -> Result<Option<Anchor>, StoreError> {
+        let client = self.client("image").await?;
         let param: [&(dyn ToSql + Sync); 1] = [&seq];
+        let identity = format!(
+            "SELECT
+                (SELECT oid::bigint FROM pg_database WHERE datname = current_database()),
+                '{table}'::regclass::oid::bigint,
+                (SELECT op::text FROM {table} WHERE seq = $1),
+                (SELECT reset FROM {table} WHERE seq = $1)",
+            table = T::NAME
+        );
         let row = client
-            .query_one(IDENTITY, &param)
+            .query_one(&identity, &param)
             .await
-            .map_err(db("memory image"))?;
-        let database: Option<i64> = row.try_get(0).map_err(db("memory image"))?;
-        let table: i64 = row.try_get(1).map_err(db("memory image"))?;
-        let op: Option<&str> = row.try_get(2).map_err(db("memory image"))?;
-        let reset: Option<bool> = row.try_get(3).map_err(db("memory image"))?;
+            .map_err(db("image"))?;
+        let database: Option<i64> = row.try_get(0).map_err(db("image"))?;
+        let table: i64 = row.try_get(1).map_err(db("image"))?;
+        let op: Option<&str> = row.try_get(2).map_err(db("image"))?;
+        let reset: Option<bool> = row.try_get(3).map_err(db("image"))?;
         let (Some(database), Some(op), Some(reset)) = (database, op, reset) else {
             return Ok(None);
         };
@@ -142,10 +145,18 @@ impl Inner {
         }))
     }
 
-    /// Starts the memory mirror from the image in `dir` when it matches the database (called
-    /// at open, before the first catch-up). A damaged image is reported; a stale one ignored.
-    pub(super) async fn restore_memory_image(&self, dir: PathBuf) -> Result<(), StoreError> {
-        let found = tokio::task::spawn_blocking(move || load(&dir))
+    /// Starts a mirror that has read nothing yet from the image in `dir`, when it matches
+    /// the database ([`Inner::lock_mirror`], holding the mirror). A damaged image is
+    /// reported; a stale one ignored.
+    pub(super) async fn restore_image<T: OpsTable>(
+        &self,
+        dir: PathBuf,
+        m: &mut Mirror<T>,
+    ) -> Result<(), StoreError> {
+        if m.seq != 0 {
+            return Ok(());
+        }
+        let found = tokio::task::spawn_blocking(move || load::<T>(&dir))
             .await
             .unwrap_or_else(|_| Found::Damaged("reading it failed".into()));
         match found {
@@ -155,13 +166,10 @@ impl Inner {
                 format!("{why}; the memories were read from the database instead"),
             ),
             Found::Read(table, anchor) => {
-                if self.anchor_at(anchor.seq).await? == Some(anchor) {
-                    let mut m = self.memory.lock().await;
-                    if m.seq == 0 {
-                        m.table = *table;
-                        m.seq = anchor.seq;
-                        m.image_seq = anchor.seq;
-                    }
+                if self.anchor_at::<T>(anchor.seq).await? == Some(anchor) {
+                    m.table = *table;
+                    m.seq = anchor.seq;
+                    m.image_seq = anchor.seq;
                 }
             }
         }
@@ -194,7 +202,7 @@ impl Inner {
             (m.seq, file)
         };
         // Gone already (compacted by another process): the image would never be trusted.
-        let Some(anchor) = self.anchor_at(seq).await? else {
+        let Some(anchor) = self.anchor_at::<MemoryTable>(seq).await? else {
             return Ok(false);
         };
         anchor_mut(&mut file, ANCHOR).copy_from_slice(&anchor.to_bytes());

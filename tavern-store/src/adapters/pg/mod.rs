@@ -135,6 +135,10 @@ pub struct PgOptions {
     /// database, or of a table compacted since, is never trusted: the memories are read from
     /// the database); processes on one machine may share it. `None` (the default): no image.
     pub memory_image_dir: Option<std::path::PathBuf>,
+    /// Open without reading the memories: the first memory call reads them, or
+    /// [`PgStore::load_memories`] in a task the program chooses (`tavern-bridge` does, so a
+    /// host's handshake never waits for a large database). Off by default.
+    pub defer_memory_load: bool,
 }
 
 impl Default for PgOptions {
@@ -143,6 +147,7 @@ impl Default for PgOptions {
             pool_size: DEFAULT_POOL_SIZE,
             limits: PgLimits::default(),
             memory_image_dir: None,
+            defer_memory_load: false,
         }
     }
 }
@@ -151,6 +156,12 @@ impl PgOptions {
     /// The defaults, with the memory image kept in `dir`.
     pub fn with_memory_image_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
         self.memory_image_dir = Some(dir.into());
+        self
+    }
+
+    /// These options, opening without reading the memories ([`PgOptions::defer_memory_load`]).
+    pub fn with_deferred_memory_load(mut self) -> Self {
+        self.defer_memory_load = true;
         self
     }
 }
@@ -325,6 +336,7 @@ impl PgStore {
             pool_size,
             limits,
             memory_image_dir,
+            defer_memory_load,
         } = options;
         // Connecting (TCP, TLS, authentication) is bounded by the settings' `connect_timeout`,
         // else 10 s: a server that accepts and never answers must fail the call, not hang it.
@@ -369,20 +381,34 @@ impl PgStore {
                 variable_writers: Mutex::default(),
                 diagnostics: Diagnostics::default(),
                 state: std::sync::Mutex::default(),
-                image_dir: memory_image_dir.clone(),
+                image_dir: memory_image_dir,
             }),
         };
         let mut client = store.inner.client("open").await?;
         schema::migrate(&mut client).await?;
         drop(client);
-        if let Some(dir) = memory_image_dir {
-            store.inner.restore_memory_image(dir).await?;
+        if !defer_memory_load {
+            store.load_memories().await?;
         }
-        store.inner.read(&store.inner.memory, |_| ()).await?;
         store.inner.read(&store.inner.variables, |_| ()).await?;
-        // Many rows read: the next open spares them.
-        store.inner.save_memory_image_quietly(false).await;
         Ok(store)
+    }
+
+    /// Reads the memories (from the image in [`PgOptions::memory_image_dir`] and the rows
+    /// after it, or every row) when the store was opened with
+    /// [`PgOptions::defer_memory_load`] and no call has read them yet, else catches up; then
+    /// saves an image when that read many rows. What a program runs in a task of its own
+    /// after opening, so that the first memory call does not wait for every memory (memory
+    /// calls made meanwhile wait for it, each within its own time limit). Not bounded by
+    /// [`PgLimits::call_timeout`]: a large database takes as long as it takes.
+    ///
+    /// # Errors
+    /// The database cannot be read (the next memory call tries again).
+    pub async fn load_memories(&self) -> Result<(), StoreError> {
+        self.inner.read(&self.inner.memory, |_| ()).await?;
+        // Many rows read: the next open spares them.
+        self.inner.save_memory_image_quietly(false).await;
+        Ok(())
     }
 
     /// Saves the memory mirror's image now (in [`PgOptions::memory_image_dir`]), when the
@@ -451,9 +477,17 @@ impl PgStore {
             .map_err(db("show"))
     }
 
-    /// How many memory records (live, forgotten or expired) this process has loaded.
+    /// How many memory records (live, forgotten or expired) this process has loaded (waits for
+    /// a load in progress; 0 before a deferred load).
     pub async fn memory_len(&self) -> usize {
         self.inner.memory.lock().await.table.len()
+    }
+
+    /// Whether the memories were read (always, unless the store was opened with
+    /// [`PgOptions::defer_memory_load`] and no memory call nor [`PgStore::load_memories`] has
+    /// started them yet). Never waits for a load in progress.
+    pub fn memories_loaded(&self) -> bool {
+        self.inner.memory.try_lock().is_ok_and(|m| m.started)
     }
 }
 

@@ -14,11 +14,12 @@
 //! the whole table.
 
 use std::future::Future;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 
 use deadpool_postgres::Client;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, MutexGuard};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
@@ -46,7 +47,7 @@ const WRITE_SETTINGS: &str = "SET LOCAL plan_cache_mode = force_custom_plan;";
 
 /// An operation table in the database mirrored by an engine table in this process: the
 /// PostgreSQL side of the [`OpTable`] seam.
-pub(super) trait OpsTable: OpTable {
+pub(super) trait OpsTable: OpTable + Send + 'static {
     /// The database table.
     const NAME: &'static str;
     /// Locks the table against other writers until the transaction ends.
@@ -64,6 +65,10 @@ pub(super) trait OpsTable: OpTable {
     fn keys(op: &Self::Op) -> (String, Option<String>);
     /// This process's writer gate of the table.
     fn writers(inner: &Inner) -> &Mutex<()>;
+    /// Where this process keeps the table's image, for a table that keeps one.
+    fn image_dir(_inner: &Inner) -> Option<&Path> {
+        None
+    }
 }
 
 impl OpsTable for MemoryTable {
@@ -78,6 +83,9 @@ impl OpsTable for MemoryTable {
          WHERE coalesce((SELECT max(seq) FROM memory_ops), 0) <= $4 RETURNING seq";
     fn writers(inner: &Inner) -> &Mutex<()> {
         &inner.memory_writers
+    }
+    fn image_dir(inner: &Inner) -> Option<&Path> {
+        inner.image_dir.as_deref()
     }
     fn keys(op: &MemoryOp) -> (String, Option<String>) {
         match op {
@@ -118,9 +126,30 @@ pub(super) struct Mirror<T> {
     pub(super) image_seq: i64,
     /// Rows applied from catch-ups since the store opened.
     pub(super) replayed: u64,
+    /// Whether the mirror was started (from the table's image, when there is one): see
+    /// [`Inner::lock_mirror`].
+    pub(super) started: bool,
 }
 
 impl Inner {
+    /// Locks `mirror`; on its first use, starts it from the table's image when one matches
+    /// the database (`image`). Every use of a mirror goes through here, so a store opened
+    /// without reading its memories ([`super::PgOptions::defer_memory_load`]) reads the image
+    /// before any row, whichever call comes first.
+    pub(super) async fn lock_mirror<'a, T: OpsTable>(
+        &self,
+        mirror: &'a Mutex<Mirror<T>>,
+    ) -> Result<MutexGuard<'a, Mirror<T>>, StoreError> {
+        let mut m = mirror.lock().await;
+        if !m.started {
+            if let Some(dir) = T::image_dir(self) {
+                self.restore_image(dir.to_path_buf(), &mut m).await?;
+            }
+            m.started = true;
+        }
+        Ok(m)
+    }
+
     /// Applies catch-up rows (sequence number, operation) in order. Unreadable rows are skipped
     /// with a diagnostic (never fatal, as a corrupt log line in the file store).
     fn apply_rows<T: OpsTable>(
@@ -166,7 +195,7 @@ impl Inner {
     ) -> Result<R, StoreError> {
         // The mirror first, then a connection: a task waiting for the mirror holds no
         // connection, so a full pool never waits on itself.
-        let mut m = mirror.lock().await;
+        let mut m = self.lock_mirror(mirror).await?;
         let client = self.client("read").await?;
         // A prepared statement (cached per connection): one round trip. One statement, one
         // snapshot: every row it returns was committed, and (writers being serialized) so was
@@ -258,7 +287,7 @@ impl Inner {
             // writes go on meanwhile. Whoever holds both takes the mirror first, so a full
             // pool never waits on itself.
             let (decision, after) = {
-                let m = mirror.lock().await;
+                let m = self.lock_mirror(mirror).await?;
                 (prepare(&m.table), m.seq)
             };
             match decision {
@@ -290,7 +319,7 @@ impl Inner {
             self.read(mirror, |_| ()).await?;
             caught_up = true;
         }
-        let mut m = mirror.lock().await;
+        let mut m = self.lock_mirror(mirror).await?;
         let client = self.client("write").await?;
         let statements = Statements::prepare::<T>(&client).await?;
         // Until it is closed cleanly, the transaction's connection is discarded rather than
