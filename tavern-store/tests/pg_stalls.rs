@@ -382,3 +382,45 @@ async fn black_holed_connections_are_given_up_and_replaced() {
     .await
     .unwrap();
 }
+
+/// A store opened without reading its memories (as `tavern-bridge` opens one) whose
+/// background load meets a black-holed connection: the load fails within `call_timeout`
+/// instead of holding every memory call up for good, and the next memory call reads them on
+/// a new connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferred_memory_load_on_a_black_holed_connection_gives_up_and_the_next_call_loads() {
+    let cluster = pg_support::cluster();
+    let config = cluster.fresh_database().await;
+    let writer = open(&config, PgLimits::default()).await;
+    for i in 0..3 {
+        let w = write(&format!("m{i}"), agent("a1"), &format!("lantern {i}"));
+        writer.put(w, None, false).await.unwrap();
+    }
+    let proxy = proxy::Proxy::start(cluster.socket_dir(), cluster.port()).await;
+    let mut options = tavern_store::pg::PgOptions::default().with_deferred_memory_load();
+    options.pool_size = 1;
+    options.limits.call_timeout = Duration::from_secs(2);
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
+    let store =
+        PgStore::open_with_options(through(&proxy, &config), &PgTls::default(), clock, options)
+            .await
+            .unwrap();
+    assert!(!store.memories_loaded());
+    // The pool's one connection (opened for the migration) goes dark.
+    proxy.freeze_all();
+    let e = bounded("a load on a black-holed connection", store.load_memories())
+        .await
+        .expect_err("no answer can come");
+    assert!(e.to_string().contains("did not answer"), "{e}");
+    let found = bounded(
+        "a search after the load gave up",
+        store.search(&tavern_store::MemoryQuery::new(
+            "lantern",
+            vec![agent("a1")],
+        )),
+    )
+    .await
+    .unwrap();
+    assert_eq!(found.hits.len(), 3);
+    assert!(store.memories_loaded());
+}

@@ -399,13 +399,30 @@ impl PgStore {
     /// [`PgOptions::defer_memory_load`] and no call has read them yet, else catches up; then
     /// saves an image when that read many rows. What a program runs in a task of its own
     /// after opening, so that the first memory call does not wait for every memory (memory
-    /// calls made meanwhile wait for it, each within its own time limit). Not bounded by
-    /// [`PgLimits::call_timeout`]: a large database takes as long as it takes.
+    /// calls made meanwhile wait for it, each within its own time limit). A large database
+    /// may take longer than [`PgLimits::call_timeout`]: each attempt is bounded by it, and
+    /// another follows as long as the last one got further (read an image or applied rows:
+    /// rows are applied batch by batch),
+    /// so a database that stops answering fails the load within that bound of its last
+    /// answer, never holding the memories up for good.
     ///
     /// # Errors
-    /// The database cannot be read (the next memory call tries again).
+    /// The database cannot be read, or did not answer within the bound (the next memory call
+    /// tries again from where this got to).
     pub async fn load_memories(&self) -> Result<(), StoreError> {
-        self.inner.read(&self.inner.memory, |_| ()).await?;
+        let progress = |m: &ops::Mirror<MemoryTable>| m.seq;
+        loop {
+            let before = progress(&*self.inner.memory.lock().await);
+            let attempt = self
+                .inner
+                .bounded("load memories", self.inner.read(&self.inner.memory, |_| ()))
+                .await;
+            match attempt {
+                Ok(()) => break,
+                Err(e) if progress(&*self.inner.memory.lock().await) == before => return Err(e),
+                Err(_) => {}
+            }
+        }
         // Many rows read: the next open spares them.
         self.inner.save_memory_image_quietly(false).await;
         Ok(())
