@@ -104,8 +104,8 @@ fn file_store(root: &Path) -> PathBuf {
     data
 }
 
-#[test]
-fn a_file_store_moves_into_postgres_and_back_verified() {
+/// A new empty database of the test cluster, and its settings as a command line takes them.
+fn fresh_database() -> (tavern_store::pg::PgConfig, String) {
     let cluster = pg::cluster();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -113,6 +113,12 @@ fn a_file_store_moves_into_postgres_and_back_verified() {
         .unwrap();
     let config = rt.block_on(cluster.fresh_database());
     let settings = cluster.settings(config.get_dbname().unwrap());
+    (config, settings)
+}
+
+#[test]
+fn a_file_store_moves_into_postgres_and_back_verified() {
+    let (config, settings) = fresh_database();
     let tmp = tempfile::tempdir().unwrap();
     let a = file_store(tmp.path());
 
@@ -331,13 +337,7 @@ fn tls_is_used_when_the_settings_require_it_and_the_ca_is_trusted() {
 
 #[test]
 fn a_memory_image_dir_spares_the_next_run_reading_every_memory() {
-    let cluster = pg::cluster();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let config = rt.block_on(cluster.fresh_database());
-    let settings = cluster.settings(config.get_dbname().unwrap());
+    let (_, settings) = fresh_database();
     let tmp = tempfile::tempdir().unwrap();
     // Enough memories for an image to be worth saving (4,096 rows read at open).
     let data = tmp.path().join("a");

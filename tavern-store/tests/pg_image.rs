@@ -100,14 +100,7 @@ async fn a_damaged_image_is_reported_and_the_database_read_instead() {
     let path = images.path().join(IMAGE);
     let image = std::fs::read(&path).unwrap();
     let truth = from_rows_alone(&config, rows).await;
-    let mut flipped = image.clone();
-    let middle = flipped.len() / 2;
-    flipped[middle] ^= 0x20;
-    for damaged in [
-        flipped,
-        image[..image.len() - 7].to_vec(),
-        b"tvpgimg".to_vec(),
-    ] {
+    for damaged in memories::damaged(&image) {
         std::fs::write(&path, &damaged).unwrap();
         let s = open(&config, Some(images.path())).await;
         let diags = s.diagnostics();

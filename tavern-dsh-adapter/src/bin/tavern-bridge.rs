@@ -238,15 +238,17 @@ async fn open_store(
                 "memory.log cannot be read yet; memory calls fail until it can: {e}"
             ),
         }
-        for d in loading
-            .diagnostics()
-            .iter()
-            .filter(|d| !reported.contains(d))
-        {
-            tracing::warn!(file = %d.file, "{}", d.message);
-        }
+        warn_new(&loading.diagnostics(), &reported);
     });
     Ok(Arc::new(store))
+}
+
+/// Logs the diagnostics of `now` that were not `reported` at open (what a background load of
+/// the memories found).
+fn warn_new(now: &[tavern_store::StoreDiagnostic], reported: &[tavern_store::StoreDiagnostic]) {
+    for d in now.iter().filter(|d| !reported.contains(d)) {
+        tracing::warn!(file = %d.file, "{}", d.message);
+    }
 }
 
 /// Connects to PostgreSQL; no message repeats the settings or the password.
@@ -294,13 +296,7 @@ async fn open_postgres(
                 "the memories cannot be read yet; memory calls fail until they can: {e}"
             ),
         }
-        for d in loading
-            .diagnostics()
-            .iter()
-            .filter(|d| !reported.contains(d))
-        {
-            tracing::warn!(file = %d.file, "{}", d.message);
-        }
+        warn_new(&loading.diagnostics(), &reported);
     });
     Ok(Arc::new(store))
 }

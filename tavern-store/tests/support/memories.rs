@@ -89,3 +89,16 @@ pub async fn seen(s: &impl MemoryStore) -> String {
     }
     out
 }
+
+/// An image damaged three ways: a flipped bit in the middle, its last bytes cut off, and no
+/// more than its magic's first seven bytes.
+pub fn damaged(image: &[u8]) -> [Vec<u8>; 3] {
+    let mut flipped = image.to_vec();
+    let middle = flipped.len() / 2;
+    flipped[middle] ^= 0x20;
+    [
+        flipped,
+        image[..image.len() - 7].to_vec(),
+        image[..7].to_vec(),
+    ]
+}
