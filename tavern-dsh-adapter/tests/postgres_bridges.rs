@@ -278,6 +278,29 @@ async fn bridges_keep_an_image_of_the_memories_in_the_image_dir() {
         assert!(images.join("memory.image").is_file(), "{first} {log}");
         b.cancel().await.unwrap();
     }
+
+    // A host that leaves at once (stdin closed before anything is asked): the bridge exits
+    // only once the memories it was reading in the background are read and imaged.
+    std::fs::remove_file(images.join("memory.image")).unwrap();
+    let quick = std::process::Command::new(BRIDGE)
+        .args(["--store", &settings, "--store-image-dir"])
+        .arg(&images)
+        .arg("--assets")
+        .arg(&assets)
+        .env("RUST_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        quick.status.success(),
+        "{}",
+        String::from_utf8_lossy(&quick.stderr)
+    );
+    assert!(
+        images.join("memory.image").is_file(),
+        "{}",
+        String::from_utf8_lossy(&quick.stderr)
+    );
 }
 
 #[test]

@@ -8,6 +8,8 @@
 //! PNG card, for the checkpoint saved per event (the behaviour before #28) beside the
 //! checkpoint saved per turn, in the same run (`docs/PERFORMANCE.md`).
 //!
+//! `--big-store N --pg SETTINGS` (an empty database) times a bridge on PostgreSQL holding N
+//! memories: handshake and first memory search, without and with the memory image.
 //! With `--pg SETTINGS` (a database on a server started with
 //! `-c shared_preload_libraries=pg_stat_statements`), the same turns run on PgStore instead and
 //! the table counts the SQL statements PgStore sends per event (from `pg_stat_statements`: an
@@ -900,6 +902,90 @@ fn big_store_table(bridge: &Path, records: usize) -> Result<(), Error> {
     Ok(())
 }
 
+/// The bridge on a PostgreSQL database (`settings`, empty) of `records` memories: the
+/// handshake and the first memory search of a start with `--store-image-dir` and no image yet
+/// (every row read in the background, then the image saved), of the next start (the image
+/// read), beside an open that reads every row first (what the handshake waited for before).
+fn big_pg_table(bridge: &Path, records: usize, settings: &str) -> Result<(), Error> {
+    use std::sync::Arc;
+    use tavern_store::pg::{PgStore, PgTls};
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("data");
+    write_big_store(&data, records)?;
+    let clock = Arc::new(tavern_store::clock::SystemClock);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let config = tavern_store::pg::parse_settings(settings)?;
+    rt.block_on(async {
+        let files = tavern_store::fs::FsStore::open(&data, clock.clone())?;
+        let target =
+            PgStore::open_with_tls(config.clone(), &PgTls::default(), clock.clone(), 8).await?;
+        tavern_store::copy_store(&files, &target).await?;
+        Ok::<_, Error>(())
+    })?;
+    let eager = Instant::now();
+    let store = rt.block_on(PgStore::open_with_tls(config, &PgTls::default(), clock, 8))?;
+    let eager_ms = eager.elapsed().as_secs_f64() * 1e3;
+    let loaded = rt.block_on(store.memory_len());
+    if loaded != records {
+        return Err(format!("{loaded} records loaded, {records} written").into());
+    }
+    drop(store);
+    let assets = dir.path().join("assets");
+    std::fs::create_dir_all(assets.join("characters"))?;
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/assets/Mira.card.json"),
+        assets.join("characters/Mira.json"),
+    )?;
+    let images = dir.path().join("images");
+    println!("| bridge on PostgreSQL, {records} memories | start to handshake | start to first memory search | RSS |\n|---|---|---|---|");
+    println!("| an open reading every row first (before) | {eager_ms:.0} ms | | |");
+    for label in [
+        "first start, no image yet (every row)",
+        "next start (the image)",
+    ] {
+        let started = Instant::now();
+        let mut p = Peer::spawn_with(
+            bridge,
+            &[
+                "--store".as_ref(),
+                settings.as_ref(),
+                "--store-image-dir".as_ref(),
+                images.as_os_str(),
+                "--assets".as_ref(),
+                assets.as_os_str(),
+            ],
+        )?;
+        let handshake_ms = started.elapsed().as_secs_f64() * 1e3;
+        let bound = p.call(
+            "agent/created",
+            json!({"agent": "s1", "bind": {"character": "Mira", "chatId": "big store"}}),
+        )?;
+        if bound["result"]["mounted"] != true {
+            return Err(format!("binding failed: {bound}").into());
+        }
+        let searched = p.call(
+            "tool/call",
+            json!({"tool": "memory_search", "args": {"query": "lantern"}, "callId": "c1", "session": "s1"}),
+        )?;
+        let search_ms = started.elapsed().as_secs_f64() * 1e3;
+        if !searched["result"]["items"].is_array() {
+            return Err(format!("the search failed: {searched}").into());
+        }
+        let rss = p.rss_kib()? as f64 / 1024.0;
+        p.call("shutdown", json!({}))?;
+        p.child.wait()?;
+        let image = std::fs::metadata(images.join("memory.image")).map_or("none".to_owned(), |m| {
+            format!("{:.0} MiB", m.len() as f64 / 1048576.0)
+        });
+        println!("| {label} | {handshake_ms:.0} ms | {search_ms:.0} ms | {rss:.0} MiB | image after: {image} |");
+    }
+    println!();
+    Ok(())
+}
+
 fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--big-store") {
@@ -912,6 +998,10 @@ fn main() -> Result<(), Error> {
             return Err(
                 "build tavern-bridge first (cargo build --release -p tavern-dsh-adapter)".into(),
             );
+        }
+        if let Some(i) = args.iter().position(|a| a == "--pg") {
+            let settings = args.get(i + 1).ok_or("--pg needs connection settings")?;
+            return big_pg_table(&bridge, records, settings);
         }
         return big_store_table(&bridge, records);
     }

@@ -186,10 +186,19 @@ fn zone(text: &str) -> Result<Arc<dyn UtcOffsets>, String> {
 }
 
 /// The store the command line names: PostgreSQL with `--store`, else the files under `--data`.
+/// The store, and the task reading a database's memories in the background (awaited for a
+/// while at exit so that the image it saves is not cut short).
+type Opened = (Arc<dyn AllStores>, Option<tokio::task::JoinHandle<()>>);
+
+/// How long an exiting bridge waits for the background read of a database's memories (and
+/// the image saved after it) to finish.
+#[cfg(feature = "postgres")]
+const EXIT_WAIT_FOR_LOAD: std::time::Duration = std::time::Duration::from_secs(10);
+
 async fn open_store(
     common: &Common,
     clock: Arc<dyn tavern_store::clock::Clock>,
-) -> Result<Arc<dyn AllStores>, String> {
+) -> Result<Opened, String> {
     #[cfg(feature = "postgres")]
     // An empty TAVERN_STORE (common in env files) means no database.
     if let Some(settings) = common.store.as_ref().filter(|s| !s.trim().is_empty()) {
@@ -240,7 +249,7 @@ async fn open_store(
         }
         warn_new(&loading.diagnostics(), &reported);
     });
-    Ok(Arc::new(store))
+    Ok((Arc::new(store), None))
 }
 
 /// Logs the diagnostics of `now` that were not `reported` at open (what a background load of
@@ -259,7 +268,7 @@ async fn open_postgres(
     ca_file: Option<&std::path::Path>,
     image_dir: Option<PathBuf>,
     clock: Arc<dyn tavern_store::clock::Clock>,
-) -> Result<Arc<dyn AllStores>, String> {
+) -> Result<Opened, String> {
     use tavern_store::pg::{PgOptions, PgStore};
     let (config, tls) = tavern_store::pg::load_settings(settings, password_file, ca_file)
         .map_err(|e| format!("--store{}: {e}", e.option_suffix()))?;
@@ -277,7 +286,7 @@ async fn open_postgres(
     }
     tracing::info!("store: postgresql");
     let loading = store.clone();
-    tokio::spawn(async move {
+    let load = tokio::spawn(async move {
         let started = std::time::Instant::now();
         match loading.load_memories().await {
             Ok(()) => {
@@ -298,7 +307,7 @@ async fn open_postgres(
         }
         warn_new(&loading.diagnostics(), &reported);
     });
-    Ok(Arc::new(store))
+    Ok((Arc::new(store), Some(load)))
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
@@ -307,7 +316,33 @@ async fn run(cli: Cli) -> Result<(), String> {
         SessionId::parse(m.session.as_str()).map_err(|e| format!("--session: {e}"))?;
     }
     let clock = Arc::new(SystemClock);
-    let store = open_store(&cli.common, clock.clone()).await?;
+    let (store, load) = open_store(&cli.common, clock.clone()).await?;
+    let served = serve(cli, store, assets, clock).await;
+    // The host is done; the memories may still be being read, or their image written: given
+    // a while, the next start reads that image instead of every row.
+    if let Some(load) = load.filter(|l| !l.is_finished()) {
+        #[cfg(feature = "postgres")]
+        if tokio::time::timeout(EXIT_WAIT_FOR_LOAD, load)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "the memories were still being read at exit; the next start reads them again"
+            );
+        }
+        #[cfg(not(feature = "postgres"))]
+        drop(load);
+    }
+    served
+}
+
+/// Serves the host on stdio until it is done.
+async fn serve(
+    cli: Cli,
+    store: Arc<dyn AllStores>,
+    assets: Arc<dyn AssetProvider>,
+    clock: Arc<SystemClock>,
+) -> Result<(), String> {
     let host = Arc::new(BridgeHost::default());
     let config = RuntimeConfig {
         user_name: cli.common.user.clone(),
