@@ -111,6 +111,20 @@ async fn a_damaged_image_is_reported_and_the_database_read_instead() {
         assert_eq!(s.memory_rows_replayed().await, rows);
         assert_eq!(seen(&s).await, truth);
     }
+    // A file far larger than an image of this table can be is refused unread.
+    std::fs::write(&path, &image).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(1 << 30)
+        .unwrap();
+    let s = open(&config, Some(images.path())).await;
+    let diags = s.diagnostics();
+    assert_eq!(diags.len(), 1, "{diags:?}");
+    assert!(diags[0].message.contains("more than an image"), "{diags:?}");
+    assert_eq!(s.memory_rows_replayed().await, rows);
+    drop(s);
     // The last open that read the database saved a good image again.
     let s = open(&config, Some(images.path())).await;
     assert!(s.diagnostics().is_empty(), "{:?}", s.diagnostics());
@@ -237,5 +251,34 @@ async fn a_deferred_open_reads_the_image_at_the_first_memory_call_whichever_it_i
     s.load_memories().await.unwrap();
     assert!(s.memories_loaded());
     assert_eq!(s.memory_rows_replayed().await, rows + tail);
+    assert_eq!(seen(&s).await, truth);
+}
+
+#[tokio::test]
+async fn an_image_of_another_store_with_the_same_object_ids_and_last_row_is_never_trusted() {
+    let (config, rows) = filled_database().await;
+    let images = tempfile::tempdir().unwrap();
+    drop(open(&config, Some(images.path())).await);
+    let before = from_rows_alone(&config, rows).await;
+    // What another store looks like when a cluster is made again from scratch (the same
+    // object ids) and filled alike but for one earlier record: the same database and table,
+    // the same last row, another history — and another identity token, made with its schema.
+    let (client, conn) = config.connect(tavern_store::pg::NoTls).await.unwrap();
+    let task = tokio::spawn(conn);
+    client
+        .batch_execute(
+            "UPDATE memory_ops SET op = replace(op::text, 'lantern', 'beacon')::json
+             WHERE seq = (SELECT min(seq) + 1 FROM memory_ops);
+             UPDATE store_identity SET token = 'another store'",
+        )
+        .await
+        .unwrap();
+    drop(client);
+    let _ = task.await;
+    let s = open(&config, Some(images.path())).await;
+    assert!(s.diagnostics().is_empty(), "{:?}", s.diagnostics());
+    assert_eq!(s.memory_rows_replayed().await, rows);
+    let truth = from_rows_alone(&config, rows).await;
+    assert_ne!(truth, before, "the other store differs in what a user sees");
     assert_eq!(seen(&s).await, truth);
 }

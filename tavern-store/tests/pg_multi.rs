@@ -690,6 +690,7 @@ async fn a_version_1_database_is_upgraded_with_its_rows() {
                  ADD COLUMN rewritten bigint NOT NULL DEFAULT 0;
              ALTER TABLE chat_lines DROP COLUMN digest;
              CREATE SEQUENCE chat_revisions;
+             DROP TABLE store_identity;
              INSERT INTO chats (character, chat, revision, rewritten, line_count)
                  VALUES ('Mira', 'old', 7, 7, 2);
              INSERT INTO chat_lines (character, chat, n, line) VALUES

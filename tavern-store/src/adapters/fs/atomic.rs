@@ -35,6 +35,25 @@ pub(crate) fn pathless(e: &std::io::Error) -> std::io::Error {
     }
 }
 
+/// Opens `path` for reading only if it is a regular file: `None` when it is anything else (a
+/// FIFO, a device, a directory, a symbolic link). The open itself never blocks (a FIFO opened
+/// without a writer would) and what is checked is the very file opened, so nothing swapped in
+/// between a check and the open is ever read.
+pub(crate) fn open_regular(path: &Path) -> std::io::Result<Option<std::fs::File>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path)
+    {
+        Ok(file) => file,
+        // O_NOFOLLOW on a symbolic link.
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(file.metadata()?.is_file().then_some(file))
+}
+
 /// Whether `rel` exists as something other than a regular file (a directory, a FIFO, a
 /// device): such a thing is never opened for reading, which could block forever.
 pub(crate) fn is_special(root: &Path, rel: &str) -> bool {

@@ -29,7 +29,7 @@ use crate::error::StoreError;
 /// `tvimage` and the format version (of the whole image, table and index included).
 const MAGIC: &[u8; 8] = b"tvimage\x01";
 /// Magic, body length, body checksum.
-const HEADER: usize = 8 + 8 + 16;
+pub(crate) const HEADER: usize = 8 + 8 + 16;
 /// Log offset, line count, prefix digest.
 const ANCHOR: usize = 8 + 8 + 16;
 /// The largest image read per byte of its log (images run 1.2–2× their log: records stored
@@ -95,11 +95,9 @@ pub(crate) fn load<T: OpTable>(
     log_rel: &str,
 ) -> Result<Found<T>, StoreError> {
     // A FIFO would block the open, a device never end: only a regular file is read.
-    if super::atomic::is_special(root, image_rel) {
-        return Ok(Found::Damaged("not a regular file".into()));
-    }
-    let mut file = match std::fs::File::open(under(root, image_rel)) {
-        Ok(file) => file,
+    let mut file = match super::atomic::open_regular(&under(root, image_rel)) {
+        Ok(Some(file)) => file,
+        Ok(None) => return Ok(Found::Damaged("not a regular file".into())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Found::Absent),
         Err(e) => return Ok(Found::Damaged(format!("unreadable ({e})"))),
     };

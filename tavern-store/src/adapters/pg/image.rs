@@ -4,23 +4,30 @@
 //!
 //! File: as the file store's images (`fs::image`: magic and version, the body's length and
 //! XXH3-128 checksum), with the anchor `memory_ops`'s identity and position: the database's
-//! and the table's object ids, the sequence number of the last row the mirror applied and the
-//! XXH3-128 of that row (its operation text and reset flag). Rows are never changed, only
-//! appended or deleted by a compaction (after its `reset` row), so while the very row the image
-//! ends at is still in the same table of the same database, every row before it is the one the
-//! image was made from and every row after it is one the image lacks. A table dropped and made
-//! again, another database (a restored dump, another cluster, another store pointed at the same
-//! directory) or a compaction since make the image stale: the mirror is read from the database,
-//! silently. A torn or damaged file is reported and read from the database too.
+//! and the table's object ids, the XXH3-128 of the store's random identity token
+//! (`store_identity`, made with the schema and again when a copy fills the store), the
+//! sequence number of the last row the mirror applied and the XXH3-128 of that row (its
+//! operation text and reset flag). Rows are never changed, only appended or deleted by a
+//! compaction (after its `reset` row), so while the very row the image ends at is still in the
+//! same table of the same store, every row before it is the one the image was made from and
+//! every row after it is one the image lacks. The anchor is checked before the rest of the file
+//! is read: another store (a database made again, even in a cluster made again from scratch
+//! with the same object ids; a restored dump; another store pointed at the same directory) or
+//! a compaction since make the image stale and it is not read at all — the mirror is read from
+//! the database, silently. A torn or damaged file, or one larger than 8× the table, is
+//! reported and the database read too. A row edited by hand is not detected: delete the image
+//! after changing `memory_ops` by hand.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use tokio_postgres::types::ToSql;
 
 use super::ops::{Mirror, OpsTable};
 use super::{db, Inner};
+use crate::adapters::fs::atomic::open_regular;
 use crate::adapters::fs::atomic::{io_err, write_atomic};
-use crate::adapters::fs::image::{anchor_mut, checked_body, frame, seal, Framed};
+use crate::adapters::fs::image::{anchor_mut, checked_body, frame, seal, Framed, HEADER};
 use crate::engine::memory_table::MemoryTable;
 use crate::engine::oplog::OpTable;
 use crate::error::StoreError;
@@ -29,8 +36,11 @@ use crate::error::StoreError;
 pub(super) const FILE: &str = "memory.image";
 /// `tvpgimg` and the format version (of the whole image, table and index included).
 const MAGIC: &[u8; 8] = b"tvpgimg\x01";
-/// Database oid, table oid, sequence number, the row's digest.
-const ANCHOR: usize = 8 + 8 + 8 + 16;
+/// Database oid, table oid, the store's identity digest, sequence number, the row's digest.
+const ANCHOR: usize = 8 + 8 + 16 + 8 + 16;
+/// The largest image read per byte the table takes on the server (an image runs below it:
+/// records stored once, varint postings).
+const MAX_IMAGE_PER_TABLE_BYTE: u64 = 8;
 
 /// A new image is saved once the mirror is this many sequence numbers past the last one
 /// (opening replayed that many rows: the next open spares them).
@@ -41,6 +51,8 @@ pub(super) const IMAGE_MIN_NEW_ROWS: i64 = 4096;
 pub(super) struct Anchor {
     database: i64,
     table: i64,
+    /// XXH3-128 of the store's random identity token (`store_identity`).
+    identity: u128,
     /// The last row the image reflects.
     pub(super) seq: i64,
     /// XXH3-128 of that row.
@@ -52,27 +64,35 @@ impl Anchor {
         let mut out = [0u8; ANCHOR];
         out[..8].copy_from_slice(&self.database.to_le_bytes());
         out[8..16].copy_from_slice(&self.table.to_le_bytes());
-        out[16..24].copy_from_slice(&self.seq.to_le_bytes());
-        out[24..].copy_from_slice(&self.row.to_le_bytes());
+        out[16..32].copy_from_slice(&self.identity.to_le_bytes());
+        out[32..40].copy_from_slice(&self.seq.to_le_bytes());
+        out[40..].copy_from_slice(&self.row.to_le_bytes());
         out
     }
 
-    fn from_bytes(b: &[u8]) -> Self {
+    fn from_bytes(b: &[u8; ANCHOR]) -> Self {
         let word = |at: usize| {
             let mut w = [0u8; 8];
             w.copy_from_slice(&b[at..at + 8]);
             i64::from_le_bytes(w)
         };
-        let mut row = [0u8; 16];
-        row.copy_from_slice(&b[24..40]);
+        let digest = |at: usize| {
+            let mut d = [0u8; 16];
+            d.copy_from_slice(&b[at..at + 16]);
+            u128::from_le_bytes(d)
+        };
         Self {
             database: word(0),
             table: word(8),
-            seq: word(16),
-            row: u128::from_le_bytes(row),
+            identity: digest(16),
+            seq: word(32),
+            row: digest(40),
         }
     }
 }
+
+/// An image file's first bytes: the framing's header and the anchor.
+type Head = [u8; HEADER + ANCHOR];
 
 /// What looking for an image found.
 enum Found<T> {
@@ -80,47 +100,77 @@ enum Found<T> {
     Absent,
     /// An image that cannot be read: why, in lowercase words.
     Damaged(String),
-    /// A table and where it was taken (still to be checked against the database).
-    Read(Box<T>, Anchor),
+    /// The file, opened, and its first bytes (the rest not read yet).
+    Opened(std::fs::File, Box<Head>),
+    /// The table it holds.
+    Read(Box<T>),
 }
 
-/// Reads the image in `dir` (blocking).
-fn load<T: OpTable>(dir: &Path) -> Found<T> {
-    let path = dir.join(FILE);
+/// Opens the image in `dir` and reads its header and anchor (blocking).
+fn open_image<T>(dir: &Path) -> Found<T> {
     // A FIFO would block the open, a device never end: only a regular file is read.
-    match std::fs::symlink_metadata(&path) {
+    let mut file = match open_regular(&dir.join(FILE)) {
+        Ok(Some(file)) => file,
+        Ok(None) => return Found::Damaged("not a regular file".into()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Found::Absent,
         Err(e) => return Found::Damaged(format!("unreadable ({})", e.kind())),
-        Ok(m) if !m.is_file() => return Found::Damaged("not a regular file".into()),
-        Ok(_) => {}
-    }
-    let bytes = match std::fs::read(&path) {
-        Ok(bytes) => bytes,
-        Err(e) => return Found::Damaged(format!("unreadable ({})", e.kind())),
     };
+    let mut head = Box::new([0u8; HEADER + ANCHOR]);
+    match file.read_exact(&mut head[..]) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            return Found::Damaged("torn or damaged (shorter than its header)".into())
+        }
+        Err(e) => return Found::Damaged(format!("unreadable ({})", e.kind())),
+    }
+    match checked_body(&head[..HEADER], MAGIC, 0) {
+        // Another release's: not damage, just not ours.
+        Framed::OtherVersion => Found::Absent,
+        _ if &head[..8] != MAGIC => Found::Damaged("not an image (wrong magic)".into()),
+        _ => Found::Opened(file, head),
+    }
+}
+
+/// Reads the rest of an opened image, at most `cap` bytes in all, and the table it holds
+/// (blocking).
+fn read_image<T: OpTable>(mut file: std::fs::File, head: &Head, cap: u64) -> Found<T> {
+    let size = file.metadata().map_or(0, |m| m.len());
+    if size > cap {
+        return Found::Damaged(format!(
+            "{size} bytes, more than an image of this table can be; not read"
+        ));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    bytes.extend_from_slice(head);
+    let rest = cap.saturating_sub(head.len() as u64);
+    if let Err(e) = (&mut file).take(rest).read_to_end(&mut bytes) {
+        return Found::Damaged(format!("unreadable ({})", e.kind()));
+    }
     let body = match checked_body(&bytes, MAGIC, ANCHOR) {
         Framed::Body(body) => body,
         Framed::OtherVersion => return Found::Absent,
         Framed::Damaged => return Found::Damaged("torn or damaged (checksum mismatch)".into()),
     };
     match T::read_image(&body[ANCHOR..]) {
-        Ok(table) => Found::Read(Box::new(table), Anchor::from_bytes(&body[..ANCHOR])),
+        Ok(table) => Found::Read(Box::new(table)),
         Err(e) => Found::Damaged(e),
     }
 }
 
 impl Inner {
-    /// The anchor of `T`'s table at row `seq` as the database holds it now: `None` when that
-    /// row is no longer in the table (a compaction deleted it).
-    async fn anchor_at<T: OpsTable>(&self, seq: i64) -> Result<Option<Anchor>, StoreError> {
+    /// The anchor of `T`'s table at row `seq` as the database holds it now (`None` when that
+    /// row is no longer in the table: a compaction deleted it), and the bytes the table takes.
+    async fn anchor_at<T: OpsTable>(&self, seq: i64) -> Result<(Option<Anchor>, u64), StoreError> {
         let client = self.client("image").await?;
         let param: [&(dyn ToSql + Sync); 1] = [&seq];
         let identity = format!(
             "SELECT
                 (SELECT oid::bigint FROM pg_database WHERE datname = current_database()),
                 '{table}'::regclass::oid::bigint,
+                (SELECT token FROM store_identity WHERE id = 1),
                 (SELECT op::text FROM {table} WHERE seq = $1),
-                (SELECT reset FROM {table} WHERE seq = $1)",
+                (SELECT reset FROM {table} WHERE seq = $1),
+                pg_total_relation_size('{table}'::regclass)",
             table = T::NAME
         );
         let row = client
@@ -129,20 +179,26 @@ impl Inner {
             .map_err(db("image"))?;
         let database: Option<i64> = row.try_get(0).map_err(db("image"))?;
         let table: i64 = row.try_get(1).map_err(db("image"))?;
-        let op: Option<&str> = row.try_get(2).map_err(db("image"))?;
-        let reset: Option<bool> = row.try_get(3).map_err(db("image"))?;
-        let (Some(database), Some(op), Some(reset)) = (database, op, reset) else {
-            return Ok(None);
+        let token: Option<&str> = row.try_get(2).map_err(db("image"))?;
+        let op: Option<&str> = row.try_get(3).map_err(db("image"))?;
+        let reset: Option<bool> = row.try_get(4).map_err(db("image"))?;
+        let size: i64 = row.try_get(5).map_err(db("image"))?;
+        let size = u64::try_from(size).unwrap_or(0);
+        let (Some(database), Some(token), Some(op), Some(reset)) = (database, token, op, reset)
+        else {
+            return Ok((None, size));
         };
         let mut hasher = xxhash_rust::xxh3::Xxh3::new();
         hasher.update(op.as_bytes());
         hasher.update(&[u8::from(reset)]);
-        Ok(Some(Anchor {
+        let anchor = Anchor {
             database,
             table,
+            identity: xxhash_rust::xxh3::xxh3_128(token.as_bytes()),
             seq,
             row: hasher.digest128(),
-        }))
+        };
+        Ok((Some(anchor), size))
     }
 
     /// Starts a mirror that has read nothing yet from the image in `dir`, when it matches
@@ -156,22 +212,40 @@ impl Inner {
         if m.seq != 0 {
             return Ok(());
         }
-        let found = tokio::task::spawn_blocking(move || load::<T>(&dir))
-            .await
-            .unwrap_or_else(|_| Found::Damaged("reading it failed".into()));
-        match found {
-            Found::Absent => {}
-            Found::Damaged(why) => self.diag(
+        let damaged = |why: String| {
+            self.diag(
                 FILE.into(),
                 format!("{why}; the memories were read from the database instead"),
-            ),
-            Found::Read(table, anchor) => {
-                if self.anchor_at::<T>(anchor.seq).await? == Some(anchor) {
-                    m.table = *table;
-                    m.seq = anchor.seq;
-                    m.image_seq = anchor.seq;
-                }
+            );
+        };
+        let (file, head) = match blocking(move || open_image::<T>(&dir)).await {
+            Found::Opened(file, head) => (file, head),
+            Found::Damaged(why) => {
+                damaged(why);
+                return Ok(());
             }
+            Found::Absent | Found::Read(_) => return Ok(()),
+        };
+        let mut anchor = [0u8; ANCHOR];
+        anchor.copy_from_slice(&head[HEADER..]);
+        let anchor = Anchor::from_bytes(&anchor);
+        // Checked before the rest is read: an image of another store, or of rows compacted
+        // since, is never read at all.
+        let (now, size) = self.anchor_at::<T>(anchor.seq).await?;
+        if now != Some(anchor) {
+            return Ok(());
+        }
+        let cap = size
+            .saturating_mul(MAX_IMAGE_PER_TABLE_BYTE)
+            .saturating_add(1 << 20);
+        match blocking(move || read_image::<T>(file, &head, cap)).await {
+            Found::Read(table) => {
+                m.table = *table;
+                m.seq = anchor.seq;
+                m.image_seq = anchor.seq;
+            }
+            Found::Damaged(why) => damaged(why),
+            Found::Absent | Found::Opened(..) => {}
         }
         Ok(())
     }
@@ -202,7 +276,7 @@ impl Inner {
             (m.seq, file)
         };
         // Gone already (compacted by another process): the image would never be trusted.
-        let Some(anchor) = self.anchor_at::<MemoryTable>(seq).await? else {
+        let Some(anchor) = self.anchor_at::<MemoryTable>(seq).await?.0 else {
             return Ok(false);
         };
         anchor_mut(&mut file, ANCHOR).copy_from_slice(&anchor.to_bytes());
@@ -228,4 +302,11 @@ impl Inner {
             self.diag(FILE.into(), format!("not saved: {e}"));
         }
     }
+}
+
+/// Runs blocking file work on tokio's blocking pool.
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Found<T> + Send + 'static) -> Found<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|_| Found::Damaged("reading it failed".into()))
 }

@@ -68,7 +68,19 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE chat_lines ADD COLUMN digest bytea;
     ALTER TABLE chats DROP COLUMN revision, DROP COLUMN rewritten;
     DROP SEQUENCE chat_revisions;",
+    // 4: the store's identity, a random token made with it (and made again when a copy fills
+    // it): a process's saved image of the memories names it, so an image is never taken for
+    // that of another store whose object ids and rows happen to match (a cluster made again
+    // from scratch hands out the same object ids).
+    "CREATE TABLE store_identity (
+        id integer PRIMARY KEY CHECK (id = 1),
+        token text NOT NULL
+    );
+    INSERT INTO store_identity (id, token) VALUES (1, md5(random()::text || clock_timestamp()::text || pg_backend_pid()::text));",
 ];
+
+/// A new random identity token, as SQL (see migration 4).
+pub(super) const NEW_IDENTITY: &str = "UPDATE store_identity SET token = md5(random()::text || clock_timestamp()::text || pg_backend_pid()::text)";
 
 /// Runs after the SQL of migration `version` (the version it brings the schema to).
 async fn after_migration(

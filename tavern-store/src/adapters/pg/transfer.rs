@@ -79,6 +79,10 @@ impl Transfer for PgStore {
         // In the dump's order, so the copy replays as the source does.
         insert_ops::<MemoryTable>(&tx, &dump.memory, "load tables").await?;
         insert_ops::<VariableTable>(&tx, &dump.variables, "load tables").await?;
+        // Filled anew: an image of whatever these tables held before is of another store.
+        tx.batch_execute(super::schema::NEW_IDENTITY)
+            .await
+            .map_err(db("load tables"))?;
         tx.commit().await.map_err(db("load tables"))?;
         // Statistics for the tables just filled (autovacuum would take up to a minute): until
         // then every connection's plan for the catch-up query is the empty table's, a scan
