@@ -58,7 +58,9 @@ async fn from_rows_alone(config: &PgConfig, rows: u64) -> String {
     seen(&s).await
 }
 
-#[tokio::test]
+/// On a multi-threaded runtime (as `tavern-bridge` runs), where saving hands the worker's
+/// other tasks over while it encodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_opens_from_the_image_and_fetches_only_the_rows_after_it() {
     let (config, rows) = filled_database().await;
     let images = tempfile::tempdir().unwrap();

@@ -252,8 +252,9 @@ impl Inner {
 
     /// Saves the memory mirror's image when one is due: an image directory is set, every row
     /// so far could be read, and the mirror moved past the last image (by
-    /// [`IMAGE_MIN_NEW_ROWS`] unless `force`). The table is encoded under the mirror's lock;
-    /// the row it ends at is then looked up and the file written without it.
+    /// [`IMAGE_MIN_NEW_ROWS`] unless `force`). The table is encoded under the mirror's lock
+    /// (on a multi-threaded runtime, with the worker's other tasks handed over meanwhile); the
+    /// row it ends at is then looked up and the file written without it.
     pub(super) async fn save_memory_image(&self, force: bool) -> Result<bool, StoreError> {
         let Some(dir) = self.image_dir.clone() else {
             return Ok(false);
@@ -270,7 +271,17 @@ impl Inner {
             if !due || m.seq <= 0 || m.unreadable > 0 {
                 return Ok(false);
             }
-            let Some(file) = frame(ANCHOR, &m.table) else {
+            // Seconds of work for a large table: on a multi-threaded runtime the worker hands
+            // its other tasks over while it encodes (a current-thread runtime has no other).
+            let encode = || frame(ANCHOR, &m.table);
+            let multi = tokio::runtime::Handle::try_current()
+                .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+            let encoded = if multi {
+                tokio::task::block_in_place(encode)
+            } else {
+                encode()
+            };
+            let Some(file) = encoded else {
                 return Ok(false);
             };
             (m.seq, file)

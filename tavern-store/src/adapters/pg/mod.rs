@@ -432,8 +432,9 @@ impl PgStore {
     /// mirror has rows the last image lacks and every row could be read: the next process
     /// opening the database with that directory reads it and fetches only the rows written
     /// after. Also done by the store itself at open (after reading
-    /// 4,096 rows or more) and after a compaction. The table is encoded on the calling task's
-    /// thread while this process's memory calls wait (about 0.3 s per 100,000 memories).
+    /// 4,096 rows or more) and after a compaction. The table is encoded while this process's
+    /// memory calls wait (about 0.3 s per 100,000 memories), on the calling task's thread — on
+    /// a multi-threaded runtime that worker's other tasks move to another meanwhile.
     /// Returns whether an image was written.
     ///
     /// # Errors
