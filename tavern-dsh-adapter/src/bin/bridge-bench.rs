@@ -795,6 +795,45 @@ fn hostile_lore_table() -> Result<(), Error> {
     Ok(())
 }
 
+/// Mira's card in a new assets folder under `root`.
+fn mira_assets(root: &Path) -> Result<PathBuf, Error> {
+    let assets = root.join("assets");
+    std::fs::create_dir_all(assets.join("characters"))?;
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/assets/Mira.card.json"),
+        assets.join("characters/Mira.json"),
+    )?;
+    Ok(assets)
+}
+
+/// Starts a bridge with `args`, binds a session to Mira and searches its memories: the
+/// milliseconds from start to the handshake answered and to the search answered, and the
+/// bridge's resident set (MiB) then. Shuts it down and waits for it to exit.
+fn start_and_search(bridge: &Path, args: &[&std::ffi::OsStr]) -> Result<(f64, f64, f64), Error> {
+    let started = Instant::now();
+    let mut p = Peer::spawn_with(bridge, args)?;
+    let handshake_ms = started.elapsed().as_secs_f64() * 1e3;
+    let bound = p.call(
+        "agent/created",
+        json!({"agent": "s1", "bind": {"character": "Mira", "chatId": "big store"}}),
+    )?;
+    if bound["result"]["mounted"] != true {
+        return Err(format!("binding failed: {bound}").into());
+    }
+    let searched = p.call(
+        "tool/call",
+        json!({"tool": "memory_search", "args": {"query": "lantern"}, "callId": "c1", "session": "s1"}),
+    )?;
+    let search_ms = started.elapsed().as_secs_f64() * 1e3;
+    if !searched["result"]["items"].is_array() {
+        return Err(format!("the search failed: {searched}").into());
+    }
+    let rss = p.rss_kib()? as f64 / 1024.0;
+    p.call("shutdown", json!({}))?;
+    p.child.wait()?;
+    Ok((handshake_ms, search_ms, rss))
+}
+
 /// Writes `records` memories (64 scopes, varied words) into a file store at `data`.
 fn write_big_store(data: &Path, records: usize) -> Result<(), Error> {
     use std::sync::Arc;
@@ -860,14 +899,8 @@ fn big_store_table(bridge: &Path, records: usize) -> Result<(), Error> {
         return Err(format!("{} records loaded, {records} written", store.memory_len()).into());
     }
     drop(store);
-    let assets = dir.path().join("assets");
-    std::fs::create_dir_all(assets.join("characters"))?;
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/assets/Mira.card.json"),
-        assets.join("characters/Mira.json"),
-    )?;
-    let started = Instant::now();
-    let mut p = Peer::spawn_with(
+    let assets = mira_assets(dir.path())?;
+    let (handshake_ms, search_ms, rss) = start_and_search(
         bridge,
         &[
             "--data".as_ref(),
@@ -876,25 +909,6 @@ fn big_store_table(bridge: &Path, records: usize) -> Result<(), Error> {
             assets.as_os_str(),
         ],
     )?;
-    let handshake_ms = started.elapsed().as_secs_f64() * 1e3;
-    let bound = p.call(
-        "agent/created",
-        json!({"agent": "s1", "bind": {"character": "Mira", "chatId": "big store"}}),
-    )?;
-    if bound["result"]["mounted"] != true {
-        return Err(format!("binding failed: {bound}").into());
-    }
-    let searched = p.call(
-        "tool/call",
-        json!({"tool": "memory_search", "args": {"query": "lantern"}, "callId": "c1", "session": "s1"}),
-    )?;
-    let search_ms = started.elapsed().as_secs_f64() * 1e3;
-    if !searched["result"]["items"].is_array() {
-        return Err(format!("the search failed: {searched}").into());
-    }
-    let rss = p.rss_kib()? as f64 / 1024.0;
-    p.call("shutdown", json!({}))?;
-    p.child.wait()?;
     println!("| bridge on a file store of {records} memories (written in {wrote:.0} s) | now | an open that reads the memory log first (before) |\n|---|---|---|");
     println!("| start to handshake answered | {handshake_ms:.0} ms | {eager_ms:.0} ms |");
     println!("| start to first memory search answered (waits for the log) | {search_ms:.0} ms | |");
@@ -933,12 +947,7 @@ fn big_pg_table(bridge: &Path, records: usize, settings: &str) -> Result<(), Err
         return Err(format!("{loaded} records loaded, {records} written").into());
     }
     drop(store);
-    let assets = dir.path().join("assets");
-    std::fs::create_dir_all(assets.join("characters"))?;
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/assets/Mira.card.json"),
-        assets.join("characters/Mira.json"),
-    )?;
+    let assets = mira_assets(dir.path())?;
     let images = dir.path().join("images");
     println!("| bridge on PostgreSQL, {records} memories | start to handshake | start to first memory search | RSS |\n|---|---|---|---|");
     println!("| an open reading every row first (before) | {eager_ms:.0} ms | | |");
@@ -946,8 +955,7 @@ fn big_pg_table(bridge: &Path, records: usize, settings: &str) -> Result<(), Err
         "first start, no image yet (every row)",
         "next start (the image)",
     ] {
-        let started = Instant::now();
-        let mut p = Peer::spawn_with(
+        let (handshake_ms, search_ms, rss) = start_and_search(
             bridge,
             &[
                 "--store".as_ref(),
@@ -958,25 +966,6 @@ fn big_pg_table(bridge: &Path, records: usize, settings: &str) -> Result<(), Err
                 assets.as_os_str(),
             ],
         )?;
-        let handshake_ms = started.elapsed().as_secs_f64() * 1e3;
-        let bound = p.call(
-            "agent/created",
-            json!({"agent": "s1", "bind": {"character": "Mira", "chatId": "big store"}}),
-        )?;
-        if bound["result"]["mounted"] != true {
-            return Err(format!("binding failed: {bound}").into());
-        }
-        let searched = p.call(
-            "tool/call",
-            json!({"tool": "memory_search", "args": {"query": "lantern"}, "callId": "c1", "session": "s1"}),
-        )?;
-        let search_ms = started.elapsed().as_secs_f64() * 1e3;
-        if !searched["result"]["items"].is_array() {
-            return Err(format!("the search failed: {searched}").into());
-        }
-        let rss = p.rss_kib()? as f64 / 1024.0;
-        p.call("shutdown", json!({}))?;
-        p.child.wait()?;
         let image = std::fs::metadata(images.join("memory.image")).map_or("none".to_owned(), |m| {
             format!("{:.0} MiB", m.len() as f64 / 1048576.0)
         });
