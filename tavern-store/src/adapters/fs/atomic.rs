@@ -47,8 +47,8 @@ pub(crate) fn open_regular(path: &Path) -> std::io::Result<Option<std::fs::File>
         .open(path)
     {
         Ok(file) => file,
-        // O_NOFOLLOW on a symbolic link.
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Ok(None),
+        // O_NOFOLLOW on a symbolic link; a socket, which cannot be opened.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENXIO)) => return Ok(None),
         Err(e) => return Err(e),
     };
     Ok(file.metadata()?.is_file().then_some(file))
@@ -168,14 +168,17 @@ fn keep_owner_and_mode(path: &Path, tmp: &std::fs::File, rel: &str) -> Result<()
 /// IO failures; [`StoreError::Corrupt`] when `rel` is not a regular file (never opened, so a
 /// FIFO cannot block the store).
 pub(crate) fn read_optional(root: &Path, rel: &str) -> Result<Option<Vec<u8>>, StoreError> {
-    if is_special(root, rel) {
-        return Err(StoreError::Corrupt {
+    // Checked on the very file opened: nothing swapped in after a check is ever read.
+    match open_regular(&under(root, rel)) {
+        Ok(Some(mut file)) => {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut file, &mut bytes).map_err(io_err("read", rel))?;
+            Ok(Some(bytes))
+        }
+        Ok(None) => Err(StoreError::Corrupt {
             file: rel.to_owned(),
             reason: "not a regular file".into(),
-        });
-    }
-    match std::fs::read(under(root, rel)) {
-        Ok(b) => Ok(Some(b)),
+        }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(io_err("read", rel)(e)),
     }
@@ -314,5 +317,33 @@ impl FileLock {
             file.lock_shared().map_err(io_err("lock", rel))?;
         }
         Ok(Self(file))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::open_regular;
+
+    #[test]
+    fn only_a_regular_file_is_opened_and_nothing_else_blocks_or_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |name: &str| dir.path().join(name);
+        std::fs::write(p("file"), b"x").unwrap();
+        assert!(open_regular(&p("file")).unwrap().is_some());
+        std::os::unix::fs::symlink(p("file"), p("link")).unwrap();
+        assert!(open_regular(&p("link")).unwrap().is_none());
+        std::fs::create_dir(p("dir")).unwrap();
+        assert!(open_regular(&p("dir")).unwrap().is_none());
+        // Opening a FIFO without a writer would block: it must come back at once.
+        let made = std::process::Command::new("mkfifo")
+            .arg(p("fifo"))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        assert!(open_regular(&p("fifo")).unwrap().is_none());
+        let _listener = std::os::unix::net::UnixListener::bind(p("socket")).unwrap();
+        assert!(open_regular(&p("socket")).unwrap().is_none());
+        let missing = open_regular(&p("missing")).unwrap_err();
+        assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
     }
 }
