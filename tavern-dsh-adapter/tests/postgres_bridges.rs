@@ -6,6 +6,7 @@
 //! with TLS (`sslmode=require`, `--store-ca-file`). The database is a throwaway cluster the test
 //! starts.
 
+mod common;
 #[path = "../../tavern-store/tests/support/pg.rs"]
 mod pg;
 
@@ -47,18 +48,6 @@ async fn bridge_trusting(
     ().serve(TokioChildProcess::new(command).unwrap())
         .await
         .unwrap()
-}
-
-/// An assets folder under `root` holding Mira's card.
-fn mira_assets(root: &Path) -> std::path::PathBuf {
-    let assets = root.join("assets");
-    std::fs::create_dir_all(assets.join("characters")).unwrap();
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/assets/Mira.card.json"),
-        assets.join("characters/Mira.json"),
-    )
-    .unwrap();
-    assets
 }
 
 async fn call(peer: &Peer<RoleClient>, tool: &'static str, args: Value) -> CallToolResult {
@@ -107,7 +96,7 @@ async fn two_bridges_share_one_postgres_store() {
     let db = cluster.fresh_database().await;
     let settings = cluster.settings(db.get_dbname().unwrap());
     let tmp = tempfile::tempdir().unwrap();
-    let assets = mira_assets(tmp.path());
+    let assets = common::mira_assets(tmp.path());
     let a = bridge(&settings, &assets, "host-a").await;
     // The second host reaches the database over TCP with TLS, trusting the deployment's CA.
     let over_tls = cluster.tcp_settings(db.get_dbname().unwrap(), "require");
@@ -210,7 +199,7 @@ async fn bridges_keep_an_image_of_the_memories_in_the_image_dir() {
     let db = cluster.fresh_database().await;
     let settings = cluster.settings(db.get_dbname().unwrap());
     let tmp = tempfile::tempdir().unwrap();
-    let assets = mira_assets(tmp.path());
+    let assets = common::mira_assets(tmp.path());
     let mira = ScopeKey::Character {
         character: CharacterName::parse("Mira").unwrap(),
     };

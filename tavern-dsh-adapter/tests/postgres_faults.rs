@@ -4,10 +4,11 @@
 //! database restarted under a running bridge gives clear errors while it is down, works again
 //! without restarting the bridge, and a retried write does not duplicate the memory.
 
+mod common;
 #[path = "../../tavern-store/tests/support/pg.rs"]
 mod pg;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::{Peer, RunningService, ServiceError};
@@ -21,17 +22,6 @@ const BRIDGE: &str = env!("CARGO_BIN_EXE_tavern-bridge");
 
 /// The tests share this process's cluster and one of them stops it: one test at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn assets(dir: &Path) -> PathBuf {
-    let assets = dir.join("assets");
-    std::fs::create_dir_all(assets.join("characters")).unwrap();
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/assets/Mira.card.json"),
-        assets.join("characters/Mira.json"),
-    )
-    .unwrap();
-    assets
-}
 
 /// A bridge in MCP mode on `settings`, and its process id.
 async fn bridge(settings: &str, assets: &Path) -> (RunningService<RoleClient, ()>, u32) {
@@ -79,7 +69,7 @@ async fn a_bridge_killed_mid_write_loses_no_acknowledged_write() {
     let _serial = SERIAL.lock().await;
     let settings = database().await;
     let tmp = tempfile::tempdir().unwrap();
-    let assets = assets(tmp.path());
+    let assets = common::mira_assets(tmp.path());
     let (a, pid) = bridge(&settings, &assets).await;
 
     // A writer that reports every acknowledged memory; it stops at the first failed call.
@@ -160,7 +150,7 @@ async fn a_database_restart_is_survived_without_restarting_the_bridge() {
     let _serial = SERIAL.lock().await;
     let settings = database().await;
     let tmp = tempfile::tempdir().unwrap();
-    let assets = assets(tmp.path());
+    let assets = common::mira_assets(tmp.path());
     let (a, _) = bridge(&settings, &assets).await;
     let before = call(
         &a,

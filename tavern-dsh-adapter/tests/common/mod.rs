@@ -24,6 +24,19 @@ pub fn fixture(rel: &str) -> Vec<u8> {
     std::fs::read(&p).unwrap_or_else(|e| panic!("../shared/fixtures/{rel} is needed ({e})"))
 }
 
+/// A SillyTavern assets folder under `root` holding Mira's card (`examples/assets`), for
+/// tests that start a real bridge.
+pub fn mira_assets(root: &Path) -> PathBuf {
+    let assets = root.join("assets");
+    std::fs::create_dir_all(assets.join("characters")).unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/assets/Mira.card.json"),
+        assets.join("characters/Mira.json"),
+    )
+    .unwrap();
+    assets
+}
+
 pub fn assets() -> Arc<MemAssets> {
     let mut a = MemAssets::default();
     a.cards.insert(
