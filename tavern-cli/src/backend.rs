@@ -23,6 +23,9 @@ pub struct StoreSettings {
     pub ca_file: Option<PathBuf>,
     /// Where the memory mirror's image is kept (`PgOptions::memory_image_dir`).
     pub image_dir: Option<PathBuf>,
+    /// Hold only the memories of the scopes used, about this many records
+    /// (`PgOptions::max_loaded_memories`).
+    pub max_loaded_memories: Option<usize>,
 }
 
 impl std::fmt::Debug for StoreSettings {
@@ -187,6 +190,7 @@ pub async fn open_postgres(settings: &StoreSettings, option: &str) -> Result<PgB
     .map_err(|e| CliError::Usage(format!("{option}{}: {e}", e.option_suffix())))?;
     let mut options = PgOptions::default();
     options.memory_image_dir.clone_from(&settings.image_dir);
+    options.max_loaded_memories = settings.max_loaded_memories;
     let store = PgStore::open_with_options(config, &tls, Arc::new(SystemClock), options).await?;
     for d in store.diagnostics() {
         tracing::warn!(file = %d.file, "{}", d.message);

@@ -51,6 +51,17 @@ pub struct Cli {
     /// One directory per database.
     #[arg(long, value_name = "DIR", requires = "store", global = true)]
     pub store_image_dir: Option<PathBuf>,
+    /// Hold only the memories of the scopes used (sessions, characters…) read from --store,
+    /// about N records at most beyond what one call needs; the least recently used scopes
+    /// are dropped past it. Default: every memory is held. Not with --store-image-dir.
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "store",
+        conflicts_with = "store_image_dir",
+        global = true
+    )]
+    pub store_max_loaded_memories: Option<usize>,
     /// Print one JSON document on stdout instead of text.
     #[arg(long, global = true)]
     pub json: bool,

@@ -90,6 +90,7 @@ fn main() -> ExitCode {
                 password_file: cli.store_password_file.clone(),
                 ca_file: cli.store_ca_file.clone(),
                 image_dir: cli.store_image_dir.clone(),
+                max_loaded_memories: cli.store_max_loaded_memories,
             }),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()

@@ -401,6 +401,18 @@ fn a_memory_image_dir_spares_the_next_run_reading_every_memory() {
     let second = found(&search(&["--store-image-dir", s(&images)]));
     assert_eq!(first, plain);
     assert_eq!(second, plain);
+    // Holding memories by scope (here far fewer than the scope searched holds) answers alike;
+    // it and an image directory are refused together.
+    let by_scope = found(&search(&["--store-max-loaded-memories", "10"]));
+    assert_eq!(by_scope, plain);
+    let both = search(&[
+        "--store-max-loaded-memories",
+        "10",
+        "--store-image-dir",
+        s(&images),
+    ]);
+    assert_ne!(both.code, 0);
+    assert!(both.stderr.contains("--store-image-dir"), "{}", both.stderr);
 
     // A damaged image is a warning naming the file (never its directory), and the answer
     // is the same.

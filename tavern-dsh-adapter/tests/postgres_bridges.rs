@@ -192,14 +192,12 @@ async fn two_bridges_share_one_postgres_store() {
 /// A bridge on a database of 5,000 memories answers its handshake before it reads them (in
 /// the background, from `--store-image-dir` when an image is there), saves their image, and
 /// the next bridge starts from it.
-#[tokio::test]
-async fn bridges_keep_an_image_of_the_memories_in_the_image_dir() {
+/// A fresh database holding 5,000 memories of Mira's (`第N盏灯笼… lantern N`), copied in
+/// from a file store under `tmp`; its settings.
+async fn database_of_lanterns(tmp: &Path) -> String {
     use tavern_core::{CharacterName, MemoryId, MemoryKind, MemorySource, MemoryWrite, ScopeKey};
     let cluster = pg::cluster();
     let db = cluster.fresh_database().await;
-    let settings = cluster.settings(db.get_dbname().unwrap());
-    let tmp = tempfile::tempdir().unwrap();
-    let assets = common::mira_assets(tmp.path());
     let mira = ScopeKey::Character {
         character: CharacterName::parse("Mira").unwrap(),
     };
@@ -217,28 +215,69 @@ async fn bridges_keep_an_image_of_the_memories_in_the_image_dir() {
         })
         .collect();
     let clock = std::sync::Arc::new(tavern_store::SystemClock);
-    let files = tavern_store::fs::FsStore::open(tmp.path().join("files"), clock.clone()).unwrap();
+    let files = tavern_store::fs::FsStore::open(tmp.join("files"), clock.clone()).unwrap();
     files.import_memories(writes).unwrap();
     let target = cluster.open(&db, clock).await;
     tavern_store::copy_store(&files, &target).await.unwrap();
+    cluster.settings(db.get_dbname().unwrap())
+}
 
+/// Starts a bridge over MCP with `flags` for `session` with Mira, its log on a pipe.
+async fn mira_bridge(
+    settings: &str,
+    assets: &Path,
+    session: &str,
+    flags: &[&std::ffi::OsStr],
+) -> (
+    RunningService<RoleClient, ()>,
+    tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStderr>>,
+) {
+    let mut command = Command::new(BRIDGE);
+    command
+        .args(["mcp", "--store", settings])
+        .args(flags)
+        .arg("--assets")
+        .arg(assets)
+        .args(["--session", session, "--character", "Mira"])
+        .arg("--chat")
+        .arg(format!("Mira - {session}"))
+        .env("RUST_LOG", "info");
+    let (process, stderr) = TokioChildProcess::builder(command)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let b = ().serve(process).await.unwrap();
+    (b, tokio::io::BufReader::new(stderr.unwrap()).lines())
+}
+
+/// The bridge's log up to its line saying the memories are loaded.
+async fn log_until_loaded(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStderr>>,
+) -> String {
+    let mut log = String::new();
+    while let Some(line) = lines.next_line().await.unwrap() {
+        log.push_str(&line);
+        log.push('\n');
+        if line.contains("memories loaded") {
+            break;
+        }
+    }
+    assert!(log.contains("memories loaded"), "{log}");
+    log
+}
+
+/// A bridge on a database of 5,000 memories answers its handshake before it reads them (in
+/// the background, from `--store-image-dir` when an image is there), saves their image, and
+/// the next bridge starts from it.
+#[tokio::test]
+async fn bridges_keep_an_image_of_the_memories_in_the_image_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let assets = common::mira_assets(tmp.path());
+    let settings = database_of_lanterns(tmp.path()).await;
     let images = tmp.path().join("images");
     for (session, first) in [("host-a", true), ("host-b", false)] {
-        let mut command = Command::new(BRIDGE);
-        command
-            .args(["mcp", "--store", &settings, "--store-image-dir"])
-            .arg(&images)
-            .arg("--assets")
-            .arg(&assets)
-            .args(["--session", session, "--character", "Mira"])
-            .arg("--chat")
-            .arg(format!("Mira - {session}"))
-            .env("RUST_LOG", "info");
-        let (process, stderr) = TokioChildProcess::builder(command)
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let b = ().serve(process).await.unwrap();
+        let flags = ["--store-image-dir".as_ref(), images.as_os_str()];
+        let (b, mut lines) = mira_bridge(&settings, &assets, session, &flags).await;
         let found = call(
             &b,
             "memory_search",
@@ -249,16 +288,7 @@ async fn bridges_keep_an_image_of_the_memories_in_the_image_dir() {
         assert!(found.contains("第4321盏灯笼"), "{found}");
         // The memories are read in the background after the handshake: the bridge says when
         // they are, and how long it took; by then the first start saved their image.
-        let mut lines = tokio::io::BufReader::new(stderr.unwrap()).lines();
-        let mut log = String::new();
-        while let Some(line) = lines.next_line().await.unwrap() {
-            log.push_str(&line);
-            log.push('\n');
-            if line.contains("memories loaded") {
-                break;
-            }
-        }
-        assert!(log.contains("memories loaded"), "{log}");
+        let log = log_until_loaded(&mut lines).await;
         assert!(log.contains("records=5000"), "{log}");
         // The second start read the first one's image: no row was fetched.
         let rows = if first { "rows=5000" } else { "rows=0" };
@@ -289,6 +319,44 @@ async fn bridges_keep_an_image_of_the_memories_in_the_image_dir() {
         images.join("memory.image").is_file(),
         "{}",
         String::from_utf8_lossy(&quick.stderr)
+    );
+}
+
+/// A bridge told to hold memories by scope reads none at start, loads the scope a call needs
+/// (far more than its bound: the call still gets every one of them), and refuses an image
+/// directory beside it.
+#[tokio::test]
+async fn a_bridge_holding_memories_by_scope_loads_what_its_session_uses() {
+    let tmp = tempfile::tempdir().unwrap();
+    let assets = common::mira_assets(tmp.path());
+    let settings = database_of_lanterns(tmp.path()).await;
+    let flags = ["--store-max-loaded-memories".as_ref(), "100".as_ref()];
+    let (b, mut lines) = mira_bridge(&settings, &assets, "host-a", &flags).await;
+    let log = log_until_loaded(&mut lines).await;
+    assert!(log.contains("records=0"), "{log}");
+    for n in [4321, 7] {
+        let found = call(
+            &b,
+            "memory_search",
+            json!({"query": format!("lantern {n}"), "scopes": ["character"]}),
+        )
+        .await;
+        let found = found.structured_content.unwrap().to_string();
+        assert!(found.contains(&format!("第{n}盏灯笼")), "{found}");
+    }
+    b.cancel().await.unwrap();
+
+    let both = std::process::Command::new(BRIDGE)
+        .args(["--store", &settings, "--store-max-loaded-memories", "10"])
+        .args(["--store-image-dir", "images"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!both.status.success());
+    let err = String::from_utf8_lossy(&both.stderr);
+    assert!(
+        err.contains("--store-max-loaded-memories") && err.contains("--store-image-dir"),
+        "{err}"
     );
 }
 

@@ -144,3 +144,38 @@ async fn pg() -> Fixture {
 mod pg_store {
     tavern_store::store_conformance_tests!(super::pg().await);
 }
+
+/// A fresh database opened by stores that hold the memories by scope with a bound of none:
+/// every call loads the scopes it needs and drops every other one (each reopen too).
+#[cfg(feature = "postgres")]
+async fn pg_by_scope() -> Fixture {
+    use tavern_store::pg::{PgOptions, PgStore, PgTls};
+    let cluster = pg_support::cluster();
+    let config = cluster.fresh_database().await;
+    let clock = Arc::new(ManualClock::new(T0));
+    let open = |config: tavern_store::pg::PgConfig, clock: Arc<ManualClock>| async move {
+        let options = PgOptions::default().with_max_loaded_memories(0);
+        PgStore::open_with_options(config, &PgTls::default(), clock, options)
+            .await
+            .unwrap()
+    };
+    let store = open(config.clone(), clock.clone()).await;
+    let reopen_clock = clock.clone();
+    Fixture {
+        store: Arc::new(store),
+        clock,
+        reopen: Some(Box::new(move || {
+            let (config, clock) = (config.clone(), reopen_clock.clone());
+            let store = tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current().block_on(open(config, clock))
+            });
+            Arc::new(store) as Arc<dyn AllStores>
+        })),
+        guard: None,
+    }
+}
+
+#[cfg(feature = "postgres")]
+mod pg_store_holding_memories_by_scope {
+    tavern_store::store_conformance_tests!(super::pg_by_scope().await);
+}

@@ -361,4 +361,37 @@ proptest! {
             .unwrap();
         });
     }
+
+    /// So do stores that hold memories by scope (`max_loaded_memories`, here 0–2 records:
+    /// nearly every call loads a scope and drops the other), reopened in turn with stores that
+    /// hold every memory.
+    #[test]
+    fn pg_stores_holding_memories_by_scope_behave_like_a_map(
+        ops in prop::collection::vec(op(), 1..30),
+        bound in 0..3usize,
+    ) {
+        use tavern_store::pg::{PgOptions, PgStore, PgTls};
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        rt.block_on(async {
+            let config = pg_support::cluster().fresh_database().await;
+            let mut opened = 0usize;
+            tokio::spawn(run(ops, move || {
+                let mut options = PgOptions::default();
+                options.max_loaded_memories = opened.is_multiple_of(2).then_some(bound);
+                opened += 1;
+                let config = config.clone();
+                let store = tokio::task::block_in_place(|| {
+                    tokio::runtime::Handle::current().block_on(PgStore::open_with_options(
+                        config,
+                        &PgTls::default(),
+                        Arc::new(ManualClock::new(T0)),
+                        options,
+                    ))
+                });
+                Arc::new(store.unwrap()) as Arc<dyn AllStores>
+            }))
+            .await
+            .unwrap();
+        });
+    }
 }

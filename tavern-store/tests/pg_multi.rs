@@ -691,6 +691,7 @@ async fn a_version_1_database_is_upgraded_with_its_rows() {
              ALTER TABLE chat_lines DROP COLUMN digest;
              CREATE SEQUENCE chat_revisions;
              DROP TABLE store_identity;
+             DROP INDEX memory_ops_scope_seq;
              INSERT INTO chats (character, chat, revision, rewritten, line_count)
                  VALUES ('Mira', 'old', 7, 7, 2);
              INSERT INTO chat_lines (character, chat, n, line) VALUES
@@ -1124,7 +1125,7 @@ async fn reads_keep_their_generic_plans() {
             .map(|p| (p.1, p.2))
             .unwrap_or_else(|| panic!("no statement {prefix}: {plans:?}"))
     };
-    let (generic, custom) = of("SELECT seq, op::text, reset FROM memory_ops");
+    let (generic, custom) = of("SELECT seq, op::text, reset, scope FROM memory_ops");
     assert!(
         generic >= 10 && custom == 0,
         "reads keep one plan: {plans:?}"
@@ -1152,7 +1153,7 @@ async fn reads_keep_their_generic_plans() {
         .unwrap();
     let select = client
         .prepare(
-            "SELECT seq, op::text, reset FROM memory_ops WHERE seq > $1 ORDER BY seq LIMIT 2000",
+            "SELECT seq, op::text, reset, scope FROM memory_ops WHERE seq > $1 ORDER BY seq LIMIT 2000",
         )
         .await
         .unwrap();

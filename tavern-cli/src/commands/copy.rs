@@ -38,6 +38,7 @@ pub async fn run(ctx: &Context, args: &CopyArgs) -> Result<Report, CliError> {
                 password_file: args.to_store_password_file.clone(),
                 ca_file: args.to_store_ca_file.clone(),
                 image_dir: None,
+                max_loaded_memories: None,
             };
             let target = backend::open_postgres(&settings, "--to-store")
                 .await

@@ -68,6 +68,19 @@ struct Common {
     #[cfg(feature = "postgres")]
     #[arg(long, value_name = "DIR", requires = "store", global = true)]
     store_image_dir: Option<PathBuf>,
+    /// Hold only the memories of the scopes this host's sessions use, about N records at most
+    /// beyond what one call needs; the least recently used scopes are dropped past it (hosts
+    /// sharing a large database then each hold their players' memories, not everyone's).
+    /// Default: every memory is held. Not with --store-image-dir.
+    #[cfg(feature = "postgres")]
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "store",
+        conflicts_with = "store_image_dir",
+        global = true
+    )]
+    store_max_loaded_memories: Option<usize>,
     /// A SillyTavern user folder (`characters/`, `worlds/`) to read cards and world books from.
     #[arg(long, value_name = "DIR", global = true)]
     assets: Option<PathBuf>,
@@ -212,6 +225,7 @@ async fn open_store(
             common.store_password_file.as_deref(),
             common.store_ca_file.as_deref(),
             common.store_image_dir.clone(),
+            common.store_max_loaded_memories,
             clock,
         )
         .await;
@@ -267,6 +281,7 @@ async fn open_postgres(
     password_file: Option<&std::path::Path>,
     ca_file: Option<&std::path::Path>,
     image_dir: Option<PathBuf>,
+    max_loaded_memories: Option<usize>,
     clock: Arc<dyn tavern_store::clock::Clock>,
 ) -> Result<Opened, String> {
     use tavern_store::pg::{PgOptions, PgStore};
@@ -277,6 +292,7 @@ async fn open_postgres(
     // they are read waits for them.
     let mut options = PgOptions::default().with_deferred_memory_load();
     options.memory_image_dir = image_dir;
+    options.max_loaded_memories = max_loaded_memories;
     let store = PgStore::open_with_options(config, &tls, clock, options)
         .await
         .map_err(|e| e.to_string())?;

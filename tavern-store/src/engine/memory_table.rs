@@ -183,6 +183,17 @@ impl MemoryTable {
         self.records.len()
     }
 
+    /// How many records (live, forgotten or expired) each scope holds, by the scope's text.
+    pub(crate) fn records_per_scope(&self) -> Vec<(String, usize)> {
+        self.scope_ids
+            .iter()
+            .map(|(scope, &i)| {
+                let n = self.slots.get(i as usize).map_or(0, |s| s.len());
+                (scope.to_string(), n)
+            })
+            .collect()
+    }
+
     fn slot(&self, scope: &ScopeKey, id: &MemoryId) -> Option<u32> {
         let scope = *self.scope_ids.get(scope)?;
         self.slots[scope as usize].get(id).copied()
@@ -308,6 +319,43 @@ impl MemoryTable {
                 changed.push(slot);
             }
         }
+        self.index_slots(changed);
+    }
+
+    /// The table with only the records of the scopes `keep` accepts (by the scope's text), in
+    /// the same order as here — slots, and the audit trail item by item — so that what a
+    /// caller sees of those scopes (rankings, audit trails with equal times) is unchanged.
+    pub(crate) fn keep_scopes(&self, keep: &dyn Fn(&str) -> bool) -> Self {
+        let mut kept_scope = vec![false; self.slots.len()];
+        for (scope, &id) in &self.scope_ids {
+            if let Some(k) = kept_scope.get_mut(id as usize) {
+                *k = keep(&scope.to_string());
+            }
+        }
+        let mut table = Self::new();
+        let mut moved = vec![NO_AUDIT; self.records.len()];
+        for (slot, record) in self.records.iter().enumerate() {
+            let scope = self.meta[slot].scope as usize;
+            if kept_scope.get(scope).copied().unwrap_or(false) {
+                moved[slot] = table.place(record.clone());
+            }
+        }
+        for a in &self.audit {
+            let slot = moved.get(a.slot as usize).copied().unwrap_or(NO_AUDIT);
+            if slot != NO_AUDIT {
+                let (revision, source) = (a.revision.clone(), a.source.clone());
+                table.push_audit(slot, a.action, a.at, revision, source, a.text.clone());
+            }
+        }
+        let slots = (0..table.records.len())
+            .filter_map(|s| u32::try_from(s).ok())
+            .collect();
+        table.index_slots(slots);
+        table
+    }
+
+    /// Indexes the texts of `slots` (new records) in bulk.
+    fn index_slots(&mut self, changed: Vec<u32>) {
         // Every indexed text in one string: one block freed after, not a small string per
         // record left as holes in the heap of a store that was just opened.
         let mut text = String::new();

@@ -1,5 +1,8 @@
-//! Memories for the image tests of every backend: scopes, texts, edits through the port, and
-//! what a user can see of them (searches with scores, audit trails), to compare stores by.
+//! Memories for the image and scope tests of every backend: scopes, texts, edits through the
+//! port, and what a user can see of them (searches with scores, audit trails), to compare
+//! stores by.
+// Each test file uses part of it.
+#![allow(dead_code)]
 
 use tavern_core::{AgentId, MemoryId, MemorySource, ScopeKey};
 use tavern_store::conformance::write;

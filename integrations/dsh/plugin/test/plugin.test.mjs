@@ -313,6 +313,37 @@ test('`chat` continues an existing chat in every new session; `chatFolder` goes 
   assert.match(missingFolder.warnings.join('\n'), /chat folder .* does not exist/)
 })
 
+test('a PostgreSQL store\'s image folder and scope bound go to the bridge, and only with a store', async () => {
+  const bridge = fileURLToPath(new URL('./fake-bridge.mjs', import.meta.url))
+  const data = mkdtempSync(join(tmpdir(), 'tavern-plugin-'))
+  const argvOf = async (config, name) => {
+    const host = fakeHost()
+    const log = join(data, name)
+    process.env.FAKE_BRIDGE_LOG = log
+    try {
+      await apply(host.ctx, { bridge, data, assets: data, hostVersion: '0.1.0-rc.8', ...config })
+      await host.dispose()
+    } finally {
+      delete process.env.FAKE_BRIDGE_LOG
+    }
+    const frames = readFileSync(log, 'utf8').trim().split('\n').map((l) => JSON.parse(l))
+    return frames.find((f) => f.argv).argv
+  }
+  const after = (argv, flag) => argv.includes(flag) ? argv[argv.indexOf(flag) + 1] : undefined
+  const images = join(data, 'images')
+  const shared = await argvOf({ store: 'host=/nowhere dbname=t', storeImageDir: images }, 'a.log')
+  assert.equal(after(shared, '--store-image-dir'), images)
+  assert.equal(after(shared, '--store-max-loaded-memories'), undefined, 'unset: every memory is held')
+  const scoped = await argvOf({ store: 'host=/nowhere dbname=t', storeMaxLoadedMemories: 5000 }, 'b.log')
+  assert.equal(after(scoped, '--store-max-loaded-memories'), '5000')
+  assert.equal(after(scoped, '--store-image-dir'), undefined)
+  // The settings travel in the environment, never on the command line.
+  assert.ok(!scoped.join(' ').includes('nowhere'), scoped.join(' '))
+  const files = await argvOf({ storeImageDir: images, storeMaxLoadedMemories: 5000 }, 'c.log')
+  assert.equal(after(files, '--store-image-dir'), undefined, 'no store: the files under data')
+  assert.equal(after(files, '--store-max-loaded-memories'), undefined)
+})
+
 test('the default bridge is the prebuilt one of the platform package installed beside the plugin', () => {
   // A hoisted install as pnpm makes it in a DSH profile: the plugin and its platform package.
   const root = mkdtempSync(join(tmpdir(), 'at-pkg-'))

@@ -7,7 +7,7 @@
 use tokio::sync::Mutex;
 use tokio_postgres::types::ToSql;
 
-use super::ops::{begin, insert_ops, Mirror, OpenTransaction, OpsTable, Statements};
+use super::ops::{begin, insert_ops, Mirror, Need, OpenTransaction, OpsTable, Statements};
 use super::{db, Inner, PgStore};
 use crate::error::StoreError;
 
@@ -50,7 +50,7 @@ impl Inner {
         &self,
         mirror: &Mutex<Mirror<T>>,
     ) -> Result<(u64, u64), StoreError> {
-        let mut m = self.lock_mirror(mirror).await?;
+        let mut m = self.lock_mirror(mirror, Need::All).await?;
         let client = self.client("compact").await?;
         let statements = Statements::prepare::<T>(&client).await?;
         let tx = OpenTransaction::new(client);

@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Client, Hook, HookError, Manager, Pool, PoolError};
-use ops::Mirror;
+use ops::{Mirror, Need};
 use serde::Serialize;
 use tavern_core::{
     AuditEntry, MemoryId, MemoryRecord, MemorySource, MemoryWrite, Revision, ScopeKey,
@@ -139,6 +139,15 @@ pub struct PgOptions {
     /// [`PgStore::load_memories`] in a task the program chooses (`tavern-bridge` does, so a
     /// host's handshake never waits for a large database). Off by default.
     pub defer_memory_load: bool,
+    /// Hold only the memories of the scopes calls touch, about this many records at most
+    /// beyond what one call needs: a scope is read from the database on its first use (one
+    /// index range), and when the scopes held pass the bound the least recently used are
+    /// dropped, down to three quarters of it. A host serving a few sessions of a large shared
+    /// database then holds their memories, not everyone's. A search of every scope, a
+    /// compaction or an export loads them all for that call. `None` (the default): every
+    /// memory is held. Not with [`PgOptions::memory_image_dir`] (an image is of the whole
+    /// table).
+    pub max_loaded_memories: Option<usize>,
 }
 
 impl Default for PgOptions {
@@ -148,6 +157,7 @@ impl Default for PgOptions {
             limits: PgLimits::default(),
             memory_image_dir: None,
             defer_memory_load: false,
+            max_loaded_memories: None,
         }
     }
 }
@@ -156,6 +166,13 @@ impl PgOptions {
     /// The defaults, with the memory image kept in `dir`.
     pub fn with_memory_image_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
         self.memory_image_dir = Some(dir.into());
+        self
+    }
+
+    /// These options, holding only the memories of the scopes calls touch, about `bound`
+    /// records ([`PgOptions::max_loaded_memories`]).
+    pub fn with_max_loaded_memories(mut self, bound: usize) -> Self {
+        self.max_loaded_memories = Some(bound);
         self
     }
 
@@ -337,7 +354,16 @@ impl PgStore {
             limits,
             memory_image_dir,
             defer_memory_load,
+            max_loaded_memories,
         } = options;
+        if max_loaded_memories.is_some() && memory_image_dir.is_some() {
+            return Err(StoreError::Invalid(tavern_core::CoreError::InvalidField {
+                field: "max_loaded_memories",
+                reason: "a memory image is of every memory: hold them by scope or keep an \
+                         image, not both"
+                    .into(),
+            }));
+        }
         // Connecting (TCP, TLS, authentication) is bounded by the settings' `connect_timeout`,
         // else 10 s: a server that accepts and never answers must fail the call, not hang it.
         let connect = config
@@ -375,7 +401,9 @@ impl PgStore {
                 pool,
                 limits,
                 clock,
-                memory: Mutex::default(),
+                memory: Mutex::new(
+                    max_loaded_memories.map_or_else(Mirror::default, Mirror::by_scope),
+                ),
                 variables: Mutex::default(),
                 memory_writers: Mutex::default(),
                 variable_writers: Mutex::default(),
@@ -390,7 +418,10 @@ impl PgStore {
         if !defer_memory_load {
             store.load_memories().await?;
         }
-        store.inner.read(&store.inner.variables, |_| ()).await?;
+        store
+            .inner
+            .read(&store.inner.variables, Need::All, |_| ())
+            .await?;
         Ok(store)
     }
 
@@ -415,7 +446,11 @@ impl PgStore {
             let before = progress(&*self.inner.memory.lock().await);
             let attempt = self
                 .inner
-                .bounded("load memories", self.inner.read(&self.inner.memory, |_| ()))
+                .bounded(
+                    "load memories",
+                    self.inner
+                        .read(&self.inner.memory, Need::Scopes(&[]), |_| ()),
+                )
                 .await;
             match attempt {
                 Ok(()) => break,
@@ -470,6 +505,33 @@ impl PgStore {
             .await
             .map_err(db("show"))?;
         row.try_get(0).map_err(db("show"))
+    }
+
+    /// The plan a pooled connection runs to load one scope of a store holding memories by
+    /// scope ([`PgOptions::max_loaded_memories`]): `EXPLAIN` of the very statement, prepared
+    /// as the store prepares it (generic plans, [`SESSION_SETTINGS`]).
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] when the server cannot be asked; a scope holding a NUL.
+    #[cfg(feature = "testkit")]
+    pub async fn memory_scope_plan(&self, scope: &str) -> Result<String, StoreError> {
+        use ops::OpsTable;
+        let client = self.inner.client("show").await?;
+        let sql = format!(
+            "PREPARE scope_plan AS {}; EXPLAIN EXECUTE scope_plan({}, 0, 9223372036854775807)",
+            MemoryTable::SCOPE_SELECT,
+            ops::literal(scope)?
+        );
+        let answer = client.simple_query(&sql).await.map_err(db("show"));
+        let _ = client.batch_execute("DEALLOCATE scope_plan").await;
+        Ok(answer?
+            .iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n"))
     }
 
     /// The statements prepared on one of the store's pooled connections, with how many times
@@ -546,12 +608,27 @@ impl Inner {
 
     async fn write_memory(
         &self,
+        need: Need<'_>,
         prepare: impl Fn(&MemoryTable) -> Result<(MemoryRecord, MemoryOp), StoreError> + Send + Sync,
     ) -> Result<MemoryRecord, StoreError> {
-        self.write(&self.memory, |t| prepare(t).map(Some))
+        self.write(&self.memory, need, |t| prepare(t).map(Some))
             .await?
             .ok_or_else(|| StoreError::Internal("a memory write produced no operation".into()))
     }
+}
+
+/// What a call on the memories of `scopes` needs held (every scope when none is named).
+fn scopes(scopes: &[tavern_core::ScopeKey]) -> Need<'_> {
+    if scopes.is_empty() {
+        Need::All
+    } else {
+        Need::Scopes(scopes)
+    }
+}
+
+/// What a call on the memories of one scope needs held.
+fn one(scope: &tavern_core::ScopeKey) -> Need<'_> {
+    Need::Scopes(std::slice::from_ref(scope))
 }
 
 #[async_trait]
@@ -561,7 +638,9 @@ impl MemoryStore for PgStore {
             .bounded("search", async move {
                 let now = self.inner.clock.now();
                 self.inner
-                    .read(&self.inner.memory, |t| t.search(query, now))
+                    .read(&self.inner.memory, scopes(&query.scopes), |t| {
+                        t.search(query, now)
+                    })
                     .await
             })
             .await
@@ -577,7 +656,7 @@ impl MemoryStore for PgStore {
                 let now = self.inner.clock.now();
                 let touched = self
                     .inner
-                    .write(&self.inner.memory, |t| {
+                    .write(&self.inner.memory, one(scope), |t| {
                         Ok(t.read_live(scope, id, now).map(|_| {
                             let touch = MemoryOp::Touch {
                                 scope: scope.clone(),
@@ -591,7 +670,10 @@ impl MemoryStore for PgStore {
                 match touched {
                     Ok(None) => Ok(None),
                     Ok(Some(())) => {
-                        let m = self.inner.memory.lock().await;
+                        let m = self
+                            .inner
+                            .lock_mirror(&self.inner.memory, one(scope))
+                            .await?;
                         Ok(m.table.read_live(scope, id, now).cloned())
                     }
                     // Recording the access time is bookkeeping: a read still answers when it cannot be
@@ -602,7 +684,9 @@ impl MemoryStore for PgStore {
                             format!("the access time of memory {id} was not recorded: {e}"),
                         );
                         self.inner
-                            .read(&self.inner.memory, |t| t.read_live(scope, id, now).cloned())
+                            .read(&self.inner.memory, one(scope), |t| {
+                                t.read_live(scope, id, now).cloned()
+                            })
                             .await
                     }
                 }
@@ -618,7 +702,9 @@ impl MemoryStore for PgStore {
         self.inner
             .bounded("inspect", async move {
                 self.inner
-                    .read(&self.inner.memory, |t| t.get(scope, id).cloned())
+                    .read(&self.inner.memory, one(scope), |t| {
+                        t.get(scope, id).cloned()
+                    })
                     .await
             })
             .await
@@ -634,7 +720,9 @@ impl MemoryStore for PgStore {
             .bounded("put", async move {
                 let now = self.inner.clock.now();
                 self.inner
-                    .write_memory(|t| t.prepare_put(write.clone(), expected, restore, now))
+                    .write_memory(one(&write.scope), |t| {
+                        t.prepare_put(write.clone(), expected, restore, now)
+                    })
                     .await
             })
             .await
@@ -651,7 +739,9 @@ impl MemoryStore for PgStore {
             .bounded("forget", async move {
                 let now = self.inner.clock.now();
                 self.inner
-                    .write_memory(|t| t.prepare_forget(id, scope, expected, source.clone(), now))
+                    .write_memory(one(scope), |t| {
+                        t.prepare_forget(id, scope, expected, source.clone(), now)
+                    })
                     .await
             })
             .await
@@ -666,7 +756,7 @@ impl MemoryStore for PgStore {
             .bounded("memory audit", async move {
                 let now = self.inner.clock.now();
                 self.inner
-                    .read(&self.inner.memory, |t| t.audit(scope, id, now))
+                    .read(&self.inner.memory, one(scope), |t| t.audit(scope, id, now))
                     .await
             })
             .await
@@ -683,7 +773,9 @@ impl VariableStore for PgStore {
         self.inner
             .bounded("get", async move {
                 self.inner
-                    .read(&self.inner.variables, |t| t.get(scope, name).cloned())
+                    .read(&self.inner.variables, Need::All, |t| {
+                        t.get(scope, name).cloned()
+                    })
                     .await
             })
             .await
@@ -700,7 +792,7 @@ impl VariableStore for PgStore {
             .bounded("patch", async move {
                 let now = self.inner.clock.now();
                 self.inner
-                    .write(&self.inner.variables, |t| {
+                    .write(&self.inner.variables, Need::All, |t| {
                         let op = t.prepare_patch(scope, changes, expected_scope, &source, now)?;
                         Ok(Some((VariableTable::outcome(&op), op)))
                     })
@@ -719,7 +811,9 @@ impl VariableStore for PgStore {
         self.inner
             .bounded("list", async move {
                 self.inner
-                    .read(&self.inner.variables, |t| t.list(scope, prefix, limit))
+                    .read(&self.inner.variables, Need::All, |t| {
+                        t.list(scope, prefix, limit)
+                    })
                     .await
             })
             .await
@@ -735,7 +829,7 @@ impl VariableStore for PgStore {
                 let now = self.inner.clock.now();
                 let cleared = self
                     .inner
-                    .write(&self.inner.variables, |t| {
+                    .write(&self.inner.variables, Need::All, |t| {
                         Ok(t.prepare_clear(scope, &source, now)
                             .map(|op| (op.records.len(), op)))
                     })
@@ -749,7 +843,7 @@ impl VariableStore for PgStore {
         self.inner
             .bounded("variable audit", async move {
                 self.inner
-                    .read(&self.inner.variables, |t| t.audit(scope))
+                    .read(&self.inner.variables, Need::All, |t| t.audit(scope))
                     .await
             })
             .await

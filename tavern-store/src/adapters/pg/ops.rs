@@ -23,6 +23,8 @@ use tokio::sync::{Mutex, MutexGuard};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
+use tavern_core::ScopeKey;
+
 use super::{db, encode, Inner};
 use crate::engine::memory_table::{MemoryOp, MemoryTable};
 use crate::engine::oplog::{replay, Entry, OpTable};
@@ -52,10 +54,14 @@ pub(super) trait OpsTable: OpTable + Send + 'static {
     const NAME: &'static str;
     /// Locks the table against other writers until the transaction ends.
     const LOCK: &'static str;
-    /// Rows after a sequence number, in order, at most [`CATCH_UP_BATCH`]: memory per round
-    /// trip stays bounded however far behind a mirror is, and the constant limit keeps the
-    /// prepared statement's generic plan an index scan.
+    /// Rows after a sequence number (`seq`, `op`, `reset`, `scope`), in order, at most
+    /// [`CATCH_UP_BATCH`]: memory per round trip stays bounded however far behind a mirror is,
+    /// and the constant limit keeps the prepared statement's generic plan an index scan.
     const SELECT: &'static str;
+    /// One scope's rows (`seq`, `op`) after `$2` up to `$3` (`$1` the scope), in order, at most
+    /// [`CATCH_UP_BATCH`], reset rows left out: loading a scope into a mirror held by scope
+    /// ([`Residency`]).
+    const SCOPE_SELECT: &'static str;
     /// Inserts one operation row (`$1` scope, `$2` id, `$3` operation) and returns its
     /// sequence number, unless the table has rows after `$4` (the mirror was behind). The test
     /// is `max(seq)`, one index probe whatever the plan (a prepared `NOT EXISTS (… seq > $4)`
@@ -69,13 +75,39 @@ pub(super) trait OpsTable: OpTable + Send + 'static {
     fn image_dir(_inner: &Inner) -> Option<&Path> {
         None
     }
+    /// How many operations of the table's snapshot each scope holds (records, for memories):
+    /// what loading a scope costs this process ([`Residency`]).
+    fn scope_lens(&self) -> Vec<(String, usize)> {
+        let mut lens = std::collections::HashMap::<String, usize>::new();
+        for op in self.snapshot() {
+            *lens.entry(Self::keys(&op).0).or_default() += 1;
+        }
+        lens.into_iter().collect()
+    }
+    /// The table with only the scopes `keep` accepts (the others evicted), as replaying their
+    /// snapshot would give it.
+    fn retain_scopes(&self, keep: &dyn Fn(&str) -> bool) -> Self {
+        let mut table = Self::default();
+        let kept: Vec<Self::Op> = self
+            .snapshot()
+            .into_iter()
+            .filter(|op| keep(&Self::keys(op).0))
+            .collect();
+        table.apply_ops(kept);
+        table
+    }
 }
 
 impl OpsTable for MemoryTable {
     const NAME: &'static str = "memory_ops";
     const LOCK: &'static str = "LOCK TABLE memory_ops IN EXCLUSIVE MODE";
     const SELECT: &'static str = concat!(
-        "SELECT seq, op::text, reset FROM memory_ops WHERE seq > $1 ORDER BY seq LIMIT ",
+        "SELECT seq, op::text, reset, scope FROM memory_ops WHERE seq > $1 ORDER BY seq LIMIT ",
+        catch_up_batch!()
+    );
+    const SCOPE_SELECT: &'static str = concat!(
+        "SELECT seq, op::text FROM memory_ops WHERE scope = $1 AND seq > $2 AND seq <= $3 \
+         AND NOT reset ORDER BY seq LIMIT ",
         catch_up_batch!()
     );
     const INSERT: &'static str =
@@ -86,6 +118,12 @@ impl OpsTable for MemoryTable {
     }
     fn image_dir(inner: &Inner) -> Option<&Path> {
         inner.image_dir.as_deref()
+    }
+    fn scope_lens(&self) -> Vec<(String, usize)> {
+        self.records_per_scope()
+    }
+    fn retain_scopes(&self, keep: &dyn Fn(&str) -> bool) -> Self {
+        self.keep_scopes(keep)
     }
     fn keys(op: &MemoryOp) -> (String, Option<String>) {
         match op {
@@ -101,7 +139,12 @@ impl OpsTable for VariableTable {
     const NAME: &'static str = "variable_ops";
     const LOCK: &'static str = "LOCK TABLE variable_ops IN EXCLUSIVE MODE";
     const SELECT: &'static str = concat!(
-        "SELECT seq, op::text, reset FROM variable_ops WHERE seq > $1 ORDER BY seq LIMIT ",
+        "SELECT seq, op::text, reset, scope FROM variable_ops WHERE seq > $1 ORDER BY seq LIMIT ",
+        catch_up_batch!()
+    );
+    const SCOPE_SELECT: &'static str = concat!(
+        "SELECT seq, op::text FROM variable_ops WHERE scope = $1 AND seq > $2 AND seq <= $3 \
+         AND NOT reset ORDER BY seq LIMIT ",
         catch_up_batch!()
     );
     const INSERT: &'static str =
@@ -129,25 +172,196 @@ pub(super) struct Mirror<T> {
     /// Whether the mirror was started (from the table's image, when there is one): see
     /// [`Inner::lock_mirror`].
     pub(super) started: bool,
+    /// Which scopes the mirror holds, when it holds only some ([`Residency`]); `None`: all.
+    pub(super) residency: Option<Residency>,
+}
+
+impl<T> Mirror<T> {
+    /// An empty mirror that will hold only the scopes calls need, about `bound` operations
+    /// (records, for memories) at most beyond what one call needs ([`Residency`]).
+    pub(super) fn by_scope(bound: usize) -> Self
+    where
+        T: Default,
+    {
+        Self {
+            residency: Some(Residency {
+                bound,
+                ..Residency::default()
+            }),
+            ..Self::default()
+        }
+    }
+
+    /// Whether the mirror holds `scope` (every row of it up to `seq` applied).
+    fn holds(&self, scope: &str) -> bool {
+        self.residency
+            .as_ref()
+            .is_none_or(|r| r.all || r.scopes.contains_key(scope))
+    }
+}
+
+/// A mirror that holds the scopes calls touch, not the whole table
+/// ([`super::PgOptions::max_loaded_memories`]). One sequence number (`Mirror::seq`) stands for
+/// every scope held: a scope is loaded with its rows up to it (one index range, `(scope,
+/// seq)`), catch-ups apply the rows of held scopes and skip the others', and a write's
+/// compare-and-set stays decided on the whole table (its insert still requires that no row
+/// follows `seq`). When the scopes held pass the bound, the least recently used ones are
+/// dropped (never one the current call needs) until three quarters of it are left, in one
+/// rebuild of what stays.
+#[derive(Default)]
+pub(super) struct Residency {
+    /// Operations (records) held at most, beyond what one call needs.
+    bound: usize,
+    /// The scopes held, by the use count of their last use.
+    scopes: std::collections::HashMap<String, u64>,
+    /// Uses so far (the clock of `scopes`).
+    uses: u64,
+    /// Every scope is held (a call needed all of them: a search of every scope, a compaction,
+    /// an export); the next call over the bound drops the least recently used.
+    all: bool,
+}
+
+/// Which scopes a call reads or writes: what a mirror held by scope must hold for it.
+#[derive(Clone, Copy)]
+pub(super) enum Need<'a> {
+    /// Every scope (a search without scopes, a compaction, an export).
+    All,
+    /// These scopes.
+    Scopes(&'a [ScopeKey]),
 }
 
 impl Inner {
     /// Locks `mirror`; on its first use, starts it from the table's image when one matches
     /// the database (`image`). Every use of a mirror goes through here, so a store opened
     /// without reading its memories ([`super::PgOptions::defer_memory_load`]) reads the image
-    /// before any row, whichever call comes first.
+    /// before any row, whichever call comes first. A mirror held by scope ([`Residency`])
+    /// starts at the table's last row holding nothing, and loads the scopes `need` names
+    /// before it is handed out.
     pub(super) async fn lock_mirror<'a, T: OpsTable>(
         &self,
         mirror: &'a Mutex<Mirror<T>>,
+        need: Need<'_>,
     ) -> Result<MutexGuard<'a, Mirror<T>>, StoreError> {
         let mut m = mirror.lock().await;
         if !m.started {
             if let Some(dir) = T::image_dir(self) {
                 self.restore_image(dir.to_path_buf(), &mut m).await?;
             }
+            if m.residency.is_some() {
+                m.seq = self.last_seq::<T>().await?;
+            }
             m.started = true;
         }
+        if m.residency.is_some() {
+            self.hold(&mut m, need).await?;
+        }
         Ok(m)
+    }
+
+    /// The table's last sequence number (0 when empty).
+    async fn last_seq<T: OpsTable>(&self) -> Result<i64, StoreError> {
+        let client = self.client("load").await?;
+        let row = client
+            .query_one(
+                &format!("SELECT coalesce(max(seq), 0) FROM {}", T::NAME),
+                &[],
+            )
+            .await
+            .map_err(db("load"))?;
+        row.try_get(0).map_err(db("load"))
+    }
+
+    /// Makes a mirror held by scope hold what `need` names, then drops the least recently
+    /// used scopes when it holds more than its bound.
+    async fn hold<T: OpsTable>(&self, m: &mut Mirror<T>, need: Need<'_>) -> Result<(), StoreError> {
+        let Some(r) = m.residency.as_mut() else {
+            return Ok(());
+        };
+        r.uses += 1;
+        let now = r.uses;
+        match need {
+            Need::All if !r.all => {
+                // Every row from the first, as a mirror that holds the whole table reads them;
+                // a failure halfway leaves a catch-up in progress that the next one continues.
+                r.all = true;
+                m.table = T::default();
+                m.seq = 0;
+                m.unreadable = 0;
+                let client = self.client("load").await?;
+                let select = client
+                    .prepare_cached(T::SELECT)
+                    .await
+                    .map_err(db("catch up"))?;
+                let rows = client
+                    .query(&select, &[&0i64])
+                    .await
+                    .map_err(db("catch up"))?;
+                self.apply_batch(&client, &select, &rows, m).await?;
+            }
+            Need::All => {}
+            Need::Scopes(scopes) => {
+                for scope in scopes {
+                    let key = scope.to_string();
+                    if !m.holds(&key) {
+                        self.load_scope(m, &key).await?;
+                    }
+                    if let Some(r) = m.residency.as_mut() {
+                        r.scopes.insert(key, now);
+                    }
+                }
+            }
+        }
+        evict(m, need);
+        Ok(())
+    }
+
+    /// Loads one scope's rows up to the mirror's sequence number, all of them before any is
+    /// applied (a failure halfway applies nothing). A compaction that commits meanwhile
+    /// deletes the rows not yet read: the scope is then loaded partly, but the compaction's
+    /// reset row follows the mirror's sequence number, so the next catch-up (every read
+    /// makes one before it answers; a write's insert fails until it has) rebuilds every
+    /// scope held from the snapshot.
+    async fn load_scope<T: OpsTable>(
+        &self,
+        m: &mut Mirror<T>,
+        scope: &str,
+    ) -> Result<(), StoreError> {
+        let client = self.client("load").await?;
+        let select = client
+            .prepare_cached(T::SCOPE_SELECT)
+            .await
+            .map_err(db("load scope"))?;
+        let mut texts: Vec<(i64, String)> = Vec::new();
+        let mut after = 0i64;
+        loop {
+            let rows = client
+                .query(&select, &[&scope, &after, &m.seq])
+                .await
+                .map_err(db("load scope"))?;
+            for row in &rows {
+                let seq: i64 = row.try_get(0).map_err(db("load scope"))?;
+                let text: String = row.try_get(1).map_err(db("load scope"))?;
+                texts.push((seq, text));
+            }
+            match texts.last() {
+                Some(&(seq, _)) if rows.len() >= CATCH_UP_BATCH => after = seq,
+                _ => break,
+            }
+        }
+        let entries: Vec<Entry<'_>> = texts.iter().map(|(_, t)| Entry::Op(t)).collect();
+        let done = replay(&mut m.table, &entries)?;
+        m.unreadable += done.unreadable.len() as u64;
+        for u in done.unreadable {
+            let seq = texts.get(u.index).map_or(0, |t| t.0);
+            self.diag(
+                format!("{} seq {seq}", T::NAME),
+                format!("unreadable operation ({}); skipped", u.reason),
+            );
+        }
+        if let Some(r) = m.residency.as_mut() {
+            r.scopes.insert(scope.to_owned(), r.uses);
+        }
+        Ok(())
     }
 
     /// Applies catch-up rows (sequence number, operation) in order. Unreadable rows are skipped
@@ -162,10 +376,19 @@ impl Inner {
         }
         let mut seqs = Vec::with_capacity(rows.len());
         let mut entries = Vec::with_capacity(rows.len());
+        let mut last = mirror.seq;
         for row in rows {
             let seq: i64 = row.try_get(0).map_err(db("catch up"))?;
-            let text: &str = row.try_get(1).map_err(db("catch up"))?;
+            last = seq;
             let reset: bool = row.try_get(2).map_err(db("catch up"))?;
+            // A mirror held by scope skips the rows of the scopes it does not hold.
+            if !reset && mirror.residency.is_some() {
+                let scope: &str = row.try_get(3).map_err(db("catch up"))?;
+                if !mirror.holds(scope) {
+                    continue;
+                }
+            }
+            let text: &str = row.try_get(1).map_err(db("catch up"))?;
             seqs.push(seq);
             // A reset row is a compaction: what follows is the whole table.
             entries.push(if reset { Entry::Reset } else { Entry::Op(text) });
@@ -182,7 +405,7 @@ impl Inner {
                 format!("unreadable operation ({}); skipped", u.reason),
             );
         }
-        mirror.seq = seqs.last().copied().unwrap_or(mirror.seq);
+        mirror.seq = last;
         mirror.replayed += rows.len() as u64;
         Ok(())
     }
@@ -191,11 +414,12 @@ impl Inner {
     pub(super) async fn read<T: OpsTable, R>(
         &self,
         mirror: &Mutex<Mirror<T>>,
+        need: Need<'_>,
         f: impl Fn(&T) -> R + Send + Sync,
     ) -> Result<R, StoreError> {
         // The mirror first, then a connection: a task waiting for the mirror holds no
         // connection, so a full pool never waits on itself.
-        let mut m = self.lock_mirror(mirror).await?;
+        let mut m = self.lock_mirror(mirror, need).await?;
         let client = self.client("read").await?;
         // A prepared statement (cached per connection): one round trip. One statement, one
         // snapshot: every row it returns was committed, and (writers being serialized) so was
@@ -270,6 +494,7 @@ impl Inner {
     pub(super) async fn write<T: OpsTable, R: Send>(
         &self,
         mirror: &Mutex<Mirror<T>>,
+        need: Need<'_>,
         prepare: impl Fn(&T) -> Result<Option<(R, T::Op)>, StoreError> + Send + Sync,
     ) -> Result<Option<R>, StoreError> {
         // Decided on a mirror that may be behind, nothing is final but a success (the insert
@@ -287,7 +512,7 @@ impl Inner {
             // writes go on meanwhile. Whoever holds both takes the mirror first, so a full
             // pool never waits on itself.
             let (decision, after) = {
-                let m = self.lock_mirror(mirror).await?;
+                let m = self.lock_mirror(mirror, need).await?;
                 (prepare(&m.table), m.seq)
             };
             match decision {
@@ -305,8 +530,11 @@ impl Inner {
                         // No row lies between `after` and `seq` (the insert required none after
                         // `after`, under the lock): the mirror is still at `after`, or a
                         // catch-up since has applied this very row.
+                        // A mirror held by scope may have dropped the op's scope since.
                         if m.seq < seq {
-                            m.table.apply_ops(vec![op]);
+                            if m.holds(&T::keys(&op).0) {
+                                m.table.apply_ops(vec![op]);
+                            }
                             m.seq = seq;
                         }
                         return Ok(Some(out));
@@ -316,10 +544,10 @@ impl Inner {
                 other if caught_up => return other.map(|_| None),
                 _ => {}
             }
-            self.read(mirror, |_| ()).await?;
+            self.read(mirror, need, |_| ()).await?;
             caught_up = true;
         }
-        let mut m = self.lock_mirror(mirror).await?;
+        let mut m = self.lock_mirror(mirror, need).await?;
         let client = self.client("write").await?;
         let statements = Statements::prepare::<T>(&client).await?;
         // Until it is closed cleanly, the transaction's connection is discarded rather than
@@ -430,6 +658,64 @@ impl Inner {
     }
 }
 
+/// Most scopes a mirror held by scope keeps when they hold nothing (scopes searched that have
+/// no memories yet cost no records, but their names add up).
+const MAX_HELD_SCOPES: usize = 4096;
+
+/// Drops the least recently used scopes of a mirror held by scope when it holds more than its
+/// bound (never one `need` names), down to three quarters of it, in one rebuild of the rest.
+fn evict<T: OpsTable>(m: &mut Mirror<T>, need: Need<'_>) {
+    let Mirror {
+        table, residency, ..
+    } = m;
+    let (Some(r), Need::Scopes(needed)) = (residency.as_mut(), need) else {
+        // A call that needs every scope keeps them all; the next one that does not drops.
+        return;
+    };
+    let lens = table.scope_lens();
+    let mut total: usize = lens.iter().map(|(_, n)| n).sum();
+    if total <= r.bound && r.scopes.len() <= MAX_HELD_SCOPES {
+        return;
+    }
+    let needed: std::collections::HashSet<String> =
+        needed.iter().map(ToString::to_string).collect();
+    // Every scope held: those with records, and those loaded empty.
+    let mut sizes: std::collections::HashMap<String, usize> = lens.into_iter().collect();
+    for scope in r.scopes.keys() {
+        sizes.entry(scope.clone()).or_insert(0);
+    }
+    let mut order: Vec<(u64, String, usize)> = sizes
+        .into_iter()
+        .filter(|(scope, _)| !needed.contains(scope))
+        .map(|(scope, n)| (r.scopes.get(&scope).copied().unwrap_or(0), scope, n))
+        .collect();
+    order.sort_unstable();
+    let target = r.bound - r.bound / 4;
+    let mut held = r.scopes.len().max(needed.len());
+    let mut gone = std::collections::HashSet::new();
+    let mut rebuild = false;
+    for (_, scope, n) in order {
+        if total <= target && held <= MAX_HELD_SCOPES - MAX_HELD_SCOPES / 4 {
+            break;
+        }
+        total -= n;
+        held = held.saturating_sub(1);
+        rebuild |= n > 0;
+        gone.insert(scope);
+    }
+    if rebuild {
+        *table = table.retain_scopes(&|scope| !gone.contains(scope));
+    }
+    if r.all {
+        // What was held as "every scope" is now named one by one (least recent first).
+        for (scope, _) in table.scope_lens() {
+            r.scopes.entry(scope).or_insert(0);
+        }
+        r.all = false;
+    }
+    r.scopes.retain(|scope, _| !gone.contains(scope));
+}
+
 /// Rows per statement when many operations are inserted at once (a copy, a compaction).
 const INSERT_BATCH: usize = 1000;
 
@@ -466,7 +752,7 @@ pub(super) async fn insert_ops<T: OpsTable>(
 /// `text` as an SQL escape-string literal (`E'…'`, backslashes and quotes doubled), which reads
 /// the same whatever `standard_conforming_strings` says (a pooler may not keep the session's
 /// setting). The server refuses NUL in text whichever way it is sent.
-fn literal(text: &str) -> Result<String, StoreError> {
+pub(super) fn literal(text: &str) -> Result<String, StoreError> {
     if text.contains('\0') {
         return Err(StoreError::Database {
             op: "write",

@@ -77,6 +77,9 @@ const MIGRATIONS: &[&str] = &[
         token text NOT NULL
     );
     INSERT INTO store_identity (id, token) VALUES (1, md5(random()::text || clock_timestamp()::text || pg_backend_pid()::text));",
+    // 5: a scope's memory rows in order, one index range: a process that holds memories by
+    // scope (`PgOptions::max_loaded_memories`) loads a scope on its first use.
+    "CREATE INDEX IF NOT EXISTS memory_ops_scope_seq ON memory_ops (scope, seq);",
 ];
 
 /// A new random identity token, as SQL (see migration 4).

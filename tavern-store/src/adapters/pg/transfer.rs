@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use tavern_core::{CharacterName, SessionId};
 
-use super::ops::insert_ops;
+use super::ops::{insert_ops, Need};
 use super::{db, encode, PgStore};
 use crate::engine::memory_table::MemoryTable;
 use crate::engine::variable_table::VariableTable;
@@ -39,11 +39,11 @@ impl Transfer for PgStore {
     async fn dump_tables(&self) -> Result<TableDump, StoreError> {
         let memory = self
             .inner
-            .read(&self.inner.memory, MemoryTable::snapshot)
+            .read(&self.inner.memory, Need::All, MemoryTable::snapshot)
             .await?;
         let variables = self
             .inner
-            .read(&self.inner.variables, VariableTable::snapshot)
+            .read(&self.inner.variables, Need::All, VariableTable::snapshot)
             .await?;
         Ok(TableDump { memory, variables })
     }
@@ -102,8 +102,12 @@ impl Transfer for PgStore {
             drop(client);
         }
         // The mirrors catch up from the rows just committed.
-        self.inner.read(&self.inner.memory, |_| ()).await?;
-        self.inner.read(&self.inner.variables, |_| ()).await
+        self.inner
+            .read(&self.inner.memory, Need::Scopes(&[]), |_| ())
+            .await?;
+        self.inner
+            .read(&self.inner.variables, Need::All, |_| ())
+            .await
     }
 
     async fn chat_characters(&self) -> Result<Vec<CharacterName>, StoreError> {

@@ -143,7 +143,7 @@ pub fn run(
         // Planned as PgStore's connections plan it.
         client.batch_execute(SESSION_SETTINGS).await?;
         let select = client
-            .prepare("SELECT seq, op::text, reset FROM memory_ops WHERE seq > $1 ORDER BY seq LIMIT 2000")
+            .prepare("SELECT seq, op::text, reset, scope FROM memory_ops WHERE seq > $1 ORDER BY seq LIMIT 2000")
             .await?;
         let last: i64 = client
             .query_one("SELECT coalesce(max(seq), 0) FROM memory_ops", &[])
