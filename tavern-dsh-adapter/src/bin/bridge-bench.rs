@@ -834,19 +834,29 @@ fn start_and_search(bridge: &Path, args: &[&std::ffi::OsStr]) -> Result<(f64, f6
     Ok((handshake_ms, search_ms, rss))
 }
 
-/// Writes `records` memories (64 scopes, varied words) into a file store at `data`.
+/// Writes `records` memories (64 scopes, varied words) into a file store at `data`; the
+/// first scope is Mira's (what the benchmark's session searches, with its chat's and the
+/// global scope), the others are agents' (other players').
 fn write_big_store(data: &Path, records: usize) -> Result<(), Error> {
     use std::sync::Arc;
-    use tavern_core::{AgentId, MemoryId, MemoryKind, MemorySource, MemoryWrite, ScopeKey};
+    use tavern_core::{
+        AgentId, CharacterName, MemoryId, MemoryKind, MemorySource, MemoryWrite, ScopeKey,
+    };
     use tavern_store::fs::FsStore;
     const WORDS: [&str; 16] = [
         "lantern", "river", "harbour", "silver", "gate", "orchard", "storm", "ember", "archive",
         "falcon", "meadow", "copper", "tide", "lichen", "beacon", "quarry",
     ];
     let store = FsStore::open(data, Arc::new(tavern_store::clock::SystemClock))?;
-    let scopes: Vec<ScopeKey> = (0..64)
+    let mut scopes: Vec<ScopeKey> = (1..64)
         .map(|i| AgentId::parse(format!("bench-{i}")).map(|agent| ScopeKey::Agent { agent }))
         .collect::<Result<_, _>>()?;
+    scopes.insert(
+        0,
+        ScopeKey::Character {
+            character: CharacterName::parse("Mira")?,
+        },
+    );
     let mut start = 0;
     while start < records {
         let end = (start + 50_000).min(records);
@@ -971,6 +981,20 @@ fn big_pg_table(bridge: &Path, records: usize, settings: &str) -> Result<(), Err
         });
         println!("| {label} | {handshake_ms:.0} ms | {search_ms:.0} ms | {rss:.0} MiB | image after: {image} |");
     }
+    // Holding by scope: the session's scopes alone (Mira's, a 64th of the memories).
+    let bound = (records / 16).to_string();
+    let (handshake_ms, search_ms, rss) = start_and_search(
+        bridge,
+        &[
+            "--store".as_ref(),
+            settings.as_ref(),
+            "--store-max-loaded-memories".as_ref(),
+            bound.as_ref(),
+            "--assets".as_ref(),
+            assets.as_os_str(),
+        ],
+    )?;
+    println!("| holding by scope (--store-max-loaded-memories {bound}; the session's scopes hold {}) | {handshake_ms:.0} ms | {search_ms:.0} ms | {rss:.0} MiB | |", records.div_ceil(64));
     println!();
     Ok(())
 }

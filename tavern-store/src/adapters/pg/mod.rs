@@ -669,12 +669,14 @@ impl MemoryStore for PgStore {
                     .await;
                 match touched {
                     Ok(None) => Ok(None),
+                    // Read again with a catch-up: a mirror held by scope may have dropped
+                    // and reloaded the scope since.
                     Ok(Some(())) => {
-                        let m = self
-                            .inner
-                            .lock_mirror(&self.inner.memory, one(scope))
-                            .await?;
-                        Ok(m.table.read_live(scope, id, now).cloned())
+                        self.inner
+                            .read(&self.inner.memory, one(scope), |t| {
+                                t.read_live(scope, id, now).cloned()
+                            })
+                            .await
                     }
                     // Recording the access time is bookkeeping: a read still answers when it cannot be
                     // written (a read-only role, a standby, a lock timeout), as FsStore's does.

@@ -174,6 +174,10 @@ pub(super) struct Mirror<T> {
     pub(super) started: bool,
     /// Which scopes the mirror holds, when it holds only some ([`Residency`]); `None`: all.
     pub(super) residency: Option<Residency>,
+    /// A scope was loaded since the last catch-up: it may hold less than the table (a
+    /// compaction elsewhere deleted rows while it loaded), so nothing but a successful insert
+    /// is decided on it until a catch-up.
+    pub(super) loaded: bool,
 }
 
 impl<T> Mirror<T> {
@@ -284,6 +288,7 @@ impl Inner {
                 // Every row from the first, as a mirror that holds the whole table reads them;
                 // a failure halfway leaves a catch-up in progress that the next one continues.
                 r.all = true;
+                m.loaded = true;
                 m.table = T::default();
                 m.seq = 0;
                 m.unreadable = 0;
@@ -361,6 +366,7 @@ impl Inner {
         if let Some(r) = m.residency.as_mut() {
             r.scopes.insert(scope.to_owned(), r.uses);
         }
+        m.loaded = true;
         Ok(())
     }
 
@@ -449,9 +455,11 @@ impl Inner {
             (early, rows.map_err(db("catch up"))?)
         };
         if let Some(answer) = early.filter(|_| rows.is_empty()) {
+            m.loaded = false;
             return Ok(answer);
         }
         self.apply_batch(&client, &select, &rows, &mut m).await?;
+        m.loaded = false;
         drop(client);
         Ok(f(&m.table))
     }
@@ -513,6 +521,10 @@ impl Inner {
             // pool never waits on itself.
             let (decision, after) = {
                 let m = self.lock_mirror(mirror, need).await?;
+                // Decided on a scope just loaded, only a success is final.
+                if m.loaded {
+                    caught_up = false;
+                }
                 (prepare(&m.table), m.seq)
             };
             match decision {
@@ -530,8 +542,11 @@ impl Inner {
                         // No row lies between `after` and `seq` (the insert required none after
                         // `after`, under the lock): the mirror is still at `after`, or a
                         // catch-up since has applied this very row.
-                        // A mirror held by scope may have dropped the op's scope since.
-                        if m.seq < seq {
+                        // Applied only onto the very state it was decided on: a mirror
+                        // held by scope may since have dropped the op's scope, or started a
+                        // reload of every scope from the first row (then the row comes with
+                        // the catch-up that finishes it).
+                        if m.seq == after {
                             if m.holds(&T::keys(&op).0) {
                                 m.table.apply_ops(vec![op]);
                             }

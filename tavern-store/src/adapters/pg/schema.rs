@@ -78,8 +78,11 @@ const MIGRATIONS: &[&str] = &[
     );
     INSERT INTO store_identity (id, token) VALUES (1, md5(random()::text || clock_timestamp()::text || pg_backend_pid()::text));",
     // 5: a scope's memory rows in order, one index range: a process that holds memories by
-    // scope (`PgOptions::max_loaded_memories`) loads a scope on its first use.
-    "CREATE INDEX IF NOT EXISTS memory_ops_scope_seq ON memory_ops (scope, seq);",
+    // scope (`PgOptions::max_loaded_memories`) loads a scope on its first use. Built in the
+    // migration's transaction without the statement limit (a large table takes a while; other
+    // hosts' writes wait for it, at most their lock timeout).
+    "SET LOCAL statement_timeout = 0;
+    CREATE INDEX IF NOT EXISTS memory_ops_scope_seq ON memory_ops (scope, seq);",
 ];
 
 /// A new random identity token, as SQL (see migration 4).
