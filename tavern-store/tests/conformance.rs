@@ -117,47 +117,20 @@ mod fs_store_chats_in_a_sillytavern_folder {
 mod pg_support;
 
 /// A fresh database on the test process's PostgreSQL cluster; reopening connects a new store
-/// (its own pool) to the same database.
+/// (its own pool) to the same database, opened with the same `options`.
 #[cfg(feature = "postgres")]
-async fn pg() -> Fixture {
+async fn pg_with(options: tavern_store::pg::PgOptions) -> Fixture {
+    use tavern_store::pg::{PgConfig, PgStore, PgTls};
     let cluster = pg_support::cluster();
     let config = cluster.fresh_database().await;
     let clock = Arc::new(ManualClock::new(T0));
-    let store = cluster.open(&config, clock.clone()).await;
-    let reopen_clock = clock.clone();
-    Fixture {
-        store: Arc::new(store),
-        clock,
-        reopen: Some(Box::new(move || {
-            let (config, clock) = (config.clone(), reopen_clock.clone());
-            // The suite reopens from synchronous code on a multi-thread runtime.
-            let store = tokio::task::block_in_place(|| {
-                tokio::runtime::Handle::current().block_on(cluster.open(&config, clock))
-            });
-            Arc::new(store) as Arc<dyn AllStores>
-        })),
-        guard: None,
-    }
-}
-
-#[cfg(feature = "postgres")]
-mod pg_store {
-    tavern_store::store_conformance_tests!(super::pg().await);
-}
-
-/// A fresh database opened by stores that hold the memories by scope with a bound of none:
-/// every call loads the scopes it needs and drops every other one (each reopen too).
-#[cfg(feature = "postgres")]
-async fn pg_by_scope() -> Fixture {
-    use tavern_store::pg::{PgOptions, PgStore, PgTls};
-    let cluster = pg_support::cluster();
-    let config = cluster.fresh_database().await;
-    let clock = Arc::new(ManualClock::new(T0));
-    let open = |config: tavern_store::pg::PgConfig, clock: Arc<ManualClock>| async move {
-        let options = PgOptions::default().with_max_loaded_memories(0);
-        PgStore::open_with_options(config, &PgTls::default(), clock, options)
-            .await
-            .unwrap()
+    let open = move |config: PgConfig, clock: Arc<ManualClock>| {
+        let options = options.clone();
+        async move {
+            PgStore::open_with_options(config, &PgTls::default(), clock, options)
+                .await
+                .unwrap()
+        }
     };
     let store = open(config.clone(), clock.clone()).await;
     let reopen_clock = clock.clone();
@@ -166,6 +139,7 @@ async fn pg_by_scope() -> Fixture {
         clock,
         reopen: Some(Box::new(move || {
             let (config, clock) = (config.clone(), reopen_clock.clone());
+            // The suite reopens from synchronous code on a multi-thread runtime.
             let store = tokio::task::block_in_place(|| {
                 tokio::runtime::Handle::current().block_on(open(config, clock))
             });
@@ -173,6 +147,23 @@ async fn pg_by_scope() -> Fixture {
         })),
         guard: None,
     }
+}
+
+#[cfg(feature = "postgres")]
+async fn pg() -> Fixture {
+    pg_with(tavern_store::pg::PgOptions::default()).await
+}
+
+#[cfg(feature = "postgres")]
+mod pg_store {
+    tavern_store::store_conformance_tests!(super::pg().await);
+}
+
+/// Stores that hold the memories by scope with a bound of none: every call loads the scopes
+/// it needs and drops every other one (each reopen too).
+#[cfg(feature = "postgres")]
+async fn pg_by_scope() -> Fixture {
+    pg_with(tavern_store::pg::PgOptions::default().with_max_loaded_memories(0)).await
 }
 
 #[cfg(feature = "postgres")]
