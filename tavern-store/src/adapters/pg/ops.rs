@@ -540,12 +540,11 @@ impl Inner {
                     if let Some(seq) = appended {
                         let mut m = mirror.lock().await;
                         // No row lies between `after` and `seq` (the insert required none after
-                        // `after`, under the lock): the mirror is still at `after`, or a
-                        // catch-up since has applied this very row.
-                        // Applied only onto the very state it was decided on: a mirror
-                        // held by scope may since have dropped the op's scope, or started a
-                        // reload of every scope from the first row (then the row comes with
-                        // the catch-up that finishes it).
+                        // `after`, under the lock), so the row is applied only onto the very
+                        // state it was decided on. Otherwise a catch-up since applied it, or a
+                        // mirror held by scope started a reload of every scope from the first
+                        // row (the catch-up that finishes it brings the row); the op's scope
+                        // may also have been dropped since (its next load reads the row).
                         if m.seq == after {
                             if m.holds(&T::keys(&op).0) {
                                 m.table.apply_ops(vec![op]);
