@@ -184,6 +184,7 @@ impl MemoryTable {
     }
 
     /// How many records (live, forgotten or expired) each scope holds, by the scope's text.
+    #[cfg(feature = "postgres")]
     pub(crate) fn records_per_scope(&self) -> Vec<(String, usize)> {
         self.scope_ids
             .iter()
@@ -325,6 +326,7 @@ impl MemoryTable {
     /// The table with only the records of the scopes `keep` accepts (by the scope's text), in
     /// the same order as here — slots, and the audit trail item by item — so that what a
     /// caller sees of those scopes (rankings, audit trails with equal times) is unchanged.
+    #[cfg(feature = "postgres")]
     pub(crate) fn keep_scopes(&self, keep: &dyn Fn(&str) -> bool) -> Self {
         let mut kept_scope = vec![false; self.slots.len()];
         for (scope, &id) in &self.scope_ids {
