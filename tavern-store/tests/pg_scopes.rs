@@ -282,3 +282,150 @@ async fn a_write_whose_scope_was_dropped_while_it_waited_is_applied_once() {
     drop(client);
     let _ = task.await;
 }
+
+/// Until the server reports a session waiting for a lock on `memory_ops` (its own view, no
+/// timing).
+async fn until_waiting(client: &tavern_store::pg::PgClient) {
+    loop {
+        let waiting: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
+                 WHERE c.relname = 'memory_ops' AND NOT l.granted",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_on_every_scope_loads_only_the_scopes_not_held() {
+    let config = filled_database().await;
+    let everything = open(&config, None).await;
+    let holder = open(&config, Some(0)).await;
+    touch(&holder, &scope(0)).await;
+    let one_scope = holder.memory_rows_replayed().await;
+    assert!(one_scope >= 2500, "{one_scope}");
+    // A search of every scope reads the other scope's rows alone, and ranks as a store
+    // holding everything (ties included: no slot decides between equal scores).
+    let mut all = MemoryQuery::new("lantern 灯笼 river", vec![]);
+    all.limit = 50;
+    let page = |r: tavern_store::MemorySearchResult| {
+        r.hits
+            .iter()
+            .map(|h| format!("{}/{}@{}", h.record.scope, h.record.id, h.score))
+            .collect::<Vec<_>>()
+    };
+    let want = page(everything.search(&all).await.unwrap());
+    assert_eq!(page(holder.search(&all).await.unwrap()), want);
+    let both = holder.memory_rows_replayed().await;
+    assert_eq!(
+        both,
+        everything.memory_rows_replayed().await,
+        "every row read once"
+    );
+    // Dropped and needed again, a scope is read again; the one still held is not.
+    touch(&holder, &scope(1)).await;
+    assert_eq!(holder.memory_len().await, 2500);
+    assert_eq!(page(holder.search(&all).await.unwrap()), want);
+    assert_eq!(holder.memory_rows_replayed().await, both + one_scope);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_on_every_scope_cut_off_while_loading_leaves_the_store_exact() {
+    let config = filled_database().await;
+    let holder = Arc::new(open(&config, Some(0)).await);
+    let other = open(&config, None).await;
+    touch(&holder, &scope(0)).await;
+    let (sc, id) = (scope(1), MemoryId::parse("m41").unwrap());
+    let stale = other.inspect(&id, &sc).await.unwrap().unwrap().revision;
+
+    // Another session locks the table against every read: the search's load of the scope it
+    // does not hold waits at the server, and the call is abandoned there (a timeout).
+    let (client, conn) = config.connect(tavern_store::pg::NoTls).await.unwrap();
+    let task = tokio::spawn(conn);
+    client
+        .batch_execute("BEGIN; LOCK TABLE memory_ops IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let search = {
+        let holder = holder.clone();
+        tokio::spawn(async move { holder.search(&MemoryQuery::new("lantern", vec![])).await })
+    };
+    until_waiting(&client).await;
+    search.abort();
+    assert!(search.await.unwrap_err().is_cancelled());
+    client.batch_execute("COMMIT").await.unwrap();
+
+    // Meanwhile another process changed the scope the abandoned call was loading.
+    edit(&other, 41..42, "moved").await;
+    // A write from the stale revision is refused, the current one wins, and the holder sees
+    // exactly what a process reading every row sees.
+    let err = holder
+        .put(write("m41", sc.clone(), "stale"), Some(&stale), false)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict { .. }), "{err}");
+    let current = other.inspect(&id, &sc).await.unwrap().unwrap().revision;
+    holder
+        .put(write("m41", sc.clone(), "fresh"), Some(&current), false)
+        .await
+        .unwrap();
+    let want = seen(&open(&config, None).await).await;
+    assert_eq!(seen(&*holder).await, want);
+    let all = holder
+        .search(&MemoryQuery::new("lantern", vec![]))
+        .await
+        .unwrap();
+    let full = other
+        .search(&MemoryQuery::new("lantern", vec![]))
+        .await
+        .unwrap();
+    assert_eq!(all.source_count, full.source_count);
+    drop(client);
+    let _ = task.await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_row_is_reported_and_counted_once_however_often_its_scope_loads() {
+    let config = pg_support::cluster().fresh_database().await;
+    let holder = open(&config, Some(0)).await;
+    for i in 0..2 {
+        holder
+            .put(write("gate", scope(i), "the gate"), None, false)
+            .await
+            .unwrap();
+    }
+    let (client, conn) = config.connect(tavern_store::pg::NoTls).await.unwrap();
+    let task = tokio::spawn(conn);
+    client
+        .batch_execute(&format!(
+            "INSERT INTO memory_ops (scope, id, op) VALUES ('{}', 'x', '{{\"bogus\": 1}}')",
+            scope(1)
+        ))
+        .await
+        .unwrap();
+    let unreadable = |s: &PgStore| {
+        s.diagnostics()
+            .iter()
+            .filter(|d| d.message.contains("unreadable"))
+            .count()
+    };
+    // Read with its scope, dropped with it, read again when the scope loads again.
+    for _ in 0..3 {
+        touch(&holder, &scope(0)).await;
+        touch(&holder, &scope(1)).await;
+    }
+    assert_eq!(unreadable(&holder), 1);
+    // Compaction holds every scope and refuses, naming one row, not one per load.
+    let err = holder.compact().await.unwrap_err().to_string();
+    assert!(err.contains("1 rows of memory_ops cannot be read"), "{err}");
+    assert_eq!(unreadable(&holder), 1);
+    drop(client);
+    let _ = task.await;
+}

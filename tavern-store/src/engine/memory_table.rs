@@ -724,8 +724,11 @@ impl MemoryTable {
         out
     }
 
-    /// Hands the best [`RankerRef::pool`] lexical matches (by BM25, ties by slot) to the
-    /// query's ranker and returns them with the relevance it gave; the rest are dropped.
+    /// Hands the best [`RankerRef::pool`] lexical matches (by BM25, ties by scope and id) to
+    /// the query's ranker and returns them with the relevance it gave; the rest are dropped.
+    /// Ties are never broken by slot: slots follow load order, which differs between stores
+    /// holding the same memories (a PostgreSQL store held by scope loads scopes as calls use
+    /// them), and a tie at the pool's edge would then pick different candidates.
     fn rerank(
         &self,
         q: &MemoryQuery,
@@ -733,7 +736,17 @@ impl MemoryTable {
         wanted: usize,
     ) -> Vec<(u32, f32)> {
         let pool = q.ranker.pool(wanted);
-        let best_first = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        let best_first = |a: &(u32, f32), b: &(u32, f32)| {
+            b.1.total_cmp(&a.1).then_with(|| {
+                match (
+                    self.records.get(a.0 as usize),
+                    self.records.get(b.0 as usize),
+                ) {
+                    (Some(x), Some(y)) => x.scope.cmp(&y.scope).then_with(|| x.id.cmp(&y.id)),
+                    _ => a.0.cmp(&b.0),
+                }
+            })
+        };
         if matches.len() > pool {
             matches.select_nth_unstable_by(pool - 1, best_first);
             matches.truncate(pool);
@@ -967,6 +980,57 @@ mod tests {
         q.limit = 1;
         let hits = t.search(&q, Timestamp(now)).hits;
         assert_eq!(hits[0].record.id.as_str(), "m2");
+    }
+
+    /// A ranker that gives every candidate the same score: which candidates it is handed
+    /// decides the page.
+    #[derive(Debug)]
+    struct Flat;
+
+    impl tavern_search::Ranker for Flat {
+        fn name(&self) -> &str {
+            "flat"
+        }
+        fn rescore(&self, _query: &str, candidates: &mut [Candidate<'_>]) {
+            for c in candidates {
+                c.score = 1.0;
+            }
+        }
+    }
+
+    /// Tables holding the same memories loaded in different orders (as PostgreSQL stores
+    /// held by scope load them) hand a ranker the same candidates when lexical scores tie at
+    /// the edge of its pool.
+    #[test]
+    fn ties_at_the_edge_of_a_rankers_pool_do_not_depend_on_load_order() {
+        let writes: Vec<MemoryWrite> = (0..12)
+            .map(|i| {
+                let mut w = write(i, i % 3, None);
+                w.content = "the silver gate".to_owned();
+                w
+            })
+            .collect();
+        let load = |order: Vec<&MemoryWrite>| {
+            let mut t = MemoryTable::new();
+            for w in order {
+                let (_, op) = t.prepare_put(w.clone(), None, false, Timestamp(1)).unwrap();
+                t.apply(op);
+            }
+            t
+        };
+        let forward = load(writes.iter().collect());
+        let backward = load(writes.iter().rev().collect());
+        let mut q = MemoryQuery::new("silver gate", vec![]);
+        q.limit = 4;
+        q.ranker = tavern_search::RankerRef::new(Flat);
+        let page = |t: &MemoryTable| {
+            let hits = t.search(&q, Timestamp(2)).hits;
+            hits.iter()
+                .map(|h| format!("{}/{}", h.record.scope, h.record.id))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(page(&forward).len(), 4);
+        assert_eq!(page(&forward), page(&backward));
     }
 
     proptest! {

@@ -71,9 +71,9 @@ impl Inner {
         self.apply_batch(c, &statements.select, &rows, &mut m)
             .await?;
         let table = T::NAME;
-        if m.unreadable > 0 {
+        if !m.unreadable.is_empty() {
             // A snapshot holds what could be read: the unreadable rows would be gone for good.
-            let n = m.unreadable;
+            let n = m.unreadable.len();
             tx.rollback().await;
             return Err(StoreError::Invalid(tavern_core::CoreError::InvalidField {
                 field: "compaction",

@@ -268,7 +268,7 @@ impl Inner {
                 moved >= IMAGE_MIN_NEW_ROWS
             };
             // An image holds what could be read: diagnostics stay the same on every open.
-            if !due || m.seq <= 0 || m.unreadable > 0 {
+            if !due || m.seq <= 0 || !m.unreadable.is_empty() {
                 return Ok(false);
             }
             // Seconds of work for a large table: on a multi-threaded runtime the worker hands

@@ -481,8 +481,9 @@ impl PgStore {
             .await
     }
 
-    /// Memory operation rows this process has applied from the database since it opened
-    /// (an image read at open spares the rows it holds).
+    /// Memory operation rows this process has applied from the database since it opened:
+    /// catch-ups and, holding memories by scope, each scope's load (an image read at open
+    /// spares the rows it holds).
     pub async fn memory_rows_replayed(&self) -> u64 {
         self.inner.memory.lock().await.replayed
     }

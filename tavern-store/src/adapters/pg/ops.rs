@@ -62,6 +62,10 @@ pub(super) trait OpsTable: OpTable + Send + 'static {
     /// [`CATCH_UP_BATCH`], reset rows left out: loading a scope into a mirror held by scope
     /// ([`Residency`]).
     const SCOPE_SELECT: &'static str;
+    /// Every scope that has a row (reset rows' empty scope left out), one index probe each: a
+    /// loose scan of `memory_ops_scope_seq (scope, seq)` (variable tables are never held by
+    /// scope and have no such index).
+    const SCOPES: &'static str;
     /// Inserts one operation row (`$1` scope, `$2` id, `$3` operation) and returns its
     /// sequence number, unless the table has rows after `$4` (the mirror was behind). The test
     /// is `max(seq)`, one index probe whatever the plan (a prepared `NOT EXISTS (… seq > $4)`
@@ -110,6 +114,12 @@ impl OpsTable for MemoryTable {
          AND NOT reset ORDER BY seq LIMIT ",
         catch_up_batch!()
     );
+    const SCOPES: &'static str = "WITH RECURSIVE s(scope) AS (
+            SELECT min(scope) FROM memory_ops WHERE scope > ''
+            UNION ALL
+            SELECT (SELECT min(o.scope) FROM memory_ops o WHERE o.scope > s.scope)
+            FROM s WHERE s.scope IS NOT NULL
+        ) SELECT scope FROM s WHERE scope IS NOT NULL";
     const INSERT: &'static str =
         "INSERT INTO memory_ops (scope, id, op) SELECT $1, $2, $3::text::json
          WHERE coalesce((SELECT max(seq) FROM memory_ops), 0) <= $4 RETURNING seq";
@@ -147,6 +157,12 @@ impl OpsTable for VariableTable {
          AND NOT reset ORDER BY seq LIMIT ",
         catch_up_batch!()
     );
+    const SCOPES: &'static str = "WITH RECURSIVE s(scope) AS (
+            SELECT min(scope) FROM variable_ops WHERE scope > ''
+            UNION ALL
+            SELECT (SELECT min(o.scope) FROM variable_ops o WHERE o.scope > s.scope)
+            FROM s WHERE s.scope IS NOT NULL
+        ) SELECT scope FROM s WHERE scope IS NOT NULL";
     const INSERT: &'static str =
         "INSERT INTO variable_ops (scope, id, op) SELECT $1, $2, $3::text::json
          WHERE coalesce((SELECT max(seq) FROM variable_ops), 0) <= $4 RETURNING seq";
@@ -163,8 +179,10 @@ impl OpsTable for VariableTable {
 pub(super) struct Mirror<T> {
     pub(super) table: T,
     pub(super) seq: i64,
-    /// Rows since the last compaction that could not be read (skipped with a diagnostic).
-    pub(super) unreadable: u64,
+    /// The sequence numbers of the rows since the last compaction that could not be read
+    /// (skipped with a diagnostic, once each: a mirror held by scope may read a row again when
+    /// it loads a dropped scope again).
+    pub(super) unreadable: std::collections::BTreeSet<i64>,
     /// The last row of the newest image saved or read here (0: none).
     pub(super) image_seq: i64,
     /// Rows applied from catch-ups since the store opened.
@@ -285,23 +303,18 @@ impl Inner {
         let now = r.uses;
         match need {
             Need::All if !r.all => {
-                // Every row from the first, as a mirror that holds the whole table reads them;
-                // a failure halfway leaves a catch-up in progress that the next one continues.
-                r.all = true;
-                m.loaded = true;
-                m.table = T::default();
-                m.seq = 0;
-                m.unreadable = 0;
-                let client = self.client("load").await?;
-                let select = client
-                    .prepare_cached(T::SELECT)
-                    .await
-                    .map_err(db("catch up"))?;
-                let rows = client
-                    .query(&select, &[&0i64])
-                    .await
-                    .map_err(db("catch up"))?;
-                self.apply_batch(&client, &select, &rows, m).await?;
+                // The scopes not held yet, each loaded as a scoped call loads it, up to the
+                // mirror's sequence number (which stays: the caller's catch-up brings the
+                // rest). A call cut off halfway keeps the scopes it loaded, so the next call
+                // that needs every scope loads only the others.
+                for scope in self.scopes::<T>().await? {
+                    if !m.holds(&scope) {
+                        self.load_scope(m, &scope).await?;
+                    }
+                }
+                if let Some(r) = m.residency.as_mut() {
+                    r.all = true;
+                }
             }
             Need::All => {}
             Need::Scopes(scopes) => {
@@ -318,6 +331,19 @@ impl Inner {
         }
         evict(m, need);
         Ok(())
+    }
+
+    /// Every scope that has a row in `T`'s table, in the order of their names.
+    async fn scopes<T: OpsTable>(&self) -> Result<Vec<String>, StoreError> {
+        let client = self.client("load").await?;
+        let list = client
+            .prepare_cached(T::SCOPES)
+            .await
+            .map_err(db("list scopes"))?;
+        let rows = client.query(&list, &[]).await.map_err(db("list scopes"))?;
+        rows.iter()
+            .map(|row| row.try_get(0).map_err(db("list scopes")))
+            .collect()
     }
 
     /// Loads one scope's rows up to the mirror's sequence number, all of them before any is
@@ -355,13 +381,10 @@ impl Inner {
         }
         let entries: Vec<Entry<'_>> = texts.iter().map(|(_, t)| Entry::Op(t)).collect();
         let done = replay(&mut m.table, &entries)?;
-        m.unreadable += done.unreadable.len() as u64;
+        m.replayed += texts.len() as u64;
         for u in done.unreadable {
             let seq = texts.get(u.index).map_or(0, |t| t.0);
-            self.diag(
-                format!("{} seq {seq}", T::NAME),
-                format!("unreadable operation ({}); skipped", u.reason),
-            );
+            self.unreadable(&mut m.unreadable, seq, &u.reason, T::NAME);
         }
         if let Some(r) = m.residency.as_mut() {
             r.scopes.insert(scope.to_owned(), r.uses);
@@ -401,19 +424,31 @@ impl Inner {
         }
         let done = replay(&mut mirror.table, &entries)?;
         if done.reset {
-            mirror.unreadable = 0;
+            mirror.unreadable.clear();
         }
-        mirror.unreadable += done.unreadable.len() as u64;
         for u in done.unreadable {
             let seq = seqs.get(u.index).copied().unwrap_or_default();
-            self.diag(
-                format!("{} seq {seq}", T::NAME),
-                format!("unreadable operation ({}); skipped", u.reason),
-            );
+            self.unreadable(&mut mirror.unreadable, seq, &u.reason, T::NAME);
         }
         mirror.seq = last;
         mirror.replayed += rows.len() as u64;
         Ok(())
+    }
+
+    /// Counts an unreadable row and reports it, once per row.
+    fn unreadable(
+        &self,
+        seen: &mut std::collections::BTreeSet<i64>,
+        seq: i64,
+        why: &str,
+        table: &str,
+    ) {
+        if seen.insert(seq) {
+            self.diag(
+                format!("{table} seq {seq}"),
+                format!("unreadable operation ({why}); skipped"),
+            );
+        }
     }
 
     /// Catches the mirror up and runs `f` on it.
@@ -541,10 +576,9 @@ impl Inner {
                         let mut m = mirror.lock().await;
                         // No row lies between `after` and `seq` (the insert required none after
                         // `after`, under the lock), so the row is applied only onto the very
-                        // state it was decided on. Otherwise a catch-up since applied it, or a
-                        // mirror held by scope started a reload of every scope from the first
-                        // row (the catch-up that finishes it brings the row); the op's scope
-                        // may also have been dropped since (its next load reads the row).
+                        // state it was decided on. Otherwise a catch-up since applied it; in a
+                        // mirror held by scope, the op's scope may also have been dropped
+                        // since (its next load reads the row).
                         if m.seq == after {
                             if m.holds(&T::keys(&op).0) {
                                 m.table.apply_ops(vec![op]);
@@ -698,6 +732,9 @@ fn evict<T: OpsTable>(m: &mut Mirror<T>, need: Need<'_>) {
     for scope in r.scopes.keys() {
         sizes.entry(scope.clone()).or_insert(0);
     }
+    // Every scope held, the needed ones too (while every scope is held, `r.scopes` may lack
+    // those that came with catch-ups).
+    let mut held = sizes.len();
     let mut order: Vec<(u64, String, usize)> = sizes
         .into_iter()
         .filter(|(scope, _)| !needed.contains(scope))
@@ -705,7 +742,6 @@ fn evict<T: OpsTable>(m: &mut Mirror<T>, need: Need<'_>) {
         .collect();
     order.sort_unstable();
     let target = r.bound - r.bound / 4;
-    let mut held = r.scopes.len().max(needed.len());
     let mut gone = std::collections::HashSet::new();
     let mut rebuild = false;
     for (_, scope, n) in order {
