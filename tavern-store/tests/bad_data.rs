@@ -267,6 +267,65 @@ async fn a_bulk_import_is_all_or_nothing() {
     assert!(s.diagnostics().is_empty());
 }
 
+/// A large import is prepared in two halves on two threads: it refuses with the first bad
+/// record in its own order (whichever half it is in), writes nothing then, and otherwise stores
+/// exactly the records (revisions included) that writing them one by one stores.
+#[tokio::test]
+async fn a_large_import_refuses_in_order_and_stores_what_puts_store() {
+    let writes = |bad: &[usize]| -> Vec<_> {
+        (0..6000)
+            .map(|i| {
+                let mut w = write(&format!("m{i}"), agent(), &format!("record {i} 记录"));
+                if bad.contains(&i) {
+                    w.importance = 1.0 + i as f64;
+                }
+                w
+            })
+            .collect()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir);
+    for bad in [vec![4500, 10], vec![4500], vec![2999, 3000]] {
+        let err = s.import_memories(writes(&bad)).unwrap_err().to_string();
+        let first = bad.iter().min().unwrap();
+        // Each refusal names the value it refused; the first bad record is the one refused.
+        let want = s
+            .import_memories(vec![writes(&bad).remove(*first)])
+            .unwrap_err();
+        assert_eq!(err, want.to_string(), "{bad:?}");
+    }
+    assert_eq!(
+        s.memory_len(),
+        0,
+        "nothing of the refused imports was written"
+    );
+    assert_eq!(s.import_memories(writes(&[])).unwrap(), 6000);
+
+    let one_by_one = tempfile::tempdir().unwrap();
+    let p = open(&one_by_one);
+    for w in writes(&[]) {
+        p.put(w, None, false).await.unwrap();
+    }
+    for i in [0, 2999, 3000, 5999] {
+        let id = MemoryId::parse(format!("m{i}")).unwrap();
+        assert_eq!(
+            s.inspect(&id, &agent()).await.unwrap(),
+            p.inspect(&id, &agent()).await.unwrap()
+        );
+    }
+    let page = |r: tavern_store::MemorySearchResult| {
+        r.hits
+            .iter()
+            .map(|h| format!("{}@{}/{}", h.record.id, h.score, h.record.revision))
+            .collect::<Vec<_>>()
+    };
+    let q = MemoryQuery::new("记录 record 4321", vec![agent()]);
+    assert_eq!(
+        page(s.search(&q).await.unwrap()),
+        page(p.search(&q).await.unwrap())
+    );
+}
+
 #[tokio::test]
 async fn temp_files_of_interrupted_writes_are_removed_when_stale() {
     let dir = tempfile::tempdir().unwrap();

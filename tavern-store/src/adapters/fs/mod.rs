@@ -88,6 +88,49 @@ struct Logged<T> {
     replayed: u64,
 }
 
+/// Imports smaller than this are prepared on the calling thread alone.
+const PARALLEL_IMPORT_MIN: usize = 2048;
+
+/// The operations of an import (new records: one already in `table` is refused) and their log lines,
+/// in order. Each record's revision and line cost more than indexing it, and depend on the
+/// record alone: a large import prepares its two halves on two threads. The first refusal in
+/// the import's order is returned, as preparing one by one would.
+fn prepare_imports(
+    table: &MemoryTable,
+    mut writes: Vec<MemoryWrite>,
+    now: tavern_core::Timestamp,
+) -> Result<(Vec<MemoryOp>, Vec<String>), StoreError> {
+    let prepare = |writes: Vec<MemoryWrite>| -> Result<Vec<(MemoryOp, String)>, StoreError> {
+        writes
+            .into_iter()
+            .map(|w| {
+                let op = table.prepare_put(w, None, false, now)?.1;
+                let line = serde_json::to_string(&op).map_err(|e| {
+                    StoreError::Internal(format!("cannot encode an operation: {e}"))
+                })?;
+                Ok((op, line))
+            })
+            .collect()
+    };
+    let prepared = if writes.len() < PARALLEL_IMPORT_MIN {
+        prepare(writes)?
+    } else {
+        let back = writes.split_off(writes.len() / 2);
+        let (front, back) = std::thread::scope(|s| {
+            let back = s.spawn(|| prepare(back));
+            let front = prepare(writes);
+            (front, back.join())
+        });
+        let mut prepared = front?;
+        // A panic in the other half is a bug, not bad input: nothing is written.
+        prepared.extend(back.map_err(|_| {
+            StoreError::Internal("preparing an import panicked; nothing written".into())
+        })??);
+        prepared
+    };
+    Ok(prepared.into_iter().unzip())
+}
+
 /// Logs shorter than this keep no image (they open fast enough from the log).
 const IMAGE_MIN_LINES: u64 = 4096;
 /// A new image is saved once the log has this many lines more than the last one reflects.
@@ -885,22 +928,15 @@ impl Inner {
         let mut g = self.memory()?;
         let _lock = g.log.lock(true)?;
         g.catch_up(&self.diagnostics)?;
-        let mut seen = std::collections::HashSet::new();
-        let mut ops = Vec::with_capacity(writes.len());
-        for w in writes {
-            if !seen.insert((w.scope.clone(), w.id.clone())) {
-                return Err(StoreError::Invalid(tavern_core::CoreError::InvalidField {
-                    field: "memories",
-                    reason: format!("memory {} appears twice in one import", w.id),
-                }));
-            }
-            ops.push(g.table.prepare_put(w, None, false, now)?.1);
+        let mut seen = std::collections::HashSet::with_capacity(writes.len());
+        if let Some(w) = writes.iter().find(|w| !seen.insert((&w.scope, &w.id))) {
+            return Err(StoreError::Invalid(tavern_core::CoreError::InvalidField {
+                field: "memories",
+                reason: format!("memory {} appears twice in one import", w.id),
+            }));
         }
-        let payloads = ops
-            .iter()
-            .map(serde_json::to_string)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| StoreError::Internal(format!("cannot encode an operation: {e}")))?;
+        drop(seen);
+        let (ops, payloads) = prepare_imports(&g.table, writes, now)?;
         let refs: Vec<&str> = payloads.iter().map(String::as_str).collect();
         let n = ops.len();
         if g.log.append_many(&refs, true)? {
