@@ -250,22 +250,8 @@ async fn a_write_whose_scope_was_dropped_while_it_waited_is_applied_once() {
         let (store, a) = (store.clone(), a.clone());
         tokio::spawn(async move { store.put(write("m0", a, "lantern"), None, false).await })
     };
-    // Until the write is seen waiting for the lock (the server's own view, no timing).
-    loop {
-        let waiting: i64 = client
-            .query_one(
-                "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
-                 WHERE c.relname = 'memory_ops' AND NOT l.granted",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if waiting > 0 {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
+    // Until the write is seen waiting for the lock.
+    until_waiting(&client).await;
     // A read of `b` drops `a` (bound 0) while the write waits.
     touch(&store, &b).await;
     assert_eq!(store.memory_len().await, 1);

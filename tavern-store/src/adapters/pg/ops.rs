@@ -40,6 +40,20 @@ macro_rules! catch_up_batch {
 }
 const CATCH_UP_BATCH: usize = catch_up_batch!();
 
+/// [`OpsTable::SCOPES`] of a table: a loose index scan, one `min(scope)` probe per scope.
+macro_rules! scopes_select {
+    ($table:literal) => {
+        concat!(
+            "WITH RECURSIVE s(scope) AS (SELECT min(scope) FROM ",
+            $table,
+            " WHERE scope > '' UNION ALL SELECT (SELECT min(o.scope) FROM ",
+            $table,
+            " o WHERE o.scope > s.scope) FROM s WHERE s.scope IS NOT NULL) \
+             SELECT scope FROM s WHERE scope IS NOT NULL"
+        )
+    };
+}
+
 /// How a write's statements are planned: for their parameters (how long it waits for another
 /// process's table lock is the connection's `lock_timeout`, [`super::PgLimits`]). A prepared statement's cached generic
 /// plan is made once per connection, often while the table is still small, and a write's
@@ -114,12 +128,7 @@ impl OpsTable for MemoryTable {
          AND NOT reset ORDER BY seq LIMIT ",
         catch_up_batch!()
     );
-    const SCOPES: &'static str = "WITH RECURSIVE s(scope) AS (
-            SELECT min(scope) FROM memory_ops WHERE scope > ''
-            UNION ALL
-            SELECT (SELECT min(o.scope) FROM memory_ops o WHERE o.scope > s.scope)
-            FROM s WHERE s.scope IS NOT NULL
-        ) SELECT scope FROM s WHERE scope IS NOT NULL";
+    const SCOPES: &'static str = scopes_select!("memory_ops");
     const INSERT: &'static str =
         "INSERT INTO memory_ops (scope, id, op) SELECT $1, $2, $3::text::json
          WHERE coalesce((SELECT max(seq) FROM memory_ops), 0) <= $4 RETURNING seq";
@@ -157,12 +166,7 @@ impl OpsTable for VariableTable {
          AND NOT reset ORDER BY seq LIMIT ",
         catch_up_batch!()
     );
-    const SCOPES: &'static str = "WITH RECURSIVE s(scope) AS (
-            SELECT min(scope) FROM variable_ops WHERE scope > ''
-            UNION ALL
-            SELECT (SELECT min(o.scope) FROM variable_ops o WHERE o.scope > s.scope)
-            FROM s WHERE s.scope IS NOT NULL
-        ) SELECT scope FROM s WHERE scope IS NOT NULL";
+    const SCOPES: &'static str = scopes_select!("variable_ops");
     const INSERT: &'static str =
         "INSERT INTO variable_ops (scope, id, op) SELECT $1, $2, $3::text::json
          WHERE coalesce((SELECT max(seq) FROM variable_ops), 0) <= $4 RETURNING seq";
