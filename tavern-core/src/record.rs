@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use crate::error::CoreError;
 use crate::ids::{MemoryId, SessionId, Tag, VariableName};
-use crate::revision::{Revision, MAX_JSON_DEPTH};
+use crate::revision::{CanonicalWriter, Revision, MAX_JSON_DEPTH};
 use crate::scope::ScopeKey;
 use crate::time::Timestamp;
 
@@ -53,6 +53,18 @@ pub enum SourceKind {
     Import,
     /// AgentTavern itself (expiry, turn cleanup).
     System,
+}
+
+impl SourceKind {
+    /// The label (as serialized).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Tool => "tool",
+            Self::User => "user",
+            Self::Import => "import",
+            Self::System => "system",
+        }
+    }
 }
 
 /// Where a write came from, so users can trace and correct it.
@@ -116,6 +128,7 @@ impl MemorySource {
         Ok(())
     }
 
+    #[cfg(test)]
     fn to_canonical(&self) -> Value {
         json!({
             "kind": serde_json::to_value(self.kind).unwrap_or(Value::Null),
@@ -310,7 +323,46 @@ impl MemoryRecord {
     /// The revision of this version's content chained to `previous`; `last_accessed_at` is not
     /// part of it, so reads never change revisions.
     pub fn compute_revision(&self, previous: Option<&Revision>) -> Revision {
-        let content = json!({
+        let mut w = CanonicalWriter::new("memory", previous);
+        // The keys of `canonical_content` in byte order.
+        w.object(12);
+        w.str("confidence").float(self.confidence);
+        w.str("content").str(&self.content);
+        w.str("createdAt").int(self.created_at.0);
+        w.str("deletedAt").opt_int(self.deleted_at.map(|t| t.0));
+        w.str("expiresAt").opt_int(self.expires_at.map(|t| t.0));
+        w.str("id").str(self.id.as_str());
+        w.str("importance").float(self.importance);
+        w.str("kind").str(self.kind.as_str());
+        let segments = self.scope.segments();
+        w.str("scope").array(segments.len());
+        for segment in segments {
+            w.str(segment);
+        }
+        let source = &self.source;
+        w.str("source").object(5);
+        w.str("kind").str(source.kind.as_str());
+        w.str("messageId").opt_str(source.message_id.as_deref());
+        w.str("session")
+            .opt_str(source.session.as_ref().map(|s| s.as_str()));
+        w.str("toolCallId").opt_str(source.tool_call_id.as_deref());
+        match source.turn {
+            Some(turn) => w.str("turn").uint(turn),
+            None => w.str("turn").null(),
+        };
+        w.str("tags").array(self.tags.len());
+        for tag in &self.tags {
+            w.str(tag.as_str());
+        }
+        w.str("updatedAt").int(self.updated_at.0);
+        w.finish()
+    }
+
+    /// The content a revision covers, as a JSON value: what [`MemoryRecord::compute_revision`]
+    /// writes directly (kept to show in tests that both give the same bytes).
+    #[cfg(test)]
+    fn canonical_content(&self) -> Value {
+        json!({
             "id": self.id.as_str(),
             "scope": self.scope.segments(),
             "kind": self.kind.as_str(),
@@ -323,8 +375,7 @@ impl MemoryRecord {
             "updatedAt": self.updated_at.0,
             "expiresAt": self.expires_at.map(|t| t.0),
             "deletedAt": self.deleted_at.map(|t| t.0),
-        });
-        Revision::compute("memory", previous, &content)
+        })
     }
 }
 
@@ -552,6 +603,123 @@ mod tests {
             confidence: 0.5,
             source: MemorySource::system(),
             expires_at: None,
+        }
+    }
+
+    mod written_directly {
+        use super::*;
+        use crate::ids::{CharacterName, ChatId};
+        use proptest::prelude::*;
+
+        fn scope() -> impl Strategy<Value = ScopeKey> {
+            let agent = "[a-z][a-z0-9_-]{0,8}".prop_map(|a| AgentId::parse(a).unwrap());
+            let name = "[A-Za-z\u{4e00}-\u{4e20}][A-Za-z0-9 \u{4e00}-\u{4e20}]{0,6}"
+                .prop_map(|c| CharacterName::parse(c.trim_end().to_owned()).unwrap());
+            let chat = "[A-Za-z0-9][A-Za-z0-9 -]{0,8}"
+                .prop_map(|c| ChatId::parse(c.trim_end().to_owned()).unwrap());
+            prop_oneof![
+                agent.clone().prop_map(|agent| ScopeKey::Turn { agent }),
+                agent.prop_map(|agent| ScopeKey::Agent { agent }),
+                (name.clone(), chat)
+                    .prop_map(|(character, chat)| ScopeKey::Chat { character, chat }),
+                name.prop_map(|character| ScopeKey::Character { character }),
+                Just(ScopeKey::Global),
+            ]
+        }
+
+        fn float() -> impl Strategy<Value = f64> {
+            prop_oneof![
+                0.0..=1.0f64,
+                Just(-0.0),
+                Just(0.0),
+                Just(1.0),
+                Just(f64::NAN),
+                Just(f64::INFINITY),
+                any::<f64>(),
+            ]
+        }
+
+        fn at() -> impl Strategy<Value = Option<Timestamp>> {
+            proptest::option::of(any::<i64>().prop_map(Timestamp))
+        }
+
+        fn text() -> impl Strategy<Value = Option<String>> {
+            proptest::option::of("[a-z0-9\u{4e00}-\u{4e20}\\\"]{0,12}")
+        }
+
+        fn source() -> impl Strategy<Value = MemorySource> {
+            let kind = prop_oneof![
+                Just(SourceKind::Tool),
+                Just(SourceKind::User),
+                Just(SourceKind::Import),
+                Just(SourceKind::System),
+            ];
+            let session = proptest::option::of(
+                "[a-z0-9][a-z0-9-]{0,10}".prop_map(|s| SessionId::parse(s).unwrap()),
+            );
+            let turn = proptest::option::of(prop_oneof![
+                any::<u64>(),
+                Just(i64::MAX as u64),
+                Just(i64::MAX as u64 + 1),
+                Just(0)
+            ]);
+            (kind, text(), text(), session, turn).prop_map(
+                |(kind, tool_call_id, message_id, session, turn)| MemorySource {
+                    kind,
+                    tool_call_id,
+                    message_id,
+                    session,
+                    turn,
+                },
+            )
+        }
+
+        prop_compose! {
+            fn record()(
+                id in "[a-z0-9][a-z0-9_-]{0,10}",
+                scope in scope(),
+                episodic in any::<bool>(),
+                content in "(\\PC|\n){0,40}",
+                tags in proptest::collection::vec("[a-z][a-z0-9-]{0,6}", 0..4),
+                (importance, confidence) in (float(), float()),
+                source in source(),
+                (created, updated) in (any::<i64>(), any::<i64>()),
+                (expires, deleted, accessed) in (at(), at(), at()),
+            ) -> MemoryRecord {
+                MemoryRecord {
+                    id: MemoryId::parse(id).unwrap(),
+                    scope,
+                    kind: if episodic { MemoryKind::Episodic } else { MemoryKind::Semantic },
+                    content,
+                    tags: tags.into_iter().map(|t| Tag::parse(t).unwrap()).collect(),
+                    importance,
+                    confidence,
+                    source,
+                    created_at: Timestamp(created),
+                    updated_at: Timestamp(updated),
+                    last_accessed_at: accessed,
+                    expires_at: expires,
+                    deleted_at: deleted,
+                    revision: Revision::parse(format!("r1-{}", "0".repeat(32))).unwrap(),
+                }
+            }
+        }
+
+        proptest! {
+            /// The revision written field by field is the revision of the record's content
+            /// as a JSON value (the canonical encoding of `docs/FORMATS.md`): stored
+            /// revisions stay what they were.
+            #[test]
+            fn a_revision_written_directly_is_the_revision_of_its_json(
+                r in record(),
+                chained in any::<bool>(),
+            ) {
+                let previous = chained.then(|| r.revision.clone());
+                prop_assert_eq!(
+                    r.compute_revision(previous.as_ref()),
+                    Revision::compute("memory", previous.as_ref(), &r.canonical_content())
+                );
+            }
         }
     }
 

@@ -22,16 +22,9 @@ impl Revision {
     /// Computes a revision for `content` in `domain` (e.g. `memory`, `variable`), chained to the
     /// previous revision of the same record so that A→B→A never revives an old revision.
     pub fn compute(domain: &str, previous: Option<&Revision>, content: &Value) -> Self {
-        let mut buf = Vec::with_capacity(256);
-        encode_str(&mut buf, "agent-tavern/revision/v1");
-        encode_str(&mut buf, domain);
-        match previous {
-            Some(prev) => encode_str(&mut buf, &prev.0),
-            None => buf.push(b'N'),
-        }
-        encode_value(&mut buf, content);
-        let digest = Sha256::digest(&buf);
-        Self(format!("r1-{}", hex(&digest[..16])))
+        let mut w = CanonicalWriter::new(domain, previous);
+        encode_value(&mut w.buf, content);
+        w.finish()
     }
 
     /// Parses a revision a caller sent back (e.g. from a tool argument).
@@ -78,6 +71,111 @@ impl From<Revision> for String {
 impl fmt::Display for Revision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+/// A revision's input written piece by piece for content of a fixed shape: the same bytes
+/// (and so the same revision) as [`Revision::compute`] of the JSON value the pieces describe,
+/// without building that value — a record's revision is computed on every write and import,
+/// and building a `serde_json::Value` for it cost more than hashing it.
+///
+/// The caller writes the value in canonical order: an object's length, then its keys in byte
+/// order, each followed by its value.
+#[derive(Debug)]
+pub struct CanonicalWriter {
+    buf: Vec<u8>,
+}
+
+impl CanonicalWriter {
+    /// Starts the input of a revision in `domain` chained to `previous`.
+    pub fn new(domain: &str, previous: Option<&Revision>) -> Self {
+        let mut buf = Vec::with_capacity(256);
+        encode_str(&mut buf, "agent-tavern/revision/v1");
+        encode_str(&mut buf, domain);
+        match previous {
+            Some(prev) => encode_str(&mut buf, &prev.0),
+            None => buf.push(b'N'),
+        }
+        Self { buf }
+    }
+
+    /// An object of `len` entries (its keys and values follow).
+    pub fn object(&mut self, len: usize) -> &mut Self {
+        self.buf.push(b'O');
+        self.buf.extend_from_slice(&len32(len).to_be_bytes());
+        self
+    }
+
+    /// An array of `len` items (they follow).
+    pub fn array(&mut self, len: usize) -> &mut Self {
+        self.buf.push(b'A');
+        self.buf.extend_from_slice(&len32(len).to_be_bytes());
+        self
+    }
+
+    /// A string (an object key too).
+    pub fn str(&mut self, s: &str) -> &mut Self {
+        encode_str(&mut self.buf, s);
+        self
+    }
+
+    /// `null`.
+    pub fn null(&mut self) -> &mut Self {
+        self.buf.push(b'N');
+        self
+    }
+
+    /// A signed integer.
+    pub fn int(&mut self, i: i64) -> &mut Self {
+        self.buf.push(b'I');
+        self.buf.extend_from_slice(&i.to_be_bytes());
+        self
+    }
+
+    /// An unsigned integer (as JSON holds it: signed when it fits).
+    pub fn uint(&mut self, u: u64) -> &mut Self {
+        match i64::try_from(u) {
+            Ok(i) => self.int(i),
+            Err(_) => {
+                self.buf.push(b'U');
+                self.buf.extend_from_slice(&u.to_be_bytes());
+                self
+            }
+        }
+    }
+
+    /// A signed integer, or `null`.
+    pub fn opt_int(&mut self, i: Option<i64>) -> &mut Self {
+        match i {
+            Some(i) => self.int(i),
+            None => self.null(),
+        }
+    }
+
+    /// A string, or `null`.
+    pub fn opt_str(&mut self, s: Option<&str>) -> &mut Self {
+        match s {
+            Some(s) => self.str(s),
+            None => self.null(),
+        }
+    }
+
+    /// A floating-point number, as JSON holds one: `null` when it is not finite, `-0.0` as
+    /// `0.0`.
+    pub fn float(&mut self, f: f64) -> &mut Self {
+        if !f.is_finite() {
+            return self.null();
+        }
+        let f = if f == 0.0 { 0.0 } else { f };
+        self.buf.push(b'D');
+        self.buf.extend_from_slice(&f.to_bits().to_be_bytes());
+        self
+    }
+
+    /// The revision of what was written.
+    pub fn finish(self) -> Revision {
+        let digest = Sha256::digest(&self.buf);
+        Revision(format!("r1-{}", hex(&digest[..16])))
     }
 }
 
