@@ -212,6 +212,11 @@ in_pg = requests(8, "e2e-pg-1")
 pg_results = tool_results(in_pg[-1]) if in_pg else []
 check(bool(pg_results) and pg_results[0].get("content") == "The bridge is made of oak.",
       "with `store` set, the tools work on PostgreSQL")
+in_pg_by_scope = requests(10, "e2e-pg-1")
+by_scope = tool_results(in_pg_by_scope[-1]) if in_pg_by_scope else []
+check(bool(by_scope) and any(i["content"] == "The bridge is made of oak."
+                             for i in by_scope[-1].get("items", [])),
+      "a bridge holding memories by scope (storeMaxLoadedMemories) loads the session's and finds it")
 with open(f"{work}/pg.json", encoding="utf-8") as f:
     pg = json.load(f)
 check(pg["memories"] == 1, "the memory is one operation row in the database")

@@ -310,6 +310,13 @@ cat > "$work/pg.patch.yml" <<YAML
     storePasswordFile: $work/pg-password
 YAML
 run 8 "$here/script-8.json" '[{sessionId: e2e-pg-1, messages: ["Remember that the bridge is oak."]}]' "$work/pg.patch.yml"
+# A host that holds only the memories of the scopes its sessions use
+# (`storeMaxLoadedMemories`): a new bridge loads the session's scope at its first memory call
+# and finds what the last one wrote.
+sed 's/^    store: /    storeMaxLoadedMemories: 0\n    store: /' "$work/pg.patch.yml" > "$work/pg-by-scope.patch.yml"
+grep -q 'storeMaxLoadedMemories: 0' "$work/pg-by-scope.patch.yml" \
+  || { echo "e2e: could not write the by-scope patch" >&2; exit 1; }
+run 10 "$here/script-10.json" '[{sessionId: e2e-pg-1, resume: true, messages: ["What is the bridge made of?"]}]' "$work/pg-by-scope.patch.yml"
 "$pg_bin/psql" -h "$pg" -U postgres -d postgres -At -c "
   SELECT json_build_object(
     'memories', (SELECT count(*) FROM memory_ops WHERE op::text LIKE '%made of oak%'),
