@@ -31,10 +31,12 @@ pub mod bytes;
 mod index;
 pub mod rank;
 pub mod stopwords;
+pub mod vectors;
 pub mod when;
 
 pub use analyzer::{index_tokens, query_tokens, raw_tokens, word_len, word_token};
 pub use bytes::{ImageError, Put, Take};
 pub use index::{BestMatches, Bm25Index};
 pub use rank::{Candidate, Lexical, Ranker, RankerRef};
+pub use vectors::{VectorRanker, VectorsError, WordVectors};
 pub use when::{time_window, time_window_in, TimeWindow};

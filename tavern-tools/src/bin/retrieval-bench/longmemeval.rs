@@ -412,7 +412,11 @@ fn memory_content(text: &str) -> String {
 }
 
 /// Memory search's ranking of the corpus.
-async fn memory_ranking(q: &Question, corpus: &Corpus<'_>) -> Result<(Vec<usize>, Duration)> {
+async fn memory_ranking(
+    q: &Question,
+    corpus: &Corpus<'_>,
+    ranker: &RankerRef,
+) -> Result<(Vec<usize>, Duration)> {
     let clock = Arc::new(ManualClock::new(Timestamp(0)));
     let store = MemStore::new(clock.clone());
     let scope = ScopeKey::Chat {
@@ -440,6 +444,7 @@ async fn memory_ranking(q: &Question, corpus: &Corpus<'_>) -> Result<(Vec<usize>
     clock.set(Timestamp(q.at));
     let mut query = MemoryQuery::new(q.text.clone(), vec![scope]);
     query.limit = ASKED;
+    query.ranker = ranker.clone();
     let started = Instant::now();
     let found = store.search(&query).await.map_err(|e| e.to_string())?;
     let took = started.elapsed();
@@ -452,7 +457,11 @@ async fn memory_ranking(q: &Question, corpus: &Corpus<'_>) -> Result<(Vec<usize>
 }
 
 /// History search's ranking of the corpus: its user-turn results in order.
-fn history_ranking(q: &Question, corpus: &Corpus<'_>) -> Result<(Vec<usize>, Duration)> {
+fn history_ranking(
+    q: &Question,
+    corpus: &Corpus<'_>,
+    ranker: &RankerRef,
+) -> Result<(Vec<usize>, Duration)> {
     let mut lines = Vec::new();
     let mut doc_of_message = Vec::new();
     let by_turn: HashMap<(usize, usize), usize> = corpus
@@ -481,7 +490,7 @@ fn history_ranking(q: &Question, corpus: &Corpus<'_>) -> Result<(Vec<usize>, Dur
         now: Timestamp(q.at),
         zone: &FixedOffset(0),
     };
-    let (hits, _) = index.search_from(&q.text, ASKED * 2, 0, &RankerRef::default(), Some(at));
+    let (hits, _) = index.search_from(&q.text, ASKED * 2, 0, ranker, Some(at));
     let took = started.elapsed();
     let ranking = hits
         .iter()
@@ -492,7 +501,11 @@ fn history_ranking(q: &Question, corpus: &Corpus<'_>) -> Result<(Vec<usize>, Dur
 
 /// Scores every question; with `misses`, prints to stderr where each system ranked the
 /// evidence of each question it did not fully recall in the first ten.
-pub(crate) async fn run(questions: &[Question], misses: bool) -> Result<Report> {
+pub(crate) async fn run(
+    questions: &[Question],
+    misses: bool,
+    ranker: &RankerRef,
+) -> Result<Report> {
     let mut report = Report::default();
     for q in questions {
         if q.id.contains("_abs") {
@@ -537,8 +550,8 @@ pub(crate) async fn run(questions: &[Question], misses: bool) -> Result<Report> 
             .map(|i| session_of[i])
             .collect();
 
-        let (memory, memory_took) = memory_ranking(q, &corpus).await?;
-        let (history, history_took) = history_ranking(q, &corpus)?;
+        let (memory, memory_took) = memory_ranking(q, &corpus, ranker).await?;
+        let (history, history_took) = history_ranking(q, &corpus, ranker)?;
         let started = Instant::now();
         let okapi = Okapi::new(&corpus.texts).rank(&q.text);
         let okapi_took = started.elapsed();

@@ -26,7 +26,8 @@ use tavern_core::{
     normalize_state, AgentId, CharacterName, ChatId, MemoryId, MemoryKind, MemorySource,
     MemoryWrite, Scope, SessionId, TavernState, Timestamp,
 };
-use tavern_search::{raw_tokens, stopwords::is_stop_word};
+use tavern_search::vectors::DEFAULT_MAX_WORDS;
+use tavern_search::{raw_tokens, stopwords::is_stop_word, RankerRef, VectorRanker, WordVectors};
 use tavern_store::clock::ManualClock;
 use tavern_store::fs::FsStore;
 use tavern_store::{ChatStore, MemoryStore};
@@ -335,7 +336,7 @@ fn line(value: &Value) -> Result<ChatLine> {
     ChatLine::parse(&value.to_string()).map_err(|e| e.to_string())
 }
 
-fn new_bench(root: &std::path::Path, bindings: Value) -> Result<Bench> {
+fn new_bench(root: &std::path::Path, bindings: Value, ranker: &RankerRef) -> Result<Bench> {
     let clock = Arc::new(ManualClock::new(Timestamp(1_700_000_000_000)));
     let store = Arc::new(FsStore::open(root, clock.clone()).map_err(|e| e.to_string())?);
     let (state, _) = normalize_state(&json!({ "sessionBindings": bindings }));
@@ -345,7 +346,7 @@ fn new_bench(root: &std::path::Path, bindings: Value) -> Result<Bench> {
         chats: store.clone(),
         assets: Arc::new(MemAssets::default()),
         history: Default::default(),
-        ranker: Default::default(),
+        ranker: ranker.clone(),
         zone: std::sync::Arc::new(tavern_core::FixedOffset(0)),
     };
     let limits = ToolLimits::default();
@@ -369,7 +370,12 @@ struct Report {
     dropped: usize,
 }
 
-async fn run_locomo(convs: &[Conversation], malformed: usize, dropped: usize) -> Result<Report> {
+async fn run_locomo(
+    convs: &[Conversation],
+    malformed: usize,
+    dropped: usize,
+    ranker: &RankerRef,
+) -> Result<Report> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let mut bindings = serde_json::Map::new();
     for c in convs {
@@ -379,7 +385,7 @@ async fn run_locomo(convs: &[Conversation], malformed: usize, dropped: usize) ->
         );
     }
     let bindings = Value::Object(bindings);
-    let bench = new_bench(dir.path(), bindings.clone())?;
+    let bench = new_bench(dir.path(), bindings.clone(), ranker)?;
     // Load: memories through the memory port, chats through the chat port.
     for c in convs {
         let session = session_of(c);
@@ -436,7 +442,7 @@ async fn run_locomo(convs: &[Conversation], malformed: usize, dropped: usize) ->
     let memory_records = bench.store.memory_len();
     drop(bench);
     let started = Instant::now();
-    let mut bench = new_bench(dir.path(), bindings)?;
+    let mut bench = new_bench(dir.path(), bindings, ranker)?;
     let memory_open = started.elapsed();
     bench.clock.set(Timestamp(2_000_000_000_000));
 
@@ -545,7 +551,11 @@ fn window_ratios(small: &HistoryLatency, large: &HistoryLatency) -> (f64, f64, f
     (at(2), at(1), at(3), ratios.len())
 }
 
-async fn history_latency(convs: &[Conversation], sizes: &[usize]) -> Result<Vec<HistoryLatency>> {
+async fn history_latency(
+    convs: &[Conversation],
+    sizes: &[usize],
+    ranker: &RankerRef,
+) -> Result<Vec<HistoryLatency>> {
     let turns: Vec<(&Conversation, &Turn)> = convs
         .iter()
         .flat_map(|c| c.turns.iter().map(move |t| (c, t)))
@@ -582,7 +592,7 @@ async fn history_latency(convs: &[Conversation], sizes: &[usize]) -> Result<Vec<
     for &size in sizes {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let bindings = json!({"s": {"character": "Mira", "chatId": "long", "architecture": "agent-tavern", "contextMode": "dsh-native"}});
-        let mut bench = new_bench(dir.path(), bindings)?;
+        let mut bench = new_bench(dir.path(), bindings, ranker)?;
         let mut lines = vec![line(
             &json!({"user_name": "Kai", "character_name": "Mira", "chat_metadata": {}}),
         )?];
@@ -661,12 +671,12 @@ async fn history_latency(convs: &[Conversation], sizes: &[usize]) -> Result<Vec<
         .collect())
 }
 
-async fn run(path: &str, as_json: bool, misses: bool) -> Result<()> {
+async fn run(path: &str, as_json: bool, misses: bool, ranker: &RankerRef) -> Result<()> {
     let data = longmemeval::read_json(path)?;
     if longmemeval::is_longmemeval(&data) {
         let questions = longmemeval::load(&data)?;
         drop(data);
-        let report = longmemeval::run(&questions, misses).await?;
+        let report = longmemeval::run(&questions, misses, ranker).await?;
         if as_json {
             println!("{}", longmemeval::json(&report));
         } else {
@@ -676,8 +686,8 @@ async fn run(path: &str, as_json: bool, misses: bool) -> Result<()> {
     }
     let (convs, malformed, dropped) = load(&data)?;
     drop(data);
-    let history = history_latency(&convs, &[100, 10_000]).await?;
-    let report = run_locomo(&convs, malformed, dropped).await?;
+    let history = history_latency(&convs, &[100, 10_000], ranker).await?;
+    let report = run_locomo(&convs, malformed, dropped, ranker).await?;
     let mut lat = report.latency.clone();
     let latency: Vec<(f64, f64)> = lat
         .iter_mut()
@@ -778,11 +788,53 @@ async fn run(path: &str, as_json: bool, misses: bool) -> Result<()> {
     Ok(())
 }
 
+/// The ranker memory and history search hand their candidates to: the lexical one, or with
+/// `--word-vectors FILE` a [`VectorRanker`] over those vectors (`--vector-weight W`).
+fn ranker(args: &[String]) -> Result<RankerRef> {
+    let value = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .map(|i| {
+                args.get(i + 1)
+                    .cloned()
+                    .ok_or(format!("{name} needs a value"))
+            })
+            .transpose()
+    };
+    let Some(path) = value("--word-vectors")? else {
+        return Ok(RankerRef::default());
+    };
+    let started = Instant::now();
+    let file = std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))?;
+    let vectors = WordVectors::read(std::io::BufReader::new(file), DEFAULT_MAX_WORDS)
+        .map_err(|e| format!("{path}: {e}"))?;
+    eprintln!(
+        "word vectors: {} words of {} dimensions read in {:.1} s",
+        vectors.len(),
+        vectors.dims(),
+        started.elapsed().as_secs_f64()
+    );
+    let mut ranker = VectorRanker::new(Arc::new(vectors));
+    if let Some(w) = value("--vector-weight")? {
+        let w: f32 = w
+            .parse()
+            .map_err(|_| format!("--vector-weight {w:?} is not a number"))?;
+        ranker = ranker.with_weight(w);
+    }
+    if let Some(n) = value("--vector-pool")? {
+        let n: usize = n
+            .parse()
+            .map_err(|_| format!("--vector-pool {n:?} is not a count"))?;
+        ranker = ranker.with_pool(n);
+    }
+    Ok(RankerRef::new(ranker))
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let as_json = args.iter().any(|a| a == "--json");
     let Some(path) = args.iter().find(|a| !a.starts_with("--")) else {
-        eprintln!("usage: retrieval-bench FILE [--json] [--misses]  (a LoCoMo or LongMemEval JSON file, gzip'd or not)");
+        eprintln!("usage: retrieval-bench FILE [--json] [--misses] [--word-vectors VECTORS [--vector-weight W] [--vector-pool N]]  (a LoCoMo or LongMemEval JSON file, gzip'd or not; VECTORS a GloVe/fastText text file: memory and history search then rank through tavern_search::VectorRanker)");
         std::process::exit(2);
     };
     // Two workers, as `tavern-bridge` runs the tools (the file store then reads in place
@@ -798,7 +850,15 @@ fn main() {
             std::process::exit(1);
         }
     };
-    if let Err(e) = runtime.block_on(run(path, as_json, args.iter().any(|a| a == "--misses"))) {
+    let ranker = match ranker(&args) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("retrieval-bench: {e}");
+            std::process::exit(2);
+        }
+    };
+    let misses = args.iter().any(|a| a == "--misses");
+    if let Err(e) = runtime.block_on(run(path, as_json, misses, &ranker)) {
         eprintln!("retrieval-bench: {e}");
         std::process::exit(1);
     }
