@@ -1191,3 +1191,137 @@ impl Peer {
         p
     }
 }
+
+/// Word vectors for the tests below: cameras on one axis, furniture on the other.
+const VECTORS: &str = "\
+camera 1.0 0.05 0.1
+photography 0.95 0.0 0.15
+flash 0.9 0.1 0.0
+lens 0.97 0.0 0.1
+table 0.05 1.0 0.0
+desk 0.1 0.95 0.1
+dinner 0.0 0.8 0.3
+";
+
+/// The memories a search for "accessories for my photography setup" ranks, through a bridge
+/// started with `extra` arguments: their contents in the order found.
+fn photography_search(extra: &[&str]) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    assets(&dir.path().join("assets"));
+    let vectors = dir.path().join("vectors.txt");
+    std::fs::write(&vectors, VECTORS).unwrap();
+    let (data, assets_dir) = (dir.path().join("data"), dir.path().join("assets"));
+    let mut args = vec![
+        "mcp",
+        "--data",
+        data.to_str().unwrap(),
+        "--assets",
+        assets_dir.to_str().unwrap(),
+        "--session",
+        "mcp-1",
+        "--character",
+        "Mira",
+        "--chat",
+        "Mira - mcp",
+    ];
+    for a in extra {
+        args.push(if *a == "VECTORS" {
+            vectors.to_str().unwrap()
+        } else {
+            a
+        });
+    }
+    let mut p = Peer::spawn(&args);
+    p.send_raw(INIT);
+    mcp_answer(&mut p, 1);
+    p.send_raw(r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#);
+    // Each shares one word with the query and is as long as the others: lexically they tie,
+    // and the newest comes first.
+    let memories = [
+        "My camera setup needs a brighter flash lens.",
+        "My dinner party setup needs a bigger table.",
+        "My home office setup needs a standing desk.",
+    ];
+    for (i, m) in memories.iter().enumerate() {
+        let id = 2 + i as u64;
+        p.send_raw(
+            &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": "memory_write", "arguments": {"content": m}}})
+            .to_string(),
+        );
+        assert_eq!(mcp_answer(&mut p, id)["result"]["isError"], false);
+    }
+    p.send_raw(
+        &json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "memory_search",
+            "arguments": {"query": "Any accessories for my photography setup?"}}})
+        .to_string(),
+    );
+    let found = mcp_answer(&mut p, 9);
+    drop(p.input);
+    assert!(p.child.wait().unwrap().success());
+    found["result"]["structuredContent"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["content"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// #34: `--word-vectors` ranks by meaning as well as words, through the same seam memory,
+/// history and lore search share.
+#[test]
+fn word_vectors_rank_what_the_query_means_first() {
+    let lexical = photography_search(&[]);
+    assert_eq!(lexical.len(), 3, "{lexical:?}");
+    assert!(
+        lexical[2].contains("camera"),
+        "lexically the camera comes last: {lexical:?}"
+    );
+    let by_meaning = photography_search(&["--word-vectors", "VECTORS"]);
+    assert!(by_meaning[0].contains("camera"), "{by_meaning:?}");
+    let all_vectors = photography_search(&["--word-vectors", "VECTORS", "--vector-weight", "0"]);
+    assert_eq!(
+        all_vectors, lexical,
+        "a weight of 0 keeps the lexical order"
+    );
+}
+
+#[test]
+fn bad_word_vectors_stop_the_bridge_with_one_line_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.txt");
+    std::fs::write(&bad, "camera 1 0\nlens 1\n").unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(BRIDGE)
+            .args(["--data", dir.path().join("data").to_str().unwrap()])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let err = run(&["--word-vectors", bad.to_str().unwrap()]);
+    assert!(
+        err.contains("--word-vectors")
+            && err.contains("word vectors line 2: 1 numbers where the first vector has 2"),
+        "{err}"
+    );
+    let missing = run(&["--word-vectors", "no-such-vectors.txt"]);
+    assert!(
+        missing.contains("no-such-vectors.txt") && missing.contains("cannot be read"),
+        "{missing}"
+    );
+    let good = dir.path().join("good.txt");
+    std::fs::write(&good, VECTORS).unwrap();
+    let weight = run(&[
+        "--word-vectors",
+        good.to_str().unwrap(),
+        "--vector-weight",
+        "2",
+    ]);
+    assert!(
+        weight.contains("--vector-weight 2: must be within 0 and 0.95"),
+        "{weight}"
+    );
+}

@@ -165,6 +165,17 @@ impl WordVectors {
         Ok(out)
     }
 
+    /// Reads the vectors file at `path` ([`WordVectors::read`] over a buffered file).
+    ///
+    /// # Errors
+    /// As [`WordVectors::read`]; [`VectorsError::Read`] when the file cannot be opened (the
+    /// message names the failure, not the path: the caller names the file as it was given).
+    pub fn open(path: &std::path::Path, max_words: usize) -> Result<Self, VectorsError> {
+        let file =
+            std::fs::File::open(path).map_err(|e| VectorsError::Read(e.kind().to_string()))?;
+        Self::read(std::io::BufReader::new(file), max_words)
+    }
+
     /// How many words have a vector.
     pub fn len(&self) -> usize {
         self.rows.len()

@@ -313,6 +313,34 @@ test('`chat` continues an existing chat in every new session; `chatFolder` goes 
   assert.match(missingFolder.warnings.join('\n'), /chat folder .* does not exist/)
 })
 
+test('word vectors and their weight go to the bridge, and only when set', async () => {
+  const bridge = fileURLToPath(new URL('./fake-bridge.mjs', import.meta.url))
+  const data = mkdtempSync(join(tmpdir(), 'tavern-plugin-'))
+  const argvOf = async (config, name) => {
+    const host = fakeHost()
+    const log = join(data, name)
+    process.env.FAKE_BRIDGE_LOG = log
+    try {
+      await apply(host.ctx, { bridge, data, assets: data, hostVersion: '0.1.0-rc.8', ...config })
+      await host.dispose()
+    } finally {
+      delete process.env.FAKE_BRIDGE_LOG
+    }
+    const frames = readFileSync(log, 'utf8').trim().split('\n').map((l) => JSON.parse(l))
+    return frames.find((f) => f.argv).argv
+  }
+  const after = (argv, flag) => argv.includes(flag) ? argv[argv.indexOf(flag) + 1] : undefined
+  const vectors = join(data, 'glove.txt')
+  const set = await argvOf({ wordVectors: vectors }, 'a.log')
+  assert.equal(after(set, '--word-vectors'), vectors)
+  assert.equal(after(set, '--vector-weight'), '0.5', 'the default weight')
+  const weighted = await argvOf({ wordVectors: vectors, vectorWeight: 0.3 }, 'b.log')
+  assert.equal(after(weighted, '--vector-weight'), '0.3')
+  const unset = await argvOf({ vectorWeight: 0.3 }, 'c.log')
+  assert.equal(after(unset, '--word-vectors'), undefined)
+  assert.equal(after(unset, '--vector-weight'), undefined, 'no vectors: no weight')
+})
+
 test('a PostgreSQL store\'s image folder and scope bound go to the bridge, and only with a store', async () => {
   const bridge = fileURLToPath(new URL('./fake-bridge.mjs', import.meta.url))
   const data = mkdtempSync(join(tmpdir(), 'tavern-plugin-'))

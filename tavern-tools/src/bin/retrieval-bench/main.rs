@@ -805,8 +805,7 @@ fn ranker(args: &[String]) -> Result<RankerRef> {
         return Ok(RankerRef::default());
     };
     let started = Instant::now();
-    let file = std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))?;
-    let vectors = WordVectors::read(std::io::BufReader::new(file), DEFAULT_MAX_WORDS)
+    let vectors = WordVectors::open(std::path::Path::new(&path), DEFAULT_MAX_WORDS)
         .map_err(|e| format!("{path}: {e}"))?;
     eprintln!(
         "word vectors: {} words of {} dimensions read in {:.1} s",
