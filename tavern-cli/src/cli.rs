@@ -131,6 +131,13 @@ pub struct ServeArgs {
     /// DSH's session folder (e.g. ~/.dsh/sessions), so replay can read the host's logs.
     #[arg(long, value_name = "DIR")]
     pub sessions: Option<PathBuf>,
+    /// Word vectors (GloVe or fastText as text) to rank the panel's memory search by meaning
+    /// as well as words, as `tavern-bridge --word-vectors` does for the model's searches.
+    #[arg(long, value_name = "FILE")]
+    pub word_vectors: Option<PathBuf>,
+    /// The share of a result's score that comes from --word-vectors, 0 to 0.95.
+    #[arg(long, value_name = "W", requires = "word_vectors")]
+    pub vector_weight: Option<f32>,
 }
 
 const COPY_HELP: &str = "\

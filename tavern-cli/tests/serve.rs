@@ -206,3 +206,62 @@ fn the_store_check_says_whether_the_data_is_whole_and_names_the_damaged_file() {
     );
     server.stop();
 }
+
+/// The panel's memory search through `tavern serve --word-vectors`: what the query means
+/// comes first among memories that tie on words (#34).
+#[test]
+fn the_panels_search_ranks_by_meaning_with_word_vectors() {
+    let vectors = "camera 1.0 0.05 0.1\nphotography 0.95 0.0 0.15\nflash 0.9 0.1 0.0\n\
+                   lens 0.97 0.0 0.1\ntable 0.05 1.0 0.0\ndesk 0.1 0.95 0.1\n";
+    let search = |extra: &[&str], dir: &std::path::Path| {
+        let server = Server::start(&dir.join("data"), extra);
+        for (id, content) in [
+            ("camera", "My camera setup needs a brighter flash lens."),
+            ("dinner", "My dinner party setup needs a bigger table."),
+            ("office", "My home office setup needs a standing desk."),
+        ] {
+            let body = json!({"scope": {"kind": "global"}, "id": id, "content": content});
+            let (status, created) = server.request("POST", "/api/v1/memories", None, Some(&body));
+            assert_eq!(status, 201, "{created}");
+        }
+        let (status, page) = server.request(
+            "GET",
+            "/api/v1/memories?scope=global&q=photography%20setup%20accessories",
+            None,
+            None,
+        );
+        assert_eq!(status, 200, "{page}");
+        server.stop();
+        page["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["memory"]["id"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    let (lexical_dir, vectors_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let lexical = search(&[], lexical_dir.path());
+    assert_eq!(lexical.len(), 3);
+    assert_ne!(lexical[0], "camera", "{lexical:?}");
+    let file = vectors_dir.path().join("vectors.txt");
+    std::fs::write(&file, vectors).unwrap();
+    let ranked = search(
+        &["--word-vectors", file.to_str().unwrap()],
+        vectors_dir.path(),
+    );
+    assert_eq!(ranked[0], "camera", "{ranked:?}");
+
+    let bad = tavern()
+        .args(["--data"])
+        .arg(vectors_dir.path().join("data"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--word-vectors"])
+        .arg(vectors_dir.path().join("missing.txt"))
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let err = String::from_utf8(bad.stderr).unwrap();
+    assert!(
+        err.contains("--word-vectors") && err.contains("cannot be read"),
+        "{err}"
+    );
+}

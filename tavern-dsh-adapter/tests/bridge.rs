@@ -1321,7 +1321,7 @@ fn bad_word_vectors_stop_the_bridge_with_one_line_naming_them() {
         "2",
     ]);
     assert!(
-        weight.contains("--vector-weight 2: must be within 0 and 0.95"),
+        weight.contains("vector weight 2: must be within 0 and 0.95"),
         "{weight}"
     );
 }

@@ -35,7 +35,7 @@ pub const DEFAULT_WEIGHT: f32 = 0.5;
 pub const DEFAULT_POOL: usize = 100;
 
 /// A vectors file that cannot be read.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error, PartialEq)]
 #[non_exhaustive]
 pub enum VectorsError {
     /// A line is not `word v1 v2 …` with as many finite numbers as the first vector has.
@@ -52,6 +52,9 @@ pub enum VectorsError {
     /// The file holds no vector.
     #[error("word vectors: the file holds no vector")]
     Empty,
+    /// A weight outside what [`VectorRanker::with_weight`] takes.
+    #[error("vector weight {0}: must be within 0 and 0.95")]
+    Weight(f32),
 }
 
 /// Word vectors read from a text file: one word per line followed by its numbers, separated
@@ -296,6 +299,30 @@ impl VectorRanker {
     pub fn with_pool(mut self, pool: usize) -> Self {
         self.pool = pool.max(1);
         self
+    }
+}
+
+impl VectorRanker {
+    /// The ranker over the vectors file at `path` (its first [`DEFAULT_MAX_WORDS`] words),
+    /// with `weight` when given: what a program's `--word-vectors FILE --vector-weight W`
+    /// become.
+    ///
+    /// # Errors
+    /// As [`WordVectors::open`]; [`VectorsError::Weight`] for a weight outside 0 to 0.95.
+    pub fn open(path: &std::path::Path, weight: Option<f32>) -> Result<Self, VectorsError> {
+        if let Some(w) = weight.filter(|w| !(0.0..=0.95).contains(w)) {
+            return Err(VectorsError::Weight(w));
+        }
+        let ranker = Self::new(Arc::new(WordVectors::open(path, DEFAULT_MAX_WORDS)?));
+        Ok(match weight {
+            Some(w) => ranker.with_weight(w),
+            None => ranker,
+        })
+    }
+
+    /// The vectors it reads with.
+    pub fn vectors(&self) -> &WordVectors {
+        &self.vectors
     }
 }
 

@@ -100,9 +100,14 @@ fn file() -> Value {
 }
 
 fn bench(path: &Path) -> (bool, String, String) {
+    bench_with(path, &[])
+}
+
+fn bench_with(path: &Path, extra: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_retrieval-bench"))
         .arg(path)
         .arg("--json")
+        .args(extra)
         .output()
         .expect("the benchmark runs");
     (
@@ -162,11 +167,68 @@ fn longmemeval_files_are_scored_with_the_official_protocol() {
         assert_eq!(missed["session"]["any@10"], 0.0, "{name}");
     }
     assert_eq!(doc["meta"]["bm25SessionDocuments"]["n"], 3);
+    assert_eq!(doc["meta"]["ranker"], "lexical");
 
     let (ok, gz_stdout, stderr) = bench(&gzipped);
     assert!(ok, "{stderr}");
     let gz_doc: Value = serde_json::from_str(&gz_stdout).unwrap();
     assert_eq!(gz_doc["systems"], doc["systems"]);
+}
+
+/// `--word-vectors`: memory and history search rank through the vector ranker. The evidence
+/// ties on words with twelve other turns ("bake"), and the newer ones come first lexically;
+/// the vectors know a torte is a dessert.
+#[test]
+fn word_vectors_rank_memory_and_history_search_by_meaning() {
+    let dir = tempfile::tempdir().unwrap();
+    let fillers: Vec<(String, String)> = (0..12)
+        .map(|i| (format!("s{i}"), format!("I bake bread loaves {i}.")))
+        .collect();
+    let mut sessions = vec![(
+        "answer_t_1",
+        vec![(
+            "I bake chocolate tortes for the neighbours on long Sunday afternoons.",
+            true,
+        )],
+    )];
+    for (id, text) in &fillers {
+        sessions.push((id.as_str(), vec![(text.as_str(), false)]));
+    }
+    let q = question(
+        "q1",
+        "single-session-user",
+        "Which dessert did I bake?",
+        &sessions,
+    );
+    let path = dir.path().join("lme.json");
+    std::fs::write(&path, json!([q]).to_string()).unwrap();
+    let vectors = dir.path().join("vectors.txt");
+    std::fs::write(
+        &vectors,
+        "dessert 1 0 0\nchocolate 0.9 0.1 0\ntortes 0.95 0 0.1\nbread 0 1 0\nloaves 0.1 0.9 0\n",
+    )
+    .unwrap();
+    let any5 = |doc: &Value, system: &str| doc["systems"][system]["turn"]["any@5"].clone();
+
+    let (ok, stdout, stderr) = bench(&path);
+    assert!(ok, "{stderr}");
+    let lexical: Value = serde_json::from_str(&stdout).unwrap();
+    let (ok, stdout, stderr) = bench_with(&path, &["--word-vectors", vectors.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    let by_meaning: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(by_meaning["meta"]["ranker"], "word-vectors");
+    for system in ["memory", "history"] {
+        assert_eq!(any5(&lexical, system), 0.0, "{system}: {lexical}");
+        assert_eq!(any5(&by_meaning, system), 100.0, "{system}: {by_meaning}");
+    }
+    // The plain BM25 reference is the same either way.
+    assert_eq!(lexical["systems"]["bm25"], by_meaning["systems"]["bm25"]);
+
+    let (ok, _, stderr) = bench_with(&path, &["--word-vectors", "no-such-file.txt"]);
+    assert!(
+        !ok && stderr.contains("no-such-file.txt: word vectors cannot be read"),
+        "{stderr}"
+    );
 }
 
 #[test]

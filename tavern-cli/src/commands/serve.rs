@@ -15,6 +15,7 @@ use tavern_dsh_adapter::bridge::host::BridgeHost;
 use tavern_dsh_adapter::{Runtime, RuntimeConfig};
 use tavern_projector::HostEvent;
 use tavern_runtime::{AgentMount, HostError, HostPort, LoggedEvent, TavernLogEvent};
+use tavern_search::{RankerRef, VectorRanker};
 use tavern_store::SystemClock;
 use tavern_tools::assets::provider::{DirAssets, Persona};
 
@@ -44,6 +45,13 @@ pub async fn run(
             args.listen
         )));
     }
+    let ranker = match &args.word_vectors {
+        Some(path) => RankerRef::new(
+            VectorRanker::open(path, args.vector_weight)
+                .map_err(|e| CliError::Usage(format!("--word-vectors {}: {e}", path.display())))?,
+        ),
+        None => RankerRef::default(),
+    };
     let stores = backend::open(ctx, false).await?.stores();
     let host = Arc::new(ServeHost::new(args.sessions.clone()));
     let assets = Arc::new(DirAssets::new(
@@ -56,7 +64,10 @@ pub async fn run(
         stores,
         assets,
         Arc::new(SystemClock),
-        RuntimeConfig::default(),
+        RuntimeConfig {
+            ranker,
+            ..RuntimeConfig::default()
+        },
     );
     let api = tavern_api::Api::new(
         Arc::new(runtime),

@@ -12,8 +12,7 @@ use tavern_dsh_adapter::bridge::host::BridgeHost;
 use tavern_dsh_adapter::bridge::{Bridge, BridgeConfig, DEFAULT_MAX_FRAME_BYTES};
 use tavern_dsh_adapter::{Runtime, RuntimeConfig};
 use tavern_runtime::mcp::McpServer;
-use tavern_search::vectors::DEFAULT_MAX_WORDS;
-use tavern_search::{RankerRef, VectorRanker, WordVectors};
+use tavern_search::{RankerRef, VectorRanker};
 use tavern_store::fs::{FsOptions, FsStore};
 use tavern_store::{AllStores, ChatStore, SystemClock};
 use tavern_tools::assets::provider::{
@@ -370,22 +369,13 @@ fn ranker(common: &Common) -> Result<RankerRef, String> {
     let Some(path) = &common.word_vectors else {
         return Ok(RankerRef::default());
     };
-    let vectors = WordVectors::open(path, DEFAULT_MAX_WORDS)
+    let ranker = VectorRanker::open(path, common.vector_weight)
         .map_err(|e| format!("--word-vectors {}: {e}", path.display()))?;
     tracing::info!(
-        words = vectors.len(),
-        dims = vectors.dims(),
+        words = ranker.vectors().len(),
+        dims = ranker.vectors().dims(),
         "word vectors read"
     );
-    let mut ranker = VectorRanker::new(Arc::new(vectors));
-    if let Some(weight) = common.vector_weight {
-        if !(0.0..=0.95).contains(&weight) {
-            return Err(format!(
-                "--vector-weight {weight}: must be within 0 and 0.95"
-            ));
-        }
-        ranker = ranker.with_weight(weight);
-    }
     Ok(RankerRef::new(ranker))
 }
 

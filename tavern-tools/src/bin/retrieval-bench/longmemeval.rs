@@ -363,6 +363,8 @@ impl Okapi {
 /// Sums per system, level (`0` turn, `1` session) and question type (`""` overall).
 #[derive(Default)]
 pub(crate) struct Report {
+    /// The ranker memory and history search ranked through.
+    ranker: String,
     sums: BTreeMap<(usize, usize, String), Sums>,
     latency: [Vec<Duration>; 3],
     questions: usize,
@@ -506,7 +508,10 @@ pub(crate) async fn run(
     misses: bool,
     ranker: &RankerRef,
 ) -> Result<Report> {
-    let mut report = Report::default();
+    let mut report = Report {
+        ranker: ranker.get().name().to_owned(),
+        ..Report::default()
+    };
     for q in questions {
         if q.id.contains("_abs") {
             report.skipped_abstention += 1;
@@ -653,6 +658,7 @@ pub(crate) fn json(report: &Report) -> Value {
         "benchmark": "longmemeval",
         "systems": systems,
         "meta": {
+            "ranker": report.ranker,
             "questions": report.questions,
             "skippedAbstention": report.skipped_abstention,
             "skippedWithoutEvidenceTurn": report.skipped_no_target,

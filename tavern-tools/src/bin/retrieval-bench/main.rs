@@ -26,8 +26,7 @@ use tavern_core::{
     normalize_state, AgentId, CharacterName, ChatId, MemoryId, MemoryKind, MemorySource,
     MemoryWrite, Scope, SessionId, TavernState, Timestamp,
 };
-use tavern_search::vectors::DEFAULT_MAX_WORDS;
-use tavern_search::{raw_tokens, stopwords::is_stop_word, RankerRef, VectorRanker, WordVectors};
+use tavern_search::{raw_tokens, stopwords::is_stop_word, RankerRef, VectorRanker};
 use tavern_store::clock::ManualClock;
 use tavern_store::fs::FsStore;
 use tavern_store::{ChatStore, MemoryStore};
@@ -713,6 +712,7 @@ async fn run(path: &str, as_json: bool, misses: bool, ranker: &RankerRef) -> Res
         obj.insert(
             "meta".into(),
             json!({
+                "ranker": ranker.get().name(),
                 "questions": report.questions, "malformedEvidence": report.malformed,
                 "questionsWithoutEvidence": report.dropped,
                 "latencyMs": METHODS.iter().zip(&latency).map(|(m, (p50, p99))| (m.to_string(), json!({"p50": p50, "p99": p99}))).collect::<serde_json::Map<_, _>>(),
@@ -805,21 +805,20 @@ fn ranker(args: &[String]) -> Result<RankerRef> {
         return Ok(RankerRef::default());
     };
     let started = Instant::now();
-    let vectors = WordVectors::open(std::path::Path::new(&path), DEFAULT_MAX_WORDS)
+    let weight = value("--vector-weight")?
+        .map(|w| {
+            w.parse::<f32>()
+                .map_err(|_| format!("--vector-weight {w:?} is not a number"))
+        })
+        .transpose()?;
+    let mut ranker = VectorRanker::open(std::path::Path::new(&path), weight)
         .map_err(|e| format!("{path}: {e}"))?;
     eprintln!(
         "word vectors: {} words of {} dimensions read in {:.1} s",
-        vectors.len(),
-        vectors.dims(),
+        ranker.vectors().len(),
+        ranker.vectors().dims(),
         started.elapsed().as_secs_f64()
     );
-    let mut ranker = VectorRanker::new(Arc::new(vectors));
-    if let Some(w) = value("--vector-weight")? {
-        let w: f32 = w
-            .parse()
-            .map_err(|_| format!("--vector-weight {w:?} is not a number"))?;
-        ranker = ranker.with_weight(w);
-    }
     if let Some(n) = value("--vector-pool")? {
         let n: usize = n
             .parse()
