@@ -312,11 +312,19 @@ YAML
 run 8 "$here/script-8.json" '[{sessionId: e2e-pg-1, messages: ["Remember that the bridge is oak."]}]' "$work/pg.patch.yml"
 # A host that holds only the memories of the scopes its sessions use
 # (`storeMaxLoadedMemories`): a new bridge loads the session's scope at its first memory call
-# and finds what the last one wrote.
-sed 's/^    store: /    storeMaxLoadedMemories: 0\n    store: /' "$work/pg.patch.yml" > "$work/pg-by-scope.patch.yml"
+# and finds what the last one wrote. The same bridge ranks through word vectors
+# (`wordVectors`, a small file: the plugin passes it and the bridge reads it at start).
+printf 'bridge 0.9 0.1\noak 0.8 0.3\nwood 0.7 0.4\n' > "$work/vectors.txt"
+sed -e 's/^    store: /    storeMaxLoadedMemories: 0\n    store: /' \
+  -e "s|^    user: |    wordVectors: $work/vectors.txt\n    user: |" \
+  "$work/pg.patch.yml" > "$work/pg-by-scope.patch.yml"
+grep -q 'wordVectors: ' "$work/pg-by-scope.patch.yml" \
+  || { echo "e2e: could not write the word vectors setting" >&2; exit 1; }
 grep -q 'storeMaxLoadedMemories: 0' "$work/pg-by-scope.patch.yml" \
   || { echo "e2e: could not write the by-scope patch" >&2; exit 1; }
 run 10 "$here/script-10.json" '[{sessionId: e2e-pg-1, resume: true, messages: ["What is the bridge made of?"]}]' "$work/pg-by-scope.patch.yml"
+grep -q "word vectors read words=3 dims=2" "$work/run-10.err" "$work/run-10.out" \
+  || { echo "e2e: the bridge did not read the plugin's word vectors" >&2; cat "$work/run-10.err" >&2; exit 1; }
 "$pg_bin/psql" -h "$pg" -U postgres -d postgres -At -c "
   SELECT json_build_object(
     'memories', (SELECT count(*) FROM memory_ops WHERE op::text LIKE '%made of oak%'),
