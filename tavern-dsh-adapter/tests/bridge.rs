@@ -495,20 +495,28 @@ fn mcp_mode_serves_one_fixed_binding() {
 }
 
 fn mcp_peer(dir: &std::path::Path) -> Peer {
+    mcp_peer_with(dir, &[])
+}
+
+/// [`mcp_peer`] with `extra` arguments.
+fn mcp_peer_with(dir: &std::path::Path, extra: &[&str]) -> Peer {
     assets(&dir.join("assets"));
-    Peer::spawn(&[
+    let (data, assets) = (dir.join("data"), dir.join("assets"));
+    let mut args = vec![
         "mcp",
         "--data",
-        dir.join("data").to_str().unwrap(),
+        data.to_str().unwrap(),
         "--assets",
-        dir.join("assets").to_str().unwrap(),
+        assets.to_str().unwrap(),
         "--session",
         "mcp-1",
         "--character",
         "Mira",
         "--chat",
         "Mira - mcp",
-    ])
+    ];
+    args.extend_from_slice(extra);
+    Peer::spawn(&args)
 }
 
 /// The answer to request `id`, skipping notifications.
@@ -1207,31 +1215,19 @@ dinner 0.0 0.8 0.3
 /// started with `extra` arguments: their contents in the order found.
 fn photography_search(extra: &[&str]) -> Vec<String> {
     let dir = tempfile::tempdir().unwrap();
-    assets(&dir.path().join("assets"));
     let vectors = dir.path().join("vectors.txt");
     std::fs::write(&vectors, VECTORS).unwrap();
-    let (data, assets_dir) = (dir.path().join("data"), dir.path().join("assets"));
-    let mut args = vec![
-        "mcp",
-        "--data",
-        data.to_str().unwrap(),
-        "--assets",
-        assets_dir.to_str().unwrap(),
-        "--session",
-        "mcp-1",
-        "--character",
-        "Mira",
-        "--chat",
-        "Mira - mcp",
-    ];
-    for a in extra {
-        args.push(if *a == "VECTORS" {
-            vectors.to_str().unwrap()
-        } else {
-            a
-        });
-    }
-    let mut p = Peer::spawn(&args);
+    let extra: Vec<&str> = extra
+        .iter()
+        .map(|a| {
+            if *a == "VECTORS" {
+                vectors.to_str().unwrap()
+            } else {
+                a
+            }
+        })
+        .collect();
+    let mut p = mcp_peer_with(dir.path(), &extra);
     p.send_raw(INIT);
     mcp_answer(&mut p, 1);
     p.send_raw(r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#);

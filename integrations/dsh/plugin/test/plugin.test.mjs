@@ -313,23 +313,28 @@ test('`chat` continues an existing chat in every new session; `chatFolder` goes 
   assert.match(missingFolder.warnings.join('\n'), /chat folder .* does not exist/)
 })
 
-test('word vectors and their weight go to the bridge, and only when set', async () => {
+/** The command line the plugin starts the (fake) bridge with under `config`, logged to `name`. */
+async function bridgeArgv(data, config, name) {
   const bridge = fileURLToPath(new URL('./fake-bridge.mjs', import.meta.url))
-  const data = mkdtempSync(join(tmpdir(), 'tavern-plugin-'))
-  const argvOf = async (config, name) => {
-    const host = fakeHost()
-    const log = join(data, name)
-    process.env.FAKE_BRIDGE_LOG = log
-    try {
-      await apply(host.ctx, { bridge, data, assets: data, hostVersion: '0.1.0-rc.8', ...config })
-      await host.dispose()
-    } finally {
-      delete process.env.FAKE_BRIDGE_LOG
-    }
-    const frames = readFileSync(log, 'utf8').trim().split('\n').map((l) => JSON.parse(l))
-    return frames.find((f) => f.argv).argv
+  const host = fakeHost()
+  const log = join(data, name)
+  process.env.FAKE_BRIDGE_LOG = log
+  try {
+    await apply(host.ctx, { bridge, data, assets: data, hostVersion: '0.1.0-rc.8', ...config })
+    await host.dispose()
+  } finally {
+    delete process.env.FAKE_BRIDGE_LOG
   }
-  const after = (argv, flag) => argv.includes(flag) ? argv[argv.indexOf(flag) + 1] : undefined
+  const frames = readFileSync(log, 'utf8').trim().split('\n').map((l) => JSON.parse(l))
+  return frames.find((f) => f.argv).argv
+}
+
+/** The value after `flag` in `argv`, if any. */
+const after = (argv, flag) => argv.includes(flag) ? argv[argv.indexOf(flag) + 1] : undefined
+
+test('word vectors and their weight go to the bridge, and only when set', async () => {
+  const data = mkdtempSync(join(tmpdir(), 'tavern-plugin-'))
+  const argvOf = (config, name) => bridgeArgv(data, config, name)
   const vectors = join(data, 'glove.txt')
   const set = await argvOf({ wordVectors: vectors }, 'a.log')
   assert.equal(after(set, '--word-vectors'), vectors)
@@ -342,22 +347,8 @@ test('word vectors and their weight go to the bridge, and only when set', async 
 })
 
 test('a PostgreSQL store\'s image folder and scope bound go to the bridge, and only with a store', async () => {
-  const bridge = fileURLToPath(new URL('./fake-bridge.mjs', import.meta.url))
   const data = mkdtempSync(join(tmpdir(), 'tavern-plugin-'))
-  const argvOf = async (config, name) => {
-    const host = fakeHost()
-    const log = join(data, name)
-    process.env.FAKE_BRIDGE_LOG = log
-    try {
-      await apply(host.ctx, { bridge, data, assets: data, hostVersion: '0.1.0-rc.8', ...config })
-      await host.dispose()
-    } finally {
-      delete process.env.FAKE_BRIDGE_LOG
-    }
-    const frames = readFileSync(log, 'utf8').trim().split('\n').map((l) => JSON.parse(l))
-    return frames.find((f) => f.argv).argv
-  }
-  const after = (argv, flag) => argv.includes(flag) ? argv[argv.indexOf(flag) + 1] : undefined
+  const argvOf = (config, name) => bridgeArgv(data, config, name)
   const images = join(data, 'images')
   const shared = await argvOf({ store: 'host=/nowhere dbname=t', storeImageDir: images }, 'a.log')
   assert.equal(after(shared, '--store-image-dir'), images)
