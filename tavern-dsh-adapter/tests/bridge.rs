@@ -1267,19 +1267,18 @@ fn photography_search(extra: &[&str]) -> Vec<String> {
 /// history and lore search share.
 #[test]
 fn word_vectors_rank_what_the_query_means_first() {
+    // Lexically the three tie on words and the newest comes first; written within one
+    // millisecond their generated ids break the tie, so only the sets are compared.
     let lexical = photography_search(&[]);
     assert_eq!(lexical.len(), 3, "{lexical:?}");
-    assert!(
-        lexical[2].contains("camera"),
-        "lexically the camera comes last: {lexical:?}"
-    );
     let by_meaning = photography_search(&["--word-vectors", "VECTORS"]);
     assert!(by_meaning[0].contains("camera"), "{by_meaning:?}");
-    let all_vectors = photography_search(&["--word-vectors", "VECTORS", "--vector-weight", "0"]);
-    assert_eq!(
-        all_vectors, lexical,
-        "a weight of 0 keeps the lexical order"
-    );
+    let weightless = photography_search(&["--word-vectors", "VECTORS", "--vector-weight", "0"]);
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    assert_eq!(sorted(weightless), sorted(lexical));
 }
 
 #[test]

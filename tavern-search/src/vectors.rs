@@ -331,6 +331,11 @@ impl Ranker for VectorRanker {
         "word-vectors"
     }
 
+    /// A weight of 0 leaves the lexical results as they are, bit for bit.
+    fn rescores(&self) -> bool {
+        self.weight > 0.0
+    }
+
     fn pool(&self, wanted: usize) -> usize {
         self.pool.max(wanted)
     }

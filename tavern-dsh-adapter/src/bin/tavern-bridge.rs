@@ -339,12 +339,14 @@ async fn open_postgres(
 
 async fn run(cli: Cli) -> Result<(), String> {
     let assets = assets(&cli.common)?;
+    // Read before the store opens, so a bad file stops the start at once.
+    let ranker = ranker(&cli.common)?;
     if let Some(Mode::Mcp(m)) = &cli.mode {
         SessionId::parse(m.session.as_str()).map_err(|e| format!("--session: {e}"))?;
     }
     let clock = Arc::new(SystemClock);
     let (store, load) = open_store(&cli.common, clock.clone()).await?;
-    let served = serve(cli, store, assets, clock).await;
+    let served = serve(cli, store, assets, clock, ranker).await;
     // The host is done; the memories may still be being read, or their image written: given
     // a while, the next start reads that image instead of every row.
     if let Some(load) = load.filter(|l| !l.is_finished()) {
@@ -385,12 +387,13 @@ async fn serve(
     store: Arc<dyn AllStores>,
     assets: Arc<dyn AssetProvider>,
     clock: Arc<SystemClock>,
+    ranker: RankerRef,
 ) -> Result<(), String> {
     let host = Arc::new(BridgeHost::default());
     let config = RuntimeConfig {
         user_name: cli.common.user.clone(),
         zone: zone(&cli.common.utc_offset)?,
-        ranker: ranker(&cli.common)?,
+        ranker,
         ..RuntimeConfig::default()
     };
     let runtime = Runtime::new(host.clone(), store.clone(), assets, clock, config);
