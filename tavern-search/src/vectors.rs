@@ -29,6 +29,12 @@ pub const MAX_WORD_BYTES: usize = 256;
 pub const DEFAULT_MAX_WORDS: usize = 400_000;
 /// Words of a text (query or candidate) read for its vector: a long text's first ones.
 pub const MAX_TEXT_WORDS: usize = 256;
+/// Bytes of a text (query or candidate) read for its vector and its cache key: a long text's
+/// first ones, whatever it is made of.
+pub const MAX_TEXT_BYTES: usize = 8 * 1024;
+/// The most numbers a vectors file may hold in all (256 MiB of `f32`): 400,000 words of 160
+/// dimensions; a larger file names this limit (cut it with `head`, the commonest words first).
+pub const MAX_VALUES: usize = 64 * 1024 * 1024;
 /// The share of a candidate's final score that comes from its vector, by default.
 pub const DEFAULT_WEIGHT: f32 = 0.5;
 /// Lexical candidates handed to the ranker per search, by default.
@@ -94,7 +100,8 @@ impl WordVectors {
         };
         let mut line = Vec::new();
         let mut number = 0;
-        while out.rows.len() < max_words {
+        // Lines, not distinct words, bound the read: a file of one word repeated ends too.
+        while out.rows.len() < max_words && number < max_words.saturating_mul(2) {
             line.clear();
             let read = reader
                 .by_ref()
@@ -146,6 +153,11 @@ impl WordVectors {
                 )));
             }
             let start = out.values.len();
+            if start + out.dims > MAX_VALUES {
+                return Err(malformed(format!(
+                    "more than {MAX_VALUES} numbers in all; keep fewer words"
+                )));
+            }
             for n in numbers {
                 match n.parse::<f32>() {
                     Ok(v) if v.is_finite() => out.values.push(v),
@@ -165,6 +177,7 @@ impl WordVectors {
         if out.rows.is_empty() {
             return Err(VectorsError::Empty);
         }
+        out.values.shrink_to_fit();
         Ok(out)
     }
 
@@ -200,7 +213,7 @@ impl WordVectors {
     pub fn text_vector(&self, text: &str) -> Option<Vec<f32>> {
         let mut sum = vec![0f32; self.dims];
         let mut found = false;
-        let words = text
+        let words = prefix(text)
             .split(|c: char| !c.is_alphanumeric())
             .filter(|w| !w.is_empty())
             .take(MAX_TEXT_WORDS);
@@ -241,6 +254,15 @@ impl WordVectors {
 /// (at 50 dimensions about 16 MiB).
 pub const CACHE_TEXTS: usize = 65_536;
 
+/// The first [`MAX_TEXT_BYTES`] of `text`, cut at a character boundary.
+fn prefix(text: &str) -> &str {
+    let mut end = text.len().min(MAX_TEXT_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// Candidate texts' vectors by (hash, length) of the text; `None` for a text without one.
 type KeptVectors = FxHashMap<(u64, usize), Option<Arc<[f32]>>>;
 
@@ -251,12 +273,22 @@ type KeptVectors = FxHashMap<(u64, usize), Option<Arc<[f32]>>>;
 /// The same messages and memories come back as candidates search after search, so the
 /// vectors of the last [`CACHE_TEXTS`] texts are kept (by a 64-bit hash of the text and its
 /// length): a search then costs a lookup and a dot product per candidate.
-#[derive(Debug)]
 pub struct VectorRanker {
     vectors: Arc<WordVectors>,
     weight: f32,
     pool: usize,
     cache: Mutex<KeptVectors>,
+}
+
+impl std::fmt::Debug for VectorRanker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the kept vectors: thousands of them.
+        f.debug_struct("VectorRanker")
+            .field("vectors", &self.vectors)
+            .field("weight", &self.weight)
+            .field("pool", &self.pool)
+            .finish()
+    }
 }
 
 impl Clone for VectorRanker {
@@ -368,6 +400,7 @@ impl Ranker for VectorRanker {
 impl VectorRanker {
     /// A candidate text's vector, kept for the next search.
     fn text_vector(&self, text: &str) -> Option<Arc<[f32]>> {
+        let text = prefix(text);
         let mut hasher = FxHasher::default();
         text.hash(&mut hasher);
         let key = (hasher.finish(), text.len());
@@ -537,6 +570,29 @@ soup 0.1 0.9 0.0
         again[0].score = 1.0;
         ranker.rescore("photography", &mut again);
         assert_eq!(one, again);
+    }
+
+    #[test]
+    fn reading_and_texts_are_bounded_by_us() {
+        // One word repeated forever: the read stops after twice the words it may keep.
+        let repeated = "w 1 0\n".repeat(1_000);
+        let v = WordVectors::read(repeated.as_bytes(), 10).unwrap();
+        assert_eq!(v.len(), 1);
+        // A text's vector reads only its first bytes: a known word past them is not seen.
+        let far = format!("{} camera", ".".repeat(MAX_TEXT_BYTES));
+        assert_eq!(vectors().text_vector(&far), None);
+        assert!(vectors().text_vector(&far[MAX_TEXT_BYTES - 2..]).is_some());
+        assert_eq!(prefix("é"), "é");
+        assert_eq!(prefix(&"é".repeat(MAX_TEXT_BYTES)).len(), MAX_TEXT_BYTES);
+        // The ranker's Debug does not print what it keeps.
+        let r = VectorRanker::new(vectors());
+        let mut pool = vec![Candidate {
+            doc: 0,
+            text: "camera",
+            score: 1.0,
+        }];
+        r.rescore("photography", &mut pool);
+        assert!(!format!("{r:?}").contains("cache"));
     }
 
     #[test]
