@@ -81,8 +81,12 @@ impl fmt::Display for Revision {
 ///
 /// The caller writes the value in canonical order: an object's length, then its keys in byte
 /// order, each followed by its value.
+///
+/// Crate-private: a caller that writes keys out of order would compute a revision no JSON
+/// path agrees with, so only this crate's records (each checked against the JSON path by a
+/// property test) use it.
 #[derive(Debug)]
-pub struct CanonicalWriter {
+pub(crate) struct CanonicalWriter {
     buf: Vec<u8>,
 }
 

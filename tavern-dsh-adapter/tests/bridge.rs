@@ -1319,4 +1319,13 @@ fn bad_word_vectors_stop_the_bridge_with_one_line_naming_them() {
         weight.contains("vector weight 2: must be within 0 and 0.95"),
         "{weight}"
     );
+    // As the DSH plugin passes it: a negative weight rides in its flag and is refused by value.
+    let negative = run(&[
+        &format!("--word-vectors={}", good.to_str().unwrap()),
+        "--vector-weight=-0.2",
+    ]);
+    assert!(
+        negative.contains("vector weight -0.2: must be within 0 and 0.95"),
+        "{negative}"
+    );
 }

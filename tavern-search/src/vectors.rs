@@ -11,11 +11,12 @@
 //! lower-cased; text in a script the vectors do not cover (Chinese in an English set) has no
 //! vector and keeps its lexical order.
 
-use std::hash::{Hash, Hasher};
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
 use std::io::{BufRead, Read};
 use std::sync::{Arc, Mutex};
 
-use rustc_hash::{FxHashMap, FxHasher};
+use rustc_hash::FxHashMap;
 
 use crate::rank::{Candidate, Ranker};
 use crate::stopwords::is_stop_word;
@@ -122,12 +123,31 @@ impl WordVectors {
             let text = std::str::from_utf8(&line)
                 .map_err(|_| malformed("not UTF-8".into()))?
                 .trim_end_matches(['\n', '\r']);
+            // A file saved by some editors starts with a byte-order mark.
+            let text = if number == 1 {
+                text.trim_start_matches('\u{feff}')
+            } else {
+                text
+            };
             if text.trim().is_empty() {
                 continue;
             }
-            let mut fields = text.split(' ').filter(|f| !f.is_empty());
-            let word = fields.next().unwrap_or_default();
-            let numbers: Vec<&str> = fields.collect();
+            let fields: Vec<&str> = text.split(' ').filter(|f| !f.is_empty()).collect();
+            // Once the dimensions are known, the numbers are the last `dims` fields and the
+            // word is all before them: glove.840B has "words" with spaces in them (". . .").
+            let split = if out.dims > 0 && fields.len() > out.dims + 1 {
+                fields.len() - out.dims
+            } else {
+                1
+            };
+            let spaced;
+            let word = if split == 1 {
+                fields.first().copied().unwrap_or_default()
+            } else {
+                spaced = fields[..split].join(" ");
+                spaced.as_str()
+            };
+            let numbers = &fields[split..];
             // fastText's and word2vec's first line: "<words> <dims>".
             if number == 1 && numbers.len() == 1 && word.parse::<u64>().is_ok() {
                 continue;
@@ -250,9 +270,13 @@ impl WordVectors {
     }
 }
 
-/// Candidate texts whose vectors a [`VectorRanker`] keeps; past this the kept ones are let go
-/// (at 50 dimensions about 16 MiB).
+/// Candidate texts whose vectors a [`VectorRanker`] keeps at most; past this (or past
+/// [`CACHE_VALUES`]) the kept ones are let go.
 pub const CACHE_TEXTS: usize = 65_536;
+
+/// Numbers a [`VectorRanker`] keeps in all (64 MiB): at 50 dimensions [`CACHE_TEXTS`] texts
+/// fit, at 1,024 about 16,000.
+pub const CACHE_VALUES: usize = 16 * 1024 * 1024;
 
 /// The first [`MAX_TEXT_BYTES`] of `text`, cut at a character boundary.
 fn prefix(text: &str) -> &str {
@@ -263,7 +287,8 @@ fn prefix(text: &str) -> &str {
     &text[..end]
 }
 
-/// Candidate texts' vectors by (hash, length) of the text; `None` for a text without one.
+/// Candidate texts' vectors by (keyed hash, length) of the text; `None` for a text without
+/// one.
 type KeptVectors = FxHashMap<(u64, usize), Option<Arc<[f32]>>>;
 
 /// A ranker that blends each lexical candidate's score (as a share of the best one's) with
@@ -271,12 +296,15 @@ type KeptVectors = FxHashMap<(u64, usize), Option<Arc<[f32]>>>;
 /// weight × max(cosine, 0)`. A query with no vector keeps the lexical order.
 ///
 /// The same messages and memories come back as candidates search after search, so the
-/// vectors of the last [`CACHE_TEXTS`] texts are kept (by a 64-bit hash of the text and its
-/// length): a search then costs a lookup and a dot product per candidate.
+/// vectors of recent texts are kept (at most [`CACHE_TEXTS`] texts and [`CACHE_VALUES`]
+/// numbers), found by the text's length and a hash keyed at random per ranker, so nobody who
+/// can write a memory can make two texts share a vector: a search then costs a lookup and a
+/// dot product per candidate.
 pub struct VectorRanker {
     vectors: Arc<WordVectors>,
     weight: f32,
     pool: usize,
+    keys: RandomState,
     cache: Mutex<KeptVectors>,
 }
 
@@ -297,6 +325,7 @@ impl Clone for VectorRanker {
             vectors: self.vectors.clone(),
             weight: self.weight,
             pool: self.pool,
+            keys: RandomState::new(),
             cache: Mutex::default(),
         }
     }
@@ -309,6 +338,7 @@ impl VectorRanker {
             vectors,
             weight: DEFAULT_WEIGHT,
             pool: DEFAULT_POOL,
+            keys: RandomState::new(),
             cache: Mutex::default(),
         }
     }
@@ -384,7 +414,11 @@ impl Ranker for VectorRanker {
         if best <= 0.0 {
             return;
         }
-        for c in candidates {
+        // Only candidates the words found: one scored zero or below is not lifted by meaning.
+        for c in candidates
+            .iter_mut()
+            .filter(|c| c.score > 0.0 && c.score.is_finite())
+        {
             let cosine = self.text_vector(c.text).map_or(0.0, |d| {
                 q.iter()
                     .zip(d.iter())
@@ -398,12 +432,16 @@ impl Ranker for VectorRanker {
 }
 
 impl VectorRanker {
+    /// How many texts' vectors are kept: [`CACHE_TEXTS`], fewer when their numbers would
+    /// pass [`CACHE_VALUES`].
+    fn cache_texts(&self) -> usize {
+        (CACHE_VALUES / self.vectors.dims.max(1)).clamp(1, CACHE_TEXTS)
+    }
+
     /// A candidate text's vector, kept for the next search.
     fn text_vector(&self, text: &str) -> Option<Arc<[f32]>> {
         let text = prefix(text);
-        let mut hasher = FxHasher::default();
-        text.hash(&mut hasher);
-        let key = (hasher.finish(), text.len());
+        let key = (self.keys.hash_one(text), text.len());
         // A poisoned lock only means another search panicked midway: the map is still whole.
         let cached = self
             .cache
@@ -419,7 +457,7 @@ impl VectorRanker {
             .cache
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if cache.len() >= CACHE_TEXTS {
+        if cache.len() >= self.cache_texts() {
             cache.clear();
         }
         cache.insert(key, vector.clone());
@@ -593,6 +631,74 @@ soup 0.1 0.9 0.0
         }];
         r.rescore("photography", &mut pool);
         assert!(!format!("{r:?}").contains("cache"));
+    }
+
+    #[test]
+    fn a_byte_order_mark_and_words_with_spaces_are_read() {
+        // glove.840B's ". . ." is a word with spaces; an editor's BOM opens the file.
+        let v = WordVectors::read("\u{feff}a 1 0\n. . . 0 1\nb  c 1 1 \n".as_bytes(), 10).unwrap();
+        assert_eq!(v.dims(), 2);
+        assert!(
+            v.rows.contains_key("a"),
+            "the BOM is not part of the first word"
+        );
+        assert!(v.rows.contains_key(". . ."));
+        assert!(v.rows.contains_key("b c"));
+        // A word with spaces still needs all its numbers: a short line is named.
+        assert!(WordVectors::read("a 1 0\nb c 1\n".as_bytes(), 10)
+            .unwrap_err()
+            .to_string()
+            .starts_with("word vectors line 2: \"c\" is not a finite number"));
+    }
+
+    #[test]
+    fn kept_vectors_are_bounded_by_their_numbers_and_keyed_per_ranker() {
+        let wide = format!("w {}\n", "1 ".repeat(MAX_DIMS));
+        let wide = VectorRanker::new(Arc::new(WordVectors::read(wide.as_bytes(), 1).unwrap()));
+        assert_eq!(wide.cache_texts(), CACHE_VALUES / MAX_DIMS);
+        assert_eq!(VectorRanker::new(vectors()).cache_texts(), CACHE_TEXTS);
+        let texts: Vec<String> = (0..wide.cache_texts() + 5)
+            .map(|i| format!("w {i}"))
+            .collect();
+        let mut pool: Vec<Candidate<'_>> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Candidate {
+                doc: i as u32,
+                text: t,
+                score: 1.0,
+            })
+            .collect();
+        wide.rescore("w", &mut pool);
+        assert!(wide.cache.lock().unwrap().len() <= wide.cache_texts());
+        // Two rankers key their kept texts differently: a collision cannot be planned.
+        let (a, b) = (VectorRanker::new(vectors()), VectorRanker::new(vectors()));
+        assert_ne!(a.keys.hash_one("camera"), b.keys.hash_one("camera"));
+    }
+
+    #[test]
+    fn a_candidate_the_words_did_not_score_is_not_lifted_by_meaning() {
+        let mut pool = vec![
+            Candidate {
+                doc: 0,
+                text: "cooking",
+                score: 2.0,
+            },
+            Candidate {
+                doc: 1,
+                text: "camera lens",
+                score: 0.0,
+            },
+            Candidate {
+                doc: 2,
+                text: "camera",
+                score: -1.0,
+            },
+        ];
+        VectorRanker::new(vectors()).rescore("photography", &mut pool);
+        assert_eq!(pool[1].score, 0.0);
+        assert_eq!(pool[2].score, -1.0);
+        assert!(pool[0].score > 0.0);
     }
 
     #[test]

@@ -232,6 +232,54 @@ fn word_vectors_rank_memory_and_history_search_by_meaning() {
 }
 
 #[test]
+fn the_benchmark_file_is_never_a_flags_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = question(
+        "q1",
+        "single-session-user",
+        "Which dessert?",
+        &[("answer_t_1", vec![("I bake tortes.", true)])],
+    );
+    let path = dir.path().join("lme.json");
+    std::fs::write(&path, json!([q]).to_string()).unwrap();
+    let vectors = dir.path().join("vectors.txt");
+    std::fs::write(&vectors, "dessert 1 0\ntortes 0.9 0.1\n").unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_retrieval-bench"))
+            .args(args)
+            .output()
+            .expect("the benchmark runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (file, vectors) = (path.to_str().unwrap(), vectors.to_str().unwrap());
+    // Flags and their values before the file: the file is still the file.
+    let (code, stdout, stderr) = run(&[
+        "--vector-weight",
+        "0.3",
+        "--word-vectors",
+        vectors,
+        file,
+        "--json",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(doc["meta"]["ranker"], "word-vectors");
+    let (code, _, stderr) = run(&["--jsn", file]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("\"--jsn\" is not an option"), "{stderr}");
+    let (code, _, stderr) = run(&[file, file]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("one benchmark file, not 2"), "{stderr}");
+    let (code, _, stderr) = run(&[file, "--vector-pool"]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("--vector-pool needs a value"), "{stderr}");
+}
+
+#[test]
 fn a_malformed_file_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("broken.json");

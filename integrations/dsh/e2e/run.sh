@@ -58,6 +58,9 @@ cleanup() {
   if [ "${KEEP_E2E:-}" = "" ]; then rm -rf "$work"; else echo "e2e: kept $work"; fi
 }
 trap cleanup EXIT
+# The host leaves a `dsh-spill-*` directory in TMPDIR per run: keep them inside $work.
+mkdir -p "$work/tmp"
+export TMPDIR="$work/tmp"
 mkdir -p "$work/assets/characters" "$work/data"
 cp "$repo/examples/assets/Mira.card.json" "$work/assets/characters/Mira.json"
 

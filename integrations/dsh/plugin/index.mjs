@@ -136,18 +136,25 @@ function startBridge(path, config, logger, onExit) {
   // A PostgreSQL store replaces `data`; its settings travel in the child's environment
   // (TAVERN_STORE), never on a command line other users can read.
   const store = config.store || process.env.TAVERN_STORE || ''
-  const args = store ? [] : ['--data', config.data]
-  args.push('--user', config.user ?? 'User')
-  if (config.personaDescription) args.push('--persona-description', config.personaDescription)
-  if (config.storePasswordFile) args.push('--store-password-file', config.storePasswordFile)
-  if (config.storeCaFile) args.push('--store-ca-file', config.storeCaFile)
-  if (store && config.storeImageDir) args.push('--store-image-dir', config.storeImageDir)
-  if (store && config.storeMaxLoadedMemories >= 0) args.push('--store-max-loaded-memories', String(Math.floor(config.storeMaxLoadedMemories)))
-  if (config.wordVectors) args.push('--word-vectors', config.wordVectors, '--vector-weight', String(config.vectorWeight ?? 0.5))
-  if (config.assets && existsSync(config.assets)) args.push('--assets', config.assets)
-  if (config.chatFolder && !store) args.push('--chat-folder', config.chatFolder)
-  for (const world of config.worlds ?? []) args.push('--world', world)
-  if (config.utcOffset) args.push('--utc-offset', config.utcOffset)
+  // Every value rides in its flag (`--flag=value`): a persona that starts with "- ", a
+  // negative weight or a path like "-old" is then a value, never read as another flag.
+  const args = []
+  const opt = (flag, value) => args.push(`${flag}=${value}`)
+  if (!store) opt('--data', config.data)
+  opt('--user', config.user ?? 'User')
+  if (config.personaDescription) opt('--persona-description', config.personaDescription)
+  if (config.storePasswordFile) opt('--store-password-file', config.storePasswordFile)
+  if (config.storeCaFile) opt('--store-ca-file', config.storeCaFile)
+  if (store && config.storeImageDir) opt('--store-image-dir', config.storeImageDir)
+  if (store && config.storeMaxLoadedMemories >= 0) opt('--store-max-loaded-memories', Math.floor(config.storeMaxLoadedMemories))
+  if (config.wordVectors) {
+    opt('--word-vectors', config.wordVectors)
+    opt('--vector-weight', config.vectorWeight ?? 0.5)
+  }
+  if (config.assets && existsSync(config.assets)) opt('--assets', config.assets)
+  if (config.chatFolder && !store) opt('--chat-folder', config.chatFolder)
+  for (const world of config.worlds ?? []) opt('--world', world)
+  if (config.utcOffset) opt('--utc-offset', config.utcOffset)
   const env = store ? { ...process.env, TAVERN_STORE: store } : process.env
   const child = spawn(path, args, { stdio: ['pipe', 'pipe', 'inherit'], env })
   const pending = new Map()

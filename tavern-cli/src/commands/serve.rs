@@ -45,11 +45,18 @@ pub async fn run(
             args.listen
         )));
     }
-    let ranker = match &args.word_vectors {
-        Some(path) => RankerRef::new(
-            VectorRanker::open(path, args.vector_weight)
-                .map_err(|e| CliError::Usage(format!("--word-vectors {}: {e}", path.display())))?,
-        ),
+    let ranker = match args.word_vectors.clone() {
+        // Read on the blocking pool: a second or so for 400,000 words.
+        Some(path) => {
+            let weight = args.vector_weight;
+            let read = tokio::task::spawn_blocking(move || {
+                VectorRanker::open(&path, weight)
+                    .map_err(|e| format!("--word-vectors {}: {e}", path.display()))
+            })
+            .await
+            .map_err(|e| CliError::Usage(format!("--word-vectors: the read stopped: {e}")))?;
+            RankerRef::new(read.map_err(CliError::Usage)?)
+        }
         None => RankerRef::default(),
     };
     let stores = backend::open(ctx, false).await?.stores();

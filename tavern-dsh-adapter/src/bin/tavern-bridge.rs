@@ -340,7 +340,7 @@ async fn open_postgres(
 async fn run(cli: Cli) -> Result<(), String> {
     let assets = assets(&cli.common)?;
     // Read before the store opens, so a bad file stops the start at once.
-    let ranker = ranker(&cli.common)?;
+    let ranker = ranker(&cli.common).await?;
     if let Some(Mode::Mcp(m)) = &cli.mode {
         SessionId::parse(m.session.as_str()).map_err(|e| format!("--session: {e}"))?;
     }
@@ -366,13 +366,19 @@ async fn run(cli: Cli) -> Result<(), String> {
 }
 
 /// The ranker the tools hand their candidates to: the lexical one, or one over
-/// `--word-vectors`.
-fn ranker(common: &Common) -> Result<RankerRef, String> {
-    let Some(path) = &common.word_vectors else {
+/// `--word-vectors`. The file is read on the blocking pool (a second or so for 400,000
+/// words), not on a worker the runtime's other tasks share.
+async fn ranker(common: &Common) -> Result<RankerRef, String> {
+    let Some(path) = common.word_vectors.clone() else {
         return Ok(RankerRef::default());
     };
-    let ranker = VectorRanker::open(path, common.vector_weight)
-        .map_err(|e| format!("--word-vectors {}: {e}", path.display()))?;
+    let weight = common.vector_weight;
+    let ranker = tokio::task::spawn_blocking(move || {
+        VectorRanker::open(&path, weight)
+            .map_err(|e| format!("--word-vectors {}: {e}", path.display()))
+    })
+    .await
+    .map_err(|e| format!("--word-vectors: the read stopped: {e}"))??;
     tracing::info!(
         words = ranker.vectors().len(),
         dims = ranker.vectors().dims(),

@@ -6,11 +6,18 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { fileURLToPath, pathToFileURL } from 'node:url'
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 
 import { apply, packagedBridge, startupReport } from '../index.mjs'
+
+/** A temporary directory that is removed when test `t` ends, whatever its outcome. */
+function scratch (t, prefix) {
+  const dir = mkdtempSync(join(tmpdir(), prefix))
+  t.after(() => rmSync(dir, { recursive: true, force: true }))
+  return dir
+}
 
 function fakeHost() {
   const handlers = new Map()
@@ -62,10 +69,10 @@ function response() {
   }
 }
 
-test('a prompt the bridge never answers times out into a request without tavern sections', async () => {
+test('a prompt the bridge never answers times out into a request without tavern sections', async (t) => {
   const host = fakeHost()
   const bridge = fileURLToPath(new URL('./fake-bridge.mjs', import.meta.url))
-  const data = mkdtempSync(join(tmpdir(), 'tavern-plugin-'))
+  const data = scratch(t, 'tavern-plugin-')
   await apply(host.ctx, { bridge, data, assets: join(data, 'none'), character: 'Mira', hostVersion: '0.1.0-rc.8', promptTimeoutMs: 150 })
   assert.ok(host.handlers.has('system-prompt/assemble'), `the plugin did not start: ${host.warnings}`)
   await host.handlers.get('agent/created')({ agent: { id: 'a1', session: { events: [] } } })
@@ -80,10 +87,10 @@ test('a prompt the bridge never answers times out into a request without tavern 
   host.dispose()
 })
 
-test('the tavern-mode route refuses what a web page on another origin can send, unread', async () => {
+test('the tavern-mode route refuses what a web page on another origin can send, unread', async (t) => {
   const host = fakeHost()
   const bridge = fileURLToPath(new URL('./fake-bridge.mjs', import.meta.url))
-  const data = mkdtempSync(join(tmpdir(), 'tavern-plugin-'))
+  const data = scratch(t, 'tavern-plugin-')
   await apply(host.ctx, { bridge, data, assets: join(data, 'none'), hostVersion: '0.1.0-rc.8' })
   const route = host.routes.find((r) => r.path === '/tavern-mode/system-prompt')
   assert.ok(route, `no route: ${host.warnings}`)
@@ -106,10 +113,10 @@ test('the tavern-mode route refuses what a web page on another origin can send, 
   host.dispose()
 })
 
-test('the management API is forwarded to the bridge under /agent-tavern, behind the same admission', async () => {
+test('the management API is forwarded to the bridge under /agent-tavern, behind the same admission', async (t) => {
   const host = fakeHost()
   const bridge = fileURLToPath(new URL('./fake-bridge.mjs', import.meta.url))
-  const data = mkdtempSync(join(tmpdir(), 'tavern-plugin-'))
+  const data = scratch(t, 'tavern-plugin-')
   await apply(host.ctx, { bridge, data, assets: join(data, 'none'), hostVersion: '0.1.0-rc.8' })
   const route = host.routes.find((r) => r.path === '/agent-tavern')
   assert.equal(route?.kind, 'prefix', `no api route: ${host.warnings}`)
@@ -217,10 +224,10 @@ test('the management API is forwarded to the bridge under /agent-tavern, behind 
   guarded.dispose()
 })
 
-test('a request the bridge never answers is given up on with 503 after routeCallTimeoutMs', async () => {
+test('a request the bridge never answers is given up on with 503 after routeCallTimeoutMs', async (t) => {
   const host = fakeHost()
   const bridge = fileURLToPath(new URL('./fake-bridge.mjs', import.meta.url))
-  const data = mkdtempSync(join(tmpdir(), 'tavern-plugin-'))
+  const data = scratch(t, 'tavern-plugin-')
   await apply(host.ctx, { bridge, data, assets: join(data, 'none'), hostVersion: '0.1.0-rc.8', routeCallTimeoutMs: 200 })
   const route = host.routes.find((r) => r.path === '/agent-tavern')
   const stuck = response()
@@ -238,10 +245,10 @@ test('a request the bridge never answers is given up on with 503 after routeCall
   host.dispose()
 })
 
-test('a route body that stalls is given up on, and frees its slot', async () => {
+test('a route body that stalls is given up on, and frees its slot', async (t) => {
   const host = fakeHost()
   const bridge = fileURLToPath(new URL('./fake-bridge.mjs', import.meta.url))
-  const data = mkdtempSync(join(tmpdir(), 'tavern-plugin-'))
+  const data = scratch(t, 'tavern-plugin-')
   await apply(host.ctx, { bridge, data, assets: join(data, 'none'), hostVersion: '0.1.0-rc.8', routeBodyTimeoutMs: 100 })
   const route = host.routes.find((r) => r.path === '/tavern-mode/system-prompt')
   // Eight stalled bodies at once fill the slots: a ninth caller is told the route is busy.
@@ -261,8 +268,8 @@ test('a route body that stalls is given up on, and frees its slot', async () => 
   host.dispose()
 })
 
-test('a missing assets folder or a mistyped character is a warning at start, with the nearest names', () => {
-  const dir = mkdtempSync(join(tmpdir(), 'tavern-plugin-'))
+test('a missing assets folder or a mistyped character is a warning at start, with the nearest names', (t) => {
+  const dir = scratch(t, 'tavern-plugin-')
   const missing = startupReport({ assets: join(dir, 'none'), data: dir, character: '' }, 14)
   assert.equal(missing.warnings.length, 1)
   assert.match(missing.warnings[0], /assets folder .* does not exist/)
@@ -281,10 +288,10 @@ test('a missing assets folder or a mistyped character is a warning at start, wit
   assert.deepEqual(fine.warnings, [])
 })
 
-test('`chat` continues an existing chat in every new session; `chatFolder` goes to the bridge', async () => {
+test('`chat` continues an existing chat in every new session; `chatFolder` goes to the bridge', async (t) => {
   const host = fakeHost()
   const bridge = fileURLToPath(new URL('./fake-bridge.mjs', import.meta.url))
-  const data = mkdtempSync(join(tmpdir(), 'tavern-plugin-'))
+  const data = scratch(t, 'tavern-plugin-')
   const log = join(data, 'bridge.log')
   process.env.FAKE_BRIDGE_LOG = log
   try {
@@ -301,7 +308,7 @@ test('`chat` continues an existing chat in every new session; `chatFolder` goes 
   }
   const frames = readFileSync(log, 'utf8').trim().split('\n').map((l) => JSON.parse(l))
   const argv = frames.find((f) => f.argv).argv
-  assert.deepEqual(argv.slice(argv.indexOf('--chat-folder'), argv.indexOf('--chat-folder') + 2), ['--chat-folder', data])
+  assert.equal(after(argv, '--chat-folder'), data)
   const created = frames.filter((f) => f.agent)
   assert.deepEqual(created.find((f) => f.agent === 'e2e-1').bind,
     { character: 'default_Seraphina', chatId: 'Seraphina - 2024-09-19@20h03m29s', existing: true })
@@ -329,11 +336,17 @@ async function bridgeArgv(data, config, name) {
   return frames.find((f) => f.argv).argv
 }
 
-/** The value after `flag` in `argv`, if any. */
-const after = (argv, flag) => argv.includes(flag) ? argv[argv.indexOf(flag) + 1] : undefined
+/** The value the plugin gives `flag` in `argv` (always as `--flag=value`), if any. */
+const after = (argv, flag) => {
+  const given = argv.filter((a) => a === flag || a.startsWith(`${flag}=`))
+  if (given.length > 1) throw new Error(`${flag} given ${given.length} times: ${argv.join(' ')}`)
+  if (given.length === 0) return undefined
+  if (given[0] === flag) throw new Error(`${flag} given apart from its value: ${argv.join(' ')}`)
+  return given[0].slice(flag.length + 1)
+}
 
-test('word vectors and their weight go to the bridge, and only when set', async () => {
-  const data = mkdtempSync(join(tmpdir(), 'tavern-plugin-'))
+test('word vectors and their weight go to the bridge, and only when set', async (t) => {
+  const data = scratch(t, 'tavern-plugin-')
   const argvOf = (config, name) => bridgeArgv(data, config, name)
   const vectors = join(data, 'glove.txt')
   const set = await argvOf({ wordVectors: vectors }, 'a.log')
@@ -341,13 +354,18 @@ test('word vectors and their weight go to the bridge, and only when set', async 
   assert.equal(after(set, '--vector-weight'), '0.5', 'the default weight')
   const weighted = await argvOf({ wordVectors: vectors, vectorWeight: 0.3 }, 'b.log')
   assert.equal(after(weighted, '--vector-weight'), '0.3')
+  // A value that starts with a hyphen stays the flag's value, never a flag of its own.
+  const negative = await argvOf({ wordVectors: '-vectors.txt', vectorWeight: -0.2, personaDescription: '- likes tea' }, 'n.log')
+  assert.equal(after(negative, '--vector-weight'), '-0.2')
+  assert.equal(after(negative, '--word-vectors'), '-vectors.txt')
+  assert.equal(after(negative, '--persona-description'), '- likes tea')
   const unset = await argvOf({ vectorWeight: 0.3 }, 'c.log')
   assert.equal(after(unset, '--word-vectors'), undefined)
   assert.equal(after(unset, '--vector-weight'), undefined, 'no vectors: no weight')
 })
 
-test('a PostgreSQL store\'s image folder and scope bound go to the bridge, and only with a store', async () => {
-  const data = mkdtempSync(join(tmpdir(), 'tavern-plugin-'))
+test('a PostgreSQL store\'s image folder and scope bound go to the bridge, and only with a store', async (t) => {
+  const data = scratch(t, 'tavern-plugin-')
   const argvOf = (config, name) => bridgeArgv(data, config, name)
   const images = join(data, 'images')
   const shared = await argvOf({ store: 'host=/nowhere dbname=t', storeImageDir: images }, 'a.log')
@@ -363,9 +381,9 @@ test('a PostgreSQL store\'s image folder and scope bound go to the bridge, and o
   assert.equal(after(files, '--store-max-loaded-memories'), undefined)
 })
 
-test('the default bridge is the prebuilt one of the platform package installed beside the plugin', () => {
+test('the default bridge is the prebuilt one of the platform package installed beside the plugin', (t) => {
   // A hoisted install as pnpm makes it in a DSH profile: the plugin and its platform package.
-  const root = mkdtempSync(join(tmpdir(), 'at-pkg-'))
+  const root = scratch(t, 'at-pkg-')
   const plugin = join(root, 'node_modules', '@agent-tavern', 'dsh-plugin')
   const platform = join(root, 'node_modules', '@agent-tavern', 'bridge-linux-x64')
   mkdirSync(plugin, { recursive: true })
@@ -382,8 +400,8 @@ test('the default bridge is the prebuilt one of the platform package installed b
   assert.equal(packagedBridge('linux', 'arm64', from), null)
 })
 
-test('the startup line says which bridge runs', () => {
-  const dir = mkdtempSync(join(tmpdir(), 'at-src-'))
+test('the startup line says which bridge runs', (t) => {
+  const dir = scratch(t, 'at-src-')
   const report = startupReport({ assets: dir, data: dir, character: '' }, 14, 'the prebuilt bridge for linux-x64')
   assert.match(report.info, /^agent-tavern is on: 14 tools, .*, the prebuilt bridge for linux-x64$/)
 })

@@ -828,12 +828,37 @@ fn ranker(args: &[String]) -> Result<RankerRef> {
     Ok(RankerRef::new(ranker))
 }
 
+/// The one benchmark file among `args`: not a flag, nor the value a flag takes.
+fn benchmark_file(args: &[String]) -> Result<&String> {
+    const SWITCHES: [&str; 2] = ["--json", "--misses"];
+    const VALUED: [&str; 3] = ["--word-vectors", "--vector-weight", "--vector-pool"];
+    let mut files = Vec::new();
+    let mut rest = args.iter();
+    while let Some(a) = rest.next() {
+        if VALUED.contains(&a.as_str()) {
+            rest.next().ok_or(format!("{a} needs a value"))?;
+        } else if a.starts_with("--") && !SWITCHES.contains(&a.as_str()) {
+            return Err(format!("{a:?} is not an option"));
+        } else if !a.starts_with("--") {
+            files.push(a);
+        }
+    }
+    match files.as_slice() {
+        [one] => Ok(one),
+        [] => Err("no benchmark file given".into()),
+        more => Err(format!("one benchmark file, not {}", more.len())),
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let as_json = args.iter().any(|a| a == "--json");
-    let Some(path) = args.iter().find(|a| !a.starts_with("--")) else {
-        eprintln!("usage: retrieval-bench FILE [--json] [--misses] [--word-vectors VECTORS [--vector-weight W] [--vector-pool N]]  (a LoCoMo or LongMemEval JSON file, gzip'd or not; VECTORS a GloVe/fastText text file: memory and history search then rank through tavern_search::VectorRanker)");
-        std::process::exit(2);
+    let path = match benchmark_file(&args) {
+        Ok(path) => path,
+        Err(e) => {
+            eprintln!("retrieval-bench: {e}\nusage: retrieval-bench FILE [--json] [--misses] [--word-vectors VECTORS [--vector-weight W] [--vector-pool N]]  (a LoCoMo or LongMemEval JSON file, gzip'd or not; VECTORS a GloVe/fastText text file: memory and history search then rank through tavern_search::VectorRanker)");
+            std::process::exit(2);
+        }
     };
     // Two workers, as `tavern-bridge` runs the tools (the file store then reads in place
     // instead of handing each read to the blocking pool).
