@@ -133,6 +133,14 @@ impl Backend for PgBackend {
     }
 }
 
+impl PgBackend {
+    /// Memory operation rows read from the database since the store opened (an image read at
+    /// open spares the rows it holds).
+    pub async fn memory_rows_replayed(&self) -> u64 {
+        self.store.memory_rows_replayed().await
+    }
+}
+
 /// Whether the store the command line names holds data already (PostgreSQL: always assumed).
 pub fn store_exists(ctx: &Context) -> bool {
     ctx.store.is_some()

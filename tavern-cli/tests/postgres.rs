@@ -337,7 +337,7 @@ fn tls_is_used_when_the_settings_require_it_and_the_ca_is_trusted() {
 
 #[test]
 fn a_memory_image_dir_spares_the_next_run_reading_every_memory() {
-    let (_, settings) = fresh_database();
+    let (config, settings) = fresh_database();
     let tmp = tempfile::tempdir().unwrap();
     // Enough memories for an image to be worth saving (4,096 rows read at open).
     let data = tmp.path().join("a");
@@ -442,4 +442,71 @@ fn a_memory_image_dir_spares_the_next_run_reading_every_memory() {
     ]);
     assert_ne!(alone.code, 0);
     assert!(alone.stderr.contains("--store"), "{}", alone.stderr);
+
+    // `check` reads every row, and with --store-image-dir reads the image as a host would
+    // and compares the two.
+    let check = |extra: &[&str]| {
+        let mut args = vec!["--store", &settings, "--json"];
+        args.extend_from_slice(extra);
+        args.push("check");
+        tavern(&args)
+    };
+    let image_state = |run: &Run| run.json()["memoryImage"].clone();
+    let agrees = check(&["--store-image-dir", s(&images)]);
+    assert_eq!(agrees.code, 0, "{}{}", agrees.stdout, agrees.stderr);
+    assert_eq!(image_state(&agrees), "agrees");
+    assert_eq!(agrees.json()["memories"], 5000, "every row was read");
+    let none = check(&["--store-image-dir", s(&tmp.path().join("no images"))]);
+    assert_eq!(image_state(&none), "absent");
+    assert!(
+        !tmp.path().join("no images").exists(),
+        "check saves no image"
+    );
+    // A row deleted by hand: the image's anchor (the last row) cannot see it; the check does.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (client, conn) = config.connect(tavern_store::pg::NoTls).await.unwrap();
+        let task = tokio::spawn(conn);
+        let deleted = client
+            .execute("DELETE FROM memory_ops WHERE id = 'm17'", &[])
+            .await
+            .unwrap();
+        assert_eq!(deleted, 1);
+        drop(client);
+        let _ = task.await;
+    });
+    let differs = check(&["--store-image-dir", s(&images)]);
+    assert_eq!(differs.code, 4, "{}{}", differs.stdout, differs.stderr);
+    assert_eq!(image_state(&differs), "bad");
+    let problems = differs.json()["problems"].to_string();
+    assert!(
+        problems.contains("memory.image") && problems.contains("differ from those of the rows"),
+        "{problems}"
+    );
+    assert!(!differs.stdout.contains(s(&images)), "{}", differs.stdout);
+    let rows_alone = check(&[]);
+    assert_eq!(rows_alone.code, 0, "{}", rows_alone.stdout);
+    assert_eq!(rows_alone.json()["memories"], 4999);
+    assert_eq!(image_state(&rows_alone), Value::Null);
+    // After a compaction the image is of rows that are gone: stale, not a problem.
+    ok(&["--store", &settings, "compact"]);
+    let stale = check(&["--store-image-dir", s(&images)]);
+    assert_eq!(stale.code, 0, "{}{}", stale.stdout, stale.stderr);
+    assert_eq!(image_state(&stale), "stale");
+    let text = ok(&[
+        "--store",
+        &settings,
+        "--store-image-dir",
+        s(&images),
+        "check",
+    ]);
+    assert!(
+        text.stdout
+            .contains("memory.image: read, and it agrees with every row"),
+        "the stale image was replaced by the open that read every row: {}",
+        text.stdout
+    );
 }

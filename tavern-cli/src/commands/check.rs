@@ -2,14 +2,17 @@
 //!
 //! `check` of a file store is `tavern_store::fs::check_files` (read-only: it never opens the
 //! store, which could set files aside or compact); of a database, opening it reads every
-//! operation row and every chat is read. Both print the same report.
+//! operation row (never from an image) and every chat is read, and with `--store-image-dir`
+//! the memory image there is read as a host would and compared with those rows. Both print
+//! the same report.
 
 use serde_json::json;
 use tavern_store::fs::{CheckFinding, CheckReport};
 
+use crate::backend::{self, Backend, StoreSettings};
 use crate::output::table;
 use crate::progress::Progress;
-use crate::{backend, exit, CliError, Context, Report};
+use crate::{exit, CliError, Context, Report};
 
 /// Checks the store in the data directory without changing anything.
 ///
@@ -81,9 +84,23 @@ fn report(f: CheckReport) -> Report {
 /// # Errors
 /// Store failures (an unreachable server).
 pub async fn run_database(ctx: &Context) -> Result<Report, CliError> {
-    let backend = backend::open(ctx, false).await?;
+    let Some(settings) = &ctx.store else {
+        return Err(CliError::Usage("check of a database needs --store".into()));
+    };
+    // Every row, whatever image or scope bound the command line names: that is the check.
+    let every_row = StoreSettings {
+        image_dir: None,
+        max_loaded_memories: None,
+        ..settings.clone()
+    };
+    let database = backend::open_postgres(&every_row, "--store").await?;
+    let backend: &dyn Backend = &database;
     let tables = backend.copyable().dump_tables().await?;
     let mut f = CheckReport::default();
+    let image = match &settings.image_dir {
+        Some(dir) => check_image(settings, dir, &database, &mut f).await?,
+        None => None,
+    };
     // Every chat, line by line (the operation rows were read when the store opened).
     let stores = backend.stores();
     for character in backend.copyable().chat_characters().await? {
@@ -119,11 +136,111 @@ pub async fn run_database(ctx: &Context) -> Result<Report, CliError> {
         &summary,
         1,
     );
+    if let Some(image) = image {
+        r.text.push_str(&image.line());
+        r.json["memoryImage"] = json!(image.as_str());
+    }
     r.json["memories"] = json!(tables.memory_records());
     r.json["variableScopes"] = json!(tables.variable_scopes());
     r.json["chats"] = json!(chats);
     r.json["chatLines"] = json!(lines);
     Ok(r)
+}
+
+/// What the memory image in `--store-image-dir` was found to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ImageState {
+    /// No image there yet (the next host opening the database with the directory saves one).
+    Absent,
+    /// Read, and its memories (with the rows after it) are those of every row.
+    Agrees,
+    /// Of rows compacted since or of another store: not read (an open that reads every row
+    /// saves a current one).
+    Stale,
+    /// Damaged, or it disagrees with the rows: a problem is reported.
+    Bad,
+}
+
+impl ImageState {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Absent => "absent",
+            Self::Agrees => "agrees",
+            Self::Stale => "stale",
+            Self::Bad => "bad",
+        }
+    }
+
+    fn line(self) -> String {
+        let file = tavern_store::pg::MEMORY_IMAGE_FILE;
+        match self {
+            Self::Absent => format!("{file}: none yet (the next open with this directory saves one)\n"),
+            Self::Agrees => format!("{file}: read, and it agrees with every row\n"),
+            Self::Stale => format!("{file}: stale (of rows compacted since, or of another store): not read; an open that reads every row saves a current one\n"),
+            Self::Bad => format!("{file}: see the problems above\n"),
+        }
+    }
+}
+
+/// Attempts to compare the image's memories with every row's while other processes write:
+/// the two are read one after the other, so a write between them is a difference that the
+/// next attempt no longer sees.
+const IMAGE_COMPARE_ATTEMPTS: usize = 3;
+
+/// Opens the database again as a host with `dir` would (from the memory image there, then the
+/// rows after it; a host would also save a fresh image when it had to read many rows) and
+/// compares its memories with `every_row`'s: a damaged image, or one that disagrees with the
+/// rows (a row changed or deleted by hand, which the image's anchor cannot see), is a problem.
+async fn check_image(
+    settings: &StoreSettings,
+    dir: &std::path::Path,
+    every_row: &backend::PgBackend,
+    f: &mut CheckReport,
+) -> Result<Option<ImageState>, CliError> {
+    let file = tavern_store::pg::MEMORY_IMAGE_FILE;
+    if !dir.join(file).exists() {
+        return Ok(Some(ImageState::Absent));
+    }
+    let imaged = backend::open_postgres(
+        &StoreSettings {
+            max_loaded_memories: None,
+            ..settings.clone()
+        },
+        "--store",
+    )
+    .await?;
+    let damaged: Vec<_> = Backend::diagnostics(&imaged)
+        .into_iter()
+        .filter(|d| d.file == file)
+        .collect();
+    if !damaged.is_empty() {
+        for d in damaged {
+            f.problems.push(CheckFinding {
+                file: d.file,
+                problem: d.message,
+            });
+        }
+        return Ok(Some(ImageState::Bad));
+    }
+    // An image that was read spares rows; a stale one is passed over and every row read.
+    if imaged.memory_rows_replayed().await >= every_row.memory_rows_replayed().await {
+        return Ok(Some(ImageState::Stale));
+    }
+    for _ in 0..IMAGE_COMPARE_ATTEMPTS {
+        let from_image = Backend::copyable(&imaged).dump_tables().await?;
+        let from_rows = Backend::copyable(every_row).dump_tables().await?;
+        if from_image.same_memories(&from_rows)? {
+            return Ok(Some(ImageState::Agrees));
+        }
+    }
+    f.problems.push(CheckFinding {
+        file: file.into(),
+        problem: "its memories differ from those of the rows of memory_ops (a row changed or \
+                  deleted by hand?): delete it, and the next open with this directory saves \
+                  one again"
+            .into(),
+    });
+    Ok(Some(ImageState::Bad))
 }
 
 /// Compacts the logs.

@@ -38,6 +38,20 @@ impl TableDump {
         self.memory.is_empty() && self.variables.is_empty()
     }
 
+    /// Whether the memory tables of the two dumps hold the same records, exactly (the
+    /// variables are not compared).
+    ///
+    /// # Errors
+    /// [`StoreError::Internal`] when an operation cannot be encoded.
+    pub fn same_memories(&self, other: &TableDump) -> Result<bool, StoreError> {
+        let lines = |d: &TableDump| -> Result<Vec<String>, StoreError> {
+            let mut lines = d.memory.iter().map(encode).collect::<Result<Vec<_>, _>>()?;
+            lines.sort_unstable();
+            Ok(lines)
+        };
+        Ok(self.memory.len() == other.memory.len() && lines(self)? == lines(other)?)
+    }
+
     /// The operations as sorted JSON lines (what two dumps are compared by: stores keep
     /// records in their own order).
     fn canonical(&self) -> Result<Vec<String>, StoreError> {

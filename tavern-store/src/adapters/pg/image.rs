@@ -33,7 +33,7 @@ use crate::engine::oplog::OpTable;
 use crate::error::StoreError;
 
 /// The image's file name in its directory.
-pub(super) const FILE: &str = "memory.image";
+pub const FILE: &str = "memory.image";
 /// `tvpgimg` and the format version (of the whole image, table and index included).
 const MAGIC: &[u8; 8] = b"tvpgimg\x01";
 /// Database oid, table oid, the store's identity digest, sequence number, the row's digest.

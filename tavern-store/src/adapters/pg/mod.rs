@@ -39,6 +39,8 @@ use tavern_core::{
 use tokio::sync::Mutex;
 
 pub use compact::PgCompactReport;
+/// The file name of the memory image in [`PgOptions::memory_image_dir`].
+pub use image::FILE as MEMORY_IMAGE_FILE;
 pub use schema::SCHEMA_VERSION;
 pub use settings::{load_settings, parse_settings, PgSetupError};
 use tls::Connector;
