@@ -38,5 +38,5 @@ pub use analyzer::{index_tokens, query_tokens, raw_tokens, word_len, word_token}
 pub use bytes::{ImageError, Put, Take};
 pub use index::{BestMatches, Bm25Index};
 pub use rank::{Candidate, Lexical, Ranker, RankerRef};
-pub use vectors::{VectorRanker, VectorsError, WordVectors};
+pub use vectors::{Closeness, VectorRanker, VectorsError, WordVectors};
 pub use when::{time_window, time_window_in, TimeWindow};

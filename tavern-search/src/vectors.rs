@@ -73,6 +73,8 @@ pub struct WordVectors {
     /// Each word's row, in file order (a row's number is the word's frequency rank).
     rows: FxHashMap<String, u32>,
     values: Vec<f32>,
+    /// One over each row's length (0 for a vector of zeros): cosines without a square root.
+    inv_norms: Vec<f32>,
 }
 
 impl std::fmt::Debug for WordVectors {
@@ -98,6 +100,7 @@ impl WordVectors {
             dims: 0,
             rows: FxHashMap::default(),
             values: Vec::new(),
+            inv_norms: Vec::new(),
         };
         let mut line = Vec::new();
         let mut number = 0;
@@ -198,6 +201,18 @@ impl WordVectors {
             return Err(VectorsError::Empty);
         }
         out.values.shrink_to_fit();
+        out.inv_norms = out
+            .values
+            .chunks_exact(out.dims)
+            .map(|v| {
+                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+                if norm > 0.0 && norm.is_finite() {
+                    1.0 / norm
+                } else {
+                    0.0
+                }
+            })
+            .collect();
         Ok(out)
     }
 
@@ -231,8 +246,40 @@ impl WordVectors {
     /// rarer words weighing more (a word's weight grows with the log of its rank in the
     /// file, which is by frequency), normalized; `None` when no word has one.
     pub fn text_vector(&self, text: &str) -> Option<Vec<f32>> {
+        self.mean_vector(&self.weighted_rows(text))
+    }
+
+    /// The normalized weighted sum of the vectors of `rows`; `None` when there is none.
+    fn mean_vector(&self, rows: &[(u32, f32)]) -> Option<Vec<f32>> {
         let mut sum = vec![0f32; self.dims];
         let mut found = false;
+        for &(row, weight) in rows {
+            let Some(vector) = self.row(row) else {
+                continue;
+            };
+            for (s, v) in sum.iter_mut().zip(vector) {
+                *s += weight * v;
+            }
+            found = true;
+        }
+        let norm = sum.iter().map(|v| v * v).sum::<f32>().sqrt();
+        (found && norm > 0.0 && norm.is_finite()).then(|| sum.iter().map(|v| v / norm).collect())
+    }
+}
+
+impl WordVectors {
+    /// The vector of the word in `row`.
+    fn row(&self, row: u32) -> Option<&[f32]> {
+        let start = row as usize * self.dims;
+        self.values.get(start..start + self.dims)
+    }
+
+    /// The rows of `text`'s words that have a vector (lower-cased, stop words left out, at
+    /// most [`MAX_TEXT_WORDS`] words of its first [`MAX_TEXT_BYTES`] read) and each one's
+    /// weight: the log of its rank in the file, which is by frequency, so rarer words weigh
+    /// more.
+    fn weighted_rows(&self, text: &str) -> Vec<(u32, f32)> {
+        let mut out: Vec<(u32, f32)> = Vec::new();
         let words = prefix(text)
             .split(|c: char| !c.is_alphanumeric())
             .filter(|w| !w.is_empty())
@@ -252,22 +299,105 @@ impl WordVectors {
             if is_stop_word(word) {
                 continue;
             }
-            let Some(&row) = self.rows.get(word) else {
-                continue;
-            };
-            let weight = (2.0 + row as f32 / 50.0).ln();
-            let start = row as usize * self.dims;
-            let Some(vector) = self.values.get(start..start + self.dims) else {
-                continue;
-            };
-            for (s, v) in sum.iter_mut().zip(vector) {
-                *s += weight * v;
+            if let Some(&row) = self.rows.get(word) {
+                out.push((row, (2.0 + row as f32 / 50.0).ln()));
             }
-            found = true;
         }
-        let norm = sum.iter().map(|v| v * v).sum::<f32>().sqrt();
-        (found && norm > 0.0 && norm.is_finite()).then(|| sum.iter().map(|v| v / norm).collect())
+        out
     }
+}
+
+/// The query side of [`Closeness::BestMatch`]: the query's distinct words as unit vectors
+/// with their weights, and each candidate word's cosines with them, worked out once per
+/// search (the pool's texts share many words).
+struct BestMatch<'v> {
+    vectors: &'v WordVectors,
+    /// The query words' unit vectors, one after another.
+    units: Vec<f32>,
+    weights: Vec<f32>,
+    /// A candidate word's row → where its cosines with the query words start in `cosines`.
+    seen: FxHashMap<u32, usize>,
+    cosines: Vec<f32>,
+}
+
+impl<'v> BestMatch<'v> {
+    fn new(vectors: &'v WordVectors, query: &[(u32, f32)]) -> Self {
+        let mut units = Vec::with_capacity(query.len() * vectors.dims);
+        let mut weights = Vec::with_capacity(query.len());
+        for &(row, weight) in query {
+            let (Some(v), Some(&inv)) = (vectors.row(row), vectors.inv_norms.get(row as usize))
+            else {
+                continue;
+            };
+            units.extend(v.iter().map(|x| x * inv));
+            weights.push(weight);
+        }
+        Self {
+            vectors,
+            units,
+            weights,
+            seen: FxHashMap::default(),
+            cosines: Vec::new(),
+        }
+    }
+
+    /// For each query word the cosine of the closest of `words` (distinct rows), weighted:
+    /// 0 to 1 (a word pointing away counts as no match).
+    fn score(&mut self, words: &[u32]) -> f32 {
+        let n = self.weights.len();
+        let total: f32 = self.weights.iter().sum();
+        if n == 0 || words.is_empty() || total <= 0.0 {
+            return 0.0;
+        }
+        let mut best = vec![0f32; n];
+        for &word in words {
+            let at = match self.seen.get(&word) {
+                Some(&at) => at,
+                None => {
+                    let at = self.cosines.len();
+                    let dims = self.vectors.dims;
+                    let inv = self
+                        .vectors
+                        .inv_norms
+                        .get(word as usize)
+                        .copied()
+                        .unwrap_or(0.0);
+                    match self.vectors.row(word) {
+                        Some(v) => self.cosines.extend(
+                            self.units
+                                .chunks_exact(dims)
+                                .map(|u| u.iter().zip(v).map(|(a, b)| a * b).sum::<f32>() * inv),
+                        ),
+                        None => self.cosines.extend(std::iter::repeat_n(0.0, n)),
+                    }
+                    self.seen.insert(word, at);
+                    at
+                }
+            };
+            for (b, c) in best.iter_mut().zip(&self.cosines[at..at + n]) {
+                *b = b.max(*c);
+            }
+        }
+        best.iter()
+            .zip(&self.weights)
+            .map(|(b, w)| b * w)
+            .sum::<f32>()
+            / total
+    }
+}
+
+/// How a [`VectorRanker`] reads a candidate's closeness to the query from word vectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Closeness {
+    /// The cosine of the two texts' weighted mean vectors: the gist of a long text.
+    Mean,
+    /// For each query word, the cosine of the text's closest word, weighted: a text that
+    /// answers each query word somewhere ("photography" → "lens"), however long it is.
+    BestMatch,
+    /// The mean of both (the default: the best of the three on both benchmarks).
+    #[default]
+    Both,
 }
 
 /// Candidate texts whose vectors a [`VectorRanker`] keeps at most; past this (or past
@@ -287,9 +417,21 @@ fn prefix(text: &str) -> &str {
     &text[..end]
 }
 
-/// Candidate texts' vectors by (keyed hash, length) of the text; `None` for a text without
-/// one.
-type KeptVectors = FxHashMap<(u64, usize), Option<Arc<[f32]>>>;
+/// What a ranker keeps of a candidate text.
+#[derive(Clone)]
+struct Kept {
+    /// Its weighted mean vector, normalized; `None` when no word has a vector.
+    mean: Option<Arc<[f32]>>,
+    /// Its distinct words' rows, sorted.
+    words: Arc<[u32]>,
+}
+
+/// Candidate texts by (keyed hash, length) of the text, and the numbers kept in all.
+#[derive(Default)]
+struct KeptTexts {
+    texts: FxHashMap<(u64, usize), Kept>,
+    values: usize,
+}
 
 /// A ranker that blends each lexical candidate's score (as a share of the best one's) with
 /// the cosine of its text's vector and the query's: `(1 − weight) × lexical / best +
@@ -304,8 +446,10 @@ pub struct VectorRanker {
     vectors: Arc<WordVectors>,
     weight: f32,
     pool: usize,
+    closeness: Closeness,
+    pool_idf: bool,
     keys: RandomState,
-    cache: Mutex<KeptVectors>,
+    cache: Mutex<KeptTexts>,
 }
 
 impl std::fmt::Debug for VectorRanker {
@@ -325,6 +469,8 @@ impl Clone for VectorRanker {
             vectors: self.vectors.clone(),
             weight: self.weight,
             pool: self.pool,
+            closeness: self.closeness,
+            pool_idf: self.pool_idf,
             keys: RandomState::new(),
             cache: Mutex::default(),
         }
@@ -338,6 +484,8 @@ impl VectorRanker {
             vectors,
             weight: DEFAULT_WEIGHT,
             pool: DEFAULT_POOL,
+            closeness: Closeness::Both,
+            pool_idf: true,
             keys: RandomState::new(),
             cache: Mutex::default(),
         }
@@ -352,6 +500,22 @@ impl VectorRanker {
         } else {
             DEFAULT_WEIGHT
         };
+        self
+    }
+
+    /// How closeness is read ([`Closeness::Both`] by default).
+    #[must_use]
+    pub fn with_closeness(mut self, closeness: Closeness) -> Self {
+        self.closeness = closeness;
+        self
+    }
+
+    /// Whether query words weigh less the more of the pool's candidates hold them (on by
+    /// default): the words every candidate shares ("suggest", "recommend") are what the
+    /// lexical search already found them by, so the vectors listen to the rest.
+    #[must_use]
+    pub fn with_pool_idf(mut self, on: bool) -> Self {
+        self.pool_idf = on;
         self
     }
 
@@ -403,9 +567,6 @@ impl Ranker for VectorRanker {
     }
 
     fn rescore(&self, query: &str, candidates: &mut [Candidate<'_>]) {
-        let Some(q) = self.vectors.text_vector(query) else {
-            return;
-        };
         let best = candidates
             .iter()
             .map(|c| c.score)
@@ -414,54 +575,89 @@ impl Ranker for VectorRanker {
         if best <= 0.0 {
             return;
         }
+        let mut query_rows = self.vectors.weighted_rows(query);
+        query_rows.sort_unstable_by_key(|&(row, _)| row);
+        query_rows.dedup_by(|next, first| {
+            let same = next.0 == first.0;
+            if same {
+                first.1 += next.1;
+            }
+            same
+        });
         // Only candidates the words found: one scored zero or below is not lifted by meaning.
-        for c in candidates
-            .iter_mut()
-            .filter(|c| c.score > 0.0 && c.score.is_finite())
-        {
-            let cosine = self.text_vector(c.text).map_or(0.0, |d| {
-                q.iter()
-                    .zip(d.iter())
-                    .map(|(a, b)| a * b)
-                    .sum::<f32>()
-                    .max(0.0)
-            });
+        let kept: Vec<Option<Kept>> = candidates
+            .iter()
+            .map(|c| (c.score > 0.0 && c.score.is_finite()).then(|| self.kept(c.text)))
+            .collect();
+        if self.pool_idf {
+            let n = kept.iter().flatten().count() as f32;
+            for (row, weight) in &mut query_rows {
+                let df = kept
+                    .iter()
+                    .flatten()
+                    .filter(|k| k.words.binary_search(row).is_ok())
+                    .count() as f32;
+                *weight *= ((n + 1.0) / (df + 0.5)).ln().max(0.1);
+            }
+        }
+        let Some(q) = self.vectors.mean_vector(&query_rows) else {
+            return;
+        };
+        let mut matcher = BestMatch::new(&self.vectors, &query_rows);
+        for (c, kept) in candidates.iter_mut().zip(kept) {
+            let Some(kept) = kept else { continue };
+            let mean = || {
+                kept.mean.as_ref().map_or(0.0, |d| {
+                    q.iter()
+                        .zip(d.iter())
+                        .map(|(a, b)| a * b)
+                        .sum::<f32>()
+                        .max(0.0)
+                })
+            };
+            let mut matched = || matcher.score(&kept.words);
+            let cosine = match self.closeness {
+                Closeness::Mean => mean(),
+                Closeness::BestMatch => matched(),
+                Closeness::Both => (mean() + matched()) / 2.0,
+            };
             c.score = (1.0 - self.weight) * c.score / best + self.weight * cosine;
         }
     }
 }
 
 impl VectorRanker {
-    /// How many texts' vectors are kept: [`CACHE_TEXTS`], fewer when their numbers would
-    /// pass [`CACHE_VALUES`].
-    fn cache_texts(&self) -> usize {
-        (CACHE_VALUES / self.vectors.dims.max(1)).clamp(1, CACHE_TEXTS)
-    }
-
-    /// A candidate text's vector, kept for the next search.
-    fn text_vector(&self, text: &str) -> Option<Arc<[f32]>> {
+    /// What is kept of a candidate text (for the next search too).
+    fn kept(&self, text: &str) -> Kept {
         let text = prefix(text);
         let key = (self.keys.hash_one(text), text.len());
         // A poisoned lock only means another search panicked midway: the map is still whole.
-        let cached = self
-            .cache
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(&key)
-            .cloned();
-        if let Some(vector) = cached {
-            return vector;
+        let lock = || {
+            self.cache
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        if let Some(kept) = lock().texts.get(&key).cloned() {
+            return kept;
         }
-        let vector: Option<Arc<[f32]>> = self.vectors.text_vector(text).map(Arc::from);
-        let mut cache = self
-            .cache
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if cache.len() >= self.cache_texts() {
-            cache.clear();
+        let rows = self.vectors.weighted_rows(text);
+        let mut words: Vec<u32> = rows.iter().map(|&(row, _)| row).collect();
+        words.sort_unstable();
+        words.dedup();
+        let kept = Kept {
+            mean: self.vectors.mean_vector(&rows).map(Arc::from),
+            words: Arc::from(words),
+        };
+        let size = kept.mean.as_ref().map_or(0, |m| m.len()) + kept.words.len();
+        let mut cache = lock();
+        if cache.texts.len() >= CACHE_TEXTS || cache.values + size > CACHE_VALUES {
+            cache.texts.clear();
+            cache.values = 0;
         }
-        cache.insert(key, vector.clone());
-        vector
+        if cache.texts.insert(key, kept.clone()).is_none() {
+            cache.values += size;
+        }
+        kept
     }
 }
 
@@ -595,7 +791,7 @@ soup 0.1 0.9 0.0
             pool.iter().map(|c| c.score.to_bits()).collect::<Vec<_>>()
         };
         let first = run();
-        assert!(ranker.cache.lock().unwrap().len() <= CACHE_TEXTS);
+        assert!(ranker.cache.lock().unwrap().texts.len() <= CACHE_TEXTS);
         assert_eq!(run(), first, "scores from kept vectors are the same bits");
         let fresh = VectorRanker::new(vectors());
         let mut one = vec![Candidate {
@@ -655,11 +851,8 @@ soup 0.1 0.9 0.0
     fn kept_vectors_are_bounded_by_their_numbers_and_keyed_per_ranker() {
         let wide = format!("w {}\n", "1 ".repeat(MAX_DIMS));
         let wide = VectorRanker::new(Arc::new(WordVectors::read(wide.as_bytes(), 1).unwrap()));
-        assert_eq!(wide.cache_texts(), CACHE_VALUES / MAX_DIMS);
-        assert_eq!(VectorRanker::new(vectors()).cache_texts(), CACHE_TEXTS);
-        let texts: Vec<String> = (0..wide.cache_texts() + 5)
-            .map(|i| format!("w {i}"))
-            .collect();
+        let fit = CACHE_VALUES / (MAX_DIMS + 1);
+        let texts: Vec<String> = (0..fit + 5).map(|i| format!("w {i}")).collect();
         let mut pool: Vec<Candidate<'_>> = texts
             .iter()
             .enumerate()
@@ -670,7 +863,11 @@ soup 0.1 0.9 0.0
             })
             .collect();
         wide.rescore("w", &mut pool);
-        assert!(wide.cache.lock().unwrap().len() <= wide.cache_texts());
+        let cache = wide.cache.lock().unwrap();
+        assert!(cache.values <= CACHE_VALUES, "{}", cache.values);
+        assert!(cache.texts.len() <= fit, "{}", cache.texts.len());
+        assert!(!cache.texts.is_empty());
+        drop(cache);
         // Two rankers key their kept texts differently: a collision cannot be planned.
         let (a, b) = (VectorRanker::new(vectors()), VectorRanker::new(vectors()));
         assert_ne!(a.keys.hash_one("camera"), b.keys.hash_one("camera"));
@@ -699,6 +896,65 @@ soup 0.1 0.9 0.0
         assert_eq!(pool[1].score, 0.0);
         assert_eq!(pool[2].score, -1.0);
         assert!(pool[0].score > 0.0);
+    }
+
+    #[test]
+    fn best_match_reads_each_query_word_against_the_texts_closest_word() {
+        let v = vectors();
+        let cosine = |a: &str, b: &str| {
+            let (a, b) = (v.row(v.rows[a]).unwrap(), v.row(v.rows[b]).unwrap());
+            let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+            let norm = |x: &[f32]| x.iter().map(|y| y * y).sum::<f32>().sqrt();
+            dot / (norm(a) * norm(b))
+        };
+        let words = |text: &str| {
+            let mut w: Vec<u32> = v.weighted_rows(text).iter().map(|r| r.0).collect();
+            w.sort_unstable();
+            w.dedup();
+            w
+        };
+        let mut m = BestMatch::new(&v, &v.weighted_rows("photography"));
+        // A long text about soup holding one lens: the lens answers "photography" whole.
+        let long = words("soup recipe soup recipe lens");
+        let got = m.score(&long);
+        assert!((got - cosine("photography", "lens")).abs() < 1e-5, "{got}");
+        assert!(got > 0.9);
+        // Its gist is soup: the mean vector sees little of the lens.
+        let q = v.text_vector("photography").unwrap();
+        let d = v.text_vector("soup recipe soup recipe lens").unwrap();
+        let mean: f32 = q.iter().zip(&d).map(|(a, b)| a * b).sum();
+        assert!(mean < got, "{mean} {got}");
+        // Cosines of a word seen before are reused: the same score again.
+        assert_eq!(m.score(&long).to_bits(), got.to_bits());
+        assert_eq!(m.score(&[]), 0.0);
+        assert_eq!(BestMatch::new(&v, &[]).score(&long), 0.0);
+    }
+
+    #[test]
+    fn a_query_word_every_candidate_holds_weighs_less_with_pool_idf() {
+        // Every candidate was found by "soup"; one also holds a lens, which the query's
+        // "camera" is about.
+        let texts = ["soup recipe", "soup lens", "soup", "soup recipe again"];
+        let rescored = |pool_idf: bool| {
+            let mut pool: Vec<Candidate<'_>> = texts
+                .iter()
+                .enumerate()
+                .map(|(i, t)| Candidate {
+                    doc: i as u32,
+                    text: t,
+                    score: 1.0,
+                })
+                .collect();
+            VectorRanker::new(vectors())
+                .with_closeness(Closeness::Mean)
+                .with_pool_idf(pool_idf)
+                .rescore("soup camera", &mut pool);
+            pool
+        };
+        let (plain, idf) = (rescored(false), rescored(true));
+        let lead = |pool: &[Candidate<'_>]| pool[1].score - pool[0].score;
+        assert!(lead(&idf) > lead(&plain), "{plain:?} {idf:?}");
+        assert!(idf[1].score > idf[0].score);
     }
 
     #[test]

@@ -274,6 +274,32 @@ fn the_benchmark_file_is_never_a_flags_value() {
     let (code, _, stderr) = run(&[file, file]);
     assert_eq!(code, Some(2));
     assert!(stderr.contains("one benchmark file, not 2"), "{stderr}");
+    let (code, _, stderr) = run(&[
+        file,
+        "--word-vectors",
+        vectors,
+        "--vector-closeness",
+        "sideways",
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(
+        stderr.contains("\"sideways\": mean, best or both"),
+        "{stderr}"
+    );
+    let (code, stdout, stderr) = run(&[
+        file,
+        "--json",
+        "--word-vectors",
+        vectors,
+        "--vector-closeness",
+        "mean",
+        "--no-vector-pool-idf",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&stdout).unwrap()["meta"]["ranker"],
+        "word-vectors"
+    );
     let (code, _, stderr) = run(&[file, "--vector-pool"]);
     assert_eq!(code, Some(2));
     assert!(stderr.contains("--vector-pool needs a value"), "{stderr}");

@@ -819,6 +819,17 @@ fn ranker(args: &[String]) -> Result<RankerRef> {
         ranker.vectors().dims(),
         started.elapsed().as_secs_f64()
     );
+    if let Some(c) = value("--vector-closeness")? {
+        ranker = ranker.with_closeness(match c.as_str() {
+            "mean" => tavern_search::Closeness::Mean,
+            "best" => tavern_search::Closeness::BestMatch,
+            "both" => tavern_search::Closeness::Both,
+            _ => return Err(format!("--vector-closeness {c:?}: mean, best or both")),
+        });
+    }
+    if args.iter().any(|a| a == "--no-vector-pool-idf") {
+        ranker = ranker.with_pool_idf(false);
+    }
     if let Some(n) = value("--vector-pool")? {
         let n: usize = n
             .parse()
@@ -830,8 +841,13 @@ fn ranker(args: &[String]) -> Result<RankerRef> {
 
 /// The one benchmark file among `args`: not a flag, nor the value a flag takes.
 fn benchmark_file(args: &[String]) -> Result<&String> {
-    const SWITCHES: [&str; 2] = ["--json", "--misses"];
-    const VALUED: [&str; 3] = ["--word-vectors", "--vector-weight", "--vector-pool"];
+    const SWITCHES: [&str; 3] = ["--json", "--misses", "--no-vector-pool-idf"];
+    const VALUED: [&str; 4] = [
+        "--word-vectors",
+        "--vector-weight",
+        "--vector-pool",
+        "--vector-closeness",
+    ];
     let mut files = Vec::new();
     let mut rest = args.iter();
     while let Some(a) = rest.next() {
@@ -856,7 +872,7 @@ fn main() {
     let path = match benchmark_file(&args) {
         Ok(path) => path,
         Err(e) => {
-            eprintln!("retrieval-bench: {e}\nusage: retrieval-bench FILE [--json] [--misses] [--word-vectors VECTORS [--vector-weight W] [--vector-pool N]]  (a LoCoMo or LongMemEval JSON file, gzip'd or not; VECTORS a GloVe/fastText text file: memory and history search then rank through tavern_search::VectorRanker)");
+            eprintln!("retrieval-bench: {e}\nusage: retrieval-bench FILE [--json] [--misses] [--word-vectors VECTORS [--vector-weight W] [--vector-pool N] [--vector-closeness mean|best|both] [--no-vector-pool-idf]]  (a LoCoMo or LongMemEval JSON file, gzip'd or not; VECTORS a GloVe/fastText text file: memory and history search then rank through tavern_search::VectorRanker)");
             std::process::exit(2);
         }
     };
