@@ -675,6 +675,19 @@ recipe 0.0 1.0 0.1
 soup 0.1 0.9 0.0
 ";
 
+    /// A pool over `texts`, the i-th scored `score(i)`.
+    fn candidates<S: AsRef<str>>(texts: &[S], score: impl Fn(usize) -> f32) -> Vec<Candidate<'_>> {
+        texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Candidate {
+                doc: i as u32,
+                text: t.as_ref(),
+                score: score(i),
+            })
+            .collect()
+    }
+
     fn vectors() -> Arc<WordVectors> {
         Arc::new(WordVectors::read(SMALL.as_bytes(), DEFAULT_MAX_WORDS).unwrap())
     }
@@ -778,15 +791,7 @@ soup 0.1 0.9 0.0
             .map(|i| format!("camera {i}"))
             .collect();
         let run = || {
-            let mut pool: Vec<Candidate<'_>> = texts
-                .iter()
-                .enumerate()
-                .map(|(i, t)| Candidate {
-                    doc: i as u32,
-                    text: t,
-                    score: 1.0 + i as f32,
-                })
-                .collect();
+            let mut pool = candidates(&texts, |i| 1.0 + i as f32);
             ranker.rescore("photography", &mut pool);
             pool.iter().map(|c| c.score.to_bits()).collect::<Vec<_>>()
         };
@@ -853,15 +858,7 @@ soup 0.1 0.9 0.0
         let wide = VectorRanker::new(Arc::new(WordVectors::read(wide.as_bytes(), 1).unwrap()));
         let fit = CACHE_VALUES / (MAX_DIMS + 1);
         let texts: Vec<String> = (0..fit + 5).map(|i| format!("w {i}")).collect();
-        let mut pool: Vec<Candidate<'_>> = texts
-            .iter()
-            .enumerate()
-            .map(|(i, t)| Candidate {
-                doc: i as u32,
-                text: t,
-                score: 1.0,
-            })
-            .collect();
+        let mut pool = candidates(&texts, |_| 1.0);
         wide.rescore("w", &mut pool);
         let cache = wide.cache.lock().unwrap();
         assert!(cache.values <= CACHE_VALUES, "{}", cache.values);
@@ -936,15 +933,7 @@ soup 0.1 0.9 0.0
         // "camera" is about.
         let texts = ["soup recipe", "soup lens", "soup", "soup recipe again"];
         let rescored = |pool_idf: bool| {
-            let mut pool: Vec<Candidate<'_>> = texts
-                .iter()
-                .enumerate()
-                .map(|(i, t)| Candidate {
-                    doc: i as u32,
-                    text: t,
-                    score: 1.0,
-                })
-                .collect();
+            let mut pool = candidates(&texts, |_| 1.0);
             VectorRanker::new(vectors())
                 .with_closeness(Closeness::Mean)
                 .with_pool_idf(pool_idf)

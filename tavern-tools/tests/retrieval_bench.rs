@@ -104,14 +104,20 @@ fn bench(path: &Path) -> (bool, String, String) {
 }
 
 fn bench_with(path: &Path, extra: &[&str]) -> (bool, String, String) {
+    let mut args = vec![path.to_str().unwrap(), "--json"];
+    args.extend_from_slice(extra);
+    let (code, stdout, stderr) = run_bench(&args);
+    (code == Some(0), stdout, stderr)
+}
+
+/// The benchmark's exit code, stdout and stderr with `args`.
+fn run_bench(args: &[&str]) -> (Option<i32>, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_retrieval-bench"))
-        .arg(path)
-        .arg("--json")
-        .args(extra)
+        .args(args)
         .output()
         .expect("the benchmark runs");
     (
-        out.status.success(),
+        out.status.code(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
@@ -244,17 +250,7 @@ fn the_benchmark_file_is_never_a_flags_value() {
     std::fs::write(&path, json!([q]).to_string()).unwrap();
     let vectors = dir.path().join("vectors.txt");
     std::fs::write(&vectors, "dessert 1 0\ntortes 0.9 0.1\n").unwrap();
-    let run = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_retrieval-bench"))
-            .args(args)
-            .output()
-            .expect("the benchmark runs");
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let run = run_bench;
     let (file, vectors) = (path.to_str().unwrap(), vectors.to_str().unwrap());
     // Flags and their values before the file: the file is still the file.
     let (code, stdout, stderr) = run(&[
