@@ -134,10 +134,9 @@ impl Backend for PgBackend {
 }
 
 impl PgBackend {
-    /// Memory operation rows read from the database since the store opened (an image read at
-    /// open spares the rows it holds).
-    pub async fn memory_rows_replayed(&self) -> u64 {
-        self.store.memory_rows_replayed().await
+    /// Whether the memories began from the image in `--store-image-dir`.
+    pub async fn memory_image_read(&self) -> bool {
+        self.store.memory_image_read().await
     }
 }
 
@@ -190,13 +189,34 @@ pub fn open_files(dir: &std::path::Path, label: &str) -> Result<FsBackend, CliEr
 /// [`CliError::Usage`] for settings that cannot be parsed or a password file that cannot be
 /// read; store failures (an unreachable server, a newer schema).
 pub async fn open_postgres(settings: &StoreSettings, option: &str) -> Result<PgBackend, CliError> {
+    open_postgres_with(settings, option, PgOptions::default()).await
+}
+
+/// [`open_postgres`] reading the memory image in `settings.image_dir` without ever writing
+/// one: what `check` opens.
+///
+/// # Errors
+/// As [`open_postgres`].
+pub async fn open_postgres_reading_image(settings: &StoreSettings) -> Result<PgBackend, CliError> {
+    open_postgres_with(
+        settings,
+        "--store",
+        PgOptions::default().with_read_only_memory_image(),
+    )
+    .await
+}
+
+async fn open_postgres_with(
+    settings: &StoreSettings,
+    option: &str,
+    mut options: PgOptions,
+) -> Result<PgBackend, CliError> {
     let (config, tls) = tavern_store::pg::load_settings(
         &settings.settings,
         settings.password_file.as_deref(),
         settings.ca_file.as_deref(),
     )
     .map_err(|e| CliError::Usage(format!("{option}{}: {e}", e.option_suffix())))?;
-    let mut options = PgOptions::default();
     options.memory_image_dir.clone_from(&settings.image_dir);
     options.max_loaded_memories = settings.max_loaded_memories;
     let store = PgStore::open_with_options(config, &tls, Arc::new(SystemClock), options).await?;

@@ -491,11 +491,18 @@ fn a_memory_image_dir_spares_the_next_run_reading_every_memory() {
     assert_eq!(rows_alone.code, 0, "{}", rows_alone.stdout);
     assert_eq!(rows_alone.json()["memories"], 4999);
     assert_eq!(image_state(&rows_alone), Value::Null);
-    // After a compaction the image is of rows that are gone: stale, not a problem.
+    assert_eq!(differs.json()["memories"], 4999, "every row was read");
+    // After a compaction the image is of rows that are gone: stale, not a problem, and the
+    // check leaves it as it was (it never writes an image).
     ok(&["--store", &settings, "compact"]);
+    let before = std::fs::read(images.join("memory.image")).unwrap();
     let stale = check(&["--store-image-dir", s(&images)]);
     assert_eq!(stale.code, 0, "{}{}", stale.stdout, stale.stderr);
     assert_eq!(image_state(&stale), "stale");
+    assert_eq!(std::fs::read(images.join("memory.image")).unwrap(), before);
+    // A host's open reads every row and saves a current image, which the check then reads.
+    assert_eq!(found(&search(&["--store-image-dir", s(&images)])).1, 4999);
+    assert_ne!(std::fs::read(images.join("memory.image")).unwrap(), before);
     let text = ok(&[
         "--store",
         &settings,
@@ -506,7 +513,22 @@ fn a_memory_image_dir_spares_the_next_run_reading_every_memory() {
     assert!(
         text.stdout
             .contains("memory.image: read, and it agrees with every row"),
-        "the stale image was replaced by the open that read every row: {}",
+        "{}",
         text.stdout
     );
+    // A damaged image is a problem naming the file, never its directory, and stays as it was.
+    let mut bytes = std::fs::read(images.join("memory.image")).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 1;
+    std::fs::write(images.join("memory.image"), &bytes).unwrap();
+    let damaged = check(&["--store-image-dir", s(&images)]);
+    assert_eq!(damaged.code, 4, "{}{}", damaged.stdout, damaged.stderr);
+    assert_eq!(image_state(&damaged), "bad");
+    let problems = damaged.json()["problems"].to_string();
+    assert!(
+        problems.contains("memory.image") && problems.contains("damaged"),
+        "{problems}"
+    );
+    assert!(!damaged.stdout.contains(s(&images)), "{}", damaged.stdout);
+    assert_eq!(std::fs::read(images.join("memory.image")).unwrap(), bytes);
 }

@@ -284,3 +284,38 @@ async fn an_image_of_another_store_with_the_same_object_ids_and_last_row_is_neve
     assert_ne!(truth, before, "the other store differs in what a user sees");
     assert_eq!(seen(&s).await, truth);
 }
+
+/// `with_read_only_memory_image` reads an image but never writes one: not at an open that had
+/// to read every row, nor when asked; and the store says whether it began from the image.
+#[tokio::test]
+async fn a_read_only_image_is_read_and_never_written() {
+    let (config, rows) = filled_database().await;
+    let images = tempfile::tempdir().unwrap();
+    let path = images.path().join(IMAGE);
+    let read_only = || PgOptions::default().with_read_only_memory_image();
+
+    let s = open_with(&config, Some(images.path()), read_only()).await;
+    assert_eq!(s.memory_rows_replayed().await, rows);
+    assert!(!s.memory_image_read().await);
+    assert!(!path.exists(), "an open that read every row saved nothing");
+    edit(&s, 40..41, "changed").await;
+    assert!(!s.save_memory_image().await.unwrap());
+    assert!(!path.exists(), "nor did asking");
+    drop(s);
+
+    let host = open(&config, Some(images.path())).await;
+    assert!(!host.memory_image_read().await);
+    assert!(path.is_file());
+    let image = std::fs::read(&path).unwrap();
+    edit(&host, 41..42, "later").await;
+    let s = open_with(&config, Some(images.path()), read_only()).await;
+    assert!(s.memory_image_read().await);
+    assert!(s.memory_rows_replayed().await < rows);
+    assert_eq!(seen(&s).await, seen(&host).await);
+    assert!(!s.save_memory_image().await.unwrap());
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        image,
+        "the image is untouched"
+    );
+}

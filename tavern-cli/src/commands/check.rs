@@ -176,7 +176,7 @@ impl ImageState {
         match self {
             Self::Absent => format!("{file}: none yet (the next open with this directory saves one)\n"),
             Self::Agrees => format!("{file}: read, and it agrees with every row\n"),
-            Self::Stale => format!("{file}: stale (of rows compacted since, or of another store): not read; an open that reads every row saves a current one\n"),
+            Self::Stale => format!("{file}: stale (of rows compacted since, or of another store): not read; the next host open that reads every row saves a current one\n"),
             Self::Bad => format!("{file}: see the problems above\n"),
         }
     }
@@ -188,9 +188,9 @@ impl ImageState {
 const IMAGE_COMPARE_ATTEMPTS: usize = 3;
 
 /// Opens the database again as a host with `dir` would (from the memory image there, then the
-/// rows after it; a host would also save a fresh image when it had to read many rows) and
-/// compares its memories with `every_row`'s: a damaged image, or one that disagrees with the
-/// rows (a row changed or deleted by hand, which the image's anchor cannot see), is a problem.
+/// rows after it), but never writing an image, and compares its memories with `every_row`'s:
+/// a damaged image, or one that disagrees with the rows (a row changed or deleted by hand,
+/// which the image's anchor cannot see), is a problem.
 async fn check_image(
     settings: &StoreSettings,
     dir: &std::path::Path,
@@ -198,16 +198,17 @@ async fn check_image(
     f: &mut CheckReport,
 ) -> Result<Option<ImageState>, CliError> {
     let file = tavern_store::pg::MEMORY_IMAGE_FILE;
-    if !dir.join(file).exists() {
-        return Ok(Some(ImageState::Absent));
+    // Only a file that is not there is absent: one that cannot be read is the store's to
+    // report (as every host opening it would).
+    if let Err(e) = std::fs::symlink_metadata(dir.join(file)) {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            return Ok(Some(ImageState::Absent));
+        }
     }
-    let imaged = backend::open_postgres(
-        &StoreSettings {
-            max_loaded_memories: None,
-            ..settings.clone()
-        },
-        "--store",
-    )
+    let imaged = backend::open_postgres_reading_image(&StoreSettings {
+        max_loaded_memories: None,
+        ..settings.clone()
+    })
     .await?;
     let damaged: Vec<_> = Backend::diagnostics(&imaged)
         .into_iter()
@@ -222,8 +223,8 @@ async fn check_image(
         }
         return Ok(Some(ImageState::Bad));
     }
-    // An image that was read spares rows; a stale one is passed over and every row read.
-    if imaged.memory_rows_replayed().await >= every_row.memory_rows_replayed().await {
+    // The store says whether it began from the image: a stale one is passed over.
+    if !imaged.memory_image_read().await {
         return Ok(Some(ImageState::Stale));
     }
     for _ in 0..IMAGE_COMPARE_ATTEMPTS {

@@ -243,6 +243,7 @@ impl Inner {
                 m.table = *table;
                 m.seq = anchor.seq;
                 m.image_seq = anchor.seq;
+                m.image_read = true;
             }
             Found::Damaged(why) => damaged(why),
             Found::Absent | Found::Opened(..) => {}
@@ -256,7 +257,7 @@ impl Inner {
     /// (on a multi-threaded runtime, with the worker's other tasks handed over meanwhile); the
     /// row it ends at is then looked up and the file written without it.
     pub(super) async fn save_memory_image(&self, force: bool) -> Result<bool, StoreError> {
-        let Some(dir) = self.image_dir.clone() else {
+        let Some(dir) = self.image_dir.clone().filter(|_| self.image_saves) else {
             return Ok(false);
         };
         let (seq, mut file) = {

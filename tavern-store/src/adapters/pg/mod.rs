@@ -150,6 +150,10 @@ pub struct PgOptions {
     /// memory is held. Not with [`PgOptions::memory_image_dir`] (an image is of the whole
     /// table).
     pub max_loaded_memories: Option<usize>,
+    /// Read the memory image in [`PgOptions::memory_image_dir`] but never write one (not at
+    /// open, after a compaction, nor on [`PgStore::save_memory_image`]): what a check that
+    /// must change nothing opens with. Off by default.
+    pub memory_image_read_only: bool,
 }
 
 impl Default for PgOptions {
@@ -160,6 +164,7 @@ impl Default for PgOptions {
             memory_image_dir: None,
             defer_memory_load: false,
             max_loaded_memories: None,
+            memory_image_read_only: false,
         }
     }
 }
@@ -175,6 +180,13 @@ impl PgOptions {
     /// records ([`PgOptions::max_loaded_memories`]).
     pub fn with_max_loaded_memories(mut self, bound: usize) -> Self {
         self.max_loaded_memories = Some(bound);
+        self
+    }
+
+    /// These options, reading the memory image but never writing one
+    /// ([`PgOptions::memory_image_read_only`]).
+    pub fn with_read_only_memory_image(mut self) -> Self {
+        self.memory_image_read_only = true;
         self
     }
 
@@ -271,6 +283,8 @@ struct Inner {
     state: std::sync::Mutex<docs::CachedState>,
     /// Where the memory mirror's image is kept ([`PgOptions::memory_image_dir`]).
     image_dir: Option<std::path::PathBuf>,
+    /// Whether images are written there (not with [`PgOptions::memory_image_read_only`]).
+    image_saves: bool,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -357,6 +371,7 @@ impl PgStore {
             memory_image_dir,
             defer_memory_load,
             max_loaded_memories,
+            memory_image_read_only,
         } = options;
         if max_loaded_memories.is_some() && memory_image_dir.is_some() {
             return Err(StoreError::Invalid(tavern_core::CoreError::InvalidField {
@@ -412,6 +427,7 @@ impl PgStore {
                 diagnostics: Diagnostics::default(),
                 state: std::sync::Mutex::default(),
                 image_dir: memory_image_dir,
+                image_saves: !memory_image_read_only,
             }),
         };
         let mut client = store.inner.client("open").await?;
@@ -481,6 +497,12 @@ impl PgStore {
         self.inner
             .bounded("memory image", self.inner.save_memory_image(true))
             .await
+    }
+
+    /// Whether the memory mirror began from the image in [`PgOptions::memory_image_dir`] (one
+    /// that matched the database and could be read), not from the rows alone.
+    pub async fn memory_image_read(&self) -> bool {
+        self.inner.memory.lock().await.image_read
     }
 
     /// Memory operation rows this process has applied from the database since it opened:

@@ -189,6 +189,8 @@ pub(super) struct Mirror<T> {
     pub(super) unreadable: std::collections::BTreeSet<i64>,
     /// The last row of the newest image saved or read here (0: none).
     pub(super) image_seq: i64,
+    /// Whether the mirror began from an image.
+    pub(super) image_read: bool,
     /// Rows applied from catch-ups since the store opened.
     pub(super) replayed: u64,
     /// Whether the mirror was started (from the table's image, when there is one): see
