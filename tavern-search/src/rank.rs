@@ -98,13 +98,30 @@ impl RankerRef {
     /// Rescores `candidates` (when the ranker rescores at all), then orders them best first —
     /// ties keep their order, which callers make the lexical one — and drops those whose
     /// score is not finite or not above zero. Returns whether anything was rescored.
+    ///
+    /// The ranker is handed at most [`POOL_MAX`] candidates, the best by lexical score,
+    /// whoever gathered them (lore hands over every entry a query matched): any beyond follow
+    /// them, in lexical order, unrescored.
     pub fn apply(&self, query: &str, candidates: &mut Vec<Candidate<'_>>) -> bool {
         if !self.0.rescores() {
             return false;
         }
-        self.0.rescore(query, candidates);
         candidates.retain(|c| c.score.is_finite() && c.score > 0.0);
-        candidates.sort_by(|a, b| b.score.total_cmp(&a.score));
+        let head = if candidates.len() > POOL_MAX {
+            // Stable: equal scores keep the caller's (lexical) order.
+            candidates.sort_by(|a, b| b.score.total_cmp(&a.score));
+            POOL_MAX
+        } else {
+            candidates.len()
+        };
+        let (rescored, _) = candidates.split_at_mut(head);
+        self.0.rescore(query, rescored);
+        rescored.sort_by(|a, b| b.score.total_cmp(&a.score));
+        let mut at = 0;
+        candidates.retain(|c| {
+            at += 1;
+            at > head || (c.score.is_finite() && c.score > 0.0)
+        });
         true
     }
 }
@@ -193,6 +210,56 @@ mod tests {
         let mut c = candidates();
         RankerRef::new(Nan).apply("gate", &mut c);
         assert_eq!(c.iter().map(|c| c.doc).collect::<Vec<_>>(), [2]);
+    }
+
+    #[test]
+    fn a_ranker_is_handed_the_best_pool_max_and_the_rest_follow_in_lexical_order() {
+        /// Reverses the order it is handed, and records what it was handed.
+        #[derive(Debug, Default)]
+        struct Reverse(std::sync::Mutex<Vec<u32>>);
+        impl Ranker for Reverse {
+            fn name(&self) -> &str {
+                "reverse"
+            }
+            fn rescore(&self, _query: &str, candidates: &mut [Candidate<'_>]) {
+                let mut seen = self.0.lock().unwrap();
+                for c in candidates {
+                    seen.push(c.doc);
+                    c.score = 1.0 / c.score;
+                }
+            }
+        }
+        // Lexical scores 1..=n in reverse of doc order, shuffled as a lore search gathers
+        // them (by entry, not by score); one scored zero and one NaN are dropped unseen.
+        let n = POOL_MAX as u32 + 500;
+        let mut c: Vec<Candidate<'_>> = (0..n)
+            .map(|doc| Candidate {
+                doc: (doc * 7919) % n,
+                text: "gate",
+                score: (n - (doc * 7919) % n) as f32,
+            })
+            .collect();
+        c.push(Candidate {
+            doc: n,
+            text: "gate",
+            score: 0.0,
+        });
+        c.push(Candidate {
+            doc: n + 1,
+            text: "gate",
+            score: f32::NAN,
+        });
+        let reverse = Arc::new(Reverse::default());
+        assert!(RankerRef(reverse.clone()).apply("gate", &mut c));
+        let mut handed = reverse.0.lock().unwrap().clone();
+        handed.sort_unstable();
+        assert_eq!(handed, (0..POOL_MAX as u32).collect::<Vec<_>>());
+        let order: Vec<u32> = c.iter().map(|c| c.doc).collect();
+        let rescored = (0..POOL_MAX as u32).rev();
+        assert_eq!(
+            order,
+            rescored.chain(POOL_MAX as u32..n).collect::<Vec<_>>()
+        );
     }
 
     #[test]

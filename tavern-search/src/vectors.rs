@@ -40,6 +40,14 @@ pub const MAX_VALUES: usize = 64 * 1024 * 1024;
 pub const DEFAULT_WEIGHT: f32 = 0.5;
 /// Lexical candidates handed to the ranker per search, by default.
 pub const DEFAULT_POOL: usize = 100;
+/// The query words [`Closeness::BestMatch`] matches, at most: the heaviest ones (a query
+/// is rarely longer; a pasted page is matched by its rarest words).
+pub const MAX_MATCH_WORDS: usize = 32;
+/// Multiply-adds [`Closeness::BestMatch`] spends per search comparing candidate words with
+/// the query's (64 Mi, tens of milliseconds): every candidate word of a default pool fits
+/// many times over; in a pool of [`crate::rank::POOL_MAX`] long texts the candidates handed
+/// over last may find words of theirs left uncompared (counted as no match).
+pub const MATCH_BUDGET: usize = 64 * 1024 * 1024;
 
 /// A vectors file that cannot be read.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -138,10 +146,17 @@ impl WordVectors {
             let fields: Vec<&str> = text.split(' ').filter(|f| !f.is_empty()).collect();
             // Once the dimensions are known, the numbers are the last `dims` fields and the
             // word is all before them: glove.840B has "words" with spaces in them (". . .").
-            let split = if out.dims > 0 && fields.len() > out.dims + 1 {
-                fields.len() - out.dims
-            } else {
-                1
+            // Only when something before them is not a number, though: a line with a number
+            // too many is a broken vector, not a word.
+            let split = match fields.len().checked_sub(out.dims) {
+                Some(split)
+                    if out.dims > 0
+                        && split > 1
+                        && fields[1..split].iter().any(|f| f.parse::<f32>().is_err()) =>
+                {
+                    split
+                }
+                _ => 1,
             };
             let spaced;
             let word = if split == 1 {
@@ -307,6 +322,18 @@ impl WordVectors {
     }
 }
 
+/// The `most` heaviest of `rows` (all of them when there are no more), in their order.
+fn heaviest(rows: &[(u32, f32)], most: usize) -> Vec<(u32, f32)> {
+    if rows.len() <= most {
+        return rows.to_vec();
+    }
+    let mut by_weight: Vec<usize> = (0..rows.len()).collect();
+    by_weight.sort_by(|&a, &b| rows[b].1.total_cmp(&rows[a].1).then(a.cmp(&b)));
+    by_weight.truncate(most);
+    by_weight.sort_unstable();
+    by_weight.into_iter().map(|i| rows[i]).collect()
+}
+
 /// The query side of [`Closeness::BestMatch`]: the query's distinct words as unit vectors
 /// with their weights, and each candidate word's cosines with them, worked out once per
 /// search (the pool's texts share many words).
@@ -318,6 +345,8 @@ struct BestMatch<'v> {
     /// A candidate word's row → where its cosines with the query words start in `cosines`.
     seen: FxHashMap<u32, usize>,
     cosines: Vec<f32>,
+    /// Multiply-adds left for comparing new candidate words ([`MATCH_BUDGET`]).
+    budget: usize,
 }
 
 impl<'v> BestMatch<'v> {
@@ -338,11 +367,13 @@ impl<'v> BestMatch<'v> {
             weights,
             seen: FxHashMap::default(),
             cosines: Vec::new(),
+            budget: MATCH_BUDGET,
         }
     }
 
     /// For each query word the cosine of the closest of `words` (distinct rows), weighted:
-    /// 0 to 1 (a word pointing away counts as no match).
+    /// 0 to 1 (a word pointing away counts as no match). Past [`MATCH_BUDGET`] a word not
+    /// compared yet counts as no match.
     fn score(&mut self, words: &[u32]) -> f32 {
         let n = self.weights.len();
         let total: f32 = self.weights.iter().sum();
@@ -353,7 +384,9 @@ impl<'v> BestMatch<'v> {
         for &word in words {
             let at = match self.seen.get(&word) {
                 Some(&at) => at,
+                None if self.budget < n * self.vectors.dims => continue,
                 None => {
+                    self.budget -= n * self.vectors.dims;
                     let at = self.cosines.len();
                     let dims = self.vectors.dims;
                     let inv = self
@@ -395,7 +428,9 @@ pub enum Closeness {
     /// For each query word, the cosine of the text's closest word, weighted: a text that
     /// answers each query word somewhere ("photography" → "lens"), however long it is.
     BestMatch,
-    /// The mean of both (the default: the best of the three on both benchmarks).
+    /// The mean of both (the default: with the pool's idf, the best of the three on
+    /// LongMemEval's history search in every column and on memory NDCG; see
+    /// `docs/PERFORMANCE.md`).
     #[default]
     Both,
 }
@@ -404,8 +439,9 @@ pub enum Closeness {
 /// [`CACHE_VALUES`]) the kept ones are let go.
 pub const CACHE_TEXTS: usize = 65_536;
 
-/// Numbers a [`VectorRanker`] keeps in all (64 MiB): at 50 dimensions [`CACHE_TEXTS`] texts
-/// fit, at 1,024 about 16,000.
+/// Numbers a [`VectorRanker`] keeps in all (64 MiB): a kept text's mean vector (one number
+/// per dimension) and its distinct words (one each). At 50 dimensions [`CACHE_TEXTS`]
+/// texts of up to 206 distinct words fit; at 1,024 about 16,000 texts.
 pub const CACHE_VALUES: usize = 16 * 1024 * 1024;
 
 /// The first [`MAX_TEXT_BYTES`] of `text`, cut at a character boundary.
@@ -434,14 +470,22 @@ struct KeptTexts {
 }
 
 /// A ranker that blends each lexical candidate's score (as a share of the best one's) with
-/// the cosine of its text's vector and the query's: `(1 − weight) × lexical / best +
-/// weight × max(cosine, 0)`. A query with no vector keeps the lexical order.
+/// how close its text is to the query: `(1 − weight) × lexical / best + weight ×
+/// closeness`, where closeness (0 to 1) is read as [`Closeness`] says — by default the mean
+/// of the mean vectors' cosine (at least 0) and the weighted best match of each query word.
+/// Query words are weighted by their rank in the vectors file and, with
+/// [`VectorRanker::with_pool_idf`] (the default), by how few of the candidates hold them.
+/// A query with no vector keeps the lexical order; a candidate scored zero or below is
+/// never lifted.
 ///
-/// The same messages and memories come back as candidates search after search, so the
-/// vectors of recent texts are kept (at most [`CACHE_TEXTS`] texts and [`CACHE_VALUES`]
-/// numbers), found by the text's length and a hash keyed at random per ranker, so nobody who
-/// can write a memory can make two texts share a vector: a search then costs a lookup and a
-/// dot product per candidate.
+/// The same messages and memories come back as candidates search after search, so what a
+/// text needs (its mean vector and distinct words) is kept for recent texts (at most
+/// [`CACHE_TEXTS`] texts and [`CACHE_VALUES`] numbers), found by the text's length and a hash
+/// keyed at random per ranker, so nobody who can write a memory can make two texts share a
+/// vector. A search then costs, per candidate, a lookup, a dot product and a pass over its
+/// words; each distinct candidate word is compared with at most [`MAX_MATCH_WORDS`] query
+/// words once per search, within [`MATCH_BUDGET`]; and the ranker is handed at most
+/// [`crate::rank::POOL_MAX`] candidates.
 pub struct VectorRanker {
     vectors: Arc<WordVectors>,
     weight: f32,
@@ -459,6 +503,8 @@ impl std::fmt::Debug for VectorRanker {
             .field("vectors", &self.vectors)
             .field("weight", &self.weight)
             .field("pool", &self.pool)
+            .field("closeness", &self.closeness)
+            .field("pool_idf", &self.pool_idf)
             .finish()
     }
 }
@@ -550,6 +596,21 @@ impl VectorRanker {
     pub fn vectors(&self) -> &WordVectors {
         &self.vectors
     }
+
+    /// The share of the final score that comes from the vectors.
+    pub fn weight(&self) -> f32 {
+        self.weight
+    }
+
+    /// How closeness is read.
+    pub fn closeness(&self) -> Closeness {
+        self.closeness
+    }
+
+    /// Whether query words are weighted by the pool's idf.
+    pub fn pool_idf(&self) -> bool {
+        self.pool_idf
+    }
 }
 
 impl Ranker for VectorRanker {
@@ -576,6 +637,9 @@ impl Ranker for VectorRanker {
             return;
         }
         let mut query_rows = self.vectors.weighted_rows(query);
+        if query_rows.is_empty() {
+            return;
+        }
         query_rows.sort_unstable_by_key(|&(row, _)| row);
         query_rows.dedup_by(|next, first| {
             let same = next.0 == first.0;
@@ -603,7 +667,7 @@ impl Ranker for VectorRanker {
         let Some(q) = self.vectors.mean_vector(&query_rows) else {
             return;
         };
-        let mut matcher = BestMatch::new(&self.vectors, &query_rows);
+        let mut matcher = BestMatch::new(&self.vectors, &heaviest(&query_rows, MAX_MATCH_WORDS));
         for (c, kept) in candidates.iter_mut().zip(kept) {
             let Some(kept) = kept else { continue };
             let mean = || {
@@ -831,7 +895,9 @@ soup 0.1 0.9 0.0
             score: 1.0,
         }];
         r.rescore("photography", &mut pool);
-        assert!(!format!("{r:?}").contains("cache"));
+        let debug = format!("{r:?}");
+        assert!(!debug.contains("cache"), "{debug}");
+        assert!(debug.contains("closeness: Both, pool_idf: true"), "{debug}");
     }
 
     #[test]
@@ -845,6 +911,11 @@ soup 0.1 0.9 0.0
         );
         assert!(v.rows.contains_key(". . ."));
         assert!(v.rows.contains_key("b c"));
+        // A line with a number too many is broken, not a word "b 1".
+        assert!(WordVectors::read("a 1 0\nb 1 1 1\n".as_bytes(), 10)
+            .unwrap_err()
+            .to_string()
+            .starts_with("word vectors line 2: 3 numbers where the first vector has 2"));
         // A word with spaces still needs all its numbers: a short line is named.
         assert!(WordVectors::read("a 1 0\nb c 1\n".as_bytes(), 10)
             .unwrap_err()
@@ -925,6 +996,29 @@ soup 0.1 0.9 0.0
         assert_eq!(m.score(&long).to_bits(), got.to_bits());
         assert_eq!(m.score(&[]), 0.0);
         assert_eq!(BestMatch::new(&v, &[]).score(&long), 0.0);
+        // Past the budget a word not yet compared counts as no match; one compared before
+        // still counts.
+        let mut m = BestMatch::new(&v, &v.weighted_rows("photography"));
+        m.budget = v.dims();
+        let soup = m.score(&words("soup"));
+        assert!(soup > 0.0 && soup < 0.3, "{soup}");
+        assert_eq!(m.score(&words("lens")), 0.0);
+        assert_eq!(m.score(&words("soup lens")), soup);
+        let mut m = BestMatch::new(&v, &v.weighted_rows("photography"));
+        m.budget = 2 * v.dims();
+        assert!(m.score(&words("soup lens")) > 0.9);
+    }
+
+    #[test]
+    fn best_match_takes_the_querys_heaviest_words() {
+        let rows: Vec<(u32, f32)> = (0..40).map(|i| (i, (i % 7) as f32)).collect();
+        let kept = heaviest(&rows, MAX_MATCH_WORDS);
+        assert_eq!(kept.len(), MAX_MATCH_WORDS);
+        // The 8 lightest are left out (the six of weight 0, two of weight 1); the rest keep
+        // their order.
+        assert!(kept.iter().all(|r| r.1 >= 1.0));
+        assert!(kept.windows(2).all(|w| w[0].0 < w[1].0));
+        assert_eq!(heaviest(&rows[..5], MAX_MATCH_WORDS), rows[..5].to_vec());
     }
 
     #[test]

@@ -174,6 +174,7 @@ fn longmemeval_files_are_scored_with_the_official_protocol() {
     }
     assert_eq!(doc["meta"]["bm25SessionDocuments"]["n"], 3);
     assert_eq!(doc["meta"]["ranker"], "lexical");
+    assert_eq!(doc["meta"]["rankerSettings"], Value::Null);
 
     let (ok, gz_stdout, stderr) = bench(&gzipped);
     assert!(ok, "{stderr}");
@@ -264,6 +265,13 @@ fn the_benchmark_file_is_never_a_flags_value() {
     assert_eq!(code, Some(0), "{stderr}");
     let doc: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(doc["meta"]["ranker"], "word-vectors");
+    let settings = &doc["meta"]["rankerSettings"];
+    assert_eq!(
+        settings["weight"].as_f64().map(|w| (w * 10.0).round()),
+        Some(3.0)
+    );
+    assert_eq!(settings["closeness"], "Both", "{settings}");
+    assert_eq!(settings["poolIdf"], true, "{settings}");
     let (code, _, stderr) = run(&["--jsn", file]);
     assert_eq!(code, Some(2));
     assert!(stderr.contains("\"--jsn\" is not an option"), "{stderr}");
@@ -292,10 +300,12 @@ fn the_benchmark_file_is_never_a_flags_value() {
         "--no-vector-pool-idf",
     ]);
     assert_eq!(code, Some(0), "{stderr}");
-    assert_eq!(
-        serde_json::from_str::<Value>(&stdout).unwrap()["meta"]["ranker"],
-        "word-vectors"
-    );
+    let meta = &serde_json::from_str::<Value>(&stdout).unwrap()["meta"];
+    assert_eq!(meta["ranker"], "word-vectors");
+    // The document says how the ranker ran, not only which.
+    assert_eq!(meta["rankerSettings"]["closeness"], "Mean", "{meta}");
+    assert_eq!(meta["rankerSettings"]["poolIdf"], false, "{meta}");
+    assert_eq!(meta["rankerSettings"]["dims"], 2, "{meta}");
     let (code, _, stderr) = run(&[file, "--vector-pool"]);
     assert_eq!(code, Some(2));
     assert!(stderr.contains("--vector-pool needs a value"), "{stderr}");

@@ -43,8 +43,9 @@ pg_bin=/usr/lib/postgresql/15/bin
 # Its own directory: the server runs as `nobody` under root, which cannot enter $work.
 pg=$(mktemp -d)
 pg_started=""
-pg_as=()
-[ "$(id -u)" = 0 ] && pg_as=(runuser -u nobody --)
+# Without the TMPDIR set below: it lies inside $work.
+pg_as=(env -u TMPDIR)
+[ "$(id -u)" = 0 ] && pg_as=(runuser -u nobody -- env -u TMPDIR)
 stop_pg() {
   if [ -n "$pg_started" ]; then
     "${pg_as[@]}" "$pg_bin/pg_ctl" -D "$pg/data" -m immediate stop > /dev/null 2>&1 || true

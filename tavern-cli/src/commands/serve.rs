@@ -54,7 +54,7 @@ pub async fn run(
                     .map_err(|e| format!("--word-vectors {}: {e}", path.display()))
             })
             .await
-            .map_err(|e| CliError::Usage(format!("--word-vectors: the read stopped: {e}")))?;
+            .map_err(|e| CliError::Failed(format!("--word-vectors: the read stopped: {e}")))?;
             RankerRef::new(read.map_err(CliError::Usage)?)
         }
         None => RankerRef::default(),

@@ -670,14 +670,22 @@ async fn history_latency(
         .collect())
 }
 
-async fn run(path: &str, as_json: bool, misses: bool, ranker: &RankerRef) -> Result<()> {
+/// `settings`: how the ranker was set up, for the JSON document's `meta.rankerSettings`.
+async fn run(
+    path: &str,
+    as_json: bool,
+    misses: bool,
+    (ranker, settings): &(RankerRef, Value),
+) -> Result<()> {
     let data = longmemeval::read_json(path)?;
     if longmemeval::is_longmemeval(&data) {
         let questions = longmemeval::load(&data)?;
         drop(data);
         let report = longmemeval::run(&questions, misses, ranker).await?;
         if as_json {
-            println!("{}", longmemeval::json(&report));
+            let mut doc = longmemeval::json(&report);
+            doc["meta"]["rankerSettings"] = settings.clone();
+            println!("{doc}");
         } else {
             longmemeval::print(&report);
         }
@@ -712,7 +720,7 @@ async fn run(path: &str, as_json: bool, misses: bool, ranker: &RankerRef) -> Res
         obj.insert(
             "meta".into(),
             json!({
-                "ranker": ranker.get().name(),
+                "ranker": ranker.get().name(), "rankerSettings": settings,
                 "questions": report.questions, "malformedEvidence": report.malformed,
                 "questionsWithoutEvidence": report.dropped,
                 "latencyMs": METHODS.iter().zip(&latency).map(|(m, (p50, p99))| (m.to_string(), json!({"p50": p50, "p99": p99}))).collect::<serde_json::Map<_, _>>(),
@@ -790,7 +798,7 @@ async fn run(path: &str, as_json: bool, misses: bool, ranker: &RankerRef) -> Res
 
 /// The ranker memory and history search hand their candidates to: the lexical one, or with
 /// `--word-vectors FILE` a [`VectorRanker`] over those vectors (`--vector-weight W`).
-fn ranker(args: &[String]) -> Result<RankerRef> {
+fn ranker(args: &[String]) -> Result<(RankerRef, Value)> {
     let value = |name: &str| {
         args.iter()
             .position(|a| a == name)
@@ -802,7 +810,7 @@ fn ranker(args: &[String]) -> Result<RankerRef> {
             .transpose()
     };
     let Some(path) = value("--word-vectors")? else {
-        return Ok(RankerRef::default());
+        return Ok((RankerRef::default(), Value::Null));
     };
     let started = Instant::now();
     let weight = value("--vector-weight")?
@@ -836,7 +844,15 @@ fn ranker(args: &[String]) -> Result<RankerRef> {
             .map_err(|_| format!("--vector-pool {n:?} is not a count"))?;
         ranker = ranker.with_pool(n);
     }
-    Ok(RankerRef::new(ranker))
+    let settings = json!({
+        "weight": ranker.weight(),
+        "closeness": format!("{:?}", ranker.closeness()),
+        "poolIdf": ranker.pool_idf(),
+        "pool": tavern_search::Ranker::pool(&ranker, 1).min(tavern_search::rank::POOL_MAX),
+        "words": ranker.vectors().len(),
+        "dims": ranker.vectors().dims(),
+    });
+    Ok((RankerRef::new(ranker), settings))
 }
 
 /// The one benchmark file among `args`: not a flag, nor the value a flag takes.
