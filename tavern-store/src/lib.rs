@@ -73,7 +73,7 @@ pub use error::{StoreError, Target};
 pub use memory::{MemoryHit, MemoryQuery, MemorySearchResult, MemoryStore, TagMatch, Truncation};
 pub use prompt::{PromptStore, SessionPrompt};
 pub use state::{StateMutation, StateStore, StateStoreExt, StateView, StateViewExt, Verdict};
-pub use transfer::{copy_store, CopyReport, CopyableStore, TableDump, Transfer};
+pub use transfer::{copy_store, CopyReport, CopyableStore, MemoryDigest, TableDump, Transfer};
 pub use variable::{
     PatchOutcome, VariableChange, VariableEntry, VariableListing, VariableStore, VariableSummary,
 };

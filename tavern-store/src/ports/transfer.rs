@@ -44,14 +44,40 @@ impl TableDump {
     /// # Errors
     /// [`StoreError::Internal`] when an operation cannot be encoded.
     pub fn same_memories(&self, other: &TableDump) -> Result<bool, StoreError> {
-        let lines = |d: &TableDump| -> Result<Vec<String>, StoreError> {
-            let mut lines = d.memory.iter().map(encode).collect::<Result<Vec<_>, _>>()?;
-            lines.sort_unstable();
-            Ok(lines)
-        };
-        Ok(self.memory.len() == other.memory.len() && lines(self)? == lines(other)?)
+        Ok(self.memory_digest()? == other.memory_digest()?)
     }
 
+    /// The memory table in 16 bytes a record, to compare with another's
+    /// ([`MemoryDigest::same`]) after this dump is let go: the XXH3-128 of each record's
+    /// encoded operation, sorted (stores keep records in their own order).
+    ///
+    /// # Errors
+    /// [`StoreError::Internal`] when an operation cannot be encoded.
+    pub fn memory_digest(&self) -> Result<MemoryDigest, StoreError> {
+        let mut hashes = self
+            .memory
+            .iter()
+            .map(|op| encode(op).map(|line| xxhash_rust::xxh3::xxh3_128(line.as_bytes())))
+            .collect::<Result<Vec<_>, _>>()?;
+        hashes.sort_unstable();
+        Ok(MemoryDigest(hashes))
+    }
+}
+
+/// A memory table's records, each as a 128-bit hash of its exact form
+/// ([`TableDump::memory_digest`]): what two stores' memories are compared by without holding
+/// both whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryDigest(Vec<u128>);
+
+impl MemoryDigest {
+    /// Whether both hold the same records (each compared by its 128-bit hash).
+    pub fn same(&self, other: &MemoryDigest) -> bool {
+        self == other
+    }
+}
+
+impl TableDump {
     /// The operations as sorted JSON lines (what two dumps are compared by: stores keep
     /// records in their own order).
     fn canonical(&self) -> Result<Vec<String>, StoreError> {
