@@ -319,3 +319,43 @@ async fn a_read_only_image_is_read_and_never_written() {
         "the image is untouched"
     );
 }
+
+/// A process killed while saving an image leaves a temporary file as large as the image: the
+/// next open removes it once it is older than an hour (a younger one may be another process's
+/// save in progress), and says so without naming the directory; a read-only open leaves it.
+#[tokio::test]
+async fn the_temporary_file_of_a_killed_save_is_removed_by_the_next_open() {
+    let (config, _) = filled_database().await;
+    let images = tempfile::tempdir().unwrap();
+    let hour_and_a_bit = std::time::Duration::from_secs(3700);
+    let leftover = |name: &str, age: std::time::Duration| {
+        let path = images.path().join(name);
+        let file = std::fs::File::create(&path).unwrap();
+        file.set_len(1 << 20).unwrap();
+        file.set_modified(std::time::SystemTime::now() - age)
+            .unwrap();
+        path
+    };
+    let old = leftover(".tmp-killed", hour_and_a_bit);
+    let young = leftover(".tmp-saving", std::time::Duration::ZERO);
+    let foreign = leftover("notes.tmp", hour_and_a_bit);
+
+    let read_only = PgOptions::default().with_read_only_memory_image();
+    let s = open_with(&config, Some(images.path()), read_only).await;
+    assert!(s.diagnostics().is_empty(), "{:?}", s.diagnostics());
+    assert!(old.exists());
+    drop(s);
+
+    let s = open(&config, Some(images.path())).await;
+    assert!(!old.exists());
+    assert!(young.exists() && foreign.exists());
+    let diags = s.diagnostics();
+    assert_eq!(diags.len(), 1, "{diags:?}");
+    assert_eq!(diags[0].file, ".tmp-killed");
+    assert!(
+        diags[0].message.contains("interrupted image save"),
+        "{diags:?}"
+    );
+    assert!(!diags[0].message.contains(&*images.path().to_string_lossy()));
+    assert!(images.path().join(IMAGE).is_file());
+}

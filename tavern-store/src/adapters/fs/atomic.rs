@@ -116,6 +116,38 @@ pub(crate) fn ensure_dir(root: &Path, rel: &str) -> Result<PathBuf, StoreError> 
     Ok(dir)
 }
 
+/// How old a temporary file of ours must be before it is taken for the leftover of an
+/// interrupted write: a younger one may belong to another process writing right now.
+const STALE_TEMP_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Removes the temporary files [`write_atomic`] left in `dir` when it was interrupted (a
+/// process killed between creating the file and renaming it), older than an hour; returns
+/// their names. Only our own `.tmp-` names: other programs' (SillyTavern's write-file-atomic)
+/// are left alone.
+pub(crate) fn remove_stale_temps(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with(".tmp-") {
+            continue;
+        }
+        let old = entry
+            .metadata()
+            .ok()
+            .filter(std::fs::Metadata::is_file)
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > STALE_TEMP_AGE);
+        if old && std::fs::remove_file(entry.path()).is_ok() {
+            removed.push(name);
+        }
+    }
+    removed
+}
+
 /// Replaces `rel` with `bytes` atomically and durably: a crash leaves the old or the new
 /// content, never a mix.
 pub(crate) fn write_atomic(root: &Path, rel: &str, bytes: &[u8]) -> Result<(), StoreError> {

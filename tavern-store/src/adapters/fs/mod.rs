@@ -674,7 +674,6 @@ impl Inner {
     /// creating the temp file and renaming it). Only files older than an hour: a younger one
     /// may belong to another process writing right now.
     fn remove_stale_temp_files(&self) {
-        let hour = std::time::Duration::from_secs(3600);
         let mut dirs: Vec<(&Path, String)> = vec![
             (&self.root, String::new()),
             (&self.root, "prompts".to_owned()),
@@ -689,29 +688,16 @@ impl Inner {
             );
         }
         for (base, rel_dir) in dirs {
-            let Ok(entries) = std::fs::read_dir(atomic::under(base, &rel_dir)) else {
-                continue;
-            };
-            for entry in entries.filter_map(Result::ok) {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                let old = entry
-                    .metadata()
-                    .ok()
-                    .and_then(|m| m.modified().ok())
-                    .and_then(|t| t.elapsed().ok())
-                    .is_some_and(|age| age > hour);
-                // Only our own temp names: SillyTavern's (write-file-atomic) are left alone.
-                if name.starts_with(".tmp-") && old && std::fs::remove_file(entry.path()).is_ok() {
-                    let rel = if rel_dir.is_empty() {
-                        name
-                    } else {
-                        format!("{rel_dir}/{name}")
-                    };
-                    self.diag(
-                        &rel,
-                        "temporary file of an interrupted write removed".into(),
-                    );
-                }
+            for name in atomic::remove_stale_temps(&atomic::under(base, &rel_dir)) {
+                let rel = if rel_dir.is_empty() {
+                    name
+                } else {
+                    format!("{rel_dir}/{name}")
+                };
+                self.diag(
+                    &rel,
+                    "temporary file of an interrupted write removed".into(),
+                );
             }
         }
     }

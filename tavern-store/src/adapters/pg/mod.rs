@@ -433,6 +433,21 @@ impl PgStore {
         let mut client = store.inner.client("open").await?;
         schema::migrate(&mut client).await?;
         drop(client);
+        // A process killed while saving an image leaves its temporary file (as large as the
+        // image) behind; nothing else would ever remove it. A read-only open changes nothing.
+        if let Some(dir) = store
+            .inner
+            .image_dir
+            .as_deref()
+            .filter(|_| store.inner.image_saves)
+        {
+            for name in crate::adapters::fs::atomic::remove_stale_temps(dir) {
+                store.inner.diag(
+                    name,
+                    "temporary file of an interrupted image save removed".into(),
+                );
+            }
+        }
         if !defer_memory_load {
             store.load_memories().await?;
         }
