@@ -531,4 +531,30 @@ fn a_memory_image_dir_spares_the_next_run_reading_every_memory() {
     );
     assert!(!damaged.stdout.contains(s(&images)), "{}", damaged.stdout);
     assert_eq!(std::fs::read(images.join("memory.image")).unwrap(), bytes);
+    // Something there that cannot be read as an image is not "absent" (which would say all
+    // is well): it is a problem too.
+    std::fs::remove_file(images.join("memory.image")).unwrap();
+    std::fs::create_dir(images.join("memory.image")).unwrap();
+    let unreadable = check(&["--store-image-dir", s(&images)]);
+    assert_eq!(
+        unreadable.code, 4,
+        "{}{}",
+        unreadable.stdout, unreadable.stderr
+    );
+    assert_eq!(image_state(&unreadable), "bad");
+    let problems = unreadable.json()["problems"].to_string();
+    assert!(problems.contains("memory.image"), "{problems}");
+    assert!(
+        !unreadable.stdout.contains(s(&images)),
+        "{}",
+        unreadable.stdout
+    );
+    // Nor is a link to nothing (which `Path::exists` calls absent).
+    std::fs::remove_dir(images.join("memory.image")).unwrap();
+    std::os::unix::fs::symlink("gone/memory.image", images.join("memory.image")).unwrap();
+    let dangling = check(&["--store-image-dir", s(&images)]);
+    assert_eq!(dangling.code, 4, "{}{}", dangling.stdout, dangling.stderr);
+    assert_eq!(image_state(&dangling), "bad");
+    let problems = dangling.json()["problems"].to_string();
+    assert!(problems.contains("not a regular file"), "{problems}");
 }

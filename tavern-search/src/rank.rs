@@ -5,8 +5,10 @@
 //! place. The default, [`Lexical`], keeps the BM25 scores and costs nothing: results are
 //! bit-identical to searching without a seam.
 //!
-//! A ranker sees at most [`Ranker::pool`] candidates per search (the best by lexical score),
-//! so its work is bounded by what it asks for, not by the corpus.
+//! A ranker sees at most [`Ranker::pool`] candidates per search (the best by lexical score)
+//! from memory and history search, and never more than [`POOL_MAX`] from any caller (lore
+//! hands over every entry a query matched, bounded by the book, and [`RankerRef::apply`] cuts
+//! that), so its work is bounded by what it asks for, not by the corpus.
 
 use std::fmt;
 use std::sync::Arc;
@@ -49,7 +51,8 @@ pub trait Ranker: Send + Sync + fmt::Debug {
         wanted
     }
 
-    /// Sets each candidate's final score for `query`.
+    /// Sets each candidate's final score for `query`. Through [`RankerRef::apply`] it is
+    /// handed only candidates with a finite score above zero, at most [`POOL_MAX`].
     fn rescore(&self, query: &str, candidates: &mut [Candidate<'_>]);
 }
 
@@ -101,7 +104,8 @@ impl RankerRef {
     ///
     /// The ranker is handed at most [`POOL_MAX`] candidates, the best by lexical score,
     /// whoever gathered them (lore hands over every entry a query matched): any beyond follow
-    /// them, in lexical order, unrescored.
+    /// them in lexical order, their scores scaled below every rescored one's (callers sort by
+    /// score again), never rescored.
     pub fn apply(&self, query: &str, candidates: &mut Vec<Candidate<'_>>) -> bool {
         if !self.0.rescores() {
             return false;
@@ -114,9 +118,20 @@ impl RankerRef {
         } else {
             candidates.len()
         };
-        let (rescored, _) = candidates.split_at_mut(head);
+        let (rescored, tail) = candidates.split_at_mut(head);
         self.0.rescore(query, rescored);
         rescored.sort_by(|a, b| b.score.total_cmp(&a.score));
+        if let Some(top) = tail.first().map(|c| c.score) {
+            // Below the least rescored score kept (or 1 when none is), in the same order.
+            let least = rescored
+                .iter()
+                .map(|c| c.score)
+                .filter(|s| s.is_finite() && *s > 0.0)
+                .fold(1.0f32, f32::min);
+            for c in tail.iter_mut() {
+                c.score = least * 0.5 * (c.score / top);
+            }
+        }
         let mut at = 0;
         candidates.retain(|c| {
             at += 1;
@@ -260,6 +275,12 @@ mod tests {
             order,
             rescored.chain(POOL_MAX as u32..n).collect::<Vec<_>>()
         );
+        // Callers sort by score again: the scores say the same order, every one above zero.
+        assert!(
+            c.windows(2).all(|w| w[0].score > w[1].score),
+            "scores out of order"
+        );
+        assert!(c.iter().all(|c| c.score > 0.0 && c.score.is_finite()));
     }
 
     #[test]

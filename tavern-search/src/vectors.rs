@@ -44,9 +44,11 @@ pub const DEFAULT_POOL: usize = 100;
 /// is rarely longer; a pasted page is matched by its rarest words).
 pub const MAX_MATCH_WORDS: usize = 32;
 /// Multiply-adds [`Closeness::BestMatch`] spends per search comparing candidate words with
-/// the query's (64 Mi, tens of milliseconds): every candidate word of a default pool fits
-/// many times over; in a pool of [`crate::rank::POOL_MAX`] long texts the candidates handed
-/// over last may find words of theirs left uncompared (counted as no match).
+/// the query's (64 Mi, tens of milliseconds). Each distinct candidate word costs the query's
+/// words (at most [`MAX_MATCH_WORDS`]) times the dimensions: at 50 dimensions and 32 query
+/// words about 40,000 distinct words fit (a default pool of 100 texts has at most 25,600);
+/// at 300 dimensions about 7,000. Past it, the candidates handed over last find words of
+/// theirs left uncompared (counted as no match).
 pub const MATCH_BUDGET: usize = 64 * 1024 * 1024;
 
 /// A vectors file that cannot be read.
@@ -97,6 +99,11 @@ impl std::fmt::Debug for WordVectors {
 impl WordVectors {
     /// Reads the first `max_words` vectors of `reader` (a word met again keeps its first
     /// vector). Memory is bounded by `max_words` and [`MAX_DIMS`], whatever the file holds.
+    ///
+    /// Each line is `word v1 … vN`, N set by the first vector. A line with more fields is a
+    /// word with spaces (glove.840B's ". . .") when a field before the last N is not a
+    /// number; when they all are, the line cannot be told from a vector with numbers too
+    /// many and is refused ("route 66" among GloVe's words would be: cut such lines out).
     ///
     /// # Errors
     /// [`VectorsError::Malformed`] naming the first bad line (too long, a number that is not
@@ -350,7 +357,7 @@ struct BestMatch<'v> {
 }
 
 impl<'v> BestMatch<'v> {
-    fn new(vectors: &'v WordVectors, query: &[(u32, f32)]) -> Self {
+    fn new(vectors: &'v WordVectors, query: &[(u32, f32)], budget: usize) -> Self {
         let mut units = Vec::with_capacity(query.len() * vectors.dims);
         let mut weights = Vec::with_capacity(query.len());
         for &(row, weight) in query {
@@ -367,7 +374,7 @@ impl<'v> BestMatch<'v> {
             weights,
             seen: FxHashMap::default(),
             cosines: Vec::new(),
-            budget: MATCH_BUDGET,
+            budget,
         }
     }
 
@@ -492,6 +499,8 @@ pub struct VectorRanker {
     pool: usize,
     closeness: Closeness,
     pool_idf: bool,
+    /// [`MATCH_BUDGET`] (a test makes it small).
+    match_budget: usize,
     keys: RandomState,
     cache: Mutex<KeptTexts>,
 }
@@ -517,6 +526,7 @@ impl Clone for VectorRanker {
             pool: self.pool,
             closeness: self.closeness,
             pool_idf: self.pool_idf,
+            match_budget: self.match_budget,
             keys: RandomState::new(),
             cache: Mutex::default(),
         }
@@ -532,6 +542,7 @@ impl VectorRanker {
             pool: DEFAULT_POOL,
             closeness: Closeness::Both,
             pool_idf: true,
+            match_budget: MATCH_BUDGET,
             keys: RandomState::new(),
             cache: Mutex::default(),
         }
@@ -667,7 +678,11 @@ impl Ranker for VectorRanker {
         let Some(q) = self.vectors.mean_vector(&query_rows) else {
             return;
         };
-        let mut matcher = BestMatch::new(&self.vectors, &heaviest(&query_rows, MAX_MATCH_WORDS));
+        let mut matcher = BestMatch::new(
+            &self.vectors,
+            &heaviest(&query_rows, MAX_MATCH_WORDS),
+            self.match_budget,
+        );
         for (c, kept) in candidates.iter_mut().zip(kept) {
             let Some(kept) = kept else { continue };
             let mean = || {
@@ -981,7 +996,7 @@ soup 0.1 0.9 0.0
             w.dedup();
             w
         };
-        let mut m = BestMatch::new(&v, &v.weighted_rows("photography"));
+        let mut m = BestMatch::new(&v, &v.weighted_rows("photography"), MATCH_BUDGET);
         // A long text about soup holding one lens: the lens answers "photography" whole.
         let long = words("soup recipe soup recipe lens");
         let got = m.score(&long);
@@ -995,18 +1010,52 @@ soup 0.1 0.9 0.0
         // Cosines of a word seen before are reused: the same score again.
         assert_eq!(m.score(&long).to_bits(), got.to_bits());
         assert_eq!(m.score(&[]), 0.0);
-        assert_eq!(BestMatch::new(&v, &[]).score(&long), 0.0);
+        assert_eq!(BestMatch::new(&v, &[], MATCH_BUDGET).score(&long), 0.0);
         // Past the budget a word not yet compared counts as no match; one compared before
         // still counts.
-        let mut m = BestMatch::new(&v, &v.weighted_rows("photography"));
+        let mut m = BestMatch::new(&v, &v.weighted_rows("photography"), MATCH_BUDGET);
         m.budget = v.dims();
         let soup = m.score(&words("soup"));
         assert!(soup > 0.0 && soup < 0.3, "{soup}");
         assert_eq!(m.score(&words("lens")), 0.0);
         assert_eq!(m.score(&words("soup lens")), soup);
-        let mut m = BestMatch::new(&v, &v.weighted_rows("photography"));
+        let mut m = BestMatch::new(&v, &v.weighted_rows("photography"), MATCH_BUDGET);
         m.budget = 2 * v.dims();
         assert!(m.score(&words("soup lens")) > 0.9);
+    }
+
+    #[test]
+    fn a_search_keeps_within_its_budget_and_the_querys_heaviest_words() {
+        let best_match = |budget: usize| {
+            let mut r = VectorRanker::new(vectors())
+                .with_closeness(Closeness::BestMatch)
+                .with_pool_idf(false);
+            r.match_budget = budget;
+            let mut pool = candidates(&["soup", "lens"], |_| 1.0);
+            r.rescore("photography", &mut pool);
+            pool[1].score
+        };
+        // The lens answers "photography" — unless the soup before it spent the budget.
+        assert!(best_match(MATCH_BUDGET) > 0.9);
+        assert_eq!(best_match(3), 0.5, "the lexical share alone");
+
+        // Forty words on forty axes; the query names them all, the first (lightest) eight
+        // are left out of best match.
+        let file: String = (0..40)
+            .map(|i| {
+                let axis: Vec<&str> = (0..40).map(|j| if i == j { "1" } else { "0" }).collect();
+                format!("w{i} {}\n", axis.join(" "))
+            })
+            .collect();
+        let v = Arc::new(WordVectors::read(file.as_bytes(), DEFAULT_MAX_WORDS).unwrap());
+        let query: Vec<String> = (0..40).map(|i| format!("w{i}")).collect();
+        let r = VectorRanker::new(v)
+            .with_closeness(Closeness::BestMatch)
+            .with_pool_idf(false);
+        let mut pool = candidates(&["w0", "w39"], |_| 1.0);
+        r.rescore(&query.join(" "), &mut pool);
+        assert_eq!(pool[0].score, 0.5, "w0 is not among the heaviest");
+        assert!(pool[1].score > 0.5);
     }
 
     #[test]

@@ -174,7 +174,7 @@ fn longmemeval_files_are_scored_with_the_official_protocol() {
     }
     assert_eq!(doc["meta"]["bm25SessionDocuments"]["n"], 3);
     assert_eq!(doc["meta"]["ranker"], "lexical");
-    assert_eq!(doc["meta"]["rankerSettings"], Value::Null);
+    assert_eq!(doc["meta"].get("rankerSettings"), Some(&Value::Null));
 
     let (ok, gz_stdout, stderr) = bench(&gzipped);
     assert!(ok, "{stderr}");
@@ -320,4 +320,57 @@ fn a_malformed_file_is_refused_by_name() {
     assert!(!ok);
     assert!(stdout.is_empty());
     assert!(stderr.contains("q9: no haystack_session_ids"), "{stderr}");
+}
+
+/// A LoCoMo file (the other benchmark) is scored by the same program; its JSON says how the
+/// ranker ran too.
+#[test]
+fn locomo_files_are_scored_and_say_how_the_ranker_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    let turns: Vec<Value> = (1..=8)
+        .map(|i| {
+            let text = if i == 3 {
+                "I went to the pottery class yesterday and loved it.".to_owned()
+            } else {
+                format!("Just an ordinary chat about the weather, number {i}.")
+            };
+            json!({"speaker": if i % 2 == 1 { "Ana" } else { "Bo" }, "dia_id": format!("D1:{i}"), "text": text})
+        })
+        .collect();
+    let conv = json!([{
+        "sample_id": "conv-t",
+        "conversation": {
+            "speaker_a": "Ana", "speaker_b": "Bo",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": turns,
+        },
+        "qa": [{"question": "When did Ana go to the pottery class?", "answer": "7 May 2023", "evidence": ["D1:3"], "category": 2}],
+    }]);
+    let path = dir.path().join("locomo.json");
+    std::fs::write(&path, conv.to_string()).unwrap();
+    let vectors = dir.path().join("vectors.txt");
+    std::fs::write(&vectors, "pottery 1 0\nclass 0.9 0.1\nweather 0 1\n").unwrap();
+
+    let (ok, stdout, stderr) = bench(&path);
+    assert!(ok, "{stderr}");
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(doc["memory_search"]["overall"]["5"], 100.0, "{doc}");
+    assert_eq!(doc["meta"]["ranker"], "lexical");
+    assert_eq!(doc["meta"].get("rankerSettings"), Some(&Value::Null));
+
+    let (ok, stdout, stderr) = bench_with(
+        &path,
+        &[
+            "--word-vectors",
+            vectors.to_str().unwrap(),
+            "--no-vector-pool-idf",
+        ],
+    );
+    assert!(ok, "{stderr}");
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(doc["meta"]["ranker"], "word-vectors");
+    let settings = &doc["meta"]["rankerSettings"];
+    assert_eq!(settings["poolIdf"], false, "{settings}");
+    assert_eq!(settings["closeness"], "Both", "{settings}");
+    assert_eq!(settings["words"], 3, "{settings}");
 }

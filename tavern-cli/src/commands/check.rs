@@ -176,7 +176,7 @@ impl ImageState {
         match self {
             Self::Absent => format!("{file}: none yet (the next open with this directory saves one)\n"),
             Self::Agrees => format!("{file}: read, and it agrees with every row\n"),
-            Self::Stale => format!("{file}: stale (of rows compacted since, or of another store): not read; the next host open that reads every row saves a current one\n"),
+            Self::Stale => format!("{file}: stale (of rows compacted since, of another store or another format): not read; a host that starts 4,096 sequence numbers or more past the last image saves a current one, and so does `tavern compact`\n"),
             Self::Bad => format!("{file}: see the problems above\n"),
         }
     }

@@ -515,7 +515,8 @@ impl PgStore {
     }
 
     /// Whether the memory mirror began from the image in [`PgOptions::memory_image_dir`] (one
-    /// that matched the database and could be read), not from the rows alone.
+    /// that matched the database and could be read), not from the rows alone. False, too,
+    /// while the memories are not read yet ([`PgOptions::defer_memory_load`]).
     pub async fn memory_image_read(&self) -> bool {
         self.inner.memory.lock().await.image_read
     }

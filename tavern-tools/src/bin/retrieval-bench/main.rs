@@ -848,7 +848,6 @@ fn ranker(args: &[String]) -> Result<(RankerRef, Value)> {
         "weight": ranker.weight(),
         "closeness": format!("{:?}", ranker.closeness()),
         "poolIdf": ranker.pool_idf(),
-        "pool": tavern_search::Ranker::pool(&ranker, 1).min(tavern_search::rank::POOL_MAX),
         "words": ranker.vectors().len(),
         "dims": ranker.vectors().dims(),
     });
