@@ -1033,6 +1033,50 @@ mod tests {
         assert_eq!(page(&forward), page(&backward));
     }
 
+    /// A ranker that keeps the lexical order on a scale of its own, far below BM25's (as a
+    /// blend of shares can be below a long tail's raw scores).
+    #[derive(Debug)]
+    struct Share;
+
+    impl tavern_search::Ranker for Share {
+        fn name(&self) -> &str {
+            "share"
+        }
+        fn rescore(&self, _query: &str, candidates: &mut [Candidate<'_>]) {
+            let best = candidates.iter().map(|c| c.score).fold(0f32, f32::max);
+            for c in candidates {
+                c.score = c.score / best * 1e-9;
+            }
+        }
+    }
+
+    /// Pages past the ranker's [`tavern_search::rank::POOL_MAX`] candidates go on where the
+    /// ones before stopped: the candidates past it are never ranked above those it rescored.
+    #[test]
+    fn pages_past_the_rankers_pool_go_on_in_order() {
+        let mut t = MemoryTable::new();
+        let n = tavern_search::rank::POOL_MAX + 200;
+        for i in 0..n {
+            let mut w = write(i, 0, None);
+            // Longer texts match "silver gate" less well: every record its own score.
+            w.content = format!("the silver gate {}", "and ".repeat(i));
+            let (_, op) = t.prepare_put(w, None, false, Timestamp(1)).unwrap();
+            t.apply(op);
+        }
+        let mut seen = std::collections::HashSet::new();
+        for offset in (0..n).step_by(100) {
+            let mut q = MemoryQuery::new("silver gate", vec![scope(0)]);
+            (q.limit, q.offset) = (100, offset);
+            q.ranker = tavern_search::RankerRef::new(Share);
+            let hits = t.search(&q, Timestamp(2)).hits;
+            assert_eq!(hits.len(), 100, "offset {offset}");
+            for h in hits {
+                assert!(seen.insert(h.record.id.clone()), "{} twice", h.record.id);
+            }
+        }
+        assert_eq!(seen.len(), n);
+    }
+
     proptest! {
         /// Whatever is written, forgotten, restored, given or cleared of an expiry, a search
         /// finds exactly the records a per-record check finds (the per-scope counters that let
