@@ -104,11 +104,19 @@ impl RankerRef {
     ///
     /// The ranker is handed at most [`POOL_MAX`] candidates, the best by lexical score,
     /// whoever gathered them (lore hands over every entry a query matched): any beyond follow
-    /// them in lexical order, their scores scaled below every rescored one's (callers sort by
-    /// score again), never rescored.
+    /// them in lexical order, their scores scaled below half of every rescored one's (callers
+    /// sort by score again), never rescored, and never dropped by the ranker (it only sees,
+    /// and can only drop, what it is handed).
     pub fn apply(&self, query: &str, candidates: &mut Vec<Candidate<'_>>) -> bool {
+        self.apply_counted(query, candidates).is_some()
+    }
+
+    /// [`RankerRef::apply`], saying how many candidates at the front the ranker rescored
+    /// (`None` when it rescores nothing): a caller that lifts scores further (memory search's
+    /// time boost, up to ×3) keeps the rest below them by lifting only those.
+    pub fn apply_counted(&self, query: &str, candidates: &mut Vec<Candidate<'_>>) -> Option<usize> {
         if !self.0.rescores() {
-            return false;
+            return None;
         }
         candidates.retain(|c| c.score.is_finite() && c.score > 0.0);
         let head = if candidates.len() > POOL_MAX {
@@ -129,15 +137,18 @@ impl RankerRef {
                 .filter(|s| s.is_finite() && *s > 0.0)
                 .fold(1.0f32, f32::min);
             for c in tail.iter_mut() {
-                c.score = least * 0.5 * (c.score / top);
+                // Never rounded down to nothing: a score of 0 would be dropped.
+                c.score = (least * 0.5 * (c.score / top)).max(f32::MIN_POSITIVE);
             }
         }
-        let mut at = 0;
+        let (mut at, mut rescored) = (0, 0);
         candidates.retain(|c| {
             at += 1;
-            at > head || (c.score.is_finite() && c.score > 0.0)
+            let kept = at > head || (c.score.is_finite() && c.score > 0.0);
+            rescored += usize::from(kept && at <= head);
+            kept
         });
-        true
+        Some(rescored)
     }
 }
 
@@ -265,7 +276,8 @@ mod tests {
             score: f32::NAN,
         });
         let reverse = Arc::new(Reverse::default());
-        assert!(RankerRef(reverse.clone()).apply("gate", &mut c));
+        let rescored = RankerRef(reverse.clone()).apply_counted("gate", &mut c);
+        assert_eq!(rescored, Some(POOL_MAX));
         let mut handed = reverse.0.lock().unwrap().clone();
         handed.sort_unstable();
         assert_eq!(handed, (0..POOL_MAX as u32).collect::<Vec<_>>());

@@ -26,8 +26,11 @@ async fn store(dir: &std::path::Path, ids: impl IntoIterator<Item = usize>) -> F
     s
 }
 
+/// Under one key for the whole test run (as one check uses one).
 async fn digest(s: &FsStore) -> MemoryDigest {
-    s.dump_tables().await.unwrap().memory_digest().unwrap()
+    static KEY: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let key = *KEY.get_or_init(MemoryDigest::random_key);
+    s.dump_tables().await.unwrap().memory_digest(key).unwrap()
 }
 
 #[tokio::test]
@@ -36,6 +39,14 @@ async fn memories_are_compared_by_their_exact_records_in_any_order() {
     let a = store(dirs[0].path(), 0..20).await;
     let b = store(dirs[1].path(), (0..20).rev()).await;
     assert!(digest(&a).await.same(&digest(&b).await));
+    // Digests under different keys are never the same, and the keys differ.
+    let (k1, k2) = (MemoryDigest::random_key(), MemoryDigest::random_key());
+    assert_ne!(k1, k2);
+    let dump = a.dump_tables().await.unwrap();
+    assert!(!dump
+        .memory_digest(k1)
+        .unwrap()
+        .same(&dump.memory_digest(k2).unwrap()));
     let (da, db) = (
         a.dump_tables().await.unwrap(),
         b.dump_tables().await.unwrap(),

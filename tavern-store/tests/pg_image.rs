@@ -322,7 +322,8 @@ async fn a_read_only_image_is_read_and_never_written() {
 
 /// A process killed while saving an image leaves a temporary file as large as the image: the
 /// next open removes it once it is older than an hour (a younger one may be another process's
-/// save in progress), and says so without naming the directory; a read-only open leaves it.
+/// save in progress), and says so without naming the directory; a read-only open leaves it, and
+/// no open touches another program's files.
 #[tokio::test]
 async fn the_temporary_file_of_a_killed_save_is_removed_by_the_next_open() {
     let (config, _) = filled_database().await;
@@ -336,9 +337,11 @@ async fn the_temporary_file_of_a_killed_save_is_removed_by_the_next_open() {
             .unwrap();
         path
     };
-    let old = leftover(".tmp-killed", hour_and_a_bit);
-    let young = leftover(".tmp-saving", std::time::Duration::ZERO);
-    let foreign = leftover("notes.tmp", hour_and_a_bit);
+    let old = leftover(".tmp-memory.image-killed", hour_and_a_bit);
+    let young = leftover(".tmp-memory.image-saving", std::time::Duration::ZERO);
+    // The directory is the operator's: another program's files stay, whatever their names.
+    let foreign = leftover(".tmp-notes", hour_and_a_bit);
+    let other = leftover("notes.tmp", hour_and_a_bit);
 
     let read_only = PgOptions::default().with_read_only_memory_image();
     let s = open_with(&config, Some(images.path()), read_only).await;
@@ -348,10 +351,10 @@ async fn the_temporary_file_of_a_killed_save_is_removed_by_the_next_open() {
 
     let s = open(&config, Some(images.path())).await;
     assert!(!old.exists());
-    assert!(young.exists() && foreign.exists());
+    assert!(young.exists() && foreign.exists() && other.exists());
     let diags = s.diagnostics();
     assert_eq!(diags.len(), 1, "{diags:?}");
-    assert_eq!(diags[0].file, ".tmp-killed");
+    assert_eq!(diags[0].file, ".tmp-memory.image-killed");
     assert!(
         diags[0].message.contains("interrupted image save"),
         "{diags:?}"

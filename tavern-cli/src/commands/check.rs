@@ -176,7 +176,7 @@ impl ImageState {
         match self {
             Self::Absent => format!("{file}: none yet (the next open with this directory saves one)\n"),
             Self::Agrees => format!("{file}: read, and it agrees with every row\n"),
-            Self::Stale => format!("{file}: stale (of rows compacted since, of another store or another format): not read; a host that starts 4,096 sequence numbers or more past the last image saves a current one, and so does `tavern compact`\n"),
+            Self::Stale => format!("{file}: stale (of rows compacted since, of another store or another format): not read; a host open saves a current one once the table's last sequence number is 4,096 or more, and so does `tavern compact`\n"),
             Self::Bad => format!("{file}: see the problems above\n"),
         }
     }
@@ -227,9 +227,10 @@ async fn check_image(
     if !imaged.memory_image_read().await {
         return Ok(Some(ImageState::Stale));
     }
-    // One dump at a time, each let go once digested: a large store is held twice (the two
-    // opens), not four times.
-    let digest = |dump: tavern_store::TableDump| dump.memory_digest();
+    // One dump at a time, each let go once digested: a large store is held three times at
+    // most (the two opens and the dump being digested), not four times and two sorted copies.
+    let key = tavern_store::MemoryDigest::random_key();
+    let digest = |dump: tavern_store::TableDump| dump.memory_digest(key);
     for _ in 0..IMAGE_COMPARE_ATTEMPTS {
         let from_image = digest(Backend::copyable(&imaged).dump_tables().await?)?;
         let from_rows = digest(Backend::copyable(every_row).dump_tables().await?)?;

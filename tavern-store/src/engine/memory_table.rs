@@ -1,6 +1,6 @@
 //! The memory table: records by `(scope, id)`, their audit trail and the search index.
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use serde::{Deserialize, Serialize};
 use tavern_core::{
@@ -635,11 +635,18 @@ impl MemoryTable {
             );
             source_count = found.matched;
             let mut matches = found.hits;
+            // Matches past the ranker's reach (paging past `POOL_MAX`): scored below the
+            // rescored ones, and not lifted by the time boost, so they stay below.
+            let mut unranked = FxHashSet::default();
             if rescores {
-                matches = self.rerank(q, matches, limit);
+                let rescored;
+                (matches, rescored) = self.rerank(q, matches, limit);
+                unranked.extend(matches.iter().skip(rescored).map(|m| m.0));
             }
             let boost = |slot: u32| match (&window, self.records.get(slot as usize)) {
-                (Some(w), Some(r)) if w.contains(r.created_at.0) => TIME_BOOST,
+                (Some(w), Some(r)) if w.contains(r.created_at.0) && !unranked.contains(&slot) => {
+                    TIME_BOOST
+                }
                 _ => 1.0,
             };
             if matches.len() > limit {
@@ -725,7 +732,9 @@ impl MemoryTable {
     }
 
     /// Hands the best [`RankerRef::pool`] lexical matches (by BM25, ties by scope and id) to
-    /// the query's ranker and returns them with the relevance it gave; the rest are dropped.
+    /// the query's ranker and returns them with the relevance it gave, and how many at the
+    /// front it rescored (the rest: past [`tavern_search::rank::POOL_MAX`]); the others are
+    /// dropped.
     /// Ties are never broken by slot: slots follow load order, which differs between stores
     /// holding the same memories (a PostgreSQL store held by scope loads scopes as calls use
     /// them), and a tie at the pool's edge would then pick different candidates.
@@ -734,7 +743,7 @@ impl MemoryTable {
         q: &MemoryQuery,
         mut matches: Vec<(u32, f32)>,
         wanted: usize,
-    ) -> Vec<(u32, f32)> {
+    ) -> (Vec<(u32, f32)>, usize) {
         let pool = q.ranker.pool(wanted);
         let best_first = |a: &(u32, f32), b: &(u32, f32)| {
             b.1.total_cmp(&a.1).then_with(|| {
@@ -762,8 +771,12 @@ impl MemoryTable {
                 })
             })
             .collect();
-        q.ranker.apply(&q.text, &mut candidates);
-        candidates.into_iter().map(|c| (c.doc, c.score)).collect()
+        let rescored = q
+            .ranker
+            .apply_counted(&q.text, &mut candidates)
+            .unwrap_or(candidates.len());
+        let scored = candidates.into_iter().map(|c| (c.doc, c.score)).collect();
+        (scored, rescored)
     }
 
     pub(crate) fn audit(
@@ -1051,30 +1064,47 @@ mod tests {
     }
 
     /// Pages past the ranker's [`tavern_search::rank::POOL_MAX`] candidates go on where the
-    /// ones before stopped: the candidates past it are never ranked above those it rescored.
+    /// ones before stopped: the candidates past it are never ranked above those it rescored,
+    /// not even by a query that names the time they were written.
     #[test]
     fn pages_past_the_rankers_pool_go_on_in_order() {
+        const DAY: i64 = 86_400_000;
+        let now = 100 * DAY;
         let mut t = MemoryTable::new();
         let n = tavern_search::rank::POOL_MAX + 200;
         for i in 0..n {
             let mut w = write(i, 0, None);
             // Longer texts match "silver gate" less well: every record its own score.
-            w.content = format!("the silver gate {}", "and ".repeat(i));
-            let (_, op) = t.prepare_put(w, None, false, Timestamp(1)).unwrap();
+            w.content = format!("the silver gate {}", "moss ".repeat(i));
+            // Those past the pool written five days ago, the rest before (so that the blend,
+            // which weighs recency, keeps the order within each part).
+            let at = now
+                - if i >= tavern_search::rank::POOL_MAX {
+                    5
+                } else {
+                    20
+                } * DAY;
+            let (_, op) = t.prepare_put(w, None, false, Timestamp(at)).unwrap();
             t.apply(op);
         }
-        let mut seen = std::collections::HashSet::new();
-        for offset in (0..n).step_by(100) {
-            let mut q = MemoryQuery::new("silver gate", vec![scope(0)]);
-            (q.limit, q.offset) = (100, offset);
-            q.ranker = tavern_search::RankerRef::new(Share);
-            let hits = t.search(&q, Timestamp(2)).hits;
-            assert_eq!(hits.len(), 100, "offset {offset}");
-            for h in hits {
-                assert!(seen.insert(h.record.id.clone()), "{} twice", h.record.id);
+        for text in ["silver gate", "silver gate five days ago"] {
+            let mut seen = std::collections::HashSet::new();
+            for offset in (0..n).step_by(100) {
+                let mut q = MemoryQuery::new(text, vec![scope(0)]);
+                (q.limit, q.offset) = (100, offset);
+                q.ranker = tavern_search::RankerRef::new(Share);
+                let hits = t.search(&q, Timestamp(now)).hits;
+                assert_eq!(hits.len(), 100, "{text:?} offset {offset}");
+                for h in hits {
+                    assert!(
+                        seen.insert(h.record.id.clone()),
+                        "{text:?}: {} twice",
+                        h.record.id
+                    );
+                }
             }
+            assert_eq!(seen.len(), n);
         }
-        assert_eq!(seen.len(), n);
     }
 
     proptest! {

@@ -38,40 +38,55 @@ impl TableDump {
         self.memory.is_empty() && self.variables.is_empty()
     }
 
-    /// Whether the memory tables of the two dumps hold the same records, exactly (the
-    /// variables are not compared).
+    /// Whether the memory tables of the two dumps hold the same records (the variables are
+    /// not compared), each compared by a 128-bit hash keyed at random for this comparison.
     ///
     /// # Errors
     /// [`StoreError::Internal`] when an operation cannot be encoded.
     pub fn same_memories(&self, other: &TableDump) -> Result<bool, StoreError> {
-        Ok(self.memory_digest()? == other.memory_digest()?)
+        let key = MemoryDigest::random_key();
+        Ok(self.memory_digest(key)?.same(&other.memory_digest(key)?))
     }
 
-    /// The memory table in 16 bytes a record, to compare with another's
-    /// ([`MemoryDigest::same`]) after this dump is let go: the XXH3-128 of each record's
-    /// encoded operation, sorted (stores keep records in their own order).
+    /// The memory table in 16 bytes a record, to compare with another's digest under the
+    /// same `key` ([`MemoryDigest::same`]) after this dump is let go: the XXH3-128 of each
+    /// record's encoded operation, seeded with `key`, sorted (stores keep records in their
+    /// own order). Record texts are written by users and models: take the key from
+    /// [`MemoryDigest::random_key`], so no text can be made to collide with another.
     ///
     /// # Errors
     /// [`StoreError::Internal`] when an operation cannot be encoded.
-    pub fn memory_digest(&self) -> Result<MemoryDigest, StoreError> {
+    pub fn memory_digest(&self, key: u64) -> Result<MemoryDigest, StoreError> {
         let mut hashes = self
             .memory
             .iter()
-            .map(|op| encode(op).map(|line| xxhash_rust::xxh3::xxh3_128(line.as_bytes())))
+            .map(|op| {
+                encode(op).map(|line| xxhash_rust::xxh3::xxh3_128_with_seed(line.as_bytes(), key))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         hashes.sort_unstable();
-        Ok(MemoryDigest(hashes))
+        Ok(MemoryDigest { key, hashes })
     }
 }
 
-/// A memory table's records, each as a 128-bit hash of its exact form
+/// A memory table's records, each as a keyed 128-bit hash of its exact form
 /// ([`TableDump::memory_digest`]): what two stores' memories are compared by without holding
 /// both whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemoryDigest(Vec<u128>);
+pub struct MemoryDigest {
+    key: u64,
+    hashes: Vec<u128>,
+}
 
 impl MemoryDigest {
-    /// Whether both hold the same records (each compared by its 128-bit hash).
+    /// A key nobody can know in advance, for [`TableDump::memory_digest`].
+    pub fn random_key() -> u64 {
+        use std::hash::BuildHasher;
+        std::collections::hash_map::RandomState::new().hash_one(0u8)
+    }
+
+    /// Whether both hold the same records (each compared by its hash); digests made under
+    /// different keys are never the same.
     pub fn same(&self, other: &MemoryDigest) -> bool {
         self == other
     }

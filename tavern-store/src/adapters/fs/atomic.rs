@@ -120,18 +120,21 @@ pub(crate) fn ensure_dir(root: &Path, rel: &str) -> Result<PathBuf, StoreError> 
 /// interrupted write: a younger one may belong to another process writing right now.
 const STALE_TEMP_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
 
-/// Removes the temporary files [`write_atomic`] left in `dir` when it was interrupted (a
+/// What [`write_atomic`]'s temporary files are named from.
+pub(crate) const TEMP_PREFIX: &str = ".tmp-";
+
+/// Removes the temporary files [`write_atomic_as`] left in `dir` when it was interrupted (a
 /// process killed between creating the file and renaming it), older than an hour; returns
-/// their names. Only our own `.tmp-` names: other programs' (SillyTavern's write-file-atomic)
-/// are left alone.
-pub(crate) fn remove_stale_temps(dir: &Path) -> Vec<String> {
+/// their names. Only names starting with `prefix` (ours): other programs' (SillyTavern's
+/// write-file-atomic) are left alone.
+pub(crate) fn remove_stale_temps(dir: &Path, prefix: &str) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
     let mut removed = Vec::new();
     for entry in entries.filter_map(Result::ok) {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if !name.starts_with(".tmp-") {
+        if !name.starts_with(prefix) {
             continue;
         }
         let old = entry
@@ -151,13 +154,24 @@ pub(crate) fn remove_stale_temps(dir: &Path) -> Vec<String> {
 /// Replaces `rel` with `bytes` atomically and durably: a crash leaves the old or the new
 /// content, never a mix.
 pub(crate) fn write_atomic(root: &Path, rel: &str, bytes: &[u8]) -> Result<(), StoreError> {
+    write_atomic_as(root, rel, bytes, TEMP_PREFIX)
+}
+
+/// [`write_atomic`] with the temporary file named from `prefix` (which starts with
+/// [`TEMP_PREFIX`]): one a sweep of a shared directory can tell apart.
+pub(crate) fn write_atomic_as(
+    root: &Path,
+    rel: &str,
+    bytes: &[u8],
+    prefix: &str,
+) -> Result<(), StoreError> {
     let path = under(root, rel);
     let dir = path
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| root.to_path_buf());
     let mut tmp = tempfile::Builder::new()
-        .prefix(".tmp-")
+        .prefix(prefix)
         .tempfile_in(&dir)
         .map_err(io_err("create temporary file for", rel))?;
     tmp.write_all(bytes).map_err(io_err("write", rel))?;

@@ -688,7 +688,9 @@ impl Inner {
             );
         }
         for (base, rel_dir) in dirs {
-            for name in atomic::remove_stale_temps(&atomic::under(base, &rel_dir)) {
+            for name in
+                atomic::remove_stale_temps(&atomic::under(base, &rel_dir), atomic::TEMP_PREFIX)
+            {
                 let rel = if rel_dir.is_empty() {
                     name
                 } else {

@@ -26,7 +26,7 @@ use tokio_postgres::types::ToSql;
 use super::ops::{Mirror, OpsTable};
 use super::{db, Inner};
 use crate::adapters::fs::atomic::open_regular;
-use crate::adapters::fs::atomic::{io_err, write_atomic};
+use crate::adapters::fs::atomic::{io_err, write_atomic_as};
 use crate::adapters::fs::image::{anchor_mut, checked_body, frame, seal, Framed, HEADER};
 use crate::engine::memory_table::MemoryTable;
 use crate::engine::oplog::OpTable;
@@ -34,6 +34,9 @@ use crate::error::StoreError;
 
 /// The image's file name in its directory.
 pub const FILE: &str = "memory.image";
+/// What a saving image's temporary file is named from, so that the sweep at open removes only
+/// those from a directory the operator chose.
+pub(super) const TEMP_PREFIX: &str = ".tmp-memory.image-";
 /// `tvpgimg` and the format version (of the whole image, table and index included).
 const MAGIC: &[u8; 8] = b"tvpgimg\x01";
 /// Database oid, table oid, the store's identity digest, sequence number, the row's digest.
@@ -295,7 +298,7 @@ impl Inner {
         seal(&mut file, MAGIC);
         tokio::task::spawn_blocking(move || {
             std::fs::create_dir_all(&dir).map_err(io_err("create the directory of", FILE))?;
-            write_atomic(&dir, FILE, &file)
+            write_atomic_as(&dir, FILE, &file, TEMP_PREFIX)
         })
         .await
         .map_err(|_| StoreError::Internal("writing the memory image failed".into()))??;

@@ -434,14 +434,21 @@ impl PgStore {
         schema::migrate(&mut client).await?;
         drop(client);
         // A process killed while saving an image leaves its temporary file (as large as the
-        // image) behind; nothing else would ever remove it. A read-only open changes nothing.
+        // image) behind; nothing else would ever remove it. Only the image's own temp names
+        // (the directory is the operator's), on the blocking pool (unlinking gigabytes takes
+        // a while); a read-only open changes nothing.
         if let Some(dir) = store
             .inner
             .image_dir
-            .as_deref()
+            .clone()
             .filter(|_| store.inner.image_saves)
         {
-            for name in crate::adapters::fs::atomic::remove_stale_temps(dir) {
+            let removed = tokio::task::spawn_blocking(move || {
+                crate::adapters::fs::atomic::remove_stale_temps(&dir, image::TEMP_PREFIX)
+            })
+            .await
+            .unwrap_or_default();
+            for name in removed {
                 store.inner.diag(
                     name,
                     "temporary file of an interrupted image save removed".into(),
