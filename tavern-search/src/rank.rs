@@ -112,8 +112,8 @@ impl RankerRef {
     }
 
     /// [`RankerRef::apply`], saying how many candidates at the front the ranker rescored
-    /// (`None` when it rescores nothing): a caller that lifts scores further (memory search's
-    /// time boost, up to ×3) keeps the rest below them by lifting only those.
+    /// (`None` when it rescores nothing): a caller that lifts scores further (a time boost)
+    /// keeps the rest below them by lifting only those.
     pub fn apply_counted(&self, query: &str, candidates: &mut Vec<Candidate<'_>>) -> Option<usize> {
         if !self.0.rescores() {
             return None;

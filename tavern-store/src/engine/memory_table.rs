@@ -1,6 +1,6 @@
 //! The memory table: records by `(scope, id)`, their audit trail and the search index.
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
 use serde::{Deserialize, Serialize};
 use tavern_core::{
@@ -609,16 +609,9 @@ impl MemoryTable {
             // A query that points at a time ("four weeks ago", "上个月") favours the memories
             // written then.
             let window = tavern_search::time_window(&q.text, now.0);
-            let most = if window.is_some() { TIME_BOOST } else { 1.0 };
-            // Only the matches that can reach the page are scored (the others are counted):
-            // the ranker's pool of the best by relevance, or, blended, every match whose
-            // relevance is at least the share of the limit-th best's that the blend and the
-            // time boost could still lift to it.
-            let rescores = q.ranker.get().rescores();
-            let (k, share) = if rescores {
-                (q.ranker.pool(limit), 1.0)
-            } else {
-                (limit, BLEND_MIN / most)
+            let boost = |slot: u32| match (&window, self.records.get(slot as usize)) {
+                (Some(w), Some(r)) if w.contains(r.created_at.0) => TIME_BOOST,
+                _ => 1.0,
             };
             // Only hidden records to leave out: the others are told by a bit.
             let only_hidden = q.kinds.is_empty()
@@ -626,58 +619,64 @@ impl MemoryTable {
                 && q.updated_from.is_none()
                 && q.updated_to.is_none();
             let shown = |slot: u32| (only_hidden && !self.maybe_hidden_slot(slot)) || visible(slot);
-            let found = self.index.best(
-                &query_tokens(&q.text),
-                groups,
-                k,
-                share,
-                check.then_some(&shown as &dyn Fn(u32) -> bool),
-            );
-            source_count = found.matched;
-            let mut matches = found.hits;
-            // Matches past the ranker's reach (paging past `POOL_MAX`): scored below the
-            // rescored ones, and not lifted by the time boost, so they stay below.
-            let mut unranked = FxHashSet::default();
-            if rescores {
-                let rescored;
-                (matches, rescored) = self.rerank(q, matches, limit);
-                unranked.extend(matches.iter().skip(rescored).map(|m| m.0));
-            }
-            let boost = |slot: u32| match (&window, self.records.get(slot as usize)) {
-                (Some(w), Some(r)) if w.contains(r.created_at.0) && !unranked.contains(&slot) => {
-                    TIME_BOOST
-                }
-                _ => 1.0,
+            let tokens = query_tokens(&q.text);
+            let best = |k: usize, share: f32| {
+                self.index.best(
+                    &tokens,
+                    groups,
+                    k,
+                    share,
+                    check.then_some(&shown as &dyn Fn(u32) -> bool),
+                )
             };
-            if matches.len() > limit {
-                // The blend scales relevance by 0.7 to 1.0 (and the time boost by up to
-                // `TIME_BOOST`), so a match whose relevance is below that share of the limit-th
-                // best relevance can never reach the results: skip blending it.
-                matches.select_nth_unstable_by(limit - 1, |a, b| b.1.total_cmp(&a.1));
-                // Tighter: the best `limit` by relevance, blended, make the limit-th best blended
-                // score at least the least of theirs, and the blend never lifts a relevance above
-                // itself (times the boost): a match below that is never shown, and is not looked
-                // up (on a large store each look is a cache miss).
-                let sure = matches[..limit]
-                    .iter()
+            if q.ranker.get().rescores() {
+                // Ranked tier by tier, so every page of a query agrees (see `tiers`): the
+                // matches of the tiers that reach the page.
+                let tier = q.ranker.pool(SEARCH_MAX_LIMIT);
+                let k = limit.div_ceil(tier).saturating_mul(tier);
+                let found = best(k, 1.0);
+                source_count = found.matched;
+                self.tiers(q, found.hits, k, tier, &boost, now)
+            } else {
+                // Only the matches that can reach the page are scored (the others are
+                // counted): every match whose relevance is at least the share of the
+                // limit-th best's that the blend and the time boost could still lift to it.
+                let most = if window.is_some() { TIME_BOOST } else { 1.0 };
+                let found = best(limit, BLEND_MIN / most);
+                source_count = found.matched;
+                let mut matches = found.hits;
+                if matches.len() > limit {
+                    // The blend scales relevance by 0.7 to 1.0 (and the time boost by up to
+                    // `TIME_BOOST`), so a match whose relevance is below that share of the
+                    // limit-th best relevance can never reach the results: skip blending it.
+                    matches.select_nth_unstable_by(limit - 1, |a, b| b.1.total_cmp(&a.1));
+                    // Tighter: the best `limit` by relevance, blended, make the limit-th best
+                    // blended score at least the least of theirs, and the blend never lifts a
+                    // relevance above itself (times the boost): a match below that is never
+                    // shown, and is not looked up (on a large store each look is a cache
+                    // miss).
+                    let sure = matches[..limit]
+                        .iter()
+                        .map(|(slot, rel)| {
+                            blend(f64::from(*rel), &self.meta[*slot as usize], now)
+                                * f64::from(boost(*slot))
+                        })
+                        .fold(f64::INFINITY, f64::min);
+                    let floor = matches[limit - 1].1 * BLEND_MIN / most;
+                    matches.retain(|(_, rel)| {
+                        *rel >= floor && f64::from(*rel) * f64::from(most) * (1.0 + 1e-9) >= sure
+                    });
+                }
+                matches
+                    .into_iter()
                     .map(|(slot, rel)| {
-                        blend(f64::from(*rel), &self.meta[*slot as usize], now)
-                            * f64::from(boost(*slot))
+                        let rel = f64::from(rel);
+                        let score =
+                            blend(rel, &self.meta[slot as usize], now) * f64::from(boost(slot));
+                        (score, rel, slot)
                     })
-                    .fold(f64::INFINITY, f64::min);
-                let floor = matches[limit - 1].1 * BLEND_MIN / most;
-                matches.retain(|(_, rel)| {
-                    *rel >= floor && f64::from(*rel) * f64::from(most) * (1.0 + 1e-9) >= sure
-                });
+                    .collect()
             }
-            matches
-                .into_iter()
-                .map(|(slot, rel)| {
-                    let rel = f64::from(rel);
-                    let score = blend(rel, &self.meta[slot as usize], now) * f64::from(boost(slot));
-                    (score, rel, slot)
-                })
-                .collect()
         };
         let order = |a: &(f64, f64, u32), b: &(f64, f64, u32)| {
             let (ra, rb) = (&self.meta[a.2 as usize], &self.meta[b.2 as usize]);
@@ -731,20 +730,27 @@ impl MemoryTable {
         out
     }
 
-    /// Hands the best [`RankerRef::pool`] lexical matches (by BM25, ties by scope and id) to
-    /// the query's ranker and returns them with the relevance it gave, and how many at the
-    /// front it rescored (the rest: past [`tavern_search::rank::POOL_MAX`]); the others are
-    /// dropped.
+    /// The best `k` lexical matches (by BM25, ties by scope and id) as (score, relevance,
+    /// slot), ranked tier by tier: `tier` at a time in lexical order, each handed to the
+    /// query's ranker (while within [`tavern_search::rank::POOL_MAX`]; past it the lexical
+    /// relevance stands), blended, time-boosted, and scored below every match of the tiers
+    /// before it. A tier's ranking depends only on its own matches, and `tier` does not
+    /// depend on the page, so the pages of one query never repeat or skip a match: a single
+    /// ranked pool as large as the page reaches (page 2's is twice page 1's) lets the blend
+    /// lift a match of the larger pool over one page 1 showed already.
+    ///
     /// Ties are never broken by slot: slots follow load order, which differs between stores
     /// holding the same memories (a PostgreSQL store held by scope loads scopes as calls use
-    /// them), and a tie at the pool's edge would then pick different candidates.
-    fn rerank(
+    /// them), and a tie at a tier's edge would then pick different matches.
+    fn tiers(
         &self,
         q: &MemoryQuery,
         mut matches: Vec<(u32, f32)>,
-        wanted: usize,
-    ) -> (Vec<(u32, f32)>, usize) {
-        let pool = q.ranker.pool(wanted);
+        k: usize,
+        tier: usize,
+        boost: &dyn Fn(u32) -> f32,
+        now: Timestamp,
+    ) -> Vec<(f64, f64, u32)> {
         let best_first = |a: &(u32, f32), b: &(u32, f32)| {
             b.1.total_cmp(&a.1).then_with(|| {
                 match (
@@ -756,27 +762,49 @@ impl MemoryTable {
                 }
             })
         };
-        if matches.len() > pool {
-            matches.select_nth_unstable_by(pool - 1, best_first);
-            matches.truncate(pool);
+        if matches.len() > k {
+            matches.select_nth_unstable_by(k - 1, best_first);
+            matches.truncate(k);
         }
         matches.sort_by(best_first);
-        let mut candidates: Vec<Candidate<'_>> = matches
-            .into_iter()
-            .filter_map(|(slot, score)| {
-                Some(Candidate {
-                    doc: slot,
-                    text: &self.records.get(slot as usize)?.content,
-                    score,
+        let mut out = Vec::with_capacity(matches.len());
+        // The least score of the tiers so far: the next tier stays below it.
+        let mut floor = f64::INFINITY;
+        for (i, chunk) in matches.chunks(tier.max(1)).enumerate() {
+            let mut candidates: Vec<Candidate<'_>> = chunk
+                .iter()
+                .filter_map(|&(slot, score)| {
+                    Some(Candidate {
+                        doc: slot,
+                        text: &self.records.get(slot as usize)?.content,
+                        score,
+                    })
                 })
-            })
-            .collect();
-        let rescored = q
-            .ranker
-            .apply_counted(&q.text, &mut candidates)
-            .unwrap_or(candidates.len());
-        let scored = candidates.into_iter().map(|c| (c.doc, c.score)).collect();
-        (scored, rescored)
+                .collect();
+            if i.saturating_mul(tier) < tavern_search::rank::POOL_MAX {
+                q.ranker.apply(&q.text, &mut candidates);
+            }
+            let mut scored: Vec<(f64, f64, u32)> = candidates
+                .iter()
+                .map(|c| {
+                    let rel = f64::from(c.score);
+                    let score =
+                        blend(rel, &self.meta[c.doc as usize], now) * f64::from(boost(c.doc));
+                    (score, rel, c.doc)
+                })
+                .collect();
+            let top = scored.iter().map(|s| s.0).fold(0.0, f64::max);
+            if top >= floor {
+                let factor = floor * 0.5 / top;
+                for s in &mut scored {
+                    // Never rounded down to nothing.
+                    s.0 = (s.0 * factor).max(f64::MIN_POSITIVE);
+                }
+            }
+            floor = scored.iter().map(|s| s.0).fold(floor, f64::min);
+            out.extend(scored);
+        }
+        out
     }
 
     pub(crate) fn audit(
@@ -1060,6 +1088,51 @@ mod tests {
             for c in candidates {
                 c.score = c.score / best * 1e-9;
             }
+        }
+    }
+
+    /// Every page of a rescored search goes on where the one before stopped, whatever the page
+    /// size, though the blend reorders what the ranker ranked: here the best matches by
+    /// relevance are old and the next ones new, which the blend (weighing recency) lifts over
+    /// them. A single pool as large as the page reaches (100 for page 1, 200 for page 2)
+    /// showed old records again on page 2 and never showed some new ones.
+    #[test]
+    fn pages_of_a_rescored_search_never_repeat_or_skip_a_record() {
+        const DAY: i64 = 86_400_000;
+        let now = 400 * DAY;
+        let mut t = MemoryTable::new();
+        let n = 250;
+        for i in 0..n {
+            let mut w = write(i, 0, None);
+            // Longer texts match "silver gate" less well: every record its own relevance.
+            w.content = format!("silver gate {}", "moss ".repeat(100 + i));
+            let age = if i < 100 { 300 } else { 0 };
+            let (_, op) = t
+                .prepare_put(w, None, false, Timestamp(now - age * DAY))
+                .unwrap();
+            t.apply(op);
+        }
+        for limit in [100, 30, 7] {
+            let mut q = MemoryQuery::new("silver gate", vec![scope(0)]);
+            q.ranker = tavern_search::RankerRef::new(Share);
+            q.limit = limit;
+            let mut shown = Vec::new();
+            loop {
+                q.offset = shown.len();
+                let hits = t.search(&q, Timestamp(now)).hits;
+                if hits.is_empty() {
+                    break;
+                }
+                shown.extend(hits.into_iter().map(|h| h.record.id));
+            }
+            let distinct: std::collections::HashSet<_> = shown.iter().collect();
+            assert_eq!(
+                (shown.len(), distinct.len()),
+                (n, n),
+                "pages of {limit}: {} shown, {} distinct",
+                shown.len(),
+                distinct.len()
+            );
         }
     }
 
