@@ -578,13 +578,12 @@ impl MemoryTable {
                     }
                 })
         };
-        // (score, relevance, slot)
         let mut source_count = 0;
-        let mut hits: Vec<(f64, f64, u32)> = if q.text.trim().is_empty() {
+        let mut hits: Vec<Ranked> = if q.text.trim().is_empty() {
             (0..self.records.len())
                 .filter_map(|s| u32::try_from(s).ok())
                 .filter(|s| visible(*s))
-                .map(|s| (0.0, 0.0, s))
+                .map(|slot| Ranked::new(0.0, 0.0, slot))
                 .collect()
         } else {
             // Statistics (document count, lengths, document frequencies) come from the scopes
@@ -673,17 +672,22 @@ impl MemoryTable {
                         let rel = f64::from(rel);
                         let score =
                             blend(rel, &self.meta[slot as usize], now) * f64::from(boost(slot));
-                        (score, rel, slot)
+                        Ranked::new(score, rel, slot)
                     })
                     .collect()
             }
         };
-        let order = |a: &(f64, f64, u32), b: &(f64, f64, u32)| {
-            let (ra, rb) = (&self.meta[a.2 as usize], &self.meta[b.2 as usize]);
-            b.0.total_cmp(&a.0)
+        let order = |a: &Ranked, b: &Ranked| {
+            let (ra, rb) = (&self.meta[a.slot as usize], &self.meta[b.slot as usize]);
+            a.tier
+                .cmp(&b.tier)
+                .then(b.score.total_cmp(&a.score))
                 .then(rb.updated_at.cmp(&ra.updated_at))
                 .then_with(|| {
-                    let (x, y) = (&self.records[a.2 as usize], &self.records[b.2 as usize]);
+                    let (x, y) = (
+                        &self.records[a.slot as usize],
+                        &self.records[b.slot as usize],
+                    );
                     x.scope.cmp(&y.scope).then_with(|| x.id.cmp(&y.id))
                 })
         };
@@ -704,7 +708,13 @@ impl MemoryTable {
             ..Default::default()
         };
         let mut used = 0usize;
-        for (score, relevance, slot) in hits {
+        for Ranked {
+            score,
+            relevance,
+            slot,
+            ..
+        } in hits
+        {
             let r = &self.records[slot as usize];
             let tokens = estimator.estimate(&r.content) + HIT_OVERHEAD_TOKENS;
             if let Some(budget) = q.max_tokens {
@@ -730,11 +740,12 @@ impl MemoryTable {
         out
     }
 
-    /// The best `k` lexical matches (by BM25, ties by scope and id) as (score, relevance,
-    /// slot), ranked tier by tier: `tier` at a time in lexical order, each handed to the
-    /// query's ranker (while within [`tavern_search::rank::POOL_MAX`]; past it the lexical
-    /// relevance stands), blended, time-boosted, and scored below every match of the tiers
-    /// before it. A tier's ranking depends only on its own matches, and `tier` does not
+    /// The best `k` lexical matches (by BM25, ties by scope and id), ranked tier by tier:
+    /// `tier` at a time in lexical order, each handed to the query's ranker (while within
+    /// [`tavern_search::rank::POOL_MAX`]; past it the lexical relevance stands), blended,
+    /// time-boosted, and ordered after every match of the tiers before it (its scores scaled
+    /// below theirs). A page deep in the results costs a ranker call per tier before it: at
+    /// most `POOL_MAX / tier + 1` calls, each within the ranker's own bounds. A tier's ranking depends only on its own matches, and `tier` does not
     /// depend on the page, so the pages of one query never repeat or skip a match: a single
     /// ranked pool as large as the page reaches (page 2's is twice page 1's) lets the blend
     /// lift a match of the larger pool over one page 1 showed already.
@@ -750,7 +761,7 @@ impl MemoryTable {
         tier: usize,
         boost: &dyn Fn(u32) -> f32,
         now: Timestamp,
-    ) -> Vec<(f64, f64, u32)> {
+    ) -> Vec<Ranked> {
         let best_first = |a: &(u32, f32), b: &(u32, f32)| {
             b.1.total_cmp(&a.1).then_with(|| {
                 match (
@@ -784,24 +795,30 @@ impl MemoryTable {
             if i.saturating_mul(tier) < tavern_search::rank::POOL_MAX {
                 q.ranker.apply(&q.text, &mut candidates);
             }
-            let mut scored: Vec<(f64, f64, u32)> = candidates
+            let tier_no = u32::try_from(i).unwrap_or(u32::MAX);
+            let mut scored: Vec<Ranked> = candidates
                 .iter()
                 .map(|c| {
                     let rel = f64::from(c.score);
                     let score =
                         blend(rel, &self.meta[c.doc as usize], now) * f64::from(boost(c.doc));
-                    (score, rel, c.doc)
+                    Ranked {
+                        tier: tier_no,
+                        ..Ranked::new(score, rel, c.doc)
+                    }
                 })
                 .collect();
-            let top = scored.iter().map(|s| s.0).fold(0.0, f64::max);
+            // The order is the tier's first (`Ranked::tier`); the scores say so too, for
+            // readers that sort by score (never rounded down to nothing, so tiers far down
+            // may tie at the least positive score, and stay in order by their tier).
+            let top = scored.iter().map(|s| s.score).fold(0.0, f64::max);
             if top >= floor {
                 let factor = floor * 0.5 / top;
                 for s in &mut scored {
-                    // Never rounded down to nothing.
-                    s.0 = (s.0 * factor).max(f64::MIN_POSITIVE);
+                    s.score = (s.score * factor).max(f64::MIN_POSITIVE);
                 }
             }
-            floor = scored.iter().map(|s| s.0).fold(floor, f64::min);
+            floor = scored.iter().map(|s| s.score).fold(floor, f64::min);
             out.extend(scored);
         }
         out
@@ -928,6 +945,27 @@ const BLEND_MIN: f32 = 0.7;
 /// Relevance scaled by importance, confidence and recency (a factor from [`BLEND_MIN`] to 1);
 /// relevance dominates so an unrelated but important record never outranks a clearly matching
 /// one by much.
+/// A match on its way to the page: ordered by `tier` first (0 but for a rescored search's
+/// later tiers, see [`MemoryTable::tiers`]), then by `score`.
+#[derive(Debug, Clone, Copy)]
+struct Ranked {
+    tier: u32,
+    score: f64,
+    relevance: f64,
+    slot: u32,
+}
+
+impl Ranked {
+    fn new(score: f64, relevance: f64, slot: u32) -> Self {
+        Self {
+            tier: 0,
+            score,
+            relevance,
+            slot,
+        }
+    }
+}
+
 fn blend(relevance: f64, m: &Meta, now: Timestamp) -> f64 {
     let age_days = ((now.0 - m.updated_at.0).max(0) as f64) / DAY_MS;
     let recency = (-age_days / 30.0).exp2();
@@ -1134,6 +1172,61 @@ mod tests {
                 distinct.len()
             );
         }
+    }
+
+    /// A ranker whose scores fall off a cliff: the first candidate it is handed 1, the rest
+    /// almost nothing (positive, finite).
+    #[derive(Debug)]
+    struct Cliff;
+
+    impl tavern_search::Ranker for Cliff {
+        fn name(&self) -> &str {
+            "cliff"
+        }
+        fn rescore(&self, _query: &str, candidates: &mut [Candidate<'_>]) {
+            for (i, c) in candidates.iter_mut().enumerate() {
+                c.score = if i == 0 { 1.0 } else { 1e-38 };
+            }
+        }
+    }
+
+    /// Tiers far down keep their order when their scaled scores reach the least positive
+    /// number and tie (and a tie would otherwise be broken by the newest first, which here
+    /// is the reverse of the tiers' order).
+    #[test]
+    fn tiers_stay_in_order_when_their_scores_bottom_out() {
+        let now = 1_000_000;
+        let mut t = MemoryTable::new();
+        let n = 1_000;
+        for i in 0..n {
+            let mut w = write(i, 0, None);
+            w.content = format!("silver gate {}", "moss ".repeat(i));
+            let (_, op) = t
+                .prepare_put(w, None, false, Timestamp(now - 1_000 + i as i64))
+                .unwrap();
+            t.apply(op);
+        }
+        let mut q = MemoryQuery::new("silver gate", vec![scope(0)]);
+        q.ranker = tavern_search::RankerRef::new(Cliff);
+        q.limit = 100;
+        let (mut shown, mut scores) = (Vec::new(), Vec::new());
+        loop {
+            q.offset = shown.len();
+            let hits = t.search(&q, Timestamp(now)).hits;
+            if hits.is_empty() {
+                break;
+            }
+            scores.extend(hits.iter().map(|h| h.score));
+            shown.extend(hits.into_iter().map(|h| h.record.id));
+        }
+        let distinct: std::collections::HashSet<_> = shown.iter().collect();
+        assert_eq!((shown.len(), distinct.len()), (n, n));
+        assert!(scores.windows(2).all(|w| w[0] >= w[1]), "scores rise");
+        assert_eq!(
+            scores.last(),
+            Some(&f64::MIN_POSITIVE),
+            "the scores bottomed out"
+        );
     }
 
     /// Pages past the ranker's [`tavern_search::rank::POOL_MAX`] candidates go on where the
