@@ -5,10 +5,13 @@
 //! place. The default, [`Lexical`], keeps the BM25 scores and costs nothing: results are
 //! bit-identical to searching without a seam.
 //!
-//! A ranker sees at most [`Ranker::pool`] candidates per search (the best by lexical score)
-//! from memory and history search, and never more than [`POOL_MAX`] from any caller (lore
-//! hands over every entry a query matched, bounded by the book, and [`RankerRef::apply`] cuts
-//! that), so its work is bounded by what it asks for, not by the corpus.
+//! A ranker is handed at most [`Ranker::pool`] candidates per call (the best by lexical
+//! score): history search calls it once per search; memory search once per tier of
+//! `pool(100)` matches its page reaches, in lexical order, each tier ranked on its own (so
+//! that pages of one query agree), at most [`POOL_MAX`] candidates in all; and no caller
+//! hands it more than [`POOL_MAX`] at once (lore hands over every entry a query matched,
+//! bounded by the book, and [`RankerRef::apply`] cuts that). Its work is bounded by what it
+//! asks for, not by the corpus.
 
 use std::fmt;
 use std::sync::Arc;
@@ -46,7 +49,9 @@ pub trait Ranker: Send + Sync + fmt::Debug {
     }
 
     /// How many of the best lexical candidates to gather for `wanted` results; callers
-    /// gather at least `wanted` and at most [`POOL_MAX`] (or `wanted`, if more).
+    /// gather at least `wanted` and at most [`POOL_MAX`] (or `wanted`, if more). Memory
+    /// search asks for `pool(100)` whatever its page size and hands them over a tier at a
+    /// time (see the module's documentation).
     fn pool(&self, wanted: usize) -> usize {
         wanted
     }
@@ -108,15 +113,8 @@ impl RankerRef {
     /// sort by score again), never rescored, and never dropped by the ranker (it only sees,
     /// and can only drop, what it is handed).
     pub fn apply(&self, query: &str, candidates: &mut Vec<Candidate<'_>>) -> bool {
-        self.apply_counted(query, candidates).is_some()
-    }
-
-    /// [`RankerRef::apply`], saying how many candidates at the front the ranker rescored
-    /// (`None` when it rescores nothing): a caller that lifts scores further (a time boost)
-    /// keeps the rest below them by lifting only those.
-    pub fn apply_counted(&self, query: &str, candidates: &mut Vec<Candidate<'_>>) -> Option<usize> {
         if !self.0.rescores() {
-            return None;
+            return false;
         }
         candidates.retain(|c| c.score.is_finite() && c.score > 0.0);
         let head = if candidates.len() > POOL_MAX {
@@ -141,14 +139,12 @@ impl RankerRef {
                 c.score = (least * 0.5 * (c.score / top)).max(f32::MIN_POSITIVE);
             }
         }
-        let (mut at, mut rescored) = (0, 0);
+        let mut at = 0;
         candidates.retain(|c| {
             at += 1;
-            let kept = at > head || (c.score.is_finite() && c.score > 0.0);
-            rescored += usize::from(kept && at <= head);
-            kept
+            at > head || (c.score.is_finite() && c.score > 0.0)
         });
-        Some(rescored)
+        true
     }
 }
 
@@ -276,8 +272,7 @@ mod tests {
             score: f32::NAN,
         });
         let reverse = Arc::new(Reverse::default());
-        let rescored = RankerRef(reverse.clone()).apply_counted("gate", &mut c);
-        assert_eq!(rescored, Some(POOL_MAX));
+        assert!(RankerRef(reverse.clone()).apply("gate", &mut c));
         let mut handed = reverse.0.lock().unwrap().clone();
         handed.sort_unstable();
         assert_eq!(handed, (0..POOL_MAX as u32).collect::<Vec<_>>());

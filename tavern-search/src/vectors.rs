@@ -38,13 +38,15 @@ pub const MAX_TEXT_BYTES: usize = 8 * 1024;
 pub const MAX_VALUES: usize = 64 * 1024 * 1024;
 /// The share of a candidate's final score that comes from its vector, by default.
 pub const DEFAULT_WEIGHT: f32 = 0.5;
-/// Lexical candidates handed to the ranker per search, by default.
+/// Lexical candidates handed to the ranker together, by default (per search, or per tier of
+/// a memory search).
 pub const DEFAULT_POOL: usize = 100;
 /// The query words [`Closeness::BestMatch`] matches, at most: the heaviest ones (a query
 /// is rarely longer; a pasted page is matched by its rarest words).
 pub const MAX_MATCH_WORDS: usize = 32;
-/// Multiply-adds [`Closeness::BestMatch`] spends per search comparing candidate words with
-/// the query's (64 Mi, tens of milliseconds). Each distinct candidate word costs the query's
+/// Multiply-adds [`Closeness::BestMatch`] spends per call comparing candidate words with
+/// the query's (64 Mi, tens of milliseconds; a memory search paging deep calls once per tier
+/// of candidates, at most ten times with the default pool). Each distinct candidate word costs the query's
 /// words (at most [`MAX_MATCH_WORDS`]) times the dimensions: at 50 dimensions and 32 query
 /// words about 40,000 distinct words fit (a default pool of 100 texts has at most 25,600);
 /// at 300 dimensions about 7,000. Past it, the candidates handed over last find words of
@@ -491,8 +493,8 @@ struct KeptTexts {
 /// keyed at random per ranker, so nobody who can write a memory can make two texts share a
 /// vector. A search then costs, per candidate, a lookup, a dot product and a pass over its
 /// words; each distinct candidate word is compared with at most [`MAX_MATCH_WORDS`] query
-/// words once per search, within [`MATCH_BUDGET`]; and the ranker is handed at most
-/// [`crate::rank::POOL_MAX`] candidates.
+/// words once per call, within [`MATCH_BUDGET`]; and the ranker is handed at most
+/// [`crate::rank::POOL_MAX`] candidates per search.
 pub struct VectorRanker {
     vectors: Arc<WordVectors>,
     weight: f32,
@@ -576,8 +578,9 @@ impl VectorRanker {
         self
     }
 
-    /// How many lexical candidates to rank per search (at most [`crate::rank::POOL_MAX`]
-    /// are handed over whatever this says).
+    /// How many lexical candidates to rank together (at most [`crate::rank::POOL_MAX`] are
+    /// handed over whatever this says): per search for history search, per tier for memory
+    /// search, whose tiers are never smaller than 100.
     #[must_use]
     pub fn with_pool(mut self, pool: usize) -> Self {
         self.pool = pool.max(1);

@@ -11,7 +11,7 @@ use tavern_core::{
 use crate::error::{StoreError, Target};
 use crate::memory::{MemoryHit, MemoryQuery, MemorySearchResult, TagMatch, Truncation};
 use tavern_search::when::TIME_BOOST;
-use tavern_search::{query_tokens, Bm25Index, Candidate};
+use tavern_search::{query_tokens, BestMatches, Bm25Index, Candidate};
 
 /// Hard cap on hits per search, whatever the caller asks.
 pub(crate) const SEARCH_MAX_LIMIT: usize = 100;
@@ -631,11 +631,10 @@ impl MemoryTable {
             if q.ranker.get().rescores() {
                 // Ranked tier by tier, so every page of a query agrees (see `tiers`): the
                 // matches of the tiers that reach the page.
-                let tier = q.ranker.pool(SEARCH_MAX_LIMIT);
-                let k = limit.div_ceil(tier).saturating_mul(tier);
-                let found = best(k, 1.0);
-                source_count = found.matched;
-                self.tiers(q, found.hits, k, tier, &boost, now)
+                let tier = q.ranker.pool(SEARCH_MAX_LIMIT).max(1);
+                let ranked;
+                (ranked, source_count) = self.tiers(q, &|k| best(k, 1.0), limit, tier, &boost, now);
+                ranked
             } else {
                 // Only the matches that can reach the page are scored (the others are
                 // counted): every match whose relevance is at least the share of the
@@ -740,15 +739,20 @@ impl MemoryTable {
         out
     }
 
-    /// The best `k` lexical matches (by BM25, ties by scope and id), ranked tier by tier:
-    /// `tier` at a time in lexical order, each handed to the query's ranker (while within
-    /// [`tavern_search::rank::POOL_MAX`]; past it the lexical relevance stands), blended,
-    /// time-boosted, and ordered after every match of the tiers before it (its scores scaled
-    /// below theirs). A page deep in the results costs a ranker call per tier before it: at
-    /// most `POOL_MAX / tier + 1` calls, each within the ranker's own bounds. A tier's ranking depends only on its own matches, and `tier` does not
-    /// depend on the page, so the pages of one query never repeat or skip a match: a single
+    /// The matches `gather` finds (given how many of the best it must hold), ranked tier by
+    /// tier: the best by BM25 (ties by scope and id) `tier` at a time, each tier handed to
+    /// the query's ranker on its own (the tiers within [`tavern_search::rank::POOL_MAX`];
+    /// past it the lexical relevance stands), blended, time-boosted, and ordered after every
+    /// match of the tiers before it (its scores scaled below theirs). Whole tiers are ranked
+    /// until `wanted` are kept or the matches run out; returns them and how many matches
+    /// there are, less those the ranker dropped.
+    ///
+    /// A tier's ranking depends only on its own matches, and `tier` depends on neither the
+    /// page nor its size, so the pages of one query never repeat or skip a match: a single
     /// ranked pool as large as the page reaches (page 2's is twice page 1's) lets the blend
-    /// lift a match of the larger pool over one page 1 showed already.
+    /// lift a match of the larger pool over one page 1 showed already. A page deep in the
+    /// results costs a ranker call per tier before it: at most `POOL_MAX / tier`, each
+    /// within the ranker's own bounds.
     ///
     /// Ties are never broken by slot: slots follow load order, which differs between stores
     /// holding the same memories (a PostgreSQL store held by scope loads scopes as calls use
@@ -756,12 +760,12 @@ impl MemoryTable {
     fn tiers(
         &self,
         q: &MemoryQuery,
-        mut matches: Vec<(u32, f32)>,
-        k: usize,
+        gather: &dyn Fn(usize) -> BestMatches,
+        wanted: usize,
         tier: usize,
         boost: &dyn Fn(u32) -> f32,
         now: Timestamp,
-    ) -> Vec<Ranked> {
+    ) -> (Vec<Ranked>, usize) {
         let best_first = |a: &(u32, f32), b: &(u32, f32)| {
             b.1.total_cmp(&a.1).then_with(|| {
                 match (
@@ -773,55 +777,74 @@ impl MemoryTable {
                 }
             })
         };
-        if matches.len() > k {
-            matches.select_nth_unstable_by(k - 1, best_first);
-            matches.truncate(k);
-        }
-        matches.sort_by(best_first);
-        let mut out = Vec::with_capacity(matches.len());
+        let mut out: Vec<Ranked> = Vec::new();
         // The least score of the tiers so far: the next tier stays below it.
         let mut floor = f64::INFINITY;
-        for (i, chunk) in matches.chunks(tier.max(1)).enumerate() {
-            let mut candidates: Vec<Candidate<'_>> = chunk
-                .iter()
-                .filter_map(|&(slot, score)| {
-                    Some(Candidate {
-                        doc: slot,
-                        text: &self.records.get(slot as usize)?.content,
-                        score,
+        let (mut done, mut dropped) = (0, 0);
+        let mut k = wanted.div_ceil(tier).saturating_mul(tier);
+        loop {
+            let found = gather(k);
+            let mut matches = found.hits;
+            if matches.len() > k {
+                matches.select_nth_unstable_by(k - 1, best_first);
+                matches.truncate(k);
+            }
+            // Fewer than asked for: every match is here.
+            let all = matches.len() < k;
+            matches.sort_by(best_first);
+            // A larger gathering begins with the same tiers: those ranked already are kept.
+            for (i, chunk) in matches.chunks(tier).enumerate().skip(done) {
+                let mut candidates: Vec<Candidate<'_>> = chunk
+                    .iter()
+                    .filter_map(|&(slot, score)| {
+                        Some(Candidate {
+                            doc: slot,
+                            text: &self.records.get(slot as usize)?.content,
+                            score,
+                        })
                     })
-                })
-                .collect();
-            if i.saturating_mul(tier) < tavern_search::rank::POOL_MAX {
-                q.ranker.apply(&q.text, &mut candidates);
-            }
-            let tier_no = u32::try_from(i).unwrap_or(u32::MAX);
-            let mut scored: Vec<Ranked> = candidates
-                .iter()
-                .map(|c| {
-                    let rel = f64::from(c.score);
-                    let score =
-                        blend(rel, &self.meta[c.doc as usize], now) * f64::from(boost(c.doc));
-                    Ranked {
-                        tier: tier_no,
-                        ..Ranked::new(score, rel, c.doc)
-                    }
-                })
-                .collect();
-            // The order is the tier's first (`Ranked::tier`); the scores say so too, for
-            // readers that sort by score (never rounded down to nothing, so tiers far down
-            // may tie at the least positive score, and stay in order by their tier).
-            let top = scored.iter().map(|s| s.score).fold(0.0, f64::max);
-            if top >= floor {
-                let factor = floor * 0.5 / top;
-                for s in &mut scored {
-                    s.score = (s.score * factor).max(f64::MIN_POSITIVE);
+                    .collect();
+                if (i + 1).saturating_mul(tier) <= tavern_search::rank::POOL_MAX {
+                    q.ranker.apply(&q.text, &mut candidates);
+                } else {
+                    // What the seam would drop (an index whose bounds broke).
+                    candidates.retain(|c| c.score.is_finite() && c.score > 0.0);
                 }
+                dropped += chunk.len() - candidates.len();
+                let tier_no = u32::try_from(i).unwrap_or(u32::MAX);
+                let mut scored: Vec<Ranked> = candidates
+                    .iter()
+                    .map(|c| {
+                        let rel = f64::from(c.score);
+                        let score =
+                            blend(rel, &self.meta[c.doc as usize], now) * f64::from(boost(c.doc));
+                        Ranked {
+                            tier: tier_no,
+                            ..Ranked::new(score, rel, c.doc)
+                        }
+                    })
+                    .collect();
+                // The order is the tier's first (`Ranked::tier`); the scores say so too, for
+                // readers that sort by score (never rounded down to nothing, so tiers far
+                // down may tie at the least positive score, and stay in order by tier).
+                let top = scored.iter().map(|s| s.score).fold(0.0, f64::max);
+                if top >= floor {
+                    let factor = floor * 0.5 / top;
+                    for s in &mut scored {
+                        s.score = (s.score * factor).max(f64::MIN_POSITIVE);
+                    }
+                }
+                floor = scored.iter().map(|s| s.score).fold(floor, f64::min);
+                out.extend(scored);
+                done = i + 1;
             }
-            floor = scored.iter().map(|s| s.score).fold(floor, f64::min);
-            out.extend(scored);
+            if all || out.len() >= wanted {
+                return (out, found.matched.saturating_sub(dropped));
+            }
+            // The ranker dropped some: the tiers after them fill the page.
+            let short = (wanted - out.len()).div_ceil(tier);
+            k = k.saturating_add(short.saturating_mul(tier));
         }
-        out
     }
 
     pub(crate) fn audit(
@@ -1129,11 +1152,31 @@ mod tests {
         }
     }
 
+    /// A ranker that keeps the lexical order and drops every seventh candidate it is handed.
+    #[derive(Debug)]
+    struct Dropper;
+
+    impl tavern_search::Ranker for Dropper {
+        fn name(&self) -> &str {
+            "dropper"
+        }
+        fn rescore(&self, _query: &str, candidates: &mut [Candidate<'_>]) {
+            for (i, c) in candidates.iter_mut().enumerate() {
+                if i % 7 == 3 {
+                    c.score = 0.0;
+                }
+            }
+        }
+    }
+
     /// Every page of a rescored search goes on where the one before stopped, whatever the page
-    /// size, though the blend reorders what the ranker ranked: here the best matches by
-    /// relevance are old and the next ones new, which the blend (weighing recency) lifts over
-    /// them. A single pool as large as the page reaches (100 for page 1, 200 for page 2)
-    /// showed old records again on page 2 and never showed some new ones.
+    /// size and however the pages are asked for, though the blend reorders what the ranker
+    /// ranked: here the best matches by relevance are old and the next ones new, which the
+    /// blend (weighing recency) lifts over them. A single pool as large as the page reaches
+    /// (100 for page 1, 200 for page 2) showed old records again on page 2 and never showed
+    /// some new ones. Also: equal relevance across the first tier's edge, a forgotten record
+    /// (the filtered path), a query that names a time, and a ranker that drops candidates
+    /// (pages asked at fixed offsets then still meet).
     #[test]
     fn pages_of_a_rescored_search_never_repeat_or_skip_a_record() {
         const DAY: i64 = 86_400_000;
@@ -1142,35 +1185,83 @@ mod tests {
         let n = 250;
         for i in 0..n {
             let mut w = write(i, 0, None);
-            // Longer texts match "silver gate" less well: every record its own relevance.
-            w.content = format!("silver gate {}", "moss ".repeat(100 + i));
-            let age = if i < 100 { 300 } else { 0 };
+            // Longer texts match "silver gate" less well: every record its own relevance,
+            // but for ten of the same length around the 100th.
+            let len = if (95..105).contains(&i) { 195 } else { 100 + i };
+            w.content = format!("silver gate {}", "moss ".repeat(len));
+            let age = if i < 100 { 300 } else { 3 * (i as i64 % 2) };
             let (_, op) = t
                 .prepare_put(w, None, false, Timestamp(now - age * DAY))
                 .unwrap();
             t.apply(op);
         }
-        for limit in [100, 30, 7] {
-            let mut q = MemoryQuery::new("silver gate", vec![scope(0)]);
-            q.ranker = tavern_search::RankerRef::new(Share);
-            q.limit = limit;
-            let mut shown = Vec::new();
-            loop {
-                q.offset = shown.len();
-                let hits = t.search(&q, Timestamp(now)).hits;
-                if hits.is_empty() {
-                    break;
+        let forgotten = t
+            .get(&scope(0), &MemoryId::parse("m150").unwrap())
+            .unwrap()
+            .clone();
+        let (_, op) = t
+            .prepare_forget(
+                &forgotten.id,
+                &forgotten.scope,
+                &forgotten.revision,
+                MemorySource::system(),
+                Timestamp(now),
+            )
+            .unwrap();
+        t.apply(op);
+        let rankers = [
+            tavern_search::RankerRef::new(Share),
+            tavern_search::RankerRef::new(Dropper),
+        ];
+        for ranker in rankers {
+            for text in ["silver gate", "silver gate three days ago"] {
+                let mut q = MemoryQuery::new(text, vec![scope(0)]);
+                q.ranker = ranker.clone();
+                // Pages asked where the last one stopped, their sizes cycling through `sizes`;
+                // or, `fixed`, at offsets that are multiples of the page size.
+                let pages = |sizes: &[usize], fixed: bool| {
+                    let mut q = q.clone();
+                    let mut shown = Vec::new();
+                    for page in 0.. {
+                        q.limit = sizes[page % sizes.len()];
+                        q.offset = if fixed { page * q.limit } else { shown.len() };
+                        let found = t.search(&q, Timestamp(now));
+                        if found.hits.is_empty() {
+                            assert!(!found.truncated, "{text:?}: an empty page says more follow");
+                            break;
+                        }
+                        shown.extend(found.hits.into_iter().map(|h| h.record.id));
+                    }
+                    shown
+                };
+                let reference = pages(&[100], false);
+                let distinct: std::collections::HashSet<_> = reference.iter().collect();
+                assert_eq!(distinct.len(), reference.len(), "{text:?}: a record twice");
+                assert!(
+                    !distinct.contains(&forgotten.id),
+                    "{text:?}: a forgotten record"
+                );
+                let dropped = if ranker.get().name() == "dropper" {
+                    35
+                } else {
+                    0
+                };
+                assert_eq!(reference.len(), n - 1 - dropped, "{text:?}");
+                for sizes in [&[1][..], &[7], &[30], &[30, 7, 1, 100, 13]] {
+                    assert_eq!(
+                        pages(sizes, false),
+                        reference,
+                        "{text:?}, pages of {sizes:?}"
+                    );
                 }
-                shown.extend(hits.into_iter().map(|h| h.record.id));
+                for size in [7, 20, 100] {
+                    assert_eq!(
+                        pages(&[size], true),
+                        reference,
+                        "{text:?}, fixed pages of {size}"
+                    );
+                }
             }
-            let distinct: std::collections::HashSet<_> = shown.iter().collect();
-            assert_eq!(
-                (shown.len(), distinct.len()),
-                (n, n),
-                "pages of {limit}: {} shown, {} distinct",
-                shown.len(),
-                distinct.len()
-            );
         }
     }
 
