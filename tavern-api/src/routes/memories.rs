@@ -159,9 +159,12 @@ pub struct MemoryPage {
 pub struct MemoryHitView {
     /// The memory.
     pub memory: MemoryView,
-    /// Relevance blended with importance, confidence and recency.
+    /// Relevance blended with importance, confidence and recency (and lifted when the query
+    /// names the time the memory was written). Never rises from one hit to the next, page
+    /// after page.
     pub score: f64,
-    /// Lexical relevance alone (0 for a listing).
+    /// Relevance before that blend (0 for a listing): BM25's, or, when the server ranks with
+    /// word vectors, the ranker's.
     pub relevance: f64,
 }
 

@@ -632,8 +632,12 @@ impl MemoryTable {
                 // Ranked tier by tier, so every page of a query agrees (see `tiers`): the
                 // matches of the tiers that reach the page.
                 let tier = q.ranker.pool(SEARCH_MAX_LIMIT).max(1);
+                // Tiers follow relevance times the time boost: a match with less than its
+                // share of the k-th best relevance cannot be among the best k so lifted.
+                let most = if window.is_some() { TIME_BOOST } else { 1.0 };
                 let ranked;
-                (ranked, source_count) = self.tiers(q, &|k| best(k, 1.0), limit, tier, &boost, now);
+                (ranked, source_count) =
+                    self.tiers(q, &|k| best(k, 1.0 / most), limit, tier, &boost, now);
                 ranked
             } else {
                 // Only the matches that can reach the page are scored (the others are
@@ -739,8 +743,10 @@ impl MemoryTable {
         out
     }
 
-    /// The matches `gather` finds (given how many of the best it must hold), ranked tier by
-    /// tier: the best by BM25 (ties by scope and id) `tier` at a time, each tier handed to
+    /// The matches `gather` finds (given how many of the best it must hold, by relevance times
+    /// `boost`), ranked tier by tier: the best by BM25 times the time boost (so a query that
+    /// names a time brings what was written then into the first tiers, as it lifts it in a
+    /// lexical search; ties by scope and id) `tier` at a time, each tier handed to
     /// the query's ranker on its own (the tiers within [`tavern_search::rank::POOL_MAX`];
     /// past it the lexical relevance stands), blended, time-boosted, and ordered after every
     /// match of the tiers before it (its scores scaled below theirs). Whole tiers are ranked
@@ -766,8 +772,9 @@ impl MemoryTable {
         boost: &dyn Fn(u32) -> f32,
         now: Timestamp,
     ) -> (Vec<Ranked>, usize) {
-        let best_first = |a: &(u32, f32), b: &(u32, f32)| {
-            b.1.total_cmp(&a.1).then_with(|| {
+        // (slot, BM25, BM25 times the time boost)
+        let best_first = |a: &(u32, f32, f32), b: &(u32, f32, f32)| {
+            b.2.total_cmp(&a.2).then_with(|| {
                 match (
                     self.records.get(a.0 as usize),
                     self.records.get(b.0 as usize),
@@ -784,7 +791,11 @@ impl MemoryTable {
         let mut k = wanted.div_ceil(tier).saturating_mul(tier);
         loop {
             let found = gather(k);
-            let mut matches = found.hits;
+            let mut matches: Vec<(u32, f32, f32)> = found
+                .hits
+                .iter()
+                .map(|&(slot, score)| (slot, score, score * boost(slot)))
+                .collect();
             if matches.len() > k {
                 matches.select_nth_unstable_by(k - 1, best_first);
                 matches.truncate(k);
@@ -796,7 +807,7 @@ impl MemoryTable {
             for (i, chunk) in matches.chunks(tier).enumerate().skip(done) {
                 let mut candidates: Vec<Candidate<'_>> = chunk
                     .iter()
-                    .filter_map(|&(slot, score)| {
+                    .filter_map(|&(slot, score, _)| {
                         Some(Candidate {
                             doc: slot,
                             text: &self.records.get(slot as usize)?.content,
@@ -1261,6 +1272,44 @@ mod tests {
                         "{text:?}, fixed pages of {size}"
                     );
                 }
+            }
+        }
+    }
+
+    /// With a ranker, a query that names a time still brings what was written then to the
+    /// first page, as it does without one, even when a hundred better word matches from
+    /// other days come first by relevance alone (tiers follow relevance times the boost).
+    #[test]
+    fn a_ranked_query_that_names_a_time_reaches_past_the_first_hundred() {
+        const DAY: i64 = 86_400_000;
+        let now = 100 * DAY;
+        let mut t = MemoryTable::new();
+        for i in 0..300 {
+            let mut w = write(i, 0, None);
+            w.content = format!("silver gate {}", "moss ".repeat(i));
+            let age = if i >= 200 { 3 } else { 40 };
+            let (_, op) = t
+                .prepare_put(w, None, false, Timestamp(now - age * DAY))
+                .unwrap();
+            t.apply(op);
+        }
+        for ranker in [
+            tavern_search::RankerRef::default(),
+            tavern_search::RankerRef::new(Share),
+        ] {
+            let mut q = MemoryQuery::new("silver gate three days ago", vec![scope(0)]);
+            q.ranker = ranker.clone();
+            q.limit = 10;
+            let hits = t.search(&q, Timestamp(now)).hits;
+            assert_eq!(hits.len(), 10);
+            for h in &hits {
+                assert_eq!(
+                    h.record.created_at,
+                    Timestamp(now - 3 * DAY),
+                    "{}: {} from another day",
+                    ranker.get().name(),
+                    h.record.id
+                );
             }
         }
     }

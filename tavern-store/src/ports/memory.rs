@@ -86,9 +86,11 @@ impl MemoryQuery {
 pub struct MemoryHit {
     /// The record.
     pub record: MemoryRecord,
-    /// Final score: relevance blended with importance, confidence and recency.
+    /// Final score: relevance blended with importance, confidence and recency (times the
+    /// time boost). Never rises from one hit to the next, page after page of one query.
     pub score: f64,
-    /// Raw BM25 relevance (0 for an empty query).
+    /// Relevance before the blend (0 for an empty query): BM25's, or the query's ranker's
+    /// score when it rescores.
     pub relevance: f64,
     /// Estimated tokens of the content.
     pub tokens: usize,
