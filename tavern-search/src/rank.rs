@@ -7,11 +7,12 @@
 //!
 //! A ranker is handed at most [`Ranker::pool`] candidates per call (the best by lexical
 //! score): history search calls it once per search; memory search once per tier of
-//! `pool(100)` matches its page reaches, in lexical order, each tier ranked on its own (so
-//! that pages of one query agree), at most [`POOL_MAX`] candidates in all; and no caller
-//! hands it more than [`POOL_MAX`] at once (lore hands over every entry a query matched,
-//! bounded by the book, and [`RankerRef::apply`] cuts that). Its work is bounded by what it
-//! asks for, not by the corpus.
+//! `pool(100)` matches its page reaches, in order of relevance (times the time boost when
+//! the query names a time), each tier ranked on its own (so that pages of one query
+//! agree), at most [`POOL_MAX`] candidates in all; and no caller hands it more than
+//! [`POOL_MAX`] at once (lore hands over every entry a query matched, bounded by the book,
+//! and [`RankerRef::apply`] cuts that). Its work is bounded by what it asks for, not by the
+//! corpus.
 
 use std::fmt;
 use std::sync::Arc;

@@ -45,9 +45,9 @@ pub const DEFAULT_POOL: usize = 100;
 /// is rarely longer; a pasted page is matched by its rarest words).
 pub const MAX_MATCH_WORDS: usize = 32;
 /// Multiply-adds [`Closeness::BestMatch`] spends per call comparing candidate words with
-/// the query's (64 Mi, tens of milliseconds; a memory search paging deep calls once per tier
-/// of candidates, at most ten times with the default pool). Each distinct candidate word costs the query's
-/// words (at most [`MAX_MATCH_WORDS`]) times the dimensions: at 50 dimensions and 32 query
+/// the query's (64 Mi, tens of milliseconds; a memory search paging deep calls once per
+/// tier of candidates, at most ten times with the default pool). Each distinct candidate
+/// word costs the query's words (at most [`MAX_MATCH_WORDS`]) times the dimensions: at 50 dimensions and 32 query
 /// words about 40,000 distinct words fit (a default pool of 100 texts has at most 25,600);
 /// at 300 dimensions about 7,000. Past it, the candidates handed over last find words of
 /// theirs left uncompared (counted as no match).

@@ -164,7 +164,7 @@ pub struct MemoryHitView {
     /// after page.
     pub score: f64,
     /// Relevance before that blend (0 for a listing): BM25's, or, when the server ranks with
-    /// word vectors, the ranker's.
+    /// word vectors, the ranker's (BM25's past the first 1,000 matches).
     pub relevance: f64,
 }
 

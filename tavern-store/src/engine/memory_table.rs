@@ -750,8 +750,9 @@ impl MemoryTable {
     /// the query's ranker on its own (the tiers within [`tavern_search::rank::POOL_MAX`];
     /// past it the lexical relevance stands), blended, time-boosted, and ordered after every
     /// match of the tiers before it (its scores scaled below theirs). Whole tiers are ranked
-    /// until `wanted` are kept or the matches run out; returns them and how many matches
-    /// there are, less those the ranker dropped.
+    /// until `wanted` (at least 1) are kept or the matches run out; returns them and how many
+    /// matches there are, less those the ranker dropped from the tiers ranked (a page that
+    /// ends within `POOL_MAX` may say more follow when the ranker would drop all of them).
     ///
     /// A tier's ranking depends only on its own matches, and `tier` depends on neither the
     /// page nor its size, so the pages of one query never repeat or skip a match: a single
@@ -788,6 +789,7 @@ impl MemoryTable {
         // The least score of the tiers so far: the next tier stays below it.
         let mut floor = f64::INFINITY;
         let (mut done, mut dropped) = (0, 0);
+        let (wanted, tier) = (wanted.max(1), tier.max(1));
         let mut k = wanted.div_ceil(tier).saturating_mul(tier);
         loop {
             let found = gather(k);
@@ -852,9 +854,13 @@ impl MemoryTable {
             if all || out.len() >= wanted {
                 return (out, found.matched.saturating_sub(dropped));
             }
-            // The ranker dropped some: the tiers after them fill the page.
+            // The ranker dropped some: the tiers after them fill the page. At least twice as
+            // many each time, so that however many are dropped (an index whose bounds broke
+            // drops what it scores), the gatherings stay few.
             let short = (wanted - out.len()).div_ceil(tier);
-            k = k.saturating_add(short.saturating_mul(tier));
+            k = k
+                .saturating_add(short.saturating_mul(tier))
+                .max(k.saturating_mul(2));
         }
     }
 
@@ -976,9 +982,6 @@ fn push_index_text(text: &mut String, r: &MemoryRecord) {
 /// The smallest factor [`blend`] applies to relevance.
 const BLEND_MIN: f32 = 0.7;
 
-/// Relevance scaled by importance, confidence and recency (a factor from [`BLEND_MIN`] to 1);
-/// relevance dominates so an unrelated but important record never outranks a clearly matching
-/// one by much.
 /// A match on its way to the page: ordered by `tier` first (0 but for a rescored search's
 /// later tiers, see [`MemoryTable::tiers`]), then by `score`.
 #[derive(Debug, Clone, Copy)]
@@ -1000,6 +1003,9 @@ impl Ranked {
     }
 }
 
+/// Relevance scaled by importance, confidence and recency (a factor from [`BLEND_MIN`] to 1);
+/// relevance dominates so an unrelated but important record never outranks a clearly matching
+/// one by much.
 fn blend(relevance: f64, m: &Meta, now: Timestamp) -> f64 {
     let age_days = ((now.0 - m.updated_at.0).max(0) as f64) / DAY_MS;
     let recency = (-age_days / 30.0).exp2();
@@ -1370,8 +1376,9 @@ mod tests {
     }
 
     /// Pages past the ranker's [`tavern_search::rank::POOL_MAX`] candidates go on where the
-    /// ones before stopped: the candidates past it are never ranked above those it rescored,
-    /// not even by a query that names the time they were written.
+    /// ones before stopped: the tiers past it (not rescored) follow those it rescored, with
+    /// or without a query that names the time some were written (which forms the tiers by
+    /// relevance times the boost).
     #[test]
     fn pages_past_the_rankers_pool_go_on_in_order() {
         const DAY: i64 = 86_400_000;

@@ -54,8 +54,8 @@ pub struct MemoryQuery {
     /// the result says `truncated`.
     pub max_tokens: Option<usize>,
     /// The ranker the lexical matches go through before they are blended with importance,
-    /// confidence and recency: it sees the best [`tavern_search::Ranker::pool`] of them and
-    /// gives their relevance (lexical by default: BM25's).
+    /// confidence and recency: it sees them a tier of [`tavern_search::Ranker::pool`]`(100)`
+    /// at a time, best first, and gives their relevance (lexical by default: BM25's).
     pub ranker: RankerRef,
 }
 
@@ -90,7 +90,8 @@ pub struct MemoryHit {
     /// time boost). Never rises from one hit to the next, page after page of one query.
     pub score: f64,
     /// Relevance before the blend (0 for an empty query): BM25's, or the query's ranker's
-    /// score when it rescores.
+    /// score when it rescores (within the first [`tavern_search::rank::POOL_MAX`] matches;
+    /// BM25's past them).
     pub relevance: f64,
     /// Estimated tokens of the content.
     pub tokens: usize,
