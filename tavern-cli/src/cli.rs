@@ -261,6 +261,10 @@ pub enum MemoryCommand {
         /// At most this many hits (1 to 100).
         #[arg(long, value_name = "N", default_value_t = 10)]
         limit: usize,
+        /// Skip this many hits first (0 to 10,000): the next page starts where the last one
+        /// ended (the output names it), and pages of one query never repeat or skip a hit.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        offset: usize,
     },
     /// Show one memory, forgotten or expired ones included.
     Show {

@@ -1470,6 +1470,76 @@ fn listings_page_past_one_search_and_show_every_memory() {
     assert_eq!(book.entries.len(), 250);
 }
 
+/// `memory search --offset` pages through more matches than one search returns: the pages
+/// meet exactly, the text names the next page's offset, and an offset past the deepest is a
+/// usage error.
+#[test]
+fn memory_search_pages_by_offset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let store = FsStore::open(&data, Arc::new(SystemClock)).unwrap();
+    let writes: Vec<MemoryWrite> = (0..25)
+        .map(|i| {
+            let words = "lantern ".repeat(i % 4);
+            write(
+                &format!("m{i:02}"),
+                ScopeKey::Global,
+                &format!("fact number {i} {words}"),
+                &[],
+            )
+        })
+        .collect();
+    store.import_memories(writes).unwrap();
+    drop(store);
+    let mut ids = Vec::new();
+    for offset in ["0", "10", "20", "30"] {
+        let page = ok(
+            &data,
+            &[
+                "--json", "memory", "search", "fact", "--limit", "10", "--offset", offset,
+            ],
+        )
+        .json();
+        assert_eq!(page["offset"], offset.parse::<u64>().unwrap());
+        assert_eq!(page["sourceCount"], 25);
+        assert_eq!(page["truncated"], offset == "0" || offset == "10", "{page}");
+        for hit in page["hits"].as_array().unwrap() {
+            ids.push(hit["id"].as_str().unwrap().to_owned());
+        }
+    }
+    let mut sorted = ids.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!((ids.len(), sorted.len()), (25, 25), "{ids:?}");
+    let middle = ok(
+        &data,
+        &[
+            "memory", "search", "fact", "--limit", "10", "--offset", "10",
+        ],
+    )
+    .stdout;
+    assert!(
+        middle.contains("memories 11-20 of 25 matching shown (next page: --offset 20)"),
+        "{middle}"
+    );
+    let last = ok(
+        &data,
+        &[
+            "memory", "search", "fact", "--limit", "10", "--offset", "20",
+        ],
+    )
+    .stdout;
+    assert!(
+        last.contains("memories 21-25 of 25 matching shown\n"),
+        "{last}"
+    );
+    let past = ok(&data, &["memory", "search", "fact", "--offset", "30"]).stdout;
+    assert_eq!(past, "no memories past the first 25\n");
+    let deep = tavern(&data, &["memory", "search", "fact", "--offset", "10001"]);
+    assert_eq!(deep.code, 2);
+    deep.one_error_line("--offset 10001: at most 10000");
+}
+
 #[test]
 fn chat_status_and_replay_fill_only_the_gap() {
     let tmp = tempfile::tempdir().unwrap();

@@ -12,6 +12,9 @@ use crate::{backend, CliError, Context, Report};
 
 /// Hits per page when listing (the store's most per search).
 const PAGE: usize = 100;
+/// The deepest `memory search --offset` (the HTTP API's too: deeper pages would order every
+/// match).
+const MAX_OFFSET: usize = tavern_api::routes::memories::MAX_OFFSET;
 
 /// Runs a memory command.
 ///
@@ -33,6 +36,7 @@ pub async fn run(ctx: &Context, command: MemoryCommand) -> Result<Report, CliErr
             scope,
             filter,
             limit,
+            offset,
         } => {
             let scope = scope.resolve()?;
             if !(1..=PAGE).contains(&limit) {
@@ -40,8 +44,13 @@ pub async fn run(ctx: &Context, command: MemoryCommand) -> Result<Report, CliErr
                     "--limit {limit}: must be from 1 to {PAGE}"
                 )));
             }
+            if offset > MAX_OFFSET {
+                return Err(CliError::Usage(format!(
+                    "--offset {offset}: at most {MAX_OFFSET}; narrow the search instead"
+                )));
+            }
             let stores = backend::open(ctx, false).await?.stores();
-            search(&*stores, &query, scope, &filter, limit).await
+            search(&*stores, &query, scope, &filter, (limit, offset)).await
         }
         MemoryCommand::Show { id, scope } => {
             let (id, scope) = (memory_id(&id)?, scope.resolve()?);
@@ -262,13 +271,14 @@ async fn search(
     query: &str,
     scope: Option<ScopeKey>,
     filter: &MemoryFilter,
-    limit: usize,
+    (limit, offset): (usize, usize),
 ) -> Result<Report, CliError> {
     let now = now();
     let q = MemoryQuery {
         include_deleted: filter.include_deleted,
         include_expired: filter.include_expired,
         limit,
+        offset,
         ..MemoryQuery::new(query, scope.into_iter().collect())
     };
     let result = stores.search(&q).await?;
@@ -288,12 +298,22 @@ async fn search(
         headers.extend(HEADERS);
         table(&headers, &rows)
     };
-    if result.truncated {
+    let shown = offset + result.hits.len();
+    if result.hits.is_empty() && offset > 0 {
+        text = format!(
+            "no memories past the first {}\n",
+            offset.min(result.source_count)
+        );
+    } else if offset > 0 || result.truncated {
         text.push_str(&format!(
-            "{} of {} matching memories shown\n",
-            result.hits.len(),
+            "memories {}-{shown} of {} matching shown",
+            offset + 1,
             result.source_count
         ));
+        if result.truncated {
+            text.push_str(&format!(" (next page: --offset {shown})"));
+        }
+        text.push('\n');
     }
     let json = json!({
         "query": query,
@@ -303,6 +323,7 @@ async fn search(
             v["relevance"] = json!(h.relevance);
             v
         }).collect::<Vec<_>>(),
+        "offset": offset,
         "sourceCount": result.source_count,
         "truncated": result.truncated,
     });
