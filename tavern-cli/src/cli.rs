@@ -262,7 +262,8 @@ pub enum MemoryCommand {
         #[arg(long, value_name = "N", default_value_t = 10)]
         limit: usize,
         /// Skip this many hits first (0 to 10,000): the next page starts where the last one
-        /// ended (the output names it), and pages of one query never repeat or skip a hit.
+        /// ended (the output names it); while the store is unchanged, pages of one query
+        /// never repeat or skip a hit.
         #[arg(long, value_name = "N", default_value_t = 0)]
         offset: usize,
     },

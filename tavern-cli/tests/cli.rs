@@ -1533,11 +1533,53 @@ fn memory_search_pages_by_offset() {
         last.contains("memories 21-25 of 25 matching shown\n"),
         "{last}"
     );
-    let past = ok(&data, &["memory", "search", "fact", "--offset", "30"]).stdout;
+    let past = ok(&data, &["memory", "search", "fact", "--offset", "25"]).stdout;
     assert_eq!(past, "no memories past the first 25\n");
+    let none = ok(&data, &["memory", "search", "nothing", "--offset", "5"]).stdout;
+    assert_eq!(none, "no memories match\n");
+    // The deepest offset is accepted; past it, a usage error.
+    let deepest = ok(&data, &["memory", "search", "fact", "--offset", "10000"]).stdout;
+    assert_eq!(deepest, "no memories past the first 25\n");
     let deep = tavern(&data, &["memory", "search", "fact", "--offset", "10001"]);
     assert_eq!(deep.code, 2);
     deep.one_error_line("--offset 10001: at most 10000");
+}
+
+/// Near the deepest offset, the page does not name a next one that would be refused.
+#[test]
+fn memory_search_names_no_page_past_the_deepest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let store = FsStore::open(&data, Arc::new(SystemClock)).unwrap();
+    let writes: Vec<MemoryWrite> = (0..10_020)
+        .map(|i| {
+            write(
+                &format!("m{i:05}"),
+                ScopeKey::Global,
+                &format!("fact {i}"),
+                &[],
+            )
+        })
+        .collect();
+    store.import_memories(writes).unwrap();
+    drop(store);
+    let args = |offset| {
+        [
+            "memory", "search", "fact", "--limit", "10", "--offset", offset,
+        ]
+    };
+    let before = ok(&data, &args("9980")).stdout;
+    assert!(
+        before.contains("memories 9981-9990 of 10020 matching shown (next page: --offset 9990)"),
+        "{before}"
+    );
+    let deep = ok(&data, &args("9995")).stdout;
+    assert!(
+        deep.contains(
+            "memories 9996-10005 of 10020 matching shown (no deeper pages: narrow the search)"
+        ),
+        "{deep}"
+    );
 }
 
 #[test]

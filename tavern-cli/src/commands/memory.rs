@@ -299,19 +299,21 @@ async fn search(
         table(&headers, &rows)
     };
     let shown = offset + result.hits.len();
-    if result.hits.is_empty() && offset > 0 {
+    if result.hits.is_empty() && offset > 0 && result.source_count > 0 {
         text = format!(
             "no memories past the first {}\n",
             offset.min(result.source_count)
         );
-    } else if offset > 0 || result.truncated {
+    } else if !result.hits.is_empty() && (offset > 0 || result.truncated) {
         text.push_str(&format!(
             "memories {}-{shown} of {} matching shown",
             offset + 1,
             result.source_count
         ));
-        if result.truncated {
+        if result.truncated && shown <= MAX_OFFSET {
             text.push_str(&format!(" (next page: --offset {shown})"));
+        } else if result.truncated {
+            text.push_str(" (no deeper pages: narrow the search)");
         }
         text.push('\n');
     }
