@@ -1511,24 +1511,18 @@ fn memory_search_pages_by_offset() {
     sorted.sort();
     sorted.dedup();
     assert_eq!((ids.len(), sorted.len()), (25, 25), "{ids:?}");
-    let middle = ok(
-        &data,
-        &[
-            "memory", "search", "fact", "--limit", "10", "--offset", "10",
-        ],
-    )
-    .stdout;
+    let page_text = |offset| {
+        let args = [
+            "memory", "search", "fact", "--limit", "10", "--offset", offset,
+        ];
+        ok(&data, &args).stdout
+    };
+    let middle = page_text("10");
     assert!(
         middle.contains("memories 11-20 of 25 matching shown (next page: --offset 20)"),
         "{middle}"
     );
-    let last = ok(
-        &data,
-        &[
-            "memory", "search", "fact", "--limit", "10", "--offset", "20",
-        ],
-    )
-    .stdout;
+    let last = page_text("20");
     assert!(
         last.contains("memories 21-25 of 25 matching shown\n"),
         "{last}"

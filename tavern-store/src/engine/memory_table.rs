@@ -608,6 +608,7 @@ impl MemoryTable {
             // A query that points at a time ("four weeks ago", "上个月") favours the memories
             // written then.
             let window = tavern_search::time_window(&q.text, now.0);
+            let most = if window.is_some() { TIME_BOOST } else { 1.0 };
             let boost = |slot: u32| match (&window, self.records.get(slot as usize)) {
                 (Some(w), Some(r)) if w.contains(r.created_at.0) => TIME_BOOST,
                 _ => 1.0,
@@ -631,10 +632,9 @@ impl MemoryTable {
             if q.ranker.get().rescores() {
                 // Ranked tier by tier, so every page of a query agrees (see `tiers`): the
                 // matches of the tiers that reach the page.
-                let tier = q.ranker.pool(SEARCH_MAX_LIMIT).max(1);
+                let tier = q.ranker.pool(SEARCH_MAX_LIMIT);
                 // Tiers follow relevance times the time boost: a match with less than its
                 // share of the k-th best relevance cannot be among the best k so lifted.
-                let most = if window.is_some() { TIME_BOOST } else { 1.0 };
                 let ranked;
                 (ranked, source_count) =
                     self.tiers(q, &|k| best(k, 1.0 / most), limit, tier, &boost, now);
@@ -643,7 +643,6 @@ impl MemoryTable {
                 // Only the matches that can reach the page are scored (the others are
                 // counted): every match whose relevance is at least the share of the
                 // limit-th best's that the blend and the time boost could still lift to it.
-                let most = if window.is_some() { TIME_BOOST } else { 1.0 };
                 let found = best(limit, BLEND_MIN / most);
                 source_count = found.matched;
                 let mut matches = found.hits;
@@ -1152,6 +1151,26 @@ mod tests {
         assert_eq!(page(&forward), page(&backward));
     }
 
+    /// A table of `n` records in scope 0 whose texts match "silver gate" less well the longer
+    /// they are: record `i` is `"silver gate"` and `moss_words(i)` words more, written at
+    /// `written(i)`.
+    fn growing(
+        n: usize,
+        moss_words: impl Fn(usize) -> usize,
+        written: impl Fn(usize) -> i64,
+    ) -> MemoryTable {
+        let mut t = MemoryTable::new();
+        for i in 0..n {
+            let mut w = write(i, 0, None);
+            w.content = format!("silver gate {}", "moss ".repeat(moss_words(i)));
+            let (_, op) = t
+                .prepare_put(w, None, false, Timestamp(written(i)))
+                .unwrap();
+            t.apply(op);
+        }
+        t
+    }
+
     /// A ranker that keeps the lexical order on a scale of its own, far below BM25's (as a
     /// blend of shares can be below a long tail's raw scores).
     #[derive(Debug)]
@@ -1198,20 +1217,13 @@ mod tests {
     fn pages_of_a_rescored_search_never_repeat_or_skip_a_record() {
         const DAY: i64 = 86_400_000;
         let now = 400 * DAY;
-        let mut t = MemoryTable::new();
         let n = 250;
-        for i in 0..n {
-            let mut w = write(i, 0, None);
-            // Longer texts match "silver gate" less well: every record its own relevance,
-            // but for ten of the same length around the 100th.
-            let len = if (95..105).contains(&i) { 195 } else { 100 + i };
-            w.content = format!("silver gate {}", "moss ".repeat(len));
-            let age = if i < 100 { 300 } else { 3 * (i as i64 % 2) };
-            let (_, op) = t
-                .prepare_put(w, None, false, Timestamp(now - age * DAY))
-                .unwrap();
-            t.apply(op);
-        }
+        // Every record its own relevance, but for ten of the same length around the 100th.
+        let mut t = growing(
+            n,
+            |i| if (95..105).contains(&i) { 195 } else { 100 + i },
+            |i| now - if i < 100 { 300 } else { 3 * (i as i64 % 2) } * DAY,
+        );
         let forgotten = t
             .get(&scope(0), &MemoryId::parse("m150").unwrap())
             .unwrap()
@@ -1289,16 +1301,7 @@ mod tests {
     fn a_ranked_query_that_names_a_time_reaches_past_the_first_hundred() {
         const DAY: i64 = 86_400_000;
         let now = 100 * DAY;
-        let mut t = MemoryTable::new();
-        for i in 0..300 {
-            let mut w = write(i, 0, None);
-            w.content = format!("silver gate {}", "moss ".repeat(i));
-            let age = if i >= 200 { 3 } else { 40 };
-            let (_, op) = t
-                .prepare_put(w, None, false, Timestamp(now - age * DAY))
-                .unwrap();
-            t.apply(op);
-        }
+        let t = growing(300, |i| i, |i| now - if i >= 200 { 3 } else { 40 } * DAY);
         for ranker in [
             tavern_search::RankerRef::default(),
             tavern_search::RankerRef::new(Share),
@@ -1342,16 +1345,8 @@ mod tests {
     #[test]
     fn tiers_stay_in_order_when_their_scores_bottom_out() {
         let now = 1_000_000;
-        let mut t = MemoryTable::new();
         let n = 1_000;
-        for i in 0..n {
-            let mut w = write(i, 0, None);
-            w.content = format!("silver gate {}", "moss ".repeat(i));
-            let (_, op) = t
-                .prepare_put(w, None, false, Timestamp(now - 1_000 + i as i64))
-                .unwrap();
-            t.apply(op);
-        }
+        let t = growing(n, |i| i, |i| now - 1_000 + i as i64);
         let mut q = MemoryQuery::new("silver gate", vec![scope(0)]);
         q.ranker = tavern_search::RankerRef::new(Cliff);
         q.limit = 100;
@@ -1383,23 +1378,11 @@ mod tests {
     fn pages_past_the_rankers_pool_go_on_in_order() {
         const DAY: i64 = 86_400_000;
         let now = 100 * DAY;
-        let mut t = MemoryTable::new();
         let n = tavern_search::rank::POOL_MAX + 200;
-        for i in 0..n {
-            let mut w = write(i, 0, None);
-            // Longer texts match "silver gate" less well: every record its own score.
-            w.content = format!("the silver gate {}", "moss ".repeat(i));
-            // Those past the pool written five days ago, the rest before (so that the blend,
-            // which weighs recency, keeps the order within each part).
-            let at = now
-                - if i >= tavern_search::rank::POOL_MAX {
-                    5
-                } else {
-                    20
-                } * DAY;
-            let (_, op) = t.prepare_put(w, None, false, Timestamp(at)).unwrap();
-            t.apply(op);
-        }
+        // Those past the pool written five days ago, the rest before (so that the blend,
+        // which weighs recency, keeps the order within each part).
+        let past = |i| i >= tavern_search::rank::POOL_MAX;
+        let t = growing(n, |i| i, |i| now - if past(i) { 5 } else { 20 } * DAY);
         for text in ["silver gate", "silver gate five days ago"] {
             let mut seen = std::collections::HashSet::new();
             for offset in (0..n).step_by(100) {
