@@ -27,9 +27,12 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod analyzer;
+#[cfg(feature = "bert")]
+pub mod bert;
 pub mod bytes;
 mod index;
 pub mod rank;
+pub mod sentences;
 pub mod stopwords;
 pub mod vectors;
 pub mod when;
@@ -38,5 +41,6 @@ pub use analyzer::{index_tokens, query_tokens, raw_tokens, word_len, word_token}
 pub use bytes::{ImageError, Put, Take};
 pub use index::{BestMatches, Bm25Index};
 pub use rank::{Candidate, Lexical, Ranker, RankerRef};
+pub use sentences::{Encoder, SentenceRanker};
 pub use vectors::{Closeness, VectorRanker, VectorsError, WordVectors};
 pub use when::{time_window, time_window_in, TimeWindow};

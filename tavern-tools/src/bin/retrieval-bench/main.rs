@@ -26,7 +26,7 @@ use tavern_core::{
     normalize_state, AgentId, CharacterName, ChatId, MemoryId, MemoryKind, MemorySource,
     MemoryWrite, Scope, SessionId, TavernState, Timestamp,
 };
-use tavern_search::{raw_tokens, stopwords::is_stop_word, RankerRef, VectorRanker};
+use tavern_search::{raw_tokens, stopwords::is_stop_word, Encoder as _, RankerRef, VectorRanker};
 use tavern_store::clock::ManualClock;
 use tavern_store::fs::FsStore;
 use tavern_store::{ChatStore, MemoryStore};
@@ -796,8 +796,10 @@ async fn run(
     Ok(())
 }
 
-/// The ranker memory and history search hand their candidates to: the lexical one, or with
-/// `--word-vectors FILE` a [`VectorRanker`] over those vectors (`--vector-weight W`).
+/// The ranker memory and history search hand their candidates to: the lexical one, with
+/// `--word-vectors FILE` a [`VectorRanker`] over those vectors, or with `--sentence-encoder
+/// DIR` a [`tavern_search::SentenceRanker`] over that BERT model (`--vector-weight W` either
+/// way).
 fn ranker(args: &[String]) -> Result<(RankerRef, Value)> {
     let value = |name: &str| {
         args.iter()
@@ -809,6 +811,30 @@ fn ranker(args: &[String]) -> Result<(RankerRef, Value)> {
             })
             .transpose()
     };
+    if let Some(dir) = value("--sentence-encoder")? {
+        if args.iter().any(|a| a == "--word-vectors") {
+            return Err("--sentence-encoder and --word-vectors: one ranker at a time".into());
+        }
+        let started = Instant::now();
+        let encoder = tavern_search::bert::BertEncoder::open(std::path::Path::new(&dir))
+            .map_err(|e| format!("{dir}: {e}"))?;
+        eprintln!(
+            "sentence encoder: {} read in {:.1} s",
+            encoder.name(),
+            started.elapsed().as_secs_f64()
+        );
+        let mut ranker = tavern_search::SentenceRanker::new(Arc::new(encoder));
+        if let Some(w) = value("--vector-weight")? {
+            let weight = w
+                .parse::<f32>()
+                .ok()
+                .filter(|w| (0.0..=0.95).contains(w))
+                .ok_or(format!("--vector-weight {w:?}: a number within 0 and 0.95"))?;
+            ranker = ranker.with_weight(weight);
+        }
+        let settings = json!({"weight": ranker.weight(), "encoder": ranker.encoder().name()});
+        return Ok((RankerRef::new(ranker), settings));
+    }
     let Some(path) = value("--word-vectors")? else {
         return Ok((RankerRef::default(), Value::Null));
     };
@@ -857,7 +883,8 @@ fn ranker(args: &[String]) -> Result<(RankerRef, Value)> {
 /// The one benchmark file among `args`: not a flag, nor the value a flag takes.
 fn benchmark_file(args: &[String]) -> Result<&String> {
     const SWITCHES: [&str; 3] = ["--json", "--misses", "--no-vector-pool-idf"];
-    const VALUED: [&str; 4] = [
+    const VALUED: [&str; 5] = [
+        "--sentence-encoder",
         "--word-vectors",
         "--vector-weight",
         "--vector-pool",
@@ -887,7 +914,7 @@ fn main() {
     let path = match benchmark_file(&args) {
         Ok(path) => path,
         Err(e) => {
-            eprintln!("retrieval-bench: {e}\nusage: retrieval-bench FILE [--json] [--misses] [--word-vectors VECTORS [--vector-weight W] [--vector-pool N] [--vector-closeness mean|best|both] [--no-vector-pool-idf]]  (a LoCoMo or LongMemEval JSON file, gzip'd or not; VECTORS a GloVe/fastText text file: memory and history search then rank through tavern_search::VectorRanker)");
+            eprintln!("retrieval-bench: {e}\nusage: retrieval-bench FILE [--json] [--misses] [--word-vectors VECTORS [--vector-weight W] [--vector-pool N] [--vector-closeness mean|best|both] [--no-vector-pool-idf]] [--sentence-encoder DIR [--vector-weight W]]  (a LoCoMo or LongMemEval JSON file, gzip'd or not; VECTORS a GloVe/fastText text file: memory and history search then rank through tavern_search::VectorRanker; DIR a BERT sentence-transformers folder such as scripts/sentence-encoder.sh fetches: they rank through tavern_search::SentenceRanker)");
             std::process::exit(2);
         }
     };

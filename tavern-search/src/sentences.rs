@@ -1,0 +1,393 @@
+//! Sentence vectors through the ranker seam: where word vectors ([`crate::vectors`]) read a
+//! text word by word, a sentence encoder reads it whole — "activities in the evening" is
+//! close to "winding down by 9:30 pm" though no word is shared. An [`Encoder`] turns texts
+//! into unit vectors (a small transformer, a table of vectors computed elsewhere, a host's
+//! embedding service); [`SentenceRanker`] blends each lexical candidate's score with how
+//! close its vector is to the query's, over the pool the lexical search found, so memory,
+//! history and lore search gain it at once and its work stays bounded by the pool.
+//!
+//! Encoding is the expensive part (a transformer spends about a billion multiply-adds on a
+//! paragraph), so the ranker keeps the vectors of recent texts and asks the encoder only for
+//! the ones it has not seen, all of one search in one call.
+
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex};
+
+use rustc_hash::FxHashMap;
+
+use crate::rank::{Candidate, Ranker};
+
+/// Bytes of a text an encoder is handed, at most: a long text's first ones (a sentence
+/// encoder reads a few hundred words; the rest would be cut by it anyway).
+pub const MAX_ENCODED_BYTES: usize = 4 * 1024;
+/// Texts whose vectors a [`SentenceRanker`] keeps at most.
+pub const CACHE_TEXTS: usize = 65_536;
+/// Numbers a [`SentenceRanker`] keeps in all (64 MiB of `f32`): 43,690 texts at 384
+/// dimensions.
+pub const CACHE_VALUES: usize = 16 * 1024 * 1024;
+/// The share of a candidate's final score that comes from its sentence vector, by default
+/// (with all-MiniLM-L6-v2 the better of 0.5 and 0.6 on LongMemEval's memory search, holding
+/// LoCoMo's floors; see `docs/PERFORMANCE.md`).
+pub const DEFAULT_WEIGHT: f32 = 0.6;
+/// Lexical candidates handed to the ranker together, by default.
+pub const DEFAULT_POOL: usize = 100;
+
+/// Why an encoder gave no vectors.
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+#[non_exhaustive]
+pub enum EncodeError {
+    /// The encoder cannot encode this text (a table that does not hold it).
+    #[error("no sentence vector for the text {0:?}")]
+    Unknown(String),
+    /// The encoder failed.
+    #[error("sentence encoder failed: {0}")]
+    Failed(String),
+}
+
+/// Turns texts into vectors of one dimension each.
+///
+/// Contract: [`Encoder::encode`] returns one vector per text, in order, each of
+/// [`Encoder::dims`] finite numbers (not necessarily unit length: the ranker normalizes);
+/// it is deterministic for the same text and never panics. It is handed at most
+/// [`crate::rank::POOL_MAX`] + 1 texts per call, each at most [`MAX_ENCODED_BYTES`].
+pub trait Encoder: Send + Sync + fmt::Debug {
+    /// A short name for logs and benchmarks (`all-minilm-l6-v2`).
+    fn name(&self) -> &str;
+
+    /// How many numbers each vector has.
+    fn dims(&self) -> usize;
+
+    /// The texts' vectors, in order.
+    ///
+    /// # Errors
+    /// [`EncodeError`] when any text cannot be encoded; the ranker then keeps the lexical
+    /// order for that search.
+    fn encode(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EncodeError>;
+}
+
+/// The first [`MAX_ENCODED_BYTES`] of `text` without surrounding white space, cut at a
+/// character boundary.
+pub fn encoded_part(text: &str) -> &str {
+    let text = text.trim_start();
+    let mut end = text.len().min(MAX_ENCODED_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].trim_end()
+}
+
+/// Kept vectors by (keyed hash, length) of the encoded text, and the numbers kept in all.
+#[derive(Default)]
+struct KeptVectors {
+    vectors: FxHashMap<(u64, usize), Arc<[f32]>>,
+    values: usize,
+}
+
+/// A ranker that blends each lexical candidate's score (as a share of the best one's) with
+/// its sentence vector's cosine to the query's: `(1 − weight) × lexical / best + weight ×
+/// max(cosine, 0)`. A candidate scored zero or below is never lifted; when the encoder
+/// fails, the search keeps its lexical order.
+///
+/// Vectors of recent texts are kept (at most [`CACHE_TEXTS`] texts and [`CACHE_VALUES`]
+/// numbers), found by the text's length and a hash keyed at random per ranker, so nobody
+/// who can write a memory can make two texts share a vector.
+pub struct SentenceRanker {
+    encoder: Arc<dyn Encoder>,
+    weight: f32,
+    pool: usize,
+    keys: RandomState,
+    cache: Mutex<KeptVectors>,
+}
+
+impl fmt::Debug for SentenceRanker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SentenceRanker")
+            .field("encoder", &self.encoder)
+            .field("weight", &self.weight)
+            .field("pool", &self.pool)
+            .finish()
+    }
+}
+
+impl SentenceRanker {
+    /// A ranker over `encoder` with [`DEFAULT_WEIGHT`] and [`DEFAULT_POOL`].
+    pub fn new(encoder: Arc<dyn Encoder>) -> Self {
+        Self {
+            encoder,
+            weight: DEFAULT_WEIGHT,
+            pool: DEFAULT_POOL,
+            keys: RandomState::new(),
+            cache: Mutex::default(),
+        }
+    }
+
+    /// The share of the final score that comes from the vectors, within 0 and 0.95 (some
+    /// lexical share always stays, so every candidate keeps a score above zero).
+    #[must_use]
+    pub fn with_weight(mut self, weight: f32) -> Self {
+        self.weight = if weight.is_finite() {
+            weight.clamp(0.0, 0.95)
+        } else {
+            DEFAULT_WEIGHT
+        };
+        self
+    }
+
+    /// How many lexical candidates to rank together (at most [`crate::rank::POOL_MAX`]).
+    #[must_use]
+    pub fn with_pool(mut self, pool: usize) -> Self {
+        self.pool = pool.max(1);
+        self
+    }
+
+    /// The encoder it reads with.
+    pub fn encoder(&self) -> &dyn Encoder {
+        &*self.encoder
+    }
+
+    /// The share of the final score that comes from the vectors.
+    pub fn weight(&self) -> f32 {
+        self.weight
+    }
+
+    /// The unit vectors of `texts` (kept ones reused, the rest encoded in one call); `None`
+    /// when the encoder failed or broke its contract.
+    fn vectors(&self, texts: &[&str]) -> Option<Vec<Option<Arc<[f32]>>>> {
+        let keys: Vec<(u64, usize)> = texts
+            .iter()
+            .map(|t| (self.keys.hash_one(t), t.len()))
+            .collect();
+        // A poisoned lock only means another search panicked midway: the map is still whole.
+        let lock = || {
+            self.cache
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        let mut out: Vec<Option<Arc<[f32]>>> = {
+            let cache = lock();
+            keys.iter().map(|k| cache.vectors.get(k).cloned()).collect()
+        };
+        let missing: Vec<usize> = (0..texts.len()).filter(|&i| out[i].is_none()).collect();
+        if missing.is_empty() {
+            return Some(out);
+        }
+        let asked: Vec<&str> = missing.iter().map(|&i| texts[i]).collect();
+        let encoded = self.encoder.encode(&asked).ok()?;
+        let dims = self.encoder.dims();
+        if encoded.len() != asked.len() {
+            return None;
+        }
+        let mut cache = lock();
+        for (&i, v) in missing.iter().zip(encoded) {
+            if v.len() != dims || v.iter().any(|x| !x.is_finite()) {
+                return None;
+            }
+            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            let unit: Option<Arc<[f32]>> =
+                (norm > 0.0).then(|| v.iter().map(|x| x / norm).collect());
+            if let Some(unit) = &unit {
+                if cache.vectors.len() >= CACHE_TEXTS || cache.values + dims > CACHE_VALUES {
+                    cache.vectors.clear();
+                    cache.values = 0;
+                }
+                if cache.vectors.insert(keys[i], unit.clone()).is_none() {
+                    cache.values += dims;
+                }
+            }
+            out[i] = unit;
+        }
+        Some(out)
+    }
+}
+
+impl Ranker for SentenceRanker {
+    fn name(&self) -> &str {
+        "sentence-vectors"
+    }
+
+    /// A weight of 0 leaves the lexical results as they are, bit for bit.
+    fn rescores(&self) -> bool {
+        self.weight > 0.0
+    }
+
+    fn pool(&self, wanted: usize) -> usize {
+        self.pool.max(wanted)
+    }
+
+    fn rescore(&self, query: &str, candidates: &mut [Candidate<'_>]) {
+        let best = candidates
+            .iter()
+            .map(|c| c.score)
+            .filter(|s| s.is_finite())
+            .fold(0f32, f32::max);
+        if best <= 0.0 {
+            return;
+        }
+        // Only candidates the words found: one scored zero or below is not lifted by meaning.
+        let found: Vec<usize> = (0..candidates.len())
+            .filter(|&i| candidates[i].score > 0.0 && candidates[i].score.is_finite())
+            .collect();
+        let mut texts = vec![encoded_part(query)];
+        texts.extend(found.iter().map(|&i| encoded_part(candidates[i].text)));
+        let Some(vectors) = self.vectors(&texts) else {
+            return;
+        };
+        let Some(q) = vectors[0].clone() else {
+            return;
+        };
+        for (&i, v) in found.iter().zip(&vectors[1..]) {
+            let cosine = v.as_ref().map_or(0.0, |v| {
+                q.iter()
+                    .zip(v.iter())
+                    .map(|(a, b)| a * b)
+                    .sum::<f32>()
+                    .max(0.0)
+            });
+            let c = &mut candidates[i];
+            c.score = (1.0 - self.weight) * c.score / best + self.weight * cosine;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rank::RankerRef;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A strict fake: each text's vector is given by the test (an unknown text is an
+    /// error), and every text it is asked for is counted.
+    #[derive(Debug, Default)]
+    struct Fixed {
+        vectors: Vec<(&'static str, Vec<f32>)>,
+        asked: AtomicUsize,
+        calls: AtomicUsize,
+    }
+
+    impl Encoder for Fixed {
+        fn name(&self) -> &str {
+            "fixed"
+        }
+        fn dims(&self) -> usize {
+            2
+        }
+        fn encode(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EncodeError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            self.asked.fetch_add(texts.len(), Ordering::SeqCst);
+            texts
+                .iter()
+                .map(|t| {
+                    self.vectors
+                        .iter()
+                        .find(|(k, _)| k == t)
+                        .map(|(_, v)| v.clone())
+                        .ok_or_else(|| EncodeError::Unknown((*t).to_owned()))
+                })
+                .collect()
+        }
+    }
+
+    fn fixed() -> Arc<Fixed> {
+        Arc::new(Fixed {
+            vectors: vec![
+                ("photography accessories", vec![1.0, 0.0]),
+                ("a flash and a lens bag for my camera", vec![0.9, 0.1]),
+                ("accessories for the kitchen", vec![0.0, 1.0]),
+                ("broken", vec![f32::NAN, 0.0]),
+            ],
+            ..Fixed::default()
+        })
+    }
+
+    fn ranked(ranker: &RankerRef, query: &str, texts: &[(&'static str, f32)]) -> Vec<u32> {
+        let mut pool: Vec<Candidate<'_>> = texts
+            .iter()
+            .enumerate()
+            .map(|(doc, &(text, score))| Candidate {
+                doc: doc as u32,
+                text,
+                score,
+            })
+            .collect();
+        ranker.apply(query, &mut pool);
+        pool.iter().map(|c| c.doc).collect()
+    }
+
+    const POOL: [(&str, f32); 2] = [
+        ("accessories for the kitchen", 2.0),
+        ("a flash and a lens bag for my camera", 1.0),
+    ];
+
+    #[test]
+    fn a_candidate_close_in_meaning_rises_above_a_lexically_better_one() {
+        let encoder = fixed();
+        let ranker = RankerRef::new(SentenceRanker::new(encoder.clone()));
+        assert_eq!(ranked(&ranker, "photography accessories", &POOL), [1, 0]);
+        // Lexical order when the vectors take no share.
+        let lexical = RankerRef::new(SentenceRanker::new(encoder).with_weight(0.0));
+        assert_eq!(ranked(&lexical, "photography accessories", &POOL), [0, 1]);
+    }
+
+    #[test]
+    fn vectors_are_encoded_once_and_kept_for_the_next_search() {
+        let encoder = fixed();
+        let ranker = RankerRef::new(SentenceRanker::new(encoder.clone()));
+        ranked(&ranker, "photography accessories", &POOL);
+        assert_eq!(encoder.asked.load(Ordering::SeqCst), 3);
+        assert_eq!(
+            encoder.calls.load(Ordering::SeqCst),
+            1,
+            "one call per search"
+        );
+        ranked(&ranker, "photography accessories", &POOL);
+        assert_eq!(encoder.calls.load(Ordering::SeqCst), 1, "all kept");
+        // Text is encoded without its surrounding white space, and read from the cache so.
+        assert_eq!(encoded_part("  padded  "), "padded");
+    }
+
+    #[test]
+    fn a_failing_or_broken_encoder_leaves_the_lexical_order() {
+        let ranker = RankerRef::new(SentenceRanker::new(fixed()));
+        // A text the encoder does not know: it fails, the order stays lexical.
+        let unknown = [("accessories for the kitchen", 2.0), ("unheard of", 1.0)];
+        assert_eq!(ranked(&ranker, "photography accessories", &unknown), [0, 1]);
+        // A vector that is not finite breaks the contract: the order stays lexical.
+        let broken = [("accessories for the kitchen", 2.0), ("broken", 1.0)];
+        assert_eq!(ranked(&ranker, "photography accessories", &broken), [0, 1]);
+    }
+
+    #[test]
+    fn a_candidate_scored_zero_is_not_lifted_and_is_never_encoded() {
+        let encoder = fixed();
+        let ranker = SentenceRanker::new(encoder.clone());
+        let mut pool = vec![
+            Candidate {
+                doc: 0,
+                text: "accessories for the kitchen",
+                score: 2.0,
+            },
+            Candidate {
+                doc: 1,
+                text: "a flash and a lens bag for my camera",
+                score: 0.0,
+            },
+        ];
+        ranker.rescore("photography accessories", &mut pool);
+        assert_eq!(pool[1].score, 0.0);
+        assert_eq!(
+            encoder.asked.load(Ordering::SeqCst),
+            2,
+            "query and the one found"
+        );
+    }
+
+    #[test]
+    fn the_encoded_part_is_cut_at_a_character_boundary() {
+        let long = "梦".repeat(MAX_ENCODED_BYTES);
+        let part = encoded_part(&long);
+        assert!(part.len() <= MAX_ENCODED_BYTES && part.len() > MAX_ENCODED_BYTES - 3);
+        assert!(part.chars().all(|c| c == '梦'));
+    }
+}
