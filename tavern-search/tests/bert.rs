@@ -165,13 +165,41 @@ fn a_model_run_otherwise_than_here_is_refused_by_the_file_that_says_so() {
                 .expect("links");
         }
         std::fs::create_dir_all(dir.join("1_Pooling")).expect("creates");
-        let _ = std::fs::remove_file(dir.join(file));
+        // Never written through a link into the fetched model's own file.
+        match std::fs::remove_file(dir.join(file)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => panic!("{file}: {e}"),
+            _ => {}
+        }
         std::fs::write(dir.join(file), text).expect("writes");
         let err = BertEncoder::open(&dir).expect_err(file);
         assert!(err.to_string().contains(says), "{file}: {err}");
     }
     // The model's own folder, with all of them, reads.
     assert!(BertEncoder::open(&model).is_ok());
+}
+
+#[test]
+fn max_seq_length_bounds_what_is_read_of_a_text() {
+    let model = model_dir();
+    let dir = tempfile_dir("short");
+    for f in ["config.json", "tokenizer.json", "model.safetensors"] {
+        std::fs::hard_link(model.join(f), dir.join(f))
+            .or_else(|_| std::fs::copy(model.join(f), dir.join(f)).map(|_| ()))
+            .expect("links");
+    }
+    std::fs::write(
+        dir.join("sentence_bert_config.json"),
+        r#"{"max_seq_length": 16}"#,
+    )
+    .expect("writes");
+    let short = BertEncoder::open(&dir).expect("reads");
+    // The same first fourteen words (plus two special pieces: sixteen), then different ends.
+    let head = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen";
+    let (a, b) = (format!("{head} cats and dogs"), format!("{head} tax law"));
+    let v = short.encode(&[&a, &b]).expect("encodes");
+    assert_eq!(v[0], v[1], "only the first sixteen word pieces are read");
+    let v = encoder().encode(&[&a, &b]).expect("encodes");
+    assert_ne!(v[0], v[1], "the model's own 256 read the ends");
 }
 
 /// An empty folder of this test's own under the target directory.

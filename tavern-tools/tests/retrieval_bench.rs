@@ -296,6 +296,19 @@ fn a_sentence_encoder_ranks_memory_and_history_search_by_meaning() {
     assert!(ok, "{stderr}");
     let by_meaning: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(by_meaning["meta"]["ranker"], "sentence-vectors");
+    assert_eq!(by_meaning["meta"]["rankerSettings"]["pool"], 100);
+    let (ok, stdout, stderr) = bench_with(
+        &path,
+        &[
+            "--sentence-encoder",
+            model.to_str().unwrap(),
+            "--vector-pool",
+            "7",
+        ],
+    );
+    assert!(ok, "{stderr}");
+    let pooled: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(pooled["meta"]["rankerSettings"]["pool"], 7);
     for system in ["memory", "history"] {
         assert_eq!(any(&lexical, system, "any@5"), 0.0, "{system}: {lexical}");
         assert_eq!(
@@ -306,6 +319,10 @@ fn a_sentence_encoder_ranks_memory_and_history_search_by_meaning() {
     }
 
     for (args, says) in [
+        (
+            vec!["--vector-weight", "0.5"],
+            "--vector-weight needs --word-vectors or --sentence-encoder",
+        ),
         (
             vec!["--sentence-encoder", "no-such-dir"],
             "no-such-dir: sentence encoder failed: config.json",

@@ -846,10 +846,26 @@ fn ranker(args: &[String]) -> Result<(RankerRef, Value)> {
                 .map_err(|_| format!("--vector-pool {n:?} is not a count"))?;
             ranker = ranker.with_pool(n);
         }
-        let settings = json!({"weight": ranker.weight(), "encoder": ranker.encoder().name()});
+        let settings = json!({
+            "weight": ranker.weight(),
+            "pool": tavern_search::Ranker::pool(&ranker, 0),
+            "encoder": ranker.encoder().name(),
+        });
         return Ok((RankerRef::new(ranker), settings));
     }
     let Some(path) = value("--word-vectors")? else {
+        for option in [
+            "--vector-weight",
+            "--vector-pool",
+            "--vector-closeness",
+            "--no-vector-pool-idf",
+        ] {
+            if args.iter().any(|a| a == option) {
+                return Err(format!(
+                    "{option} needs --word-vectors or --sentence-encoder: it sets their ranker"
+                ));
+            }
+        }
         return Ok((RankerRef::default(), Value::Null));
     };
     let started = Instant::now();
