@@ -33,6 +33,16 @@ pub struct Candidate<'a> {
     pub score: f32,
 }
 
+/// The best finite score among `candidates` (0 when none is above zero): what a blending
+/// ranker divides a candidate's lexical score by.
+pub fn best_score(candidates: &[Candidate<'_>]) -> f32 {
+    candidates
+        .iter()
+        .map(|c| c.score)
+        .filter(|s| s.is_finite())
+        .fold(0f32, f32::max)
+}
+
 /// Gives lexical candidates their final scores.
 ///
 /// Contract: [`Ranker::rescore`] changes only `score`s, never the slice's length or the

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use rustc_hash::FxHashMap;
 
-use crate::rank::{Candidate, Ranker};
+use crate::rank::{best_score, Candidate, Ranker};
 
 /// Bytes of a text an encoder is handed, at most: a long text's first ones (a sentence
 /// encoder reads a few hundred words; the rest would be cut by it anyway).
@@ -221,11 +221,7 @@ impl Ranker for SentenceRanker {
     }
 
     fn rescore(&self, query: &str, candidates: &mut [Candidate<'_>]) {
-        let best = candidates
-            .iter()
-            .map(|c| c.score)
-            .filter(|s| s.is_finite())
-            .fold(0f32, f32::max);
+        let best = best_score(candidates);
         if best <= 0.0 {
             return;
         }

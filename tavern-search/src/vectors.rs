@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use rustc_hash::FxHashMap;
 
-use crate::rank::{Candidate, Ranker};
+use crate::rank::{best_score, Candidate, Ranker};
 use crate::stopwords::is_stop_word;
 
 /// The most dimensions a vector may have.
@@ -642,11 +642,7 @@ impl Ranker for VectorRanker {
     }
 
     fn rescore(&self, query: &str, candidates: &mut [Candidate<'_>]) {
-        let best = candidates
-            .iter()
-            .map(|c| c.score)
-            .filter(|s| s.is_finite())
-            .fold(0f32, f32::max);
+        let best = best_score(candidates);
         if best <= 0.0 {
             return;
         }

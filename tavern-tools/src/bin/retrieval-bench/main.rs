@@ -811,6 +811,15 @@ fn ranker(args: &[String]) -> Result<(RankerRef, Value)> {
             })
             .transpose()
     };
+    // `--vector-pool N`, for either ranker.
+    let pool_size = || -> Result<Option<usize>> {
+        value("--vector-pool")?
+            .map(|n| {
+                n.parse()
+                    .map_err(|_| format!("--vector-pool {n:?} is not a count"))
+            })
+            .transpose()
+    };
     if let Some(dir) = value("--sentence-encoder")? {
         for other in [
             "--word-vectors",
@@ -840,10 +849,7 @@ fn ranker(args: &[String]) -> Result<(RankerRef, Value)> {
                 .ok_or(format!("--vector-weight {w:?}: a number within 0 and 0.95"))?;
             ranker = ranker.with_weight(weight);
         }
-        if let Some(n) = value("--vector-pool")? {
-            let n: usize = n
-                .parse()
-                .map_err(|_| format!("--vector-pool {n:?} is not a count"))?;
+        if let Some(n) = pool_size()? {
             ranker = ranker.with_pool(n);
         }
         let settings = json!({
@@ -894,10 +900,7 @@ fn ranker(args: &[String]) -> Result<(RankerRef, Value)> {
     if args.iter().any(|a| a == "--no-vector-pool-idf") {
         ranker = ranker.with_pool_idf(false);
     }
-    if let Some(n) = value("--vector-pool")? {
-        let n: usize = n
-            .parse()
-            .map_err(|_| format!("--vector-pool {n:?} is not a count"))?;
+    if let Some(n) = pool_size()? {
         ranker = ranker.with_pool(n);
     }
     let settings = json!({
