@@ -70,6 +70,72 @@ pub trait Ranker: Send + Sync + fmt::Debug {
     /// Sets each candidate's final score for `query`. Through [`RankerRef::apply`] it is
     /// handed only candidates with a finite score above zero, at most [`POOL_MAX`].
     fn rescore(&self, query: &str, candidates: &mut [Candidate<'_>]);
+
+    /// Whether [`Ranker::prepare`] does anything: a ranker whose [`Ranker::rescore`] is slow
+    /// for texts it has not seen (a sentence encoder) says so, and searches that hold a lock
+    /// across `rescore` — memory search inside a store, history search in its cache — first
+    /// find their candidates lexically, hand their texts to `prepare` outside every lock and
+    /// off the async executor, and only then search with the ranker.
+    fn prepares(&self) -> bool {
+        false
+    }
+
+    /// Does beforehand the slow part of rescoring `texts` for `query` (encodes them and keeps
+    /// the vectors), so that a `rescore` of the same query and texts that follows is quick.
+    /// The texts are those a search expects to hand over, best first; what it hands over may
+    /// differ (a memory written in between), and `rescore` must still be right then. Through
+    /// [`RankerRef::prepare`] it is handed at most [`POOL_MAX`] texts. Must not panic.
+    fn prepare(&self, _query: &str, _texts: &[&str]) {}
+}
+
+/// The first, lexical pass of a search whose ranker prepares ([`RankerRef::prepares`]): it
+/// asks for the same pool as that ranker, keeps the lexical scores, and keeps a copy of the
+/// texts it is handed (at most [`POOL_MAX`] in all, first come first kept), which the caller
+/// then hands to [`RankerRef::prepare`] outside its locks before it searches again with the
+/// ranker itself.
+#[derive(Debug)]
+pub struct Gatherer {
+    ranker: RankerRef,
+    texts: std::sync::Mutex<Vec<String>>,
+}
+
+impl Gatherer {
+    /// A first pass for `ranker`.
+    pub fn new(ranker: RankerRef) -> Self {
+        Self {
+            ranker,
+            texts: std::sync::Mutex::default(),
+        }
+    }
+
+    /// The texts handed over so far, in order, leaving none behind.
+    pub fn take_texts(&self) -> Vec<String> {
+        std::mem::take(
+            &mut *self
+                .texts
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+}
+
+impl Ranker for Gatherer {
+    fn name(&self) -> &str {
+        "gatherer"
+    }
+
+    fn pool(&self, wanted: usize) -> usize {
+        self.ranker.pool(wanted)
+    }
+
+    fn rescore(&self, _query: &str, candidates: &mut [Candidate<'_>]) {
+        let mut texts = self
+            .texts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let room = POOL_MAX.saturating_sub(texts.len());
+        texts.extend(candidates.iter().take(room).map(|c| c.text.to_owned()));
+    }
 }
 
 /// The default ranker: BM25's scores are final.
@@ -112,6 +178,21 @@ impl RankerRef {
     /// The ranker.
     pub fn get(&self) -> &dyn Ranker {
         &*self.0
+    }
+
+    /// Whether searches should call [`RankerRef::prepare`] before searching with this ranker
+    /// (see [`Ranker::prepares`]).
+    pub fn prepares(&self) -> bool {
+        self.0.rescores() && self.0.prepares()
+    }
+
+    /// Hands the ranker the first [`POOL_MAX`] of `texts` to prepare for `query` (see
+    /// [`Ranker::prepare`]); nothing when it does not prepare. Slow by design: call it
+    /// outside every lock and off the async executor.
+    pub fn prepare(&self, query: &str, texts: &[&str]) {
+        if self.prepares() {
+            self.0.prepare(query, &texts[..texts.len().min(POOL_MAX)]);
+        }
     }
 
     /// Rescores `candidates` (when the ranker rescores at all), then orders them best first —
@@ -214,6 +295,62 @@ mod tests {
                 score: 1.0,
             },
         ]
+    }
+
+    #[test]
+    fn a_gatherer_keeps_lexical_scores_and_copies_what_it_is_handed_up_to_pool_max() {
+        /// Prepares, and records what it was asked to prepare.
+        #[derive(Debug, Default)]
+        struct Preparing(std::sync::Mutex<Vec<(String, usize)>>);
+        impl Ranker for Preparing {
+            fn name(&self) -> &str {
+                "preparing"
+            }
+            fn pool(&self, _wanted: usize) -> usize {
+                40
+            }
+            fn rescore(&self, _query: &str, _candidates: &mut [Candidate<'_>]) {}
+            fn prepares(&self) -> bool {
+                true
+            }
+            fn prepare(&self, query: &str, texts: &[&str]) {
+                self.0.lock().unwrap().push((query.to_owned(), texts.len()));
+            }
+        }
+        let preparing = Arc::new(Preparing::default());
+        let ranker = RankerRef(preparing.clone());
+        assert!(ranker.prepares() && !RankerRef::default().prepares());
+        let gatherer = Arc::new(Gatherer::new(ranker.clone()));
+        let first = RankerRef(gatherer.clone());
+        assert_eq!(first.pool(10), 40, "the ranker's own pool");
+        let mut c = candidates();
+        assert!(first.apply("gate", &mut c));
+        assert_eq!(c, candidates(), "lexical scores and order kept");
+        assert_eq!(
+            gatherer.take_texts(),
+            ["a long text about the gate", "gate", "the gate"]
+        );
+        assert!(gatherer.take_texts().is_empty(), "taken");
+        // However often a search hands it tiers, it keeps POOL_MAX texts at most.
+        let many: Vec<Candidate<'_>> = (0..600)
+            .map(|doc| Candidate {
+                doc,
+                text: "gate",
+                score: 1.0,
+            })
+            .collect();
+        for _ in 0..3 {
+            first.apply("gate", &mut many.clone());
+        }
+        let texts = gatherer.take_texts();
+        assert_eq!(texts.len(), POOL_MAX);
+        // And the ranker is handed POOL_MAX at most to prepare.
+        let refs: Vec<&str> = vec!["gate"; POOL_MAX + 7];
+        ranker.prepare("gate", &refs);
+        assert_eq!(
+            *preparing.0.lock().unwrap(),
+            [("gate".to_owned(), POOL_MAX)]
+        );
     }
 
     #[test]

@@ -220,6 +220,20 @@ impl Ranker for SentenceRanker {
         self.pool.max(wanted)
     }
 
+    fn prepares(&self) -> bool {
+        true
+    }
+
+    /// Encodes the query and those of `texts` not kept yet, in one call of the encoder, and
+    /// keeps their vectors: a `rescore` of them that follows asks the encoder for nothing.
+    fn prepare(&self, query: &str, texts: &[&str]) {
+        let mut all = Vec::with_capacity(texts.len() + 1);
+        all.push(encoded_part(query));
+        all.extend(texts.iter().map(|t| encoded_part(t)));
+        // A failure is the rescore's to handle: it keeps the lexical order.
+        let _ = self.vectors(&all);
+    }
+
     fn rescore(&self, query: &str, candidates: &mut [Candidate<'_>]) {
         let best = best_score(candidates);
         if best <= 0.0 {
@@ -413,6 +427,50 @@ mod tests {
             2,
             "query and the one found"
         );
+    }
+
+    #[test]
+    fn a_prepared_search_asks_the_encoder_nothing_and_ranks_the_same() {
+        let encoder = fixed();
+        let ranker = RankerRef::new(SentenceRanker::new(encoder.clone()));
+        assert!(ranker.prepares());
+        let texts: Vec<&str> = POOL.iter().map(|(t, _)| *t).collect();
+        // Padded as a search hands them over; kept by what is encoded.
+        ranker.prepare(" photography accessories", &texts);
+        assert_eq!(encoder.calls.load(Ordering::SeqCst), 1, "one call for all");
+        assert_eq!(encoder.asked.load(Ordering::SeqCst), 3, "query and texts");
+        assert_eq!(ranked(&ranker, "photography accessories", &POOL), [1, 0]);
+        assert_eq!(
+            encoder.calls.load(Ordering::SeqCst),
+            1,
+            "the search only looked up what was prepared"
+        );
+        // A text the preparation did not see (written in between) is encoded by the search.
+        let more = [
+            ("accessories for the kitchen", 2.0),
+            ("broken", 1.5),
+            ("a flash and a lens bag for my camera", 1.0),
+        ];
+        assert_eq!(ranked(&ranker, "photography accessories", &more), [2, 0, 1]);
+        assert_eq!(encoder.calls.load(Ordering::SeqCst), 2);
+        assert_eq!(encoder.asked.load(Ordering::SeqCst), 4, "only the new one");
+        // Nothing is prepared for a ranker whose vectors take no share.
+        let off = RankerRef::new(SentenceRanker::new(encoder.clone()).with_weight(0.0));
+        assert!(!off.prepares());
+        off.prepare("a query never seen", &texts);
+        assert_eq!(encoder.calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn a_failed_preparation_leaves_the_search_to_decide() {
+        let encoder = fixed();
+        let ranker = RankerRef::new(SentenceRanker::new(encoder.clone()));
+        // The whole call fails on the unknown text; nothing is kept, nothing panics.
+        ranker.prepare("photography accessories", &["unheard of", POOL[1].0]);
+        assert_eq!(encoder.calls.load(Ordering::SeqCst), 1);
+        // The search then encodes what it is handed, and ranks by meaning.
+        assert_eq!(ranked(&ranker, "photography accessories", &POOL), [1, 0]);
+        assert_eq!(encoder.calls.load(Ordering::SeqCst), 2);
     }
 
     #[test]

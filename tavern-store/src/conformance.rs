@@ -76,6 +76,151 @@ fn var(n: &str) -> VariableName {
     VariableName::parse(n).unwrap()
 }
 
+/// A sentence encoder that is stuck until the test lets it go: it says when it is first
+/// asked, counts its calls, and gives texts naming a lantern the query's direction.
+#[derive(Debug)]
+struct StuckEncoder {
+    query: String,
+    entered: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    gate: (std::sync::Mutex<bool>, std::sync::Condvar),
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl StuckEncoder {
+    fn open(&self) {
+        *self.gate.0.lock().unwrap() = true;
+        self.gate.1.notify_all();
+    }
+}
+
+impl tavern_search::Encoder for StuckEncoder {
+    fn name(&self) -> &str {
+        "stuck"
+    }
+    fn dims(&self) -> usize {
+        2
+    }
+    fn encode(
+        &self,
+        texts: &[&str],
+    ) -> Result<Vec<Vec<f32>>, tavern_search::sentences::EncodeError> {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if let Some(entered) = self.entered.lock().unwrap().take() {
+            let _ = entered.send(());
+        }
+        let mut open = self.gate.0.lock().unwrap();
+        while !*open {
+            open = self.gate.1.wait(open).unwrap();
+        }
+        Ok(texts
+            .iter()
+            .map(|t| {
+                if *t == self.query || t.contains("lantern") {
+                    vec![1.0, 0.0]
+                } else {
+                    vec![0.0, 1.0]
+                }
+            })
+            .collect())
+    }
+}
+
+/// A search whose ranker prepares (a sentence encoder) encodes outside the store's locks:
+/// while its encoder is stuck, another player's memory calls on the same store complete;
+/// once let go, the search ranks by what the encoder said, having asked it once (the search
+/// proper only looked up what was prepared).
+pub async fn memory_prepared_search_encodes_outside_the_lock(f: &Fixture) {
+    use crate::memory::MemorySearchExt;
+    use std::time::Duration;
+    let (mine, theirs) = (agent("slow-player"), agent("other-player"));
+    let s = &f.store;
+    s.put(
+        write("dusk", mine.clone(), "The gate closes at dusk, the gate."),
+        None,
+        false,
+    )
+    .await
+    .unwrap();
+    s.put(
+        write("lantern", mine.clone(), "A lantern hangs by the gate."),
+        None,
+        false,
+    )
+    .await
+    .unwrap();
+    s.put(
+        write("note", theirs.clone(), "The ferry leaves at noon."),
+        None,
+        false,
+    )
+    .await
+    .unwrap();
+    let (entered, asked) = tokio::sync::oneshot::channel();
+    let encoder = Arc::new(StuckEncoder {
+        query: "gate".into(),
+        entered: std::sync::Mutex::new(Some(entered)),
+        gate: (std::sync::Mutex::new(false), std::sync::Condvar::new()),
+        calls: std::sync::atomic::AtomicUsize::new(0),
+    });
+    let ranker = tavern_search::SentenceRanker::new(encoder.clone()).with_weight(0.95);
+    let mut query = MemoryQuery::new("gate", vec![mine.clone()]);
+    query.ranker = tavern_search::RankerRef::new(ranker);
+    let store = s.clone();
+    let slow = tokio::spawn(async move { store.search_prepared(&query).await });
+    let bound = Duration::from_secs(30);
+    if tokio::time::timeout(bound, asked).await.is_err() {
+        encoder.open();
+        panic!("the search never asked its encoder");
+    }
+    // Another player's calls run on other tasks: a call stuck on a lock blocks its thread,
+    // and this one must still be free to notice.
+    let store = s.clone();
+    let others = tokio::spawn(async move {
+        store
+            .put(
+                write("later", theirs.clone(), "The ferry is late."),
+                None,
+                false,
+            )
+            .await
+            .unwrap();
+        let found = store
+            .search(&MemoryQuery::new("ferry", vec![theirs]))
+            .await
+            .unwrap();
+        assert_eq!(found.hits.len(), 2);
+        // The slow player's own scope, lexically, too.
+        store
+            .search(&MemoryQuery::new("dusk", vec![agent("slow-player")]))
+            .await
+            .unwrap()
+            .hits
+            .len()
+    });
+    let done = tokio::time::timeout(bound, others).await;
+    encoder.open();
+    let own = done
+        .expect("another player's memory calls waited for a stuck encoder")
+        .unwrap();
+    assert_eq!(own, 1);
+    let found = tokio::time::timeout(bound, slow)
+        .await
+        .expect("the search did not finish once its encoder was let go")
+        .unwrap()
+        .unwrap();
+    let order: Vec<&str> = found.hits.iter().map(|h| h.record.id.as_str()).collect();
+    assert_eq!(
+        order,
+        ["lantern", "dusk"],
+        "ranked by the encoder's closeness"
+    );
+    assert_eq!(
+        encoder.calls.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the search proper encoded again"
+    );
+}
+
 /// Create, read, update, forget and explicit restore, with conflicts carrying the current
 /// revision.
 pub async fn memory_crud_and_cas(f: &Fixture) {
@@ -1164,7 +1309,7 @@ macro_rules! store_conformance_tests {
             memory_search, variables_cas, variables_patch_atomic, variables_limits_list_clear,
             scopes_are_isolated, state_updates_compose, chats, chat_revisions_are_content, chat_heads,
             checkpoints, prompts,
-            survives_reopen, memory_history_texts);
+            survives_reopen, memory_history_texts, memory_prepared_search_encodes_outside_the_lock);
     };
     (@each $make:expr; $($check:ident),*) => {$(
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

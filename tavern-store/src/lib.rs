@@ -70,7 +70,9 @@ pub use chat::{ChatChange, ChatFile, ChatRevision, ChatStore};
 pub use checkpoint::{CheckpointStatus, CheckpointStore, ProjectorCheckpoint};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{StoreError, Target};
-pub use memory::{MemoryHit, MemoryQuery, MemorySearchResult, MemoryStore, TagMatch, Truncation};
+pub use memory::{
+    MemoryHit, MemoryQuery, MemorySearchExt, MemorySearchResult, MemoryStore, TagMatch, Truncation,
+};
 pub use prompt::{PromptStore, SessionPrompt};
 pub use state::{StateMutation, StateStore, StateStoreExt, StateView, StateViewExt, Verdict};
 pub use transfer::{copy_store, CopyReport, CopyableStore, MemoryDigest, TableDump, Transfer};

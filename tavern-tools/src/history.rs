@@ -674,6 +674,9 @@ async fn chat_hits(
     branch: Option<&[u64]>,
     now: Timestamp,
 ) -> Result<Option<(ChatHits, Option<ParentToSearch>)>, ToolError> {
+    if svc.ranker.prepares() {
+        prepare_ranker(svc, character, chat, args, branch, now).await?;
+    }
     let found = svc
         .history
         .with_entry(svc.chats.as_ref(), character, chat, |entry| {
@@ -711,6 +714,48 @@ async fn chat_hits(
         })
         .await?;
     Ok(found)
+}
+
+/// For a ranker that prepares (a sentence encoder): a lexical first pass over the chat finds
+/// the messages the ranker will be handed, and the ranker prepares them on a CPU thread,
+/// outside the history cache and off the async executor, so the search that follows only
+/// looks up what was prepared (see [`tavern_search::Ranker::prepare`]).
+async fn prepare_ranker(
+    svc: &ToolServices,
+    character: &CharacterName,
+    chat: &ChatId,
+    args: &HistoryArgs,
+    branch: Option<&[u64]>,
+    now: Timestamp,
+) -> Result<(), ToolError> {
+    let gatherer = Arc::new(tavern_search::Gatherer::new(svc.ranker.clone()));
+    let first_pass = RankerRef(gatherer.clone());
+    let searched = svc
+        .history
+        .with_entry(svc.chats.as_ref(), character, chat, |entry| {
+            let copied = branch.map_or(0, |mine| {
+                let theirs = entry.message_digests();
+                mine.iter().zip(theirs).take_while(|(a, b)| a == b).count()
+            });
+            let at = SearchTime {
+                now,
+                zone: svc.zone.as_ref(),
+            };
+            entry
+                .history
+                .search_from(&args.query, args.limit, copied, &first_pass, Some(at));
+        })
+        .await?;
+    if searched.is_none() {
+        return Ok(());
+    }
+    let texts = gatherer.take_texts();
+    let (ranker, query) = (svc.ranker.clone(), args.query.clone());
+    crate::cpu::run_bounded(move || {
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        ranker.prepare(&query, &texts);
+    })
+    .await
 }
 
 /// The start of `text` that fits `max_tokens` with the marker saying how much is shown.

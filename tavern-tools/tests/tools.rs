@@ -34,6 +34,14 @@ fn fixture(rel: &str) -> Vec<u8> {
 }
 
 async fn harness_with(state: serde_json::Value, limits: ToolLimits) -> Harness {
+    harness_ranked(state, limits, tavern_search::RankerRef::default()).await
+}
+
+async fn harness_ranked(
+    state: serde_json::Value,
+    limits: ToolLimits,
+    ranker: tavern_search::RankerRef,
+) -> Harness {
     let clock = Arc::new(ManualClock::new(T0));
     let store = Arc::new(MemStore::new(clock.clone()));
     let mut assets = MemAssets::default();
@@ -62,7 +70,8 @@ async fn harness_with(state: serde_json::Value, limits: ToolLimits) -> Harness {
         name: "白羽".into(),
         description: "A traveler with a lantern.".into(),
     };
-    let services = services(&store, assets);
+    let mut services = services(&store, assets);
+    services.ranker = ranker;
     let sera = CharacterName::parse("Seraphina").unwrap();
     let main = ChatId::parse("Seraphina - 1").unwrap();
     let lines = vec![
@@ -1043,6 +1052,99 @@ async fn scene_get_substitutes_macros_in_the_note() {
     .await;
     let v = h.ok("s1", "tavern_scene_get", json!({})).await;
     assert_eq!(v["note"], "Stay close to 白羽, Seraphina. ", "{v}");
+}
+
+/// A sentence encoder that records the thread of each call and prefers texts holding
+/// `near` (and the query).
+#[derive(Debug)]
+struct ThreadRecorder {
+    near: &'static str,
+    query: &'static str,
+    calls: std::sync::Mutex<Vec<std::thread::ThreadId>>,
+    names: std::sync::Mutex<Vec<String>>,
+}
+
+impl tavern_search::Encoder for ThreadRecorder {
+    fn name(&self) -> &str {
+        "thread-recorder"
+    }
+    fn dims(&self) -> usize {
+        2
+    }
+    fn encode(
+        &self,
+        texts: &[&str],
+    ) -> Result<Vec<Vec<f32>>, tavern_search::sentences::EncodeError> {
+        let me = std::thread::current();
+        self.calls.lock().unwrap().push(me.id());
+        self.names
+            .lock()
+            .unwrap()
+            .push(me.name().unwrap_or_default().to_owned());
+        Ok(texts
+            .iter()
+            .map(|t| {
+                if *t == self.query || t.contains(self.near) {
+                    vec![1.0, 0.0]
+                } else {
+                    vec![0.0, 1.0]
+                }
+            })
+            .collect())
+    }
+}
+
+/// With a sentence encoder, history and memory search encode once per search, outside the
+/// history cache and the store, off the async executor (history on the CPU threads), and
+/// rank by what the encoder said.
+#[tokio::test]
+async fn searches_encode_once_off_the_executor_and_rank_by_meaning() {
+    for (near, first) in [("Where is", 2), ("north", 3)] {
+        let encoder = Arc::new(ThreadRecorder {
+            near,
+            query: "silver gate",
+            calls: Default::default(),
+            names: Default::default(),
+        });
+        let ranker = tavern_search::RankerRef::new(
+            tavern_search::SentenceRanker::new(encoder.clone()).with_weight(0.95),
+        );
+        let h = harness_ranked(default_state(), ToolLimits::default(), ranker).await;
+        let v = h
+            .ok(
+                "s1",
+                "tavern_history_search",
+                json!({"query": "silver gate"}),
+            )
+            .await;
+        assert_eq!(v["items"][0]["index"], first - 1, "{near}: {v}");
+        let names = encoder.names.lock().unwrap().clone();
+        assert_eq!(names.len(), 1, "one call, the search looked up: {names:?}");
+        assert!(names[0].starts_with("tavern-cpu-"), "{names:?}");
+
+        for text in [
+            "The silver gate is closed tonight.".to_owned(),
+            format!("{near}: the silver gate."),
+        ] {
+            h.ok("s1", "memory_write", json!({"content": text})).await;
+        }
+        let found = h
+            .ok("s1", "memory_search", json!({"query": "silver gate"}))
+            .await;
+        assert!(
+            found["items"][0]["content"]
+                .as_str()
+                .is_some_and(|c| c.contains(near)),
+            "{found}"
+        );
+        let calls = encoder.calls.lock().unwrap().clone();
+        assert_eq!(calls.len(), 2, "one more call for the memory search");
+        assert_ne!(
+            calls[1],
+            std::thread::current().id(),
+            "memory search encoded on the executor's thread"
+        );
+    }
 }
 
 #[tokio::test]

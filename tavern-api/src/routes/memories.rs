@@ -10,7 +10,7 @@ use tavern_core::{
     AuditEntry, MemoryId, MemoryKind, MemoryRecord, MemorySource, MemoryWrite, Revision, ScopeKey,
     SessionId, Tag, Timestamp,
 };
-use tavern_store::{MemoryQuery, MemoryStore};
+use tavern_store::{MemoryQuery, MemorySearchExt};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::app::{created, user_source, Api};
@@ -378,7 +378,7 @@ pub async fn list(
     query.limit = limit;
     query.offset = offset;
     query.ranker = api.runtime().config().ranker.clone();
-    let found = api.runtime().stores().search(&query).await?;
+    let found = api.runtime().stores().search_prepared(&query).await?;
     let now = api.runtime().clock().now();
     Ok(Json(MemoryPage {
         items: found

@@ -218,3 +218,43 @@ pub trait MemoryStore: Send + Sync {
         id: Option<&MemoryId>,
     ) -> Result<Vec<AuditEntry>, StoreError>;
 }
+
+/// Memory search with a ranker that prepares ([`tavern_search::RankerRef::prepares`]: a
+/// sentence encoder) done so that the slow part runs outside the store's locks — what
+/// every caller that searches on a player's behalf uses.
+#[async_trait]
+pub trait MemorySearchExt: MemoryStore {
+    /// [`MemoryStore::search`], in three steps when the query's ranker prepares: a lexical
+    /// first pass through a [`tavern_search::Gatherer`] finds the texts the ranker will be
+    /// handed; [`tavern_search::RankerRef::prepare`] encodes them with no lock held and off
+    /// the async executor; then the search runs with the ranker, which only looks up what
+    /// it prepared. So a slow or stuck encoder holds up its own search, never another
+    /// player's memory calls. A memory written between the passes is encoded during the
+    /// search (a tier's worth at most, and only when its own scope was written meanwhile).
+    /// With any other ranker, one plain search.
+    ///
+    /// # Errors
+    /// Those of [`MemoryStore::search`], and [`StoreError::Internal`] when the preparing
+    /// thread panicked.
+    async fn search_prepared(&self, query: &MemoryQuery) -> Result<MemorySearchResult, StoreError> {
+        if !query.ranker.prepares() {
+            return self.search(query).await;
+        }
+        let gatherer = std::sync::Arc::new(tavern_search::Gatherer::new(query.ranker.clone()));
+        let mut first = query.clone();
+        first.ranker = RankerRef(gatherer.clone());
+        // The hits are not needed: the gatherer kept the texts the ranker will be handed.
+        self.search(&first).await?;
+        let texts = gatherer.take_texts();
+        let (ranker, text) = (query.ranker.clone(), query.text.clone());
+        crate::blocking::off_executor(move || {
+            let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+            ranker.prepare(&text, &texts);
+        })
+        .await
+        .map_err(|e| StoreError::Internal(format!("preparing the search's ranker failed: {e}")))?;
+        self.search(query).await
+    }
+}
+
+impl<T: MemoryStore + ?Sized> MemorySearchExt for T {}

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tavern_core::revision::short_digest;
 use tavern_core::{MemoryId, MemoryKind, MemoryRecord, MemoryWrite, Scope, Tag};
-use tavern_store::{MemoryQuery, TagMatch};
+use tavern_store::{MemoryQuery, MemorySearchExt, TagMatch};
 
 use super::{check_write, revision, rounded, Listing, MemoryScope, RevisionArg, TruncatedBy};
 use crate::context::ToolContext;
@@ -299,7 +299,7 @@ impl TypedTool for Search {
         q.limit = a.limit.unwrap_or(l.default_results);
         q.max_tokens = Some(a.max_tokens.unwrap_or(l.default_tokens));
         q.ranker = svc.ranker.clone();
-        let res = svc.memory.search(&q).await?;
+        let res = svc.memory.search_prepared(&q).await?;
         Ok(Listing {
             items: res
                 .hits

@@ -28,7 +28,7 @@ use tavern_core::{
 };
 use tavern_search::RankerRef;
 use tavern_store::mem::MemStore;
-use tavern_store::{ManualClock, MemoryQuery, MemoryStore};
+use tavern_store::{ManualClock, MemoryQuery, MemorySearchExt, MemoryStore};
 use tavern_tools::history::{HistoryIndex, SearchTime};
 
 use super::{line, percentile, st_date, Result};
@@ -448,7 +448,10 @@ async fn memory_ranking(
     query.limit = ASKED;
     query.ranker = ranker.clone();
     let started = Instant::now();
-    let found = store.search(&query).await.map_err(|e| e.to_string())?;
+    let found = store
+        .search_prepared(&query)
+        .await
+        .map_err(|e| e.to_string())?;
     let took = started.elapsed();
     let ranking = found
         .hits
