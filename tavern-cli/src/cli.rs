@@ -135,8 +135,15 @@ pub struct ServeArgs {
     /// as well as words, as `tavern-bridge --word-vectors` does for the model's searches.
     #[arg(long, value_name = "FILE")]
     pub word_vectors: Option<PathBuf>,
-    /// The share of a result's score that comes from --word-vectors, 0 to 0.95.
-    #[arg(long, value_name = "W", requires = "word_vectors")]
+    /// A sentence encoder (a sentence-transformers BERT folder, as
+    /// `scripts/sentence-encoder.sh` fetches it) to rank the panel's memory search by what
+    /// whole sentences mean, as `tavern-bridge --sentence-encoder` does. Instead of
+    /// --word-vectors.
+    #[arg(long, value_name = "DIR", conflicts_with = "word_vectors")]
+    pub sentence_encoder: Option<PathBuf>,
+    /// The share of a result's score that comes from --word-vectors or --sentence-encoder,
+    /// 0 to 0.95.
+    #[arg(long, value_name = "W")]
     pub vector_weight: Option<f32>,
 }
 

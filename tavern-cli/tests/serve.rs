@@ -207,7 +207,11 @@ fn the_store_check_says_whether_the_data_is_whole_and_names_the_damaged_file() {
     server.stop();
 }
 
-/// The panel's memory search through `tavern serve --word-vectors`: what the query means
+#[path = "../../tavern-search/tests/support/sentence_model.rs"]
+mod sentence_model;
+
+/// The panel's memory search through `tavern serve --word-vectors` (and
+/// `--sentence-encoder`): what the query means
 /// comes first among memories that tie on words (#34).
 #[test]
 fn the_panels_search_ranks_by_meaning_with_word_vectors() {
@@ -249,6 +253,14 @@ fn the_panels_search_ranks_by_meaning_with_word_vectors() {
     let ranked = search(
         &["--word-vectors", file.to_str().unwrap()],
         vectors_dir.path(),
+    );
+    assert_eq!(ranked[0], "zz-camera", "{ranked:?}");
+    // The real sentence encoder, through the same panel search (encoded outside the store).
+    let model = sentence_model::sentence_model_dir();
+    let encoder_dir = tempfile::tempdir().unwrap();
+    let ranked = search(
+        &["--sentence-encoder", model.to_str().unwrap()],
+        encoder_dir.path(),
     );
     assert_eq!(ranked[0], "zz-camera", "{ranked:?}");
 

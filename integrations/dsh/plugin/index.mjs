@@ -51,6 +51,8 @@ export const settings = {
   storeMaxLoadedMemories: { type: 'number', default: -1, description: "With `store`: hold only the memories of the scopes this host's sessions use, about this many records beyond what one call needs (the least recently used scopes are dropped past it), so hosts sharing a large database each hold their players' memories, not everyone's. Negative: every memory is held. Not with storeImageDir." },
   wordVectors: { type: 'string', default: '', description: 'Word vectors (GloVe or fastText as text: `word v1 v2 …` per line) to rank memory, history and lore search by meaning as well as words ("photography" finds the camera and the lens). Read when the bridge starts (about 1.3 s for GloVe\'s 400,000 words). Empty: words alone.' },
   vectorWeight: { type: 'number', default: 0.5, description: 'With `wordVectors`: the share of a result\'s score that comes from the vectors, 0 to 0.95.' },
+  sentenceEncoder: { type: 'string', default: '', description: 'A sentence encoder folder (all-MiniLM-L6-v2 as the repository\'s scripts/sentence-encoder.sh fetches it) to rank memory, history and lore search by what whole sentences mean ("activities in the evening" finds "winding down by 9:30 pm"). Each text is encoded once, outside every lock: a player\'s first search by meaning is slower, never another player\'s. English only in effect. Instead of `wordVectors`. Empty: words alone.' },
+  sentenceWeight: { type: 'number', default: 0.6, description: 'With `sentenceEncoder`: the share of a result\'s score that comes from the sentence vectors, 0 to 0.95.' },
   assets: { type: 'string', default: () => join(dshHome(), 'agent-tavern-assets'), description: 'A SillyTavern-style folder with characters/ and worlds/.' },
   user: { type: 'string', default: 'User', description: "The user's display name in chats (a SillyTavern settings.json in assets with personas wins over it)." },
   personaDescription: { type: 'string', default: '', description: "The user's persona description, for a setup without a SillyTavern settings.json in assets." },
@@ -147,10 +149,11 @@ function startBridge(path, config, logger, onExit) {
   if (config.storeCaFile) opt('--store-ca-file', config.storeCaFile)
   if (store && config.storeImageDir) opt('--store-image-dir', config.storeImageDir)
   if (store && config.storeMaxLoadedMemories >= 0) opt('--store-max-loaded-memories', Math.floor(config.storeMaxLoadedMemories))
-  if (config.wordVectors) {
-    opt('--word-vectors', config.wordVectors)
-    opt('--vector-weight', config.vectorWeight ?? 0.5)
-  }
+  // Both set: both go, and the bridge refuses the pair by name rather than one being dropped.
+  if (config.wordVectors) opt('--word-vectors', config.wordVectors)
+  if (config.sentenceEncoder) opt('--sentence-encoder', config.sentenceEncoder)
+  if (config.wordVectors) opt('--vector-weight', config.vectorWeight ?? 0.5)
+  else if (config.sentenceEncoder) opt('--vector-weight', config.sentenceWeight ?? 0.6)
   if (config.assets && existsSync(config.assets)) opt('--assets', config.assets)
   if (config.chatFolder && !store) opt('--chat-folder', config.chatFolder)
   for (const world of config.worlds ?? []) opt('--world', world)

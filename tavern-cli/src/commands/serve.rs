@@ -15,7 +15,6 @@ use tavern_dsh_adapter::bridge::host::BridgeHost;
 use tavern_dsh_adapter::{Runtime, RuntimeConfig};
 use tavern_projector::HostEvent;
 use tavern_runtime::{AgentMount, HostError, HostPort, LoggedEvent, TavernLogEvent};
-use tavern_search::{RankerRef, VectorRanker};
 use tavern_store::SystemClock;
 use tavern_tools::assets::provider::{DirAssets, Persona};
 
@@ -45,20 +44,14 @@ pub async fn run(
             args.listen
         )));
     }
-    let ranker = match args.word_vectors.clone() {
-        // Read on the blocking pool: a second or so for 400,000 words.
-        Some(path) => {
-            let weight = args.vector_weight;
-            let read = tokio::task::spawn_blocking(move || {
-                VectorRanker::open(&path, weight)
-                    .map_err(|e| format!("--word-vectors {}: {e}", path.display()))
-            })
-            .await
-            .map_err(|e| CliError::Failed(format!("--word-vectors: the read stopped: {e}")))?;
-            RankerRef::new(read.map_err(CliError::Usage)?)
-        }
-        None => RankerRef::default(),
-    };
+    // Read before the store opens, so a bad file stops the start at once.
+    let (ranker, _said) = tavern_runtime::open_ranker(tavern_runtime::RankerChoice {
+        word_vectors: args.word_vectors.clone(),
+        sentence_encoder: args.sentence_encoder.clone(),
+        weight: args.vector_weight,
+    })
+    .await
+    .map_err(|e| CliError::Usage(e.to_string()))?;
     let stores = backend::open(ctx, false).await?.stores();
     let host = Arc::new(ServeHost::new(args.sessions.clone()));
     let assets = Arc::new(DirAssets::new(

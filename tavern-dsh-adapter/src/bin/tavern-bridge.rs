@@ -12,7 +12,7 @@ use tavern_dsh_adapter::bridge::host::BridgeHost;
 use tavern_dsh_adapter::bridge::{Bridge, BridgeConfig, DEFAULT_MAX_FRAME_BYTES};
 use tavern_dsh_adapter::{Runtime, RuntimeConfig};
 use tavern_runtime::mcp::McpServer;
-use tavern_search::{RankerRef, VectorRanker};
+use tavern_search::RankerRef;
 use tavern_store::fs::{FsOptions, FsStore};
 use tavern_store::{AllStores, ChatStore, SystemClock};
 use tavern_tools::assets::provider::{
@@ -117,8 +117,22 @@ struct Common {
     /// `scripts/word-vectors.sh` fetches GloVe 6B 50d.
     #[arg(long, value_name = "FILE", global = true)]
     word_vectors: Option<PathBuf>,
-    /// The share of a result's score that comes from --word-vectors, 0 to 0.95.
-    #[arg(long, value_name = "W", requires = "word_vectors", global = true)]
+    /// A sentence encoder (a sentence-transformers BERT folder: all-MiniLM-L6-v2, as
+    /// `scripts/sentence-encoder.sh` fetches it) to rank memory, history and lore search by
+    /// what whole sentences mean ("activities in the evening" finds "winding down by
+    /// 9:30 pm"). Texts are encoded outside every lock, once each (about 60 short texts a
+    /// second on two cores), so a player's first search by meaning is slower, never another
+    /// player's. English models read Chinese poorly. Instead of --word-vectors.
+    #[arg(
+        long,
+        value_name = "DIR",
+        global = true,
+        conflicts_with = "word_vectors"
+    )]
+    sentence_encoder: Option<PathBuf>,
+    /// The share of a result's score that comes from --word-vectors or --sentence-encoder,
+    /// 0 to 0.95.
+    #[arg(long, value_name = "W", global = true)]
     vector_weight: Option<f32>,
     /// The largest card or world book file read from `--assets`, in MiB; a larger one is
     /// refused by name, never read (the largest real card seen is about 2 MiB).
@@ -366,25 +380,17 @@ async fn run(cli: Cli) -> Result<(), String> {
 }
 
 /// The ranker the tools hand their candidates to: the lexical one, or one over
-/// `--word-vectors`. The file is read on the blocking pool (a second or so for 400,000
-/// words), not on a worker the runtime's other tasks share.
+/// `--word-vectors` or `--sentence-encoder`, read on the blocking pool.
 async fn ranker(common: &Common) -> Result<RankerRef, String> {
-    let Some(path) = common.word_vectors.clone() else {
-        return Ok(RankerRef::default());
-    };
-    let weight = common.vector_weight;
-    let ranker = tokio::task::spawn_blocking(move || {
-        VectorRanker::open(&path, weight)
-            .map_err(|e| format!("--word-vectors {}: {e}", path.display()))
+    let (ranker, said) = tavern_runtime::open_ranker(tavern_runtime::RankerChoice {
+        word_vectors: common.word_vectors.clone(),
+        sentence_encoder: common.sentence_encoder.clone(),
+        weight: common.vector_weight,
     })
     .await
-    .map_err(|e| format!("--word-vectors: the read stopped: {e}"))??;
-    tracing::info!(
-        words = ranker.vectors().len(),
-        dims = ranker.vectors().dims(),
-        "word vectors read"
-    );
-    Ok(RankerRef::new(ranker))
+    .map_err(|e| e.to_string())?;
+    tracing::info!("{said}");
+    Ok(ranker)
 }
 
 /// Serves the host on stdio until it is done.

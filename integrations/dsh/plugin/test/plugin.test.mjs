@@ -362,6 +362,19 @@ test('word vectors and their weight go to the bridge, and only when set', async 
   const unset = await argvOf({ vectorWeight: 0.3 }, 'c.log')
   assert.equal(after(unset, '--word-vectors'), undefined)
   assert.equal(after(unset, '--vector-weight'), undefined, 'no vectors: no weight')
+  // A sentence encoder, with its own weight.
+  const model = join(data, 'all-MiniLM-L6-v2')
+  const encoder = await argvOf({ sentenceEncoder: model }, 'd.log')
+  assert.equal(after(encoder, '--sentence-encoder'), model)
+  assert.equal(after(encoder, '--word-vectors'), undefined)
+  assert.equal(after(encoder, '--vector-weight'), '0.6', 'the encoder\'s default weight')
+  const encoderWeighted = await argvOf({ sentenceEncoder: model, sentenceWeight: 0.4, vectorWeight: 0.3 }, 'e.log')
+  assert.equal(after(encoderWeighted, '--vector-weight'), '0.4')
+  // Both: both go (the bridge refuses the pair by name), with one weight.
+  const both = await argvOf({ sentenceEncoder: model, wordVectors: vectors }, 'f.log')
+  assert.equal(after(both, '--sentence-encoder'), model)
+  assert.equal(after(both, '--word-vectors'), vectors)
+  assert.equal(after(both, '--vector-weight'), '0.5')
 })
 
 test('a PostgreSQL store\'s image folder and scope bound go to the bridge, and only with a store', async (t) => {
