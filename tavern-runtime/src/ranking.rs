@@ -61,8 +61,9 @@ pub enum RankingError {
 /// what was read. BM25 alone when the choice names no file.
 ///
 /// A sentence encoder's ranker prepares ([`tavern_search::Ranker::prepare`]): searches then
-/// encode outside every lock, so one player's first search by meaning holds up no other
-/// player's calls.
+/// encode on the blocking pool with no lock held, two at a time
+/// ([`tavern_store::prepared_ranker`]), so one player's first search by meaning holds up no
+/// other player's memory, variable or chat calls.
 ///
 /// # Errors
 /// [`RankingError`] naming the option, the file and what is wrong.

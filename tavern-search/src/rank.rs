@@ -72,25 +72,55 @@ pub trait Ranker: Send + Sync + fmt::Debug {
     fn rescore(&self, query: &str, candidates: &mut [Candidate<'_>]);
 
     /// Whether [`Ranker::prepare`] does anything: a ranker whose [`Ranker::rescore`] is slow
-    /// for texts it has not seen (a sentence encoder) says so, and searches that hold a lock
-    /// across `rescore` — memory search inside a store, history search in its cache — first
-    /// find their candidates lexically, hand their texts to `prepare` outside every lock and
-    /// off the async executor, and only then search with the ranker.
+    /// for texts it has not seen (a sentence encoder) says so, and every search on a player's
+    /// behalf — memory search inside a store (under its lock), history search (on the async
+    /// executor), lore search (on the CPU threads) — first finds its candidates lexically
+    /// through a [`Gatherer`], has them prepared on the blocking pool with no lock held, and
+    /// then ranks with the ranker `prepare` returned.
     fn prepares(&self) -> bool {
         false
     }
 
-    /// Does beforehand the slow part of rescoring `texts` for `query` (encodes them and keeps
-    /// the vectors), so that a `rescore` of the same query and texts that follows is quick.
-    /// The texts are those a search expects to hand over, best first; what it hands over may
-    /// differ (a memory written in between), and `rescore` must still be right then. Through
-    /// [`RankerRef::prepare`] it is handed at most [`POOL_MAX`] texts. Must not panic.
-    fn prepare(&self, _query: &str, _texts: &[&str]) {}
+    /// Does the slow part of rescoring `texts` for `query` beforehand (encodes them) and
+    /// returns the ranker the search then ranks with: one that only looks up what was
+    /// prepared and never does slow work (a text it was not handed — written in between —
+    /// counts as not close; a failed preparation leaves the lexical order), or `None` to rank
+    /// with this one. The texts are those a search expects to hand over, best first, each cut
+    /// to its first [`GATHERED_TEXT_BYTES`] after its leading white space (a preparing ranker
+    /// must read no more of a text than that). Through [`RankerRef::prepare`] it is handed at
+    /// most [`POOL_MAX`] texts. Must not panic.
+    fn prepare(&self, _query: &str, _texts: &[&str]) -> Option<Arc<dyn Ranker>> {
+        None
+    }
+
+    /// [`Ranker::prepare`] when it needs no slow work (every text and the query kept from
+    /// before, or nothing to prepare), else `None`: quick, so callers try it first, without
+    /// waiting for a turn to prepare.
+    fn prepare_kept(&self, _query: &str, _texts: &[&str]) -> Option<Arc<dyn Ranker>> {
+        None
+    }
+}
+
+/// Bytes of each candidate's text (after its leading white space) a [`Gatherer`] copies for
+/// a ranker to prepare: what a sentence encoder reads (4 KiB) and word vectors read (8 KiB)
+/// fit in it, so a memory of 64 KiB costs the copy no more than one of 8.
+pub const GATHERED_TEXT_BYTES: usize = 8 * 1024;
+
+/// The part of `text` a [`Gatherer`] keeps: its first [`GATHERED_TEXT_BYTES`] after its
+/// leading white space, cut at a character boundary.
+pub fn gathered_part(text: &str) -> &str {
+    let text = text.trim_start();
+    let mut end = text.len().min(GATHERED_TEXT_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// The first, lexical pass of a search whose ranker prepares ([`RankerRef::prepares`]): it
 /// asks for the same pool as that ranker, keeps the lexical scores, and keeps a copy of the
-/// texts it is handed (at most [`POOL_MAX`] in all, first come first kept), which the caller
+/// texts it is handed (at most [`POOL_MAX`] in all, first come first kept, each its
+/// [`gathered_part`]), which the caller
 /// then hands to [`RankerRef::prepare`] outside its locks before it searches again with the
 /// ranker itself.
 #[derive(Debug)]
@@ -134,7 +164,12 @@ impl Ranker for Gatherer {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let room = POOL_MAX.saturating_sub(texts.len());
-        texts.extend(candidates.iter().take(room).map(|c| c.text.to_owned()));
+        texts.extend(
+            candidates
+                .iter()
+                .take(room)
+                .map(|c| gathered_part(c.text).to_owned()),
+        );
     }
 }
 
@@ -187,12 +222,30 @@ impl RankerRef {
     }
 
     /// Hands the ranker the first [`POOL_MAX`] of `texts` to prepare for `query` (see
-    /// [`Ranker::prepare`]); nothing when it does not prepare. Slow by design: call it
-    /// outside every lock and off the async executor.
-    pub fn prepare(&self, query: &str, texts: &[&str]) {
-        if self.prepares() {
-            self.0.prepare(query, &texts[..texts.len().min(POOL_MAX)]);
+    /// [`Ranker::prepare`]) and returns the ranker to search with: what it prepared, or
+    /// itself when it does not prepare. Slow by design: call it outside every lock and off
+    /// the async executor.
+    #[must_use]
+    pub fn prepare(&self, query: &str, texts: &[&str]) -> RankerRef {
+        if !self.prepares() {
+            return self.clone();
         }
+        match self.0.prepare(query, &texts[..texts.len().min(POOL_MAX)]) {
+            Some(prepared) => Self(prepared),
+            None => self.clone(),
+        }
+    }
+
+    /// [`Ranker::prepare_kept`] through the same bounds as [`RankerRef::prepare`]: the ranker
+    /// to search with when preparing needs no slow work, itself when it does not prepare.
+    #[must_use]
+    pub fn prepare_kept(&self, query: &str, texts: &[&str]) -> Option<RankerRef> {
+        if !self.prepares() {
+            return Some(self.clone());
+        }
+        self.0
+            .prepare_kept(query, &texts[..texts.len().min(POOL_MAX)])
+            .map(Self)
     }
 
     /// Rescores `candidates` (when the ranker rescores at all), then orders them best first —
@@ -313,8 +366,9 @@ mod tests {
             fn prepares(&self) -> bool {
                 true
             }
-            fn prepare(&self, query: &str, texts: &[&str]) {
+            fn prepare(&self, query: &str, texts: &[&str]) -> Option<Arc<dyn Ranker>> {
                 self.0.lock().unwrap().push((query.to_owned(), texts.len()));
+                Some(Arc::new(Lexical))
             }
         }
         let preparing = Arc::new(Preparing::default());
@@ -346,11 +400,23 @@ mod tests {
         assert_eq!(texts.len(), POOL_MAX);
         // And the ranker is handed POOL_MAX at most to prepare.
         let refs: Vec<&str> = vec!["gate"; POOL_MAX + 7];
-        ranker.prepare("gate", &refs);
+        let prepared = ranker.prepare("gate", &refs);
         assert_eq!(
             *preparing.0.lock().unwrap(),
             [("gate".to_owned(), POOL_MAX)]
         );
+        assert_eq!(prepared.get().name(), "lexical", "what prepare returned");
+        // A long text is copied as far as a preparing ranker may read it.
+        let long = format!("  {}", "梦".repeat(GATHERED_TEXT_BYTES));
+        let mut c = vec![Candidate {
+            doc: 0,
+            text: &long,
+            score: 1.0,
+        }];
+        first.apply("gate", &mut c);
+        let kept = gatherer.take_texts();
+        assert!(kept[0].len() <= GATHERED_TEXT_BYTES && kept[0].len() > GATHERED_TEXT_BYTES - 3);
+        assert!(kept[0].chars().all(|c| c == '梦'));
     }
 
     #[test]

@@ -184,6 +184,13 @@ impl SentenceRanker {
             return None;
         }
         let mut cache = lock();
+        // Full: emptied before this call's vectors go in, never halfway through them.
+        if cache.vectors.len() + missing.len() > CACHE_TEXTS
+            || cache.values + missing.len() * dims > CACHE_VALUES
+        {
+            cache.vectors.clear();
+            cache.values = 0;
+        }
         for (&i, v) in missing.iter().zip(encoded) {
             if v.len() != dims || v.iter().any(|x| !x.is_finite()) {
                 continue;
@@ -192,11 +199,10 @@ impl SentenceRanker {
             let unit: Option<Arc<[f32]>> =
                 (norm > 0.0).then(|| v.iter().map(|x| x / norm).collect());
             if let Some(unit) = &unit {
-                if cache.vectors.len() >= CACHE_TEXTS || cache.values + dims > CACHE_VALUES {
-                    cache.vectors.clear();
-                    cache.values = 0;
-                }
-                if cache.vectors.insert(keys[i], unit.clone()).is_none() {
+                if cache.vectors.len() < CACHE_TEXTS
+                    && cache.values + dims <= CACHE_VALUES
+                    && cache.vectors.insert(keys[i], unit.clone()).is_none()
+                {
                     cache.values += dims;
                 }
             }
@@ -225,43 +231,167 @@ impl Ranker for SentenceRanker {
     }
 
     /// Encodes the query and those of `texts` not kept yet, in one call of the encoder, and
-    /// keeps their vectors: a `rescore` of them that follows asks the encoder for nothing.
-    fn prepare(&self, query: &str, texts: &[&str]) {
+    /// returns a ranker that ranks with these vectors alone and never calls the encoder: a
+    /// candidate it was not handed counts as not close, and when the encoder failed (or no
+    /// text was handed) it keeps the lexical order.
+    fn prepare_kept(&self, query: &str, texts: &[&str]) -> Option<Arc<dyn Ranker>> {
+        let mut prepared = self.prepared();
+        if texts.is_empty() {
+            return Some(Arc::new(prepared));
+        }
+        let cache = self
+            .cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let kept = |text: &str| {
+            let key = (self.keys.hash_one(text), text.len());
+            cache.vectors.get(&key).map(|v| (key, v.clone()))
+        };
+        prepared.query = Some(kept(encoded_part(query))?.1);
+        for text in texts {
+            let (key, v) = kept(encoded_part(text))?;
+            prepared.vectors.insert(key, v);
+        }
+        Some(Arc::new(prepared))
+    }
+
+    fn prepare(&self, query: &str, texts: &[&str]) -> Option<Arc<dyn Ranker>> {
+        let mut prepared = self.prepared();
+        if texts.is_empty() {
+            return Some(Arc::new(prepared));
+        }
         let mut all = Vec::with_capacity(texts.len() + 1);
         all.push(encoded_part(query));
         all.extend(texts.iter().map(|t| encoded_part(t)));
-        // A failure is the rescore's to handle: it keeps the lexical order.
-        let _ = self.vectors(&all);
+        if let Some(vectors) = self.vectors(&all) {
+            prepared.query = vectors[0].clone();
+            for (text, v) in all[1..].iter().zip(&vectors[1..]) {
+                if let Some(v) = v {
+                    prepared
+                        .vectors
+                        .insert((self.keys.hash_one(text), text.len()), v.clone());
+                }
+            }
+        }
+        Some(Arc::new(prepared))
     }
 
     fn rescore(&self, query: &str, candidates: &mut [Candidate<'_>]) {
-        let best = best_score(candidates);
-        if best <= 0.0 {
+        let found = found(candidates);
+        if found.is_empty() {
             return;
         }
-        // Only candidates the words found: one scored zero or below is not lifted by meaning.
-        let found: Vec<usize> = (0..candidates.len())
-            .filter(|&i| candidates[i].score > 0.0 && candidates[i].score.is_finite())
-            .collect();
         let mut texts = vec![encoded_part(query)];
         texts.extend(found.iter().map(|&i| encoded_part(candidates[i].text)));
         let Some(vectors) = self.vectors(&texts) else {
             return;
         };
-        let Some(q) = vectors[0].clone() else {
+        if let Some(q) = &vectors[0] {
+            blend(self.weight, q, candidates, &found, &vectors[1..]);
+        }
+    }
+}
+
+/// The candidates a blend rescores: those the words found (a finite score above zero); one
+/// scored zero or below is not lifted by meaning, and never encoded.
+fn found(candidates: &[Candidate<'_>]) -> Vec<usize> {
+    if best_score(candidates) <= 0.0 {
+        return Vec::new();
+    }
+    (0..candidates.len())
+        .filter(|&i| candidates[i].score > 0.0 && candidates[i].score.is_finite())
+        .collect()
+}
+
+/// `(1 − weight) × lexical / best + weight × max(cosine, 0)` for each of `found`, whose
+/// unit vectors are `vectors` in order (`None`: no closeness).
+fn blend(
+    weight: f32,
+    query: &[f32],
+    candidates: &mut [Candidate<'_>],
+    found: &[usize],
+    vectors: &[Option<Arc<[f32]>>],
+) {
+    let best = best_score(candidates);
+    for (&i, v) in found.iter().zip(vectors) {
+        let cosine = v.as_ref().map_or(0.0, |v| {
+            query
+                .iter()
+                .zip(v.iter())
+                .map(|(a, b)| a * b)
+                .sum::<f32>()
+                .max(0.0)
+        });
+        let c = &mut candidates[i];
+        c.score = (1.0 - weight) * c.score / best + weight * cosine;
+    }
+}
+
+impl SentenceRanker {
+    /// A prepared ranker with no vectors yet (which keeps the lexical order).
+    fn prepared(&self) -> Prepared {
+        Prepared {
+            weight: self.weight,
+            pool: self.pool,
+            keys: self.keys.clone(),
+            query: None,
+            vectors: FxHashMap::default(),
+        }
+    }
+}
+
+// A prepared ranker finds a candidate by the part of its text an encoder reads: the part a
+// gatherer copies must hold all of it.
+const _: () = assert!(MAX_ENCODED_BYTES <= crate::rank::GATHERED_TEXT_BYTES);
+
+/// What [`SentenceRanker::prepare`] returns: the vectors of one search's query and
+/// candidates, ranked with as `SentenceRanker` ranks, never encoding.
+struct Prepared {
+    weight: f32,
+    pool: usize,
+    keys: RandomState,
+    /// `None` when the encoder failed or nothing was handed: the lexical order stays.
+    query: Option<Arc<[f32]>>,
+    vectors: FxHashMap<(u64, usize), Arc<[f32]>>,
+}
+
+impl fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Prepared")
+            .field("weight", &self.weight)
+            .field("texts", &self.vectors.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ranker for Prepared {
+    fn name(&self) -> &str {
+        "sentence-vectors"
+    }
+
+    fn rescores(&self) -> bool {
+        self.weight > 0.0
+    }
+
+    fn pool(&self, wanted: usize) -> usize {
+        self.pool.max(wanted)
+    }
+
+    fn rescore(&self, _query: &str, candidates: &mut [Candidate<'_>]) {
+        let Some(q) = &self.query else {
             return;
         };
-        for (&i, v) in found.iter().zip(&vectors[1..]) {
-            let cosine = v.as_ref().map_or(0.0, |v| {
-                q.iter()
-                    .zip(v.iter())
-                    .map(|(a, b)| a * b)
-                    .sum::<f32>()
-                    .max(0.0)
-            });
-            let c = &mut candidates[i];
-            c.score = (1.0 - self.weight) * c.score / best + self.weight * cosine;
-        }
+        let found = found(candidates);
+        let vectors: Vec<Option<Arc<[f32]>>> = found
+            .iter()
+            .map(|&i| {
+                let text = encoded_part(candidates[i].text);
+                self.vectors
+                    .get(&(self.keys.hash_one(text), text.len()))
+                    .cloned()
+            })
+            .collect();
+        blend(self.weight, q, candidates, &found, &vectors);
     }
 }
 
@@ -430,47 +560,119 @@ mod tests {
     }
 
     #[test]
-    fn a_prepared_search_asks_the_encoder_nothing_and_ranks_the_same() {
+    fn a_prepared_search_never_asks_the_encoder_and_ranks_the_same() {
         let encoder = fixed();
         let ranker = RankerRef::new(SentenceRanker::new(encoder.clone()));
         assert!(ranker.prepares());
         let texts: Vec<&str> = POOL.iter().map(|(t, _)| *t).collect();
         // Padded as a search hands them over; kept by what is encoded.
-        ranker.prepare(" photography accessories", &texts);
+        let prepared = ranker.prepare(" photography accessories", &texts);
         assert_eq!(encoder.calls.load(Ordering::SeqCst), 1, "one call for all");
         assert_eq!(encoder.asked.load(Ordering::SeqCst), 3, "query and texts");
+        assert_eq!(prepared.get().name(), "sentence-vectors");
+        assert_eq!(prepared.pool(5), ranker.pool(5), "the same pool");
+        assert_eq!(ranked(&prepared, "photography accessories", &POOL), [1, 0]);
         assert_eq!(ranked(&ranker, "photography accessories", &POOL), [1, 0]);
         assert_eq!(
             encoder.calls.load(Ordering::SeqCst),
             1,
-            "the search only looked up what was prepared"
+            "both only looked up"
         );
-        // A text the preparation did not see (written in between) is encoded by the search.
+        // A text the preparation did not see (written in between) counts as not close, and
+        // the prepared ranker still asks nothing.
         let more = [
             ("accessories for the kitchen", 2.0),
             ("broken", 1.5),
             ("a flash and a lens bag for my camera", 1.0),
         ];
-        assert_eq!(ranked(&ranker, "photography accessories", &more), [2, 0, 1]);
-        assert_eq!(encoder.calls.load(Ordering::SeqCst), 2);
-        assert_eq!(encoder.asked.load(Ordering::SeqCst), 4, "only the new one");
+        assert_eq!(
+            ranked(&prepared, "photography accessories", &more),
+            [2, 0, 1]
+        );
+        assert_eq!(encoder.calls.load(Ordering::SeqCst), 1);
         // Nothing is prepared for a ranker whose vectors take no share.
         let off = RankerRef::new(SentenceRanker::new(encoder.clone()).with_weight(0.0));
         assert!(!off.prepares());
-        off.prepare("a query never seen", &texts);
-        assert_eq!(encoder.calls.load(Ordering::SeqCst), 2);
+        let same = off.prepare("a query never seen", &texts);
+        assert_eq!(same, off);
+        assert_eq!(encoder.calls.load(Ordering::SeqCst), 1);
+        // Kept from the preparation: prepared again at once, without the encoder; a text not
+        // kept (or a query) cannot be.
+        let again = ranker.prepare_kept("photography accessories", &texts);
+        assert_eq!(
+            ranked(&again.unwrap(), "photography accessories", &POOL),
+            [1, 0]
+        );
+        assert!(ranker
+            .prepare_kept("photography accessories", &["broken"])
+            .is_none());
+        assert!(ranker.prepare_kept("a query never seen", &texts).is_none());
+        assert_eq!(encoder.calls.load(Ordering::SeqCst), 1);
+        // Nothing handed: nothing encoded, and the lexical order.
+        let empty = ranker.prepare("a query never seen", &[]);
+        assert_eq!(ranked(&empty, "a query never seen", &POOL), [0, 1]);
+        assert_eq!(encoder.calls.load(Ordering::SeqCst), 1);
     }
 
     #[test]
-    fn a_failed_preparation_leaves_the_search_to_decide() {
+    fn a_failed_preparation_keeps_the_lexical_order_and_asks_nothing_more() {
         let encoder = fixed();
         let ranker = RankerRef::new(SentenceRanker::new(encoder.clone()));
         // The whole call fails on the unknown text; nothing is kept, nothing panics.
-        ranker.prepare("photography accessories", &["unheard of", POOL[1].0]);
+        let prepared = ranker.prepare("photography accessories", &["unheard of", POOL[1].0]);
         assert_eq!(encoder.calls.load(Ordering::SeqCst), 1);
-        // The search then encodes what it is handed, and ranks by meaning.
-        assert_eq!(ranked(&ranker, "photography accessories", &POOL), [1, 0]);
-        assert_eq!(encoder.calls.load(Ordering::SeqCst), 2);
+        assert_eq!(ranked(&prepared, "photography accessories", &POOL), [0, 1]);
+        assert_eq!(
+            encoder.calls.load(Ordering::SeqCst),
+            1,
+            "the search encoded nothing"
+        );
+    }
+
+    /// Gives any text a vector of its own (its length and first byte).
+    #[derive(Debug)]
+    struct Any;
+
+    impl Encoder for Any {
+        fn name(&self) -> &str {
+            "any"
+        }
+        fn dims(&self) -> usize {
+            2
+        }
+        fn encode(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EncodeError> {
+            Ok(texts
+                .iter()
+                .map(|t| vec![t.len() as f32, f32::from(t.bytes().next().unwrap_or(1))])
+                .collect())
+        }
+    }
+
+    #[test]
+    fn the_kept_vectors_stay_within_bounds_and_a_full_cache_keeps_the_latest_call() {
+        let ranker = SentenceRanker::new(Arc::new(Any));
+        let texts: Vec<String> = (0..CACHE_TEXTS + 500).map(|i| format!("t{i}")).collect();
+        for chunk in texts.chunks(1_000) {
+            let chunk: Vec<&str> = chunk.iter().map(String::as_str).collect();
+            let got = ranker.vectors(&chunk).unwrap();
+            assert!(got.iter().all(Option::is_some));
+        }
+        let cache = ranker.cache.lock().unwrap();
+        assert!(
+            cache.vectors.len() <= CACHE_TEXTS,
+            "{}",
+            cache.vectors.len()
+        );
+        assert_eq!(cache.values, cache.vectors.len() * 2);
+        // Emptied before the call that did not fit, which is kept whole.
+        let last = &texts[texts.len() - 1];
+        assert!(cache
+            .vectors
+            .contains_key(&(ranker.keys.hash_one(last.as_str()), last.len())));
+        // 65 calls of 1,000 fit (65,000); the 66th would not, so it went into an empty
+        // cache, and the last call's 36 joined it.
+        assert_eq!(CACHE_TEXTS, 65_536, "the arithmetic below");
+        assert_eq!(cache.vectors.len(), 1_036);
     }
 
     #[test]

@@ -166,11 +166,22 @@ pub async fn memory_prepared_search_encodes_outside_the_lock(f: &Fixture) {
     let mut query = MemoryQuery::new("gate", vec![mine.clone()]);
     query.ranker = tavern_search::RankerRef::new(ranker);
     let store = s.clone();
-    let slow = tokio::spawn(async move { store.search_prepared(&query).await });
+    let mut slow = tokio::spawn(async move { store.search_prepared(&query).await });
     let bound = Duration::from_secs(30);
-    if tokio::time::timeout(bound, asked).await.is_err() {
-        encoder.open();
-        panic!("the search never asked its encoder");
+    let asked = tokio::time::timeout(bound, async {
+        tokio::select! {
+            _ = asked => None,
+            ended = &mut slow => Some(ended),
+        }
+    })
+    .await;
+    match asked {
+        Ok(None) => {}
+        Ok(Some(ended)) => panic!("the search ended without asking its encoder: {ended:?}"),
+        Err(_) => {
+            encoder.open();
+            panic!("the search never asked its encoder");
+        }
     }
     // Another player's calls run on other tasks: a call stuck on a lock blocks its thread,
     // and this one must still be free to notice.

@@ -71,7 +71,8 @@ pub use checkpoint::{CheckpointStatus, CheckpointStore, ProjectorCheckpoint};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{StoreError, Target};
 pub use memory::{
-    MemoryHit, MemoryQuery, MemorySearchExt, MemorySearchResult, MemoryStore, TagMatch, Truncation,
+    prepared_ranker, MemoryHit, MemoryQuery, MemorySearchExt, MemorySearchResult, MemoryStore,
+    TagMatch, Truncation,
 };
 pub use prompt::{PromptStore, SessionPrompt};
 pub use state::{StateMutation, StateStore, StateStoreExt, StateView, StateViewExt, Verdict};

@@ -674,9 +674,14 @@ async fn chat_hits(
     branch: Option<&[u64]>,
     now: Timestamp,
 ) -> Result<Option<(ChatHits, Option<ParentToSearch>)>, ToolError> {
-    if svc.ranker.prepares() {
-        prepare_ranker(svc, character, chat, args, branch, now).await?;
-    }
+    let ranker = if !svc.ranker.prepares() {
+        svc.ranker.clone()
+    } else if args.query.trim().is_empty() {
+        // The newest messages, by time: no ranker reads them.
+        RankerRef::default()
+    } else {
+        prepare_ranker(svc, character, chat, args, branch, now).await?
+    };
     let found = svc
         .history
         .with_entry(svc.chats.as_ref(), character, chat, |entry| {
@@ -690,7 +695,7 @@ async fn chat_hits(
                 zone: svc.zone.as_ref(),
             };
             let (hits, total) =
-                index.search_from(&args.query, args.limit, copied, &svc.ranker, Some(at));
+                index.search_from(&args.query, args.limit, copied, &ranker, Some(at));
             let hits = hits
                 .into_iter()
                 .map(|h| {
@@ -717,9 +722,10 @@ async fn chat_hits(
 }
 
 /// For a ranker that prepares (a sentence encoder): a lexical first pass over the chat finds
-/// the messages the ranker will be handed, and the ranker prepares them on a CPU thread,
-/// outside the history cache and off the async executor, so the search that follows only
-/// looks up what was prepared (see [`tavern_search::Ranker::prepare`]).
+/// the messages the ranker will be handed, and the ranker prepares them on the blocking pool,
+/// off the async executor (see [`tavern_store::prepared_ranker`]); returns the prepared
+/// ranker the search then ranks with, which never encodes (a message added in between
+/// counts as not close).
 async fn prepare_ranker(
     svc: &ToolServices,
     character: &CharacterName,
@@ -727,11 +733,10 @@ async fn prepare_ranker(
     args: &HistoryArgs,
     branch: Option<&[u64]>,
     now: Timestamp,
-) -> Result<(), ToolError> {
+) -> Result<RankerRef, ToolError> {
     let gatherer = Arc::new(tavern_search::Gatherer::new(svc.ranker.clone()));
     let first_pass = RankerRef(gatherer.clone());
-    let searched = svc
-        .history
+    svc.history
         .with_entry(svc.chats.as_ref(), character, chat, |entry| {
             let copied = branch.map_or(0, |mine| {
                 let theirs = entry.message_digests();
@@ -746,16 +751,7 @@ async fn prepare_ranker(
                 .search_from(&args.query, args.limit, copied, &first_pass, Some(at));
         })
         .await?;
-    if searched.is_none() {
-        return Ok(());
-    }
-    let texts = gatherer.take_texts();
-    let (ranker, query) = (svc.ranker.clone(), args.query.clone());
-    crate::cpu::run_bounded(move || {
-        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-        ranker.prepare(&query, &texts);
-    })
-    .await
+    Ok(tavern_store::prepared_ranker(&svc.ranker, &args.query, gatherer.take_texts()).await)
 }
 
 /// The start of `text` that fits `max_tokens` with the marker saying how much is shown.

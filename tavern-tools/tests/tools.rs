@@ -1094,9 +1094,39 @@ impl tavern_search::Encoder for ThreadRecorder {
     }
 }
 
-/// With a sentence encoder, history and memory search encode once per search, outside the
-/// history cache and the store, off the async executor (history on the CPU threads), and
-/// rank by what the encoder said.
+/// A sentence ranker that records when its own, encoding `rescore` runs: no search on a
+/// player's behalf may rank with it, only with what it prepared.
+#[derive(Debug)]
+struct Watched(
+    tavern_search::SentenceRanker,
+    std::sync::atomic::AtomicUsize,
+);
+
+impl tavern_search::Ranker for Watched {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn pool(&self, wanted: usize) -> usize {
+        self.0.pool(wanted)
+    }
+    fn rescore(&self, query: &str, candidates: &mut [tavern_search::Candidate<'_>]) {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.0.rescore(query, candidates);
+    }
+    fn prepares(&self) -> bool {
+        self.0.prepares()
+    }
+    fn prepare(&self, query: &str, texts: &[&str]) -> Option<Arc<dyn tavern_search::Ranker>> {
+        self.0.prepare(query, texts)
+    }
+    fn prepare_kept(&self, query: &str, texts: &[&str]) -> Option<Arc<dyn tavern_search::Ranker>> {
+        self.0.prepare_kept(query, texts)
+    }
+}
+
+/// With a sentence encoder, history, memory and lore search encode once per search, outside
+/// the history cache and the store, on neither the async executor nor the CPU threads lore
+/// key matching shares, and rank by what the encoder said.
 #[tokio::test]
 async fn searches_encode_once_off_the_executor_and_rank_by_meaning() {
     for (near, first) in [("Where is", 2), ("north", 3)] {
@@ -1106,9 +1136,11 @@ async fn searches_encode_once_off_the_executor_and_rank_by_meaning() {
             calls: Default::default(),
             names: Default::default(),
         });
-        let ranker = tavern_search::RankerRef::new(
+        let watched = Arc::new(Watched(
             tavern_search::SentenceRanker::new(encoder.clone()).with_weight(0.95),
-        );
+            Default::default(),
+        ));
+        let ranker = tavern_search::RankerRef(watched.clone());
         let h = harness_ranked(default_state(), ToolLimits::default(), ranker).await;
         let v = h
             .ok(
@@ -1120,7 +1152,6 @@ async fn searches_encode_once_off_the_executor_and_rank_by_meaning() {
         assert_eq!(v["items"][0]["index"], first - 1, "{near}: {v}");
         let names = encoder.names.lock().unwrap().clone();
         assert_eq!(names.len(), 1, "one call, the search looked up: {names:?}");
-        assert!(names[0].starts_with("tavern-cpu-"), "{names:?}");
 
         for text in [
             "The silver gate is closed tonight.".to_owned(),
@@ -1137,13 +1168,43 @@ async fn searches_encode_once_off_the_executor_and_rank_by_meaning() {
                 .is_some_and(|c| c.contains(near)),
             "{found}"
         );
-        let calls = encoder.calls.lock().unwrap().clone();
-        assert_eq!(calls.len(), 2, "one more call for the memory search");
-        assert_ne!(
-            calls[1],
-            std::thread::current().id(),
-            "memory search encoded on the executor's thread"
+        assert_eq!(
+            encoder.calls.lock().unwrap().len(),
+            2,
+            "one more call for memory"
         );
+        // Lore: entries no key activates are ranked through the ranker.
+        let lore = h
+            .ok(
+                "s1",
+                "tavern_lore_search",
+                json!({"query": "where is the silver gate of eldoria", "limit": 20}),
+            )
+            .await;
+        assert!(!lore["items"].as_array().unwrap().is_empty());
+        let calls = encoder.calls.lock().unwrap().clone();
+        assert_eq!(calls.len(), 3, "one call for lore");
+        let names = encoder.names.lock().unwrap().clone();
+        for (call, name) in calls.iter().zip(&names) {
+            assert_ne!(
+                *call,
+                std::thread::current().id(),
+                "encoded on the executor"
+            );
+            assert!(
+                !name.starts_with("tavern-cpu-"),
+                "encoded on a CPU thread: {names:?}"
+            );
+        }
+        assert_eq!(
+            watched.1.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "a search ranked with the encoding ranker itself"
+        );
+        // Searched again, all kept: no more encoding.
+        h.ok("s1", "memory_search", json!({"query": "silver gate"}))
+            .await;
+        assert_eq!(encoder.calls.lock().unwrap().len(), 3);
     }
 }
 

@@ -219,41 +219,87 @@ pub trait MemoryStore: Send + Sync {
     ) -> Result<Vec<AuditEntry>, StoreError>;
 }
 
+/// How many rankers prepare at once in the process (each encoder call spreads over a few
+/// threads of its own): more searches that need one wait their turn before they leave the
+/// async executor, holding no thread and no lock meanwhile.
+pub const PREPARES_AT_ONCE: usize = 2;
+
+/// The longest a search waits for its turn to prepare; past it, it ranks by words alone
+/// (BM25), so a burst of first searches by meaning delays another by this much at most.
+pub const PREPARE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Has `ranker` prepare `texts` for `query` and returns the ranker to search with (see
+/// [`tavern_search::Ranker::prepare`]): one that never does slow work. What the ranker has
+/// kept already is prepared at once ([`tavern_search::Ranker::prepare_kept`]); the rest on
+/// the blocking pool, at most [`PREPARES_AT_ONCE`] at a time in the process, a turn held
+/// until the work ends even when the search is cancelled. BM25 alone when the turn does not
+/// come within [`PREPARE_WAIT`], when the preparing thread panics, or outside a tokio
+/// runtime's reach. Call it with no lock held.
+pub async fn prepared_ranker(ranker: &RankerRef, query: &str, texts: Vec<String>) -> RankerRef {
+    static PREPARING: std::sync::OnceLock<std::sync::Arc<tokio::sync::Semaphore>> =
+        std::sync::OnceLock::new();
+    if !ranker.prepares() {
+        return ranker.clone();
+    }
+    {
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        if let Some(kept) = ranker.prepare_kept(query, &texts) {
+            return kept;
+        }
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return RankerRef::default();
+    };
+    let turns = PREPARING
+        .get_or_init(|| std::sync::Arc::new(tokio::sync::Semaphore::new(PREPARES_AT_ONCE)))
+        .clone();
+    let Ok(Ok(turn)) = tokio::time::timeout(PREPARE_WAIT, turns.acquire_owned()).await else {
+        return RankerRef::default();
+    };
+    let (ranker, query) = (ranker.clone(), query.to_owned());
+    runtime
+        .spawn_blocking(move || {
+            // Held by the work itself: a cancelled search does not free its turn early.
+            let _turn = turn;
+            let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+            ranker.prepare(&query, &texts)
+        })
+        .await
+        .unwrap_or_default()
+}
+
 /// Memory search with a ranker that prepares ([`tavern_search::RankerRef::prepares`]: a
-/// sentence encoder) done so that the slow part runs outside the store's locks — what
-/// every caller that searches on a player's behalf uses.
+/// sentence encoder), its slow part done outside the store's locks — what every caller that
+/// searches on a player's behalf uses.
 #[async_trait]
 pub trait MemorySearchExt: MemoryStore {
     /// [`MemoryStore::search`], in three steps when the query's ranker prepares: a lexical
-    /// first pass through a [`tavern_search::Gatherer`] finds the texts the ranker will be
-    /// handed; [`tavern_search::RankerRef::prepare`] encodes them with no lock held and off
-    /// the async executor; then the search runs with the ranker, which only looks up what
-    /// it prepared. So a slow or stuck encoder holds up its own search, never another
-    /// player's memory calls. A memory written between the passes is encoded during the
-    /// search (a tier's worth at most, and only when its own scope was written meanwhile).
-    /// With any other ranker, one plain search.
+    /// first pass through a [`tavern_search::Gatherer`] copies out the texts the ranker will
+    /// be handed; [`prepared_ranker`] encodes them on the blocking pool with no lock held;
+    /// then the search runs with the prepared ranker, which only looks up what was encoded
+    /// (a memory written between the passes counts as not close). So a slow or stuck
+    /// encoder holds no lock: another player's memory calls go on (their own searches by
+    /// meaning wait [`PREPARE_WAIT`] at most for a turn to encode). A blank query
+    /// lists by recency and needs no ranker. With any other ranker, one plain search.
     ///
     /// # Errors
-    /// Those of [`MemoryStore::search`], and [`StoreError::Internal`] when the preparing
-    /// thread panicked.
+    /// Those of [`MemoryStore::search`].
     async fn search_prepared(&self, query: &MemoryQuery) -> Result<MemorySearchResult, StoreError> {
         if !query.ranker.prepares() {
             return self.search(query).await;
+        }
+        let mut second = query.clone();
+        if query.text.trim().is_empty() {
+            second.ranker = RankerRef::default();
+            return self.search(&second).await;
         }
         let gatherer = std::sync::Arc::new(tavern_search::Gatherer::new(query.ranker.clone()));
         let mut first = query.clone();
         first.ranker = RankerRef(gatherer.clone());
         // The hits are not needed: the gatherer kept the texts the ranker will be handed.
         self.search(&first).await?;
-        let texts = gatherer.take_texts();
-        let (ranker, text) = (query.ranker.clone(), query.text.clone());
-        crate::blocking::off_executor(move || {
-            let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-            ranker.prepare(&text, &texts);
-        })
-        .await
-        .map_err(|e| StoreError::Internal(format!("preparing the search's ranker failed: {e}")))?;
-        self.search(query).await
+        second.ranker = prepared_ranker(&query.ranker, &query.text, gatherer.take_texts()).await;
+        self.search(&second).await
     }
 }
 

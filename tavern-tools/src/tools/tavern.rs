@@ -697,7 +697,21 @@ impl TypedTool for LoreSearch {
                 chat: ctx.binding().target().chat_id.to_string(),
             },
         };
-        let (query, ranker) = (a.query, svc.ranker.clone());
+        let (query, mut ranker) = (a.query, svc.ranker.clone());
+        let books = Arc::new(books);
+        if ranker.prepares() && query.trim().is_empty() {
+            // Constant entries only: nothing for a ranker to read.
+            ranker = tavern_search::RankerRef::default();
+        } else if ranker.prepares() {
+            // A ranker that encodes must not do it on the CPU threads, whose every job is
+            // bounded in time: a lexical pass there finds what it will be handed, it encodes
+            // that on the blocking pool, and the search proper only looks up.
+            let gatherer = Arc::new(tavern_search::Gatherer::new(ranker.clone()));
+            let first_pass = tavern_search::RankerRef(gatherer.clone());
+            let (b, q, o, w) = (books.clone(), query.clone(), opts, who.clone());
+            crate::cpu::run_bounded(move || lore_out(&b, &q, &o, &w, &first_pass)).await?;
+            ranker = tavern_store::prepared_ranker(&ranker, &query, gatherer.take_texts()).await;
+        }
         // Key matching is CPU work bounded in time: off the executor, a few at a time.
         crate::cpu::run_bounded(move || lore_out(&books, &query, &opts, &who, &ranker)).await
     }
