@@ -1281,6 +1281,18 @@ fn word_vectors_rank_what_the_query_means_first() {
     assert_eq!(sorted(weightless), sorted(lexical));
 }
 
+/// The bridge started on a store under `dir` with `args`, which it must refuse: its stderr.
+fn refused_start(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new(BRIDGE)
+        .args(["--data", dir.join("data").to_str().unwrap()])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    String::from_utf8(out.stderr).unwrap()
+}
+
 #[path = "../../tavern-search/tests/support/sentence_model.rs"]
 mod sentence_model;
 
@@ -1301,16 +1313,7 @@ fn a_sentence_encoder_ranks_what_the_query_means_first() {
     assert_eq!(sorted(weightless), sorted(by_meaning));
 
     let dir = tempfile::tempdir().unwrap();
-    let run = |args: &[&str]| {
-        let out = Command::new(BRIDGE)
-            .args(["--data", dir.path().join("data").to_str().unwrap()])
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(!out.status.success());
-        String::from_utf8(out.stderr).unwrap()
-    };
+    let run = |args: &[&str]| refused_start(dir.path(), args);
     let empty = dir.path().join("no-model-here");
     std::fs::create_dir(&empty).unwrap();
     let err = run(&["--sentence-encoder", empty.to_str().unwrap()]);
@@ -1337,16 +1340,7 @@ fn bad_word_vectors_stop_the_bridge_with_one_line_naming_them() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.txt");
     std::fs::write(&bad, "camera 1 0\nlens 1\n").unwrap();
-    let run = |args: &[&str]| {
-        let out = Command::new(BRIDGE)
-            .args(["--data", dir.path().join("data").to_str().unwrap()])
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(!out.status.success());
-        String::from_utf8(out.stderr).unwrap()
-    };
+    let run = |args: &[&str]| refused_start(dir.path(), args);
     let err = run(&["--word-vectors", bad.to_str().unwrap()]);
     assert!(
         err.contains("--word-vectors")

@@ -686,16 +686,7 @@ async fn chat_hits(
         .history
         .with_entry(svc.chats.as_ref(), character, chat, |entry| {
             let index = &entry.history;
-            let copied = branch.map_or(0, |mine| {
-                let theirs = entry.message_digests();
-                mine.iter().zip(theirs).take_while(|(a, b)| a == b).count()
-            });
-            let at = SearchTime {
-                now,
-                zone: svc.zone.as_ref(),
-            };
-            let (hits, total) =
-                index.search_from(&args.query, args.limit, copied, &ranker, Some(at));
+            let (hits, total) = search_entry(svc, entry, args, branch, now, &ranker);
             let hits = hits
                 .into_iter()
                 .map(|h| {
@@ -738,20 +729,33 @@ async fn prepare_ranker(
     let first_pass = RankerRef(gatherer.clone());
     svc.history
         .with_entry(svc.chats.as_ref(), character, chat, |entry| {
-            let copied = branch.map_or(0, |mine| {
-                let theirs = entry.message_digests();
-                mine.iter().zip(theirs).take_while(|(a, b)| a == b).count()
-            });
-            let at = SearchTime {
-                now,
-                zone: svc.zone.as_ref(),
-            };
-            entry
-                .history
-                .search_from(&args.query, args.limit, copied, &first_pass, Some(at));
+            search_entry(svc, entry, args, branch, now, &first_pass);
         })
         .await?;
     Ok(tavern_store::prepared_ranker(&svc.ranker, &args.query, gatherer.take_texts()).await)
+}
+
+/// Searches one chat's cached entry with `ranker`: when it is a branch's parent (`branch`
+/// holds the branch's message digests), only the messages after those the branch copied.
+fn search_entry(
+    svc: &ToolServices,
+    entry: &ChatEntry,
+    args: &HistoryArgs,
+    branch: Option<&[u64]>,
+    now: Timestamp,
+    ranker: &RankerRef,
+) -> (Vec<HistoryHit>, usize) {
+    let copied = branch.map_or(0, |mine| {
+        let theirs = entry.message_digests();
+        mine.iter().zip(theirs).take_while(|(a, b)| a == b).count()
+    });
+    let at = SearchTime {
+        now,
+        zone: svc.zone.as_ref(),
+    };
+    entry
+        .history
+        .search_from(&args.query, args.limit, copied, ranker, Some(at))
 }
 
 /// The start of `text` that fits `max_tokens` with the marker saying how much is shown.
