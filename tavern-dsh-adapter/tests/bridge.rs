@@ -1323,6 +1323,27 @@ fn a_sentence_encoder_ranks_what_the_query_means_first() {
             && err.contains("config.json"),
         "{err}"
     );
+    // A model that reads but computes nothing (its weights overwritten past the header):
+    // refused at start, not a silent fall back to words.
+    let damaged = dir.path().join("damaged-model");
+    std::fs::create_dir(&damaged).unwrap();
+    for file in std::fs::read_dir(model).unwrap() {
+        let file = file.unwrap().path();
+        if file.is_file() {
+            std::fs::copy(&file, damaged.join(file.file_name().unwrap())).unwrap();
+        }
+    }
+    let weights = damaged.join("model.safetensors");
+    let mut bytes = std::fs::read(&weights).unwrap();
+    let header = 8 + u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    bytes[header..].fill(0xff);
+    std::fs::write(&weights, bytes).unwrap();
+    let err = run(&["--sentence-encoder", damaged.to_str().unwrap()]);
+    assert!(
+        err.contains("damaged-model: the model gives no usable vector"),
+        "{err}"
+    );
+    assert!(!err.contains("sentence encoder failed"), "said once: {err}");
     let both = run(&["--sentence-encoder", model, "--word-vectors", "v.txt"]);
     assert!(
         both.contains("--word-vectors") && both.contains("--sentence-encoder"),

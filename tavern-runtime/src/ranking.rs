@@ -108,16 +108,34 @@ pub async fn open_ranker(choice: RankerChoice) -> Result<(RankerRef, String), Ra
     Ok((RankerRef::default(), "ranking by words alone (BM25)".into()))
 }
 
+/// What a sentence encoder is asked once at start, to find a model that reads but does not
+/// work.
+#[cfg(feature = "sentence-encoder")]
+const PROBE: &str = "A lantern hangs by the silver gate.";
+
 #[cfg(feature = "sentence-encoder")]
 fn sentence_ranker(
     dir: &std::path::Path,
     weight: Option<f32>,
 ) -> Result<(RankerRef, String), RankingError> {
-    let encoder =
-        tavern_search::bert::BertEncoder::open(dir).map_err(|e| RankingError::SentenceEncoder {
-            path: dir.display().to_string(),
-            reason: e.to_string(),
-        })?;
+    // The option already says it is the sentence encoder: its errors' own prefix is dropped.
+    let why = |e: tavern_search::sentences::EncodeError| match e {
+        tavern_search::sentences::EncodeError::Failed(why) => why,
+        other => other.to_string(),
+    };
+    let refused = |reason: String| RankingError::SentenceEncoder {
+        path: dir.display().to_string(),
+        reason,
+    };
+    let encoder = tavern_search::bert::BertEncoder::open(dir).map_err(|e| refused(why(e)))?;
+    // A model that reads but computes nothing usable (damaged weights) would otherwise rank
+    // every search by words alone, silently: it is refused now, by name.
+    tavern_search::Encoder::encode(&encoder, &[PROBE]).map_err(|e| {
+        refused(format!(
+            "the model gives no usable vector for a test sentence ({})",
+            why(e)
+        ))
+    })?;
     let name = tavern_search::Encoder::name(&encoder).to_owned();
     let mut ranker = tavern_search::SentenceRanker::new(std::sync::Arc::new(encoder));
     if let Some(w) = weight {

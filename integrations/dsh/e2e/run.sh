@@ -327,7 +327,7 @@ grep -q 'wordVectors: ' "$work/pg-by-scope.patch.yml" \
 grep -q 'storeMaxLoadedMemories: 0' "$work/pg-by-scope.patch.yml" \
   || { echo "e2e: could not write the by-scope patch" >&2; exit 1; }
 run 10 "$here/script-10.json" '[{sessionId: e2e-pg-1, resume: true, messages: ["What is the bridge made of?"]}]' "$work/pg-by-scope.patch.yml"
-grep -q "word vectors read words=3 dims=2" "$work/run-10.err" "$work/run-10.out" \
+grep -q "word vectors read: 3 words of 2 dimensions" "$work/run-10.err" "$work/run-10.out" \
   || { echo "e2e: the bridge did not read the plugin's word vectors" >&2; cat "$work/run-10.err" >&2; exit 1; }
 "$pg_bin/psql" -h "$pg" -U postgres -d postgres -At -c "
   SELECT json_build_object(

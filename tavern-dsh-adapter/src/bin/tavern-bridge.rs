@@ -118,12 +118,14 @@ struct Common {
     #[arg(long, value_name = "FILE", global = true)]
     word_vectors: Option<PathBuf>,
     /// A sentence encoder (a sentence-transformers BERT folder: all-MiniLM-L6-v2, as
-    /// `scripts/sentence-encoder.sh` fetches it) to rank memory, history and lore search by
-    /// what whole sentences mean ("activities in the evening" finds "winding down by
-    /// 9:30 pm"). Texts are encoded once each, with no lock held and two searches at a time
-    /// (about 17 ms a short text on one core; a search waits 10 s at most for its turn, then
-    /// ranks by words): a first search by meaning is slower, other calls are not. Read at start (0.2 s, about 100 MiB). English models read Chinese
-    /// poorly. Instead of --word-vectors.
+    /// `scripts/sentence-encoder.sh` fetches it) to reorder what memory, history and lore
+    /// search found by words by what whole sentences mean: of the memories that share only
+    /// "setup" with "accessories for my photography setup", the camera one comes first (a
+    /// text that shares no word with the query is still not found). Texts are encoded once
+    /// each, with no lock held and two searches at a time (about 17 ms a short text on one
+    /// core; a search waits 10 s at most for its turn, then ranks by words): a first search
+    /// by meaning is slower, other calls are not. Read at start (0.2 s, about 100 MiB).
+    /// English models read Chinese poorly. Instead of --word-vectors.
     #[arg(
         long,
         value_name = "DIR",
