@@ -143,7 +143,7 @@ pub struct ServeArgs {
     pub sentence_encoder: Option<PathBuf>,
     /// The share of a result's score that comes from --word-vectors or --sentence-encoder,
     /// 0 to 0.95.
-    #[arg(long, value_name = "W")]
+    #[arg(long, value_name = "W", allow_negative_numbers = true)]
     pub vector_weight: Option<f32>,
 }
 

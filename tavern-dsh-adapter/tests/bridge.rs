@@ -1394,4 +1394,89 @@ fn bad_word_vectors_stop_the_bridge_with_one_line_naming_them() {
         negative.contains("--vector-weight -0.2: must be within 0 and 0.95"),
         "{negative}"
     );
+    // As a person types it: the negative number is the flag's value, not another flag.
+    let typed = run(&[
+        "--word-vectors",
+        good.to_str().unwrap(),
+        "--vector-weight",
+        "-0.2",
+    ]);
+    assert!(
+        typed.contains("--vector-weight -0.2: must be within 0 and 0.95"),
+        "{typed}"
+    );
+}
+
+/// `mcp --session` alone used to start and then answer every memory, variable and tavern call
+/// with "not bound to a tavern chat" (nothing over MCP can bind it); and a session bound to
+/// one chat served it even when another was named. Both are refused at start, by name; a
+/// session bound by an earlier start is served without naming its chat again.
+#[test]
+fn an_mcp_session_must_be_bound_to_the_chat_it_names() {
+    let dir = tempfile::tempdir().unwrap();
+    assets(&dir.path().join("assets"));
+    let assets_dir = dir.path().join("assets");
+    let assets_dir = assets_dir.to_str().unwrap();
+    let unbound = refused_start(dir.path(), &["mcp", "--session", "mcp-1"]);
+    assert!(
+        unbound.contains("--session mcp-1 is not bound to a chat yet")
+            && unbound.contains("--character NAME --chat ID"),
+        "{unbound}"
+    );
+    assert_eq!(unbound.matches("not bound").count(), 1, "{unbound}");
+
+    // Bound by a start that names the chat, and a memory written there…
+    let mut p = mcp_peer(dir.path());
+    p.send_raw(INIT);
+    mcp_answer(&mut p, 1);
+    p.send_raw(r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#);
+    p.send_raw(r#"{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "memory_write", "arguments": {"content": "Mira keeps a brass compass.", "kind": "semantic"}}}"#);
+    let wrote = mcp_answer(&mut p, 2);
+    assert!(
+        wrote["result"]["structuredContent"]["error"].is_null(),
+        "{wrote}"
+    );
+    let Peer {
+        mut child, input, ..
+    } = p;
+    drop(input);
+    assert!(child.wait().unwrap().success());
+
+    // …another chat under the same session is refused, naming both.
+    let other = refused_start(
+        dir.path(),
+        &[
+            "mcp",
+            "--assets",
+            assets_dir,
+            "--session",
+            "mcp-1",
+            "--character",
+            "Mira",
+            "--chat",
+            "Mira - elsewhere",
+        ],
+    );
+    assert!(
+        other.contains(r#"--session mcp-1 is bound to chat "Mira - mcp" of "Mira", not "Mira - elsewhere" of "Mira""#),
+        "{other}"
+    );
+
+    // The session alone now serves its chat: the memory is found.
+    let data = dir.path().join("data");
+    let mut p = Peer::spawn(&[
+        "mcp",
+        "--data",
+        data.to_str().unwrap(),
+        "--assets",
+        assets_dir,
+        "--session",
+        "mcp-1",
+    ]);
+    p.send_raw(INIT);
+    mcp_answer(&mut p, 1);
+    p.send_raw(r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#);
+    p.send_raw(r#"{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "memory_search", "arguments": {"query": "compass"}}}"#);
+    let found = mcp_answer(&mut p, 2);
+    assert!(found.to_string().contains("brass compass"), "{found}");
 }

@@ -135,7 +135,7 @@ struct Common {
     sentence_encoder: Option<PathBuf>,
     /// The share of a result's score that comes from --word-vectors or --sentence-encoder,
     /// 0 to 0.95.
-    #[arg(long, value_name = "W", global = true)]
+    #[arg(long, value_name = "W", global = true, allow_negative_numbers = true)]
     vector_weight: Option<f32>,
     /// The largest card or world book file read from `--assets`, in MiB; a larger one is
     /// refused by name, never read (the largest real card seen is about 2 MiB).
@@ -154,7 +154,9 @@ struct McpArgs {
     /// The session the tools act for.
     #[arg(long, value_name = "ID")]
     session: String,
-    /// Bind the session to a chat of this character first (needs `--chat`).
+    /// Bind the session to a chat of this character first (needs `--chat`): an existing chat
+    /// is continued, a new one is created with the card's greeting. Needed unless the session
+    /// is already bound (by an earlier start); a session bound to another chat is refused.
     #[arg(long, value_name = "NAME", requires = "chat")]
     character: Option<String>,
     /// The chat to bind the session to (needs `--character`).
@@ -419,10 +421,25 @@ async fn serve(
     match cli.mode {
         Some(Mode::Mcp(m)) => {
             let session = SessionId::parse(m.session).map_err(|e| format!("--session: {e}"))?;
+            let state = runtime.state().await.map_err(|e| e.to_string())?;
+            let bound = state.binding(&session).map(|b| b.target().clone());
             if let (Some(c), Some(chat)) = (m.character, m.chat) {
                 let character = CharacterName::parse(c).map_err(|e| format!("--character: {e}"))?;
                 let chat = ChatId::parse(chat).map_err(|e| format!("--chat: {e}"))?;
-                let state = runtime.state().await.map_err(|e| e.to_string())?;
+                if let Some(target) =
+                    bound.filter(|t| t.character != character || t.chat_id != chat)
+                {
+                    // Serving the old chat under the new names would write the player's lines
+                    // into a chat they did not ask for.
+                    return Err(format!(
+                        "--session {session} is bound to chat {:?} of {:?}, not {:?} of {:?}: \
+                         name a new session to open that chat",
+                        target.chat_id.as_str(),
+                        target.character.as_str(),
+                        chat.as_str(),
+                        character.as_str()
+                    ));
+                }
                 if state.binding(&session).is_none() {
                     // An existing chat (an imported or SillyTavern one) is continued as it is;
                     // only a new one is created with the card's greeting.
@@ -440,6 +457,12 @@ async fn serve(
                     }
                     .map_err(|e| e.to_string())?;
                 }
+            } else if bound.is_none() {
+                // Every tool acts on the session's chat and nothing over MCP can bind one.
+                return Err(format!(
+                    "--session {session} is not bound to a chat yet: name one with --character \
+                     NAME --chat ID (an existing chat is continued, a new one is created)"
+                ));
             }
             let agent = tavern_core::AgentId::parse(session.as_str()).map_err(|e| e.to_string())?;
             tracing::info!(%session, "serving MCP on stdio");
