@@ -16,6 +16,8 @@ fn tavern() -> Command {
 struct Server {
     child: Child,
     addr: String,
+    /// The line announcing the address (and the ranker read).
+    announced: String,
 }
 
 /// A data directory with an empty store in it (as a first session leaves one).
@@ -46,7 +48,11 @@ impl Server {
             .and_then(|rest| rest.split('/').next())
             .unwrap_or_else(|| panic!("no address announced: {line:?}"))
             .to_owned();
-        Self { child, addr }
+        Self {
+            child,
+            addr,
+            announced: line,
+        }
     }
 
     fn request(
@@ -217,8 +223,10 @@ mod sentence_model;
 fn the_panels_search_ranks_by_meaning_with_word_vectors() {
     let vectors = "camera 1.0 0.05 0.1\nphotography 0.95 0.0 0.15\nflash 0.9 0.1 0.0\n\
                    lens 0.97 0.0 0.1\ntable 0.05 1.0 0.0\ndesk 0.1 0.95 0.1\n";
-    let search = |extra: &[&str], dir: &std::path::Path| {
+    let search = |extra: &[&str], dir: &std::path::Path, ranking: &str| {
         let server = Server::start(&dir.join("data"), extra);
+        // The operator sees which ranker was read (the bridge logs the same words).
+        assert!(server.announced.contains(ranking), "{}", server.announced);
         for (id, content) in [
             // Last by id and oldest: last lexically however a tie on time is broken.
             ("zz-camera", "My camera setup needs a brighter flash lens."),
@@ -245,7 +253,7 @@ fn the_panels_search_ranks_by_meaning_with_word_vectors() {
             .collect::<Vec<_>>()
     };
     let (lexical_dir, vectors_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let lexical = search(&[], lexical_dir.path());
+    let lexical = search(&[], lexical_dir.path(), "ranking by words alone (BM25)");
     assert_eq!(lexical.len(), 3);
     assert_eq!(lexical[2], "zz-camera", "{lexical:?}");
     let file = vectors_dir.path().join("vectors.txt");
@@ -253,6 +261,7 @@ fn the_panels_search_ranks_by_meaning_with_word_vectors() {
     let ranked = search(
         &["--word-vectors", file.to_str().unwrap()],
         vectors_dir.path(),
+        "word vectors read: 6 words of 3 dimensions",
     );
     assert_eq!(ranked[0], "zz-camera", "{ranked:?}");
     // The real sentence encoder, through the same panel search (encoded outside the store).
@@ -261,6 +270,7 @@ fn the_panels_search_ranks_by_meaning_with_word_vectors() {
     let ranked = search(
         &["--sentence-encoder", model.to_str().unwrap()],
         encoder_dir.path(),
+        "sentence encoder read: all-MiniLM-L6-v2",
     );
     assert_eq!(ranked[0], "zz-camera", "{ranked:?}");
 

@@ -45,7 +45,7 @@ pub async fn run(
         )));
     }
     // Read before the store opens, so a bad file stops the start at once.
-    let (ranker, _said) = tavern_runtime::open_ranker(tavern_runtime::RankerChoice {
+    let (ranker, said) = tavern_runtime::open_ranker(tavern_runtime::RankerChoice {
         word_vectors: args.word_vectors.clone(),
         sentence_encoder: args.sentence_encoder.clone(),
         weight: args.vector_weight,
@@ -88,7 +88,7 @@ pub async fn run(
         .local_addr()
         .map_err(|e| CliError::Failed(format!("cannot listen on {}: {e}", args.listen)))?;
     announce(&format!(
-        "serving the AgentTavern API for {} on http://{bound}/api/v1/ ({}); Ctrl-C stops",
+        "serving the AgentTavern API for {} on http://{bound}/api/v1/ ({}); {said}; Ctrl-C stops",
         ctx.data_label,
         if token.is_some() {
             "bearer token required"

@@ -709,7 +709,11 @@ impl TypedTool for LoreSearch {
             let gatherer = Arc::new(tavern_search::Gatherer::new(ranker.clone()));
             let first_pass = tavern_search::RankerRef(gatherer.clone());
             let (b, q, o, w) = (books.clone(), query.clone(), opts, who.clone());
-            crate::cpu::run_bounded(move || lore_out(&b, &q, &o, &w, &first_pass)).await?;
+            // The gatherer only needs to be handed the texts: the answer is not shaped.
+            crate::cpu::run_bounded(move || {
+                lore::search_ranked(&b, &q, &o, &w, &first_pass);
+            })
+            .await?;
             ranker = tavern_store::prepared_ranker(&ranker, &query, gatherer.take_texts()).await;
         }
         // Key matching is CPU work bounded in time: off the executor, a few at a time.
