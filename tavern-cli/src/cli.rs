@@ -131,13 +131,23 @@ pub struct ServeArgs {
     /// DSH's session folder (e.g. ~/.dsh/sessions), so replay can read the host's logs.
     #[arg(long, value_name = "DIR")]
     pub sessions: Option<PathBuf>,
-    /// Word vectors (GloVe or fastText as text) to rank the panel's memory search by meaning
-    /// as well as words, as `tavern-bridge --word-vectors` does for the model's searches.
+    /// How the panel's memory search ranks.
+    #[command(flatten)]
+    pub ranking: RankingArgs,
+}
+
+/// How a memory search ranks what the words found (`tavern serve`, `tavern memory search`):
+/// by words alone, or blended with word vectors or a sentence encoder, as `tavern-bridge`'s
+/// options of the same names do for the model's searches.
+#[derive(Debug, Clone, Default, Args)]
+pub struct RankingArgs {
+    /// Word vectors (GloVe or fastText as text) to rank memory search by meaning as well as
+    /// words, as `tavern-bridge --word-vectors` does for the model's searches.
     #[arg(long, value_name = "FILE")]
     pub word_vectors: Option<PathBuf>,
     /// A sentence encoder (a sentence-transformers BERT folder, as
-    /// `scripts/sentence-encoder.sh` fetches it) to rank the panel's memory search by what
-    /// whole sentences mean, as `tavern-bridge --sentence-encoder` does. Instead of
+    /// `scripts/sentence-encoder.sh` fetches it) to rank memory search by what whole
+    /// sentences mean, as `tavern-bridge --sentence-encoder` does. Instead of
     /// --word-vectors.
     #[arg(long, value_name = "DIR", conflicts_with = "word_vectors")]
     pub sentence_encoder: Option<PathBuf>,
@@ -145,6 +155,23 @@ pub struct ServeArgs {
     /// 0 to 0.95.
     #[arg(long, value_name = "W", allow_negative_numbers = true)]
     pub vector_weight: Option<f32>,
+}
+
+impl RankingArgs {
+    /// The ranker these options name, read (a bad file or weight is a usage error naming it)
+    /// and what was read, in words.
+    ///
+    /// # Errors
+    /// [`crate::CliError::Usage`] naming the option and its value.
+    pub async fn open(&self) -> Result<(tavern_search::RankerRef, String), crate::CliError> {
+        tavern_runtime::open_ranker(tavern_runtime::RankerChoice {
+            word_vectors: self.word_vectors.clone(),
+            sentence_encoder: self.sentence_encoder.clone(),
+            weight: self.vector_weight,
+        })
+        .await
+        .map_err(|e| crate::CliError::Usage(e.to_string()))
+    }
 }
 
 const COPY_HELP: &str = "\
@@ -273,6 +300,9 @@ pub enum MemoryCommand {
         /// never repeat or skip a hit.
         #[arg(long, value_name = "N", default_value_t = 0)]
         offset: usize,
+        /// How the hits are ranked.
+        #[command(flatten)]
+        ranking: RankingArgs,
     },
     /// Show one memory, forgotten or expired ones included.
     Show {

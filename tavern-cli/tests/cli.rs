@@ -1727,3 +1727,102 @@ fn every_command_has_help_and_the_exit_codes_are_documented() {
     }
     assert!(!data.exists());
 }
+
+#[path = "../../tavern-search/tests/support/sentence_model.rs"]
+mod sentence_model;
+
+/// `tavern memory search` ranks as the panel and the bridge can: by words alone, or with
+/// `--word-vectors` / `--sentence-encoder` (it had no ranking option, so an operator could not
+/// see what the model's search by meaning finds).
+#[test]
+fn memory_search_ranks_by_meaning_when_asked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let store = FsStore::open(&data, Arc::new(SystemClock)).unwrap();
+    // One import: the same time, so words alone break the tie by id (the camera last).
+    store
+        .import_memories(vec![
+            write(
+                "zz-camera",
+                ScopeKey::Global,
+                "My camera setup needs a brighter flash lens.",
+                &[],
+            ),
+            write(
+                "dinner",
+                ScopeKey::Global,
+                "My dinner party setup needs a bigger table.",
+                &[],
+            ),
+            write(
+                "office",
+                ScopeKey::Global,
+                "My home office setup needs a standing desk.",
+                &[],
+            ),
+        ])
+        .unwrap();
+    drop(store);
+    let ids = |extra: &[&str]| {
+        let mut args = vec![
+            "--json",
+            "memory",
+            "search",
+            "photography setup accessories",
+        ];
+        args.extend_from_slice(extra);
+        let hits = ok(&data, &args).json();
+        hits["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["id"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    let lexical = ids(&[]);
+    assert_eq!(lexical.len(), 3, "{lexical:?}");
+    assert_eq!(lexical[2], "zz-camera", "{lexical:?}");
+    let vectors = tmp.path().join("vectors.txt");
+    std::fs::write(
+        &vectors,
+        "camera 1.0 0.05 0.1\nphotography 0.95 0.0 0.15\nflash 0.9 0.1 0.0\n\
+         lens 0.97 0.0 0.1\ntable 0.05 1.0 0.0\ndesk 0.1 0.95 0.1\n",
+    )
+    .unwrap();
+    assert_eq!(
+        ids(&["--word-vectors", vectors.to_str().unwrap()])[0],
+        "zz-camera"
+    );
+    let model = sentence_model::sentence_model_dir();
+    let by_meaning = ids(&["--sentence-encoder", model.to_str().unwrap()]);
+    assert_eq!(by_meaning[0], "zz-camera", "{by_meaning:?}");
+    // A weight of 0 keeps the order of words alone.
+    assert_eq!(
+        ids(&[
+            "--sentence-encoder",
+            model.to_str().unwrap(),
+            "--vector-weight",
+            "0"
+        ]),
+        lexical
+    );
+    // Mistakes are one line naming the option.
+    tavern(
+        &data,
+        &[
+            "memory",
+            "search",
+            "setup",
+            "--vector-weight",
+            "-1",
+            "--word-vectors",
+            vectors.to_str().unwrap(),
+        ],
+    )
+    .one_error_line("--vector-weight -1: must be within 0 and 0.95");
+    tavern(
+        &data,
+        &["memory", "search", "setup", "--word-vectors", "no-such.txt"],
+    )
+    .one_error_line("--word-vectors no-such.txt");
+}

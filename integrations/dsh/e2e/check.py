@@ -207,6 +207,13 @@ with open(f"{work}/replay-st.json", encoding="utf-8") as f:
 check(replay["alreadyPresent"] >= 2 and replay["appended"] == 0 and replay["waiting"] == 0
       and replay["status"] == "ok", f"tavern chat replay reads the stock log whole, in order: {replay}")
 
+# --- the plugin's `sentenceEncoder`: the real model reorders what the words found -----------------
+by_meaning = requests(11, "e2e-encoder-1")
+found = tool_results(by_meaning[-1]) if by_meaning else []
+contents = [i["content"] for i in found[-1].get("items", [])] if found else []
+check(len(contents) == 2 and "camera" in contents[0],
+      f"with sentenceEncoder the memory the query means comes first: {contents}")
+
 # --- the plugin's `store`: PostgreSQL instead of the files under `data` --------------------------
 in_pg = requests(8, "e2e-pg-1")
 pg_results = tool_results(in_pg[-1]) if in_pg else []

@@ -7,6 +7,7 @@
 #   run 3: DSH's own MCP client drives `tavern-bridge mcp` for one fixed binding;
 #   web:   the web profile serves tavern mode's route; a custom prompt is saved through it;
 #   run 4: the resumed session's next request carries that prompt, braces intact;
+#   run 11: the plugin's `sentenceEncoder` (the real model) ranks a memory search by meaning;
 #   run 8: the plugin's `store` (a throwaway PostgreSQL cluster this script starts) keeps the
 #          memory and the projected chat in the database, nothing under `data`.
 # check.py then asserts on the host's session logs, the model requests and the projected chats.
@@ -185,6 +186,19 @@ grep -q "agent-tavern is off: DeepSeek Harness 0.1.5-rc.2 is not supported" "$wo
   || { echo "e2e: the refused release was not reported" >&2; cat "$work/run-7.err" >&2; exit 1; }
 [ ! -e "$work/data-refused" ] || { echo "e2e: the refused release started the bridge" >&2; exit 1; }
 echo "e2e: DSH 0.1.5-rc.2 is refused cleanly and the host runs"
+
+# The plugin's `sentenceEncoder` (the real all-MiniLM-L6-v2, fetched by the repository's
+# script): of two memories sharing only "setup" with the query, the one it means comes first,
+# though it was written first (words alone put the newer first).
+encoder=$(bash "$repo/scripts/sentence-encoder.sh")
+sed -e "s|^        user: Kai|        user: Kai\n        sentenceEncoder: $encoder|" \
+  -e "s|^        data: .*|        data: $work/data-encoder|" \
+  "$work/tavern.patch.yml" > "$work/encoder.patch.yml"
+grep -q 'sentenceEncoder: ' "$work/encoder.patch.yml" \
+  || { echo "e2e: could not write the sentence encoder setting" >&2; exit 1; }
+run 11 "$here/script-11.json" '[{sessionId: e2e-encoder-1, messages: ["Remember my camera and my dinner plans."]}]' "$work/encoder.patch.yml"
+grep -q "sentence encoder read: all-MiniLM-L6-v2" "$work/run-11.err" "$work/run-11.out" \
+  || { echo "e2e: the bridge did not read the plugin's sentence encoder" >&2; cat "$work/run-11.err" >&2; exit 1; }
 
 # The web profile serves tavern mode's route: save a custom prompt for the first session …
 echo "e2e: web profile"

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 use tavern_core::{MemoryId, MemoryRecord, MemoryWrite, ScopeKey, Timestamp};
-use tavern_store::{AllStores, Clock, MemoryHit, MemoryQuery, SystemClock};
+use tavern_store::{AllStores, Clock, MemoryHit, MemoryQuery, MemorySearchExt, SystemClock};
 
 use crate::cli::{MemoryCommand, MemoryFilter};
 use crate::output::{excerpt, source, table, time};
@@ -37,6 +37,7 @@ pub async fn run(ctx: &Context, command: MemoryCommand) -> Result<Report, CliErr
             filter,
             limit,
             offset,
+            ranking,
         } => {
             let scope = scope.resolve()?;
             if !(1..=PAGE).contains(&limit) {
@@ -49,8 +50,10 @@ pub async fn run(ctx: &Context, command: MemoryCommand) -> Result<Report, CliErr
                     "--offset {offset}: at most {MAX_OFFSET}; narrow the search instead"
                 )));
             }
+            // Read before the store opens, so a bad file stops at once.
+            let (ranker, _) = ranking.open().await?;
             let stores = backend::open(ctx, false).await?.stores();
-            search(&*stores, &query, scope, &filter, (limit, offset)).await
+            search(&*stores, &query, scope, &filter, (limit, offset), ranker).await
         }
         MemoryCommand::Show { id, scope } => {
             let (id, scope) = (memory_id(&id)?, scope.resolve()?);
@@ -272,6 +275,7 @@ async fn search(
     scope: Option<ScopeKey>,
     filter: &MemoryFilter,
     (limit, offset): (usize, usize),
+    ranker: tavern_search::RankerRef,
 ) -> Result<Report, CliError> {
     let now = now();
     let q = MemoryQuery {
@@ -279,9 +283,11 @@ async fn search(
         include_expired: filter.include_expired,
         limit,
         offset,
+        ranker,
         ..MemoryQuery::new(query, scope.into_iter().collect())
     };
-    let result = stores.search(&q).await?;
+    // A ranker that encodes does it before the search, with no lock held (as the panel's).
+    let result = stores.search_prepared(&q).await?;
     let rows: Vec<Vec<String>> = result
         .hits
         .iter()

@@ -45,13 +45,7 @@ pub async fn run(
         )));
     }
     // Read before the store opens, so a bad file stops the start at once.
-    let (ranker, said) = tavern_runtime::open_ranker(tavern_runtime::RankerChoice {
-        word_vectors: args.word_vectors.clone(),
-        sentence_encoder: args.sentence_encoder.clone(),
-        weight: args.vector_weight,
-    })
-    .await
-    .map_err(|e| CliError::Usage(e.to_string()))?;
+    let (ranker, said) = args.ranking.open().await?;
     let stores = backend::open(ctx, false).await?.stores();
     let host = Arc::new(ServeHost::new(args.sessions.clone()));
     let assets = Arc::new(DirAssets::new(
