@@ -12,9 +12,10 @@
 //! search) at once.
 
 use std::collections::hash_map::RandomState;
+use std::collections::HashSet;
 use std::fmt;
 use std::hash::BuildHasher;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use rustc_hash::FxHashMap;
 
@@ -85,6 +86,12 @@ pub fn encoded_part(text: &str) -> &str {
 struct KeptVectors {
     vectors: FxHashMap<(u64, usize), Arc<[f32]>>,
     values: usize,
+    /// Texts some call is encoding now: another call that needs one waits for that
+    /// encoding instead of doing it again (a model asking two searches at once over the same
+    /// new memories encodes them once).
+    in_flight: HashSet<(u64, usize)>,
+    /// How many times a call waited for another's encoding (what the tests watch).
+    waited: usize,
 }
 
 /// A ranker that blends each lexical candidate's score (as a share of the best one's) with
@@ -102,6 +109,8 @@ pub struct SentenceRanker {
     pool: usize,
     keys: RandomState,
     cache: Mutex<KeptVectors>,
+    /// Signalled whenever encoded texts leave `in_flight`.
+    encoded: Condvar,
 }
 
 impl fmt::Debug for SentenceRanker {
@@ -123,6 +132,7 @@ impl SentenceRanker {
             pool: DEFAULT_POOL,
             keys: RandomState::new(),
             cache: Mutex::default(),
+            encoded: Condvar::new(),
         }
     }
 
@@ -163,35 +173,98 @@ impl SentenceRanker {
             .iter()
             .map(|t| (self.keys.hash_one(t), t.len()))
             .collect();
-        // A poisoned lock only means another search panicked midway: the map is still whole.
-        let lock = || {
-            self.cache
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-        };
-        let mut out: Vec<Option<Arc<[f32]>>> = {
-            let cache = lock();
-            keys.iter().map(|k| cache.vectors.get(k).cloned()).collect()
-        };
-        let missing: Vec<usize> = (0..texts.len()).filter(|&i| out[i].is_none()).collect();
-        if missing.is_empty() {
-            return Some(out);
+        let mut out: Vec<Option<Arc<[f32]>>> = vec![None; texts.len()];
+        // Texts to encode here (claimed), and texts another call is encoding.
+        let (mut missing, mut awaited) = (Vec::new(), Vec::new());
+        {
+            let mut cache = self.lock();
+            for (i, key) in keys.iter().enumerate() {
+                if let Some(v) = cache.vectors.get(key) {
+                    out[i] = Some(v.clone());
+                } else if cache.in_flight.contains(key) {
+                    awaited.push(i);
+                } else if cache.in_flight.insert(*key) {
+                    missing.push(i);
+                } else {
+                    // The same text twice in one call: the first claim encodes it.
+                    awaited.push(i);
+                }
+            }
         }
-        let asked: Vec<&str> = missing.iter().map(|&i| texts[i]).collect();
-        let encoded = self.encoder.encode(&asked).ok()?;
+        let encoded = if missing.is_empty() {
+            Some(())
+        } else {
+            let claims = Claims {
+                ranker: self,
+                keys: missing.iter().map(|&i| keys[i]).collect(),
+            };
+            let asked: Vec<&str> = missing.iter().map(|&i| texts[i]).collect();
+            let vectors = self.encoder.encode(&asked).ok();
+            let mut cache = self.lock();
+            let kept = vectors
+                .filter(|v| v.len() == asked.len())
+                .map(|v| self.keep(&mut cache, &keys, &missing, v, &mut out));
+            claims.release(&mut cache);
+            kept
+        };
+        if !awaited.is_empty() {
+            let mut cache = self.lock();
+            cache.waited += 1;
+            while awaited.iter().any(|&i| cache.in_flight.contains(&keys[i])) {
+                cache = self
+                    .encoded
+                    .wait(cache)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+            let mut again = Vec::new();
+            for &i in &awaited {
+                match cache.vectors.get(&keys[i]) {
+                    Some(v) => out[i] = Some(v.clone()),
+                    None if out[i].is_none() => again.push(i),
+                    None => {}
+                }
+            }
+            drop(cache);
+            // The other call failed, or its vectors were let go already: encoded here (not
+            // claimed: nothing waits for these).
+            if !again.is_empty() {
+                let asked: Vec<&str> = again.iter().map(|&i| texts[i]).collect();
+                let vectors = self.encoder.encode(&asked).ok()?;
+                if vectors.len() != asked.len() {
+                    return None;
+                }
+                let mut cache = self.lock();
+                self.keep(&mut cache, &keys, &again, vectors, &mut out);
+            }
+        }
+        encoded.map(|()| out)
+    }
+
+    /// A poisoned lock only means another search panicked midway: the map is still whole.
+    fn lock(&self) -> MutexGuard<'_, KeptVectors> {
+        self.cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Keeps the vectors encoded for `texts[at[k]]` and puts them in `out`.
+    fn keep(
+        &self,
+        cache: &mut KeptVectors,
+        keys: &[(u64, usize)],
+        at: &[usize],
+        encoded: Vec<Vec<f32>>,
+        out: &mut [Option<Arc<[f32]>>],
+    ) {
         let dims = self.encoder.dims();
-        if encoded.len() != asked.len() {
-            return None;
-        }
-        let mut cache = lock();
         // Full: emptied before this call's vectors go in, never halfway through them.
-        if cache.vectors.len() + missing.len() > CACHE_TEXTS
-            || cache.values + missing.len() * dims > CACHE_VALUES
+        if cache.vectors.len() + at.len() > CACHE_TEXTS
+            || cache.values + at.len() * dims > CACHE_VALUES
         {
             cache.vectors.clear();
             cache.values = 0;
         }
-        for (&i, v) in missing.iter().zip(encoded) {
+        for (&i, v) in at.iter().zip(encoded) {
             if v.len() != dims || v.iter().any(|x| !x.is_finite()) {
                 continue;
             }
@@ -208,7 +281,35 @@ impl SentenceRanker {
             }
             out[i] = unit;
         }
-        Some(out)
+    }
+}
+
+/// Texts a call claimed to encode: released (and the waiting calls woken) when the call is
+/// done with them, or when it unwinds, so a panicking encoder leaves no call waiting.
+struct Claims<'a> {
+    ranker: &'a SentenceRanker,
+    keys: Vec<(u64, usize)>,
+}
+
+impl Claims<'_> {
+    fn release(mut self, cache: &mut KeptVectors) {
+        for key in std::mem::take(&mut self.keys) {
+            cache.in_flight.remove(&key);
+        }
+        self.ranker.encoded.notify_all();
+    }
+}
+
+impl Drop for Claims<'_> {
+    fn drop(&mut self) {
+        if self.keys.is_empty() {
+            return;
+        }
+        let mut cache = self.ranker.lock();
+        for key in &self.keys {
+            cache.in_flight.remove(key);
+        }
+        self.ranker.encoded.notify_all();
     }
 }
 
@@ -430,6 +531,94 @@ mod tests {
                         .ok_or_else(|| EncodeError::Unknown((*t).to_owned()))
                 })
                 .collect()
+        }
+    }
+
+    /// An encoder whose first call waits until the test lets it go (a slow model, as a
+    /// second search meets it), then fails when told to; every call and text is counted.
+    #[derive(Debug)]
+    struct Gated {
+        entered: std::sync::mpsc::SyncSender<()>,
+        release: Mutex<std::sync::mpsc::Receiver<()>>,
+        fail_first: bool,
+        calls: AtomicUsize,
+        asked: AtomicUsize,
+    }
+
+    impl Encoder for Gated {
+        fn name(&self) -> &str {
+            "gated"
+        }
+        fn dims(&self) -> usize {
+            2
+        }
+        fn encode(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EncodeError> {
+            let call = self.calls.fetch_add(1, Ordering::SeqCst);
+            self.asked.fetch_add(texts.len(), Ordering::SeqCst);
+            if call == 0 {
+                self.entered.send(()).unwrap();
+                self.release.lock().unwrap().recv().unwrap();
+                if self.fail_first {
+                    return Err(EncodeError::Failed("let go".into()));
+                }
+            }
+            Ok(texts.iter().map(|t| vec![t.len() as f32, 1.0]).collect())
+        }
+    }
+
+    /// Two searches at once over the same new texts (a model asking two memory searches in
+    /// one step): the second waits for the first's encoding instead of encoding them again;
+    /// when the first fails, the second encodes them itself.
+    #[test]
+    fn a_search_over_texts_another_is_encoding_waits_for_that_encoding() {
+        for fail_first in [false, true] {
+            let (entered, entered_rx) = std::sync::mpsc::sync_channel(1);
+            let (release_tx, release) = std::sync::mpsc::channel();
+            let encoder = Arc::new(Gated {
+                entered,
+                release: Mutex::new(release),
+                fail_first,
+                calls: AtomicUsize::new(0),
+                asked: AtomicUsize::new(0),
+            });
+            let ranker = Arc::new(SentenceRanker::new(encoder.clone()));
+            let search = || {
+                let ranker = ranker.clone();
+                std::thread::spawn(move || {
+                    ranker
+                        .prepare("lantern", &["a lantern by the gate", "a silver lantern"])
+                        .is_some()
+                })
+            };
+            let first = search();
+            entered_rx.recv().unwrap();
+            let second = search();
+            // The second either waits for the first (counted) or encodes on its own and ends.
+            while ranker.lock().waited == 0 {
+                assert!(
+                    !second.is_finished(),
+                    "the second search encoded the texts again"
+                );
+                std::thread::yield_now();
+            }
+            release_tx.send(()).unwrap();
+            assert!(first.join().unwrap() && second.join().unwrap());
+            let (calls, asked) = (
+                encoder.calls.load(Ordering::SeqCst),
+                encoder.asked.load(Ordering::SeqCst),
+            );
+            if fail_first {
+                assert_eq!(
+                    (calls, asked),
+                    (2, 6),
+                    "the second encoded after the failure"
+                );
+            } else {
+                assert_eq!((calls, asked), (1, 3), "encoded once for both");
+            }
+            let cache = ranker.lock();
+            assert_eq!(cache.vectors.len(), 3);
+            assert!(cache.in_flight.is_empty(), "no claim is left behind");
         }
     }
 
