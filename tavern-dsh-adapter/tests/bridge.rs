@@ -1458,7 +1458,7 @@ fn an_mcp_session_must_be_bound_to_the_chat_it_names() {
         ],
     );
     assert!(
-        other.contains(r#"--session mcp-1 is bound to chat "Mira - mcp" of "Mira", not "Mira - elsewhere" of "Mira""#),
+        other.contains(r#"--session mcp-1 is bound to chat "Mira - mcp" of "Mira", not "Mira - elsewhere" of "Mira": leave out --character and --chat"#),
         "{other}"
     );
 
@@ -1479,4 +1479,69 @@ fn an_mcp_session_must_be_bound_to_the_chat_it_names() {
     p.send_raw(r#"{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "memory_search", "arguments": {"query": "compass"}}}"#);
     let found = mcp_answer(&mut p, 2);
     assert!(found.to_string().contains("brass compass"), "{found}");
+    let Peer {
+        mut child, input, ..
+    } = p;
+    drop(input);
+    assert!(child.wait().unwrap().success());
+
+    // A store whose new sessions default to `st` (SillyTavern's pipeline, which MCP does not
+    // have): the session MCP binds is agent-tavern all the same, so its tools work; a session
+    // bound as `st` elsewhere is refused by name.
+    let store =
+        tavern_store::fs::FsStore::open(&data, std::sync::Arc::new(tavern_store::SystemClock))
+            .unwrap();
+    let st_target = tavern_core::BindingTarget {
+        character: tavern_core::CharacterName::parse("Mira").unwrap(),
+        chat_id: tavern_core::ChatId::parse("Mira - st").unwrap(),
+        group: false,
+    };
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(tavern_store::StateStoreExt::update(
+            &store,
+            |s: &mut tavern_core::TavernState| {
+                s.default_architecture = tavern_core::TavernArchitecture::St;
+                s.set_binding(
+                    tavern_core::SessionId::parse("st-1").unwrap(),
+                    tavern_core::SessionBinding::St {
+                        target: st_target.clone(),
+                    },
+                );
+                Ok::<(), tavern_store::StoreError>(())
+            },
+        ))
+        .unwrap();
+    drop(store);
+    let st = refused_start(
+        dir.path(),
+        &["mcp", "--assets", assets_dir, "--session", "st-1"],
+    );
+    assert!(
+        st.contains(r#"--session st-1 is bound to chat "Mira - st" of "Mira" as a SillyTavern (st) session, which MCP cannot serve"#),
+        "{st}"
+    );
+    let mut p = Peer::spawn(&[
+        "mcp",
+        "--data",
+        data.to_str().unwrap(),
+        "--assets",
+        assets_dir,
+        "--session",
+        "mcp-2",
+        "--character",
+        "Mira",
+        "--chat",
+        "Mira - mcp 2",
+    ]);
+    p.send_raw(INIT);
+    mcp_answer(&mut p, 1);
+    p.send_raw(r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#);
+    p.send_raw(r#"{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "variable_set", "arguments": {"name": "mood", "value": 1}}}"#);
+    let set = mcp_answer(&mut p, 2);
+    assert!(
+        set["result"]["structuredContent"]["error"].is_null(),
+        "{set}"
+    );
 }

@@ -53,6 +53,11 @@ pub struct RuntimeConfig {
     /// The user's offset from UTC, for SillyTavern's time macros (UTC by default; a program
     /// passes the system's zone).
     pub zone: Arc<dyn tavern_core::UtcOffsets>,
+    /// The architecture of the sessions this runtime binds, instead of the store's default
+    /// for new sessions (`None`: the store's). A host that can run only one of them (an MCP
+    /// server has no SillyTavern pipeline) names it, so a store whose default is `st` does not
+    /// bind its sessions to a pipeline it cannot run. Group chats are `st` regardless.
+    pub new_sessions: Option<TavernArchitecture>,
 }
 
 impl Default for RuntimeConfig {
@@ -64,6 +69,7 @@ impl Default for RuntimeConfig {
             ranker: RankerRef::default(),
             checkpoint_every_event: false,
             zone: Arc::new(tavern_core::FixedOffset(0)),
+            new_sessions: None,
         }
     }
 }
@@ -264,7 +270,14 @@ impl Runtime {
                         reason: "the session is already bound".into(),
                     });
                 }
-                let b = SessionBinding::new_for_chat(target.clone(), state);
+                let b = match self.config.new_sessions {
+                    Some(architecture) => SessionBinding::with_architecture(
+                        target.clone(),
+                        architecture,
+                        state.default_context_mode,
+                    ),
+                    None => SessionBinding::new_for_chat(target.clone(), state),
+                };
                 state.set_binding(session.clone(), b.clone());
                 Ok(b)
             })

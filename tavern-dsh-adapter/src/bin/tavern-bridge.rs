@@ -7,14 +7,17 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
-use tavern_core::{CharacterName, ChatId, FixedOffset, SessionId, Timestamp, UtcOffsets};
+use tavern_core::{
+    CharacterName, ChatId, FixedOffset, SessionBinding, SessionId, TavernArchitecture, Timestamp,
+    UtcOffsets,
+};
 use tavern_dsh_adapter::bridge::host::BridgeHost;
 use tavern_dsh_adapter::bridge::{Bridge, BridgeConfig, DEFAULT_MAX_FRAME_BYTES};
 use tavern_dsh_adapter::{Runtime, RuntimeConfig};
 use tavern_runtime::mcp::McpServer;
 use tavern_search::RankerRef;
 use tavern_store::fs::{FsOptions, FsStore};
-use tavern_store::{AllStores, ChatStore, SystemClock};
+use tavern_store::{AllStores, SystemClock};
 use tavern_tools::assets::provider::{
     AssetProvider, DirAssets, MemAssets, Persona, DEFAULT_MAX_ASSET_BYTES,
 };
@@ -398,6 +401,78 @@ async fn ranker(common: &Common) -> Result<RankerRef, String> {
     Ok(ranker)
 }
 
+/// Binds the MCP session to the chat `named` (character, chat), or checks the binding an
+/// earlier start made: every tool acts on an agent-tavern session's chat, and nothing over MCP
+/// binds one, so a session the tools cannot serve is refused here, in one line.
+async fn bind_mcp_session(
+    runtime: &Runtime,
+    store: &dyn AllStores,
+    session: &SessionId,
+    named: Option<(String, String)>,
+) -> Result<(), String> {
+    let state = runtime.state().await.map_err(|e| e.to_string())?;
+    let bound = state.binding(session);
+    if let Some(b) = bound {
+        let target = b.target();
+        let unservable = if target.group {
+            Some("a group chat")
+        } else if b.architecture() != TavernArchitecture::AgentTavern {
+            Some("a SillyTavern (st) session")
+        } else {
+            None
+        };
+        if let Some(kind) = unservable {
+            return Err(format!(
+                "--session {session} is bound to chat {:?} of {:?} as {kind}, which MCP cannot \
+                 serve (its tools act on agent-tavern sessions): name a new session",
+                target.chat_id.as_str(),
+                target.character.as_str()
+            ));
+        }
+    }
+    let Some((character, chat)) = named else {
+        return match bound {
+            Some(_) => Ok(()),
+            None => Err(format!(
+                "--session {session} is not bound to a chat yet: name one with --character \
+                 NAME --chat ID (an existing chat is continued, a new one is created)"
+            )),
+        };
+    };
+    let character = CharacterName::parse(character).map_err(|e| format!("--character: {e}"))?;
+    let chat = ChatId::parse(chat).map_err(|e| format!("--chat: {e}"))?;
+    match bound.map(SessionBinding::target) {
+        // Serving the old chat under the new names would write the player's lines into a
+        // chat they did not ask for.
+        Some(target) if target.character != character || target.chat_id != chat => Err(format!(
+            "--session {session} is bound to chat {:?} of {:?}, not {:?} of {:?}: leave out \
+                 --character and --chat to serve the chat it is bound to, or name a new session \
+                 to open that one",
+            target.chat_id.as_str(),
+            target.character.as_str(),
+            chat.as_str(),
+            character.as_str()
+        )),
+        Some(_) => Ok(()),
+        None => {
+            // An existing chat (an imported or SillyTavern one) is continued as it is; only a
+            // new one is created with the card's greeting.
+            let exists = store
+                .chat_revision(&character, &chat)
+                .await
+                .map_err(|e| e.to_string())?
+                .is_some();
+            if exists {
+                runtime.bind_existing_chat(session, &character, &chat).await
+            } else {
+                runtime.new_chat(session, &character, &chat, false).await
+            }
+            .map(drop)
+            .map_err(|e| e.to_string())
+        }
+    }
+}
+
 /// Serves the host on stdio until it is done.
 async fn serve(
     cli: Cli,
@@ -411,6 +486,10 @@ async fn serve(
         user_name: cli.common.user.clone(),
         zone: zone(&cli.common.utc_offset)?,
         ranker,
+        // MCP has no SillyTavern pipeline: its sessions are agent-tavern whatever the store's
+        // default for new sessions says.
+        new_sessions: matches!(cli.mode, Some(Mode::Mcp(_)))
+            .then_some(TavernArchitecture::AgentTavern),
         ..RuntimeConfig::default()
     };
     let runtime = Runtime::new(host.clone(), store.clone(), assets, clock, config);
@@ -421,49 +500,7 @@ async fn serve(
     match cli.mode {
         Some(Mode::Mcp(m)) => {
             let session = SessionId::parse(m.session).map_err(|e| format!("--session: {e}"))?;
-            let state = runtime.state().await.map_err(|e| e.to_string())?;
-            let bound = state.binding(&session).map(|b| b.target().clone());
-            if let (Some(c), Some(chat)) = (m.character, m.chat) {
-                let character = CharacterName::parse(c).map_err(|e| format!("--character: {e}"))?;
-                let chat = ChatId::parse(chat).map_err(|e| format!("--chat: {e}"))?;
-                if let Some(target) =
-                    bound.filter(|t| t.character != character || t.chat_id != chat)
-                {
-                    // Serving the old chat under the new names would write the player's lines
-                    // into a chat they did not ask for.
-                    return Err(format!(
-                        "--session {session} is bound to chat {:?} of {:?}, not {:?} of {:?}: \
-                         name a new session to open that chat",
-                        target.chat_id.as_str(),
-                        target.character.as_str(),
-                        chat.as_str(),
-                        character.as_str()
-                    ));
-                }
-                if state.binding(&session).is_none() {
-                    // An existing chat (an imported or SillyTavern one) is continued as it is;
-                    // only a new one is created with the card's greeting.
-                    let exists = store
-                        .chat_revision(&character, &chat)
-                        .await
-                        .map_err(|e| e.to_string())?
-                        .is_some();
-                    if exists {
-                        runtime
-                            .bind_existing_chat(&session, &character, &chat)
-                            .await
-                    } else {
-                        runtime.new_chat(&session, &character, &chat, false).await
-                    }
-                    .map_err(|e| e.to_string())?;
-                }
-            } else if bound.is_none() {
-                // Every tool acts on the session's chat and nothing over MCP can bind one.
-                return Err(format!(
-                    "--session {session} is not bound to a chat yet: name one with --character \
-                     NAME --chat ID (an existing chat is continued, a new one is created)"
-                ));
-            }
+            bind_mcp_session(&runtime, &*store, &session, m.character.zip(m.chat)).await?;
             let agent = tavern_core::AgentId::parse(session.as_str()).map_err(|e| e.to_string())?;
             tracing::info!(%session, "serving MCP on stdio");
             McpServer::new(runtime, agent)
