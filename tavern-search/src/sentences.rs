@@ -90,7 +90,8 @@ struct KeptVectors {
     /// encoding instead of doing it again (a model asking two searches at once over the same
     /// new memories encodes them once).
     in_flight: HashSet<(u64, usize)>,
-    /// How many times a call waited for another's encoding (what the tests watch).
+    /// How many calls found a text they need still being encoded by another, and waited
+    /// (what the tests watch).
     waited: usize,
 }
 
@@ -207,9 +208,13 @@ impl SentenceRanker {
             claims.release(&mut cache);
             kept
         };
+        // This call's own encoding failed: it keeps the lexical order whatever others encode.
+        encoded?;
         if !awaited.is_empty() {
             let mut cache = self.lock();
-            cache.waited += 1;
+            if awaited.iter().any(|&i| cache.in_flight.contains(&keys[i])) {
+                cache.waited += 1;
+            }
             while awaited.iter().any(|&i| cache.in_flight.contains(&keys[i])) {
                 cache = self
                     .encoded
@@ -237,7 +242,7 @@ impl SentenceRanker {
                 self.keep(&mut cache, &keys, &again, vectors, &mut out);
             }
         }
-        encoded.map(|()| out)
+        Some(out)
     }
 
     /// A poisoned lock only means another search panicked midway: the map is still whole.
@@ -534,13 +539,22 @@ mod tests {
         }
     }
 
+    /// What [`Gated`]'s first call does once let go.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum FirstCall {
+        Encodes,
+        Fails,
+        Panics,
+    }
+
     /// An encoder whose first call waits until the test lets it go (a slow model, as a
-    /// second search meets it), then fails when told to; every call and text is counted.
+    /// second search meets it), then encodes, fails or panics; every call and text is counted.
+    /// "lantern" and the gate are close, the silver lantern is not.
     #[derive(Debug)]
     struct Gated {
         entered: std::sync::mpsc::SyncSender<()>,
         release: Mutex<std::sync::mpsc::Receiver<()>>,
-        fail_first: bool,
+        first: FirstCall,
         calls: AtomicUsize,
         asked: AtomicUsize,
     }
@@ -558,26 +572,37 @@ mod tests {
             if call == 0 {
                 self.entered.send(()).unwrap();
                 self.release.lock().unwrap().recv().unwrap();
-                if self.fail_first {
-                    return Err(EncodeError::Failed("let go".into()));
+                match self.first {
+                    FirstCall::Encodes => {}
+                    FirstCall::Fails => return Err(EncodeError::Failed("let go".into())),
+                    FirstCall::Panics => panic!("the encoder broke"),
                 }
             }
-            Ok(texts.iter().map(|t| vec![t.len() as f32, 1.0]).collect())
+            Ok(texts
+                .iter()
+                .map(|t| match *t {
+                    "lantern" | "a lantern by the gate" => vec![1.0, 0.0],
+                    _ => vec![0.0, 1.0],
+                })
+                .collect())
         }
     }
 
     /// Two searches at once over the same new texts (a model asking two memory searches in
-    /// one step): the second waits for the first's encoding instead of encoding them again;
-    /// when the first fails, the second encodes them itself.
+    /// one step): the second waits for the first's encoding instead of encoding them again,
+    /// and ranks with those vectors; when the first fails or panics, the second encodes them
+    /// itself.
     #[test]
     fn a_search_over_texts_another_is_encoding_waits_for_that_encoding() {
-        for fail_first in [false, true] {
+        // Words alone put the silver lantern first; meaning, the gate.
+        const POOL: [(&str, f32); 2] = [("a silver lantern", 2.0), ("a lantern by the gate", 1.0)];
+        for first_call in [FirstCall::Encodes, FirstCall::Fails, FirstCall::Panics] {
             let (entered, entered_rx) = std::sync::mpsc::sync_channel(1);
             let (release_tx, release) = std::sync::mpsc::channel();
             let encoder = Arc::new(Gated {
                 entered,
                 release: Mutex::new(release),
-                fail_first,
+                first: first_call,
                 calls: AtomicUsize::new(0),
                 asked: AtomicUsize::new(0),
             });
@@ -585,9 +610,9 @@ mod tests {
             let search = || {
                 let ranker = ranker.clone();
                 std::thread::spawn(move || {
-                    ranker
-                        .prepare("lantern", &["a lantern by the gate", "a silver lantern"])
-                        .is_some()
+                    let texts: Vec<&str> = POOL.iter().map(|(t, _)| *t).collect();
+                    let prepared = ranker.prepare("lantern", &texts).unwrap();
+                    ranked(&RankerRef(prepared), "lantern", &POOL)
                 })
             };
             let first = search();
@@ -602,19 +627,29 @@ mod tests {
                 std::thread::yield_now();
             }
             release_tx.send(()).unwrap();
-            assert!(first.join().unwrap() && second.join().unwrap());
-            let (calls, asked) = (
+            let first = first.join();
+            assert_eq!(second.join().unwrap(), [1, 0], "{first_call:?}");
+            let counted = (
                 encoder.calls.load(Ordering::SeqCst),
                 encoder.asked.load(Ordering::SeqCst),
             );
-            if fail_first {
-                assert_eq!(
-                    (calls, asked),
-                    (2, 6),
-                    "the second encoded after the failure"
-                );
-            } else {
-                assert_eq!((calls, asked), (1, 3), "encoded once for both");
+            match first_call {
+                FirstCall::Encodes => {
+                    assert_eq!(first.unwrap(), [1, 0]);
+                    assert_eq!(counted, (1, 3), "encoded once for both");
+                }
+                FirstCall::Fails => {
+                    assert_eq!(
+                        first.unwrap(),
+                        [0, 1],
+                        "a failed encoding keeps the words' order"
+                    );
+                    assert_eq!(counted, (2, 6), "the second encoded after the failure");
+                }
+                FirstCall::Panics => {
+                    assert!(first.is_err());
+                    assert_eq!(counted, (2, 6), "the second encoded after the panic");
+                }
             }
             let cache = ranker.lock();
             assert_eq!(cache.vectors.len(), 3);

@@ -189,7 +189,7 @@ echo "e2e: DSH 0.1.5-rc.2 is refused cleanly and the host runs"
 
 # The plugin's `sentenceEncoder` (the real all-MiniLM-L6-v2, fetched by the repository's
 # script): of two memories sharing only "setup" with the query, the one it means comes first,
-# though it was written first (words alone put the newer first).
+# though words alone put the other (shorter) one first.
 encoder=$(bash "$repo/scripts/sentence-encoder.sh")
 sed -e "s|^        user: Kai|        user: Kai\n        sentenceEncoder: $encoder|" \
   -e "s|^        data: .*|        data: $work/data-encoder|" \
