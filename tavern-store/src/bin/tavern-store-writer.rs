@@ -1,7 +1,10 @@
 //! Drives a file store from a separate process, for the crash and multi-process tests and the
 //! benchmark: `tavern-store-writer <root> put <prefix> <count>` creates memories and prints
 //! `ack <i>` after each acknowledged write; `tavern-store-writer <root> incr <name> <count>`
-//! increments a global variable with CAS retries, printing `ack <i>` after each success.
+//! increments a global variable with CAS retries, printing `ack <i>` after each success;
+//! `tavern-store-writer <root> image <prefix> <rounds>` imports [`IMAGE_BATCH`] memories a
+//! round (`ack <last i>` once acknowledged), then prints `saving`, saves the memory image and
+//! prints `saved` (a test kills it in the middle of a save).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -14,9 +17,34 @@ use tavern_core::{
 use tavern_store::fs::FsStore;
 use tavern_store::{MemoryStore, StoreError, SystemClock, VariableStore};
 
+/// Memories a round of `image` mode imports before saving the image.
+const IMAGE_BATCH: u64 = 4_000;
+
+fn write(name: &str, i: u64, agent: &ScopeKey) -> Result<MemoryWrite, String> {
+    Ok(MemoryWrite {
+        id: MemoryId::parse(format!("{name}-{i}")).map_err(|e| e.to_string())?,
+        scope: agent.clone(),
+        kind: MemoryKind::Episodic,
+        content: format!("record {i} written by {name} 记录"),
+        tags: Vec::new(),
+        importance: 0.5,
+        confidence: 0.5,
+        source: MemorySource::system(),
+        expires_at: None,
+    })
+}
+
+fn say(out: &mut impl Write, line: &str) -> Result<(), String> {
+    writeln!(out, "{line}")
+        .and_then(|()| out.flush())
+        .map_err(|e| e.to_string())
+}
+
 fn run(args: &[String]) -> Result<(), String> {
     let [root, mode, name, count] = args else {
-        return Err("usage: tavern-store-writer <root> put|incr <prefix|name> <count>".into());
+        return Err(
+            "usage: tavern-store-writer <root> put|incr|image <prefix|name> <count>".into(),
+        );
     };
     let count: u64 = count.parse().map_err(|e| format!("bad count: {e}"))?;
     let store = FsStore::open(root, Arc::new(SystemClock)).map_err(|e| e.to_string())?;
@@ -24,20 +52,24 @@ fn run(args: &[String]) -> Result<(), String> {
     let agent = ScopeKey::Agent {
         agent: AgentId::parse("writer").map_err(|e| e.to_string())?,
     };
+    if mode == "image" {
+        for round in 0..count {
+            let first = round * IMAGE_BATCH;
+            let writes = (first..first + IMAGE_BATCH)
+                .map(|i| write(name, i, &agent))
+                .collect::<Result<Vec<_>, _>>()?;
+            store.import_memories(writes).map_err(|e| e.to_string())?;
+            say(&mut out, &format!("ack {}", first + IMAGE_BATCH - 1))?;
+            say(&mut out, "saving")?;
+            store.save_memory_image().map_err(|e| e.to_string())?;
+            say(&mut out, "saved")?;
+        }
+        return Ok(());
+    }
     for i in 0..count {
         match mode.as_str() {
             "put" => {
-                let write = MemoryWrite {
-                    id: MemoryId::parse(format!("{name}-{i}")).map_err(|e| e.to_string())?,
-                    scope: agent.clone(),
-                    kind: MemoryKind::Episodic,
-                    content: format!("record {i} written by {name} 记录"),
-                    tags: Vec::new(),
-                    importance: 0.5,
-                    confidence: 0.5,
-                    source: MemorySource::system(),
-                    expires_at: None,
-                };
+                let write = write(name, i, &agent)?;
                 rt().block_on(store.put(write, None, false))
                     .map_err(|e| e.to_string())?;
             }
@@ -64,9 +96,7 @@ fn run(args: &[String]) -> Result<(), String> {
             }
             other => return Err(format!("unknown mode {other}")),
         }
-        writeln!(out, "ack {i}")
-            .and_then(|()| out.flush())
-            .map_err(|e| e.to_string())?;
+        say(&mut out, &format!("ack {i}"))?;
     }
     Ok(())
 }
