@@ -34,6 +34,15 @@ impl Peer {
         }
     }
 
+    /// Closes the bridge's input (how an MCP client ends) and waits for it to exit cleanly.
+    fn close(self) {
+        let Self {
+            mut child, input, ..
+        } = self;
+        drop(input);
+        assert!(child.wait().unwrap().success());
+    }
+
     fn send_raw(&mut self, line: &str) {
         writeln!(self.input, "{line}").unwrap();
         self.input.flush().unwrap();
@@ -530,6 +539,23 @@ fn mcp_answer(p: &mut Peer, id: u64) -> Value {
     }
 }
 
+/// The MCP handshake: `initialize` (answered), then `notifications/initialized`.
+fn mcp_handshake(p: &mut Peer) {
+    p.send_raw(INIT);
+    mcp_answer(p, 1);
+    p.send_raw(r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#);
+}
+
+/// Calls tool `name` with `arguments` as request `id`; its answer.
+fn mcp_tool(p: &mut Peer, id: u64, name: &str, arguments: Value) -> Value {
+    p.send_raw(
+        &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": name, "arguments": arguments}})
+        .to_string(),
+    );
+    mcp_answer(p, id)
+}
+
 /// #29 item 3: a folder-less setup's persona comes from `--user` and `--persona-description`
 /// (the plugin's `user` and `personaDescription` settings).
 #[test]
@@ -550,11 +576,13 @@ fn the_persona_of_a_folder_less_setup_comes_from_the_command_line() {
         "--chat",
         "Mira - mcp",
     ]);
-    p.send_raw(INIT);
-    mcp_answer(&mut p, 1);
-    p.send_raw(r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#);
-    p.send_raw(r#"{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "tavern_character_get", "arguments": {"fields": ["persona"]}}}"#);
-    let r = mcp_answer(&mut p, 2);
+    mcp_handshake(&mut p);
+    let r = mcp_tool(
+        &mut p,
+        2,
+        "tavern_character_get",
+        json!({"fields": ["persona"]}),
+    );
     assert_eq!(
         r["result"]["structuredContent"]["fields"]["persona"],
         json!({"name": "白羽", "description": "一名来自北方的旅人。"}),
@@ -590,11 +618,8 @@ fn a_card_over_the_asset_limit_is_refused_by_name() {
         "--chat",
         "Mira - mcp",
     ]);
-    p.send_raw(INIT);
-    mcp_answer(&mut p, 1);
-    p.send_raw(r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#);
-    p.send_raw(r#"{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "tavern_character_get", "arguments": {}}}"#);
-    let r = mcp_answer(&mut p, 2);
+    mcp_handshake(&mut p);
+    let r = mcp_tool(&mut p, 2, "tavern_character_get", json!({}));
     assert_eq!(r["result"]["isError"], true, "{r}");
     let text = r["result"]["content"][0]["text"].as_str().unwrap();
     assert!(text.contains("Mira") && text.contains("1048576"), "{text}");
@@ -640,14 +665,12 @@ fn mcp_mode_answers_bad_messages_by_the_json_rpc_book() {
     p.send_raw(r#"{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "memory_write", "arguments": {"content": "half \ud83d an emoji"}}}"#);
     let written = mcp_answer(&mut p, 5);
     assert_eq!(written["result"]["isError"], false, "{written}");
-    p.send_raw(r#"{"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "memory_search", "arguments": {"query": "emoji"}}}"#);
-    let found = mcp_answer(&mut p, 6);
+    let found = mcp_tool(&mut p, 6, "memory_search", json!({"query": "emoji"}));
     assert_eq!(
         found["result"]["structuredContent"]["items"][0]["content"],
         "half \u{fffd} an emoji"
     );
-    drop(p.input);
-    assert!(p.child.wait().unwrap().success());
+    p.close();
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -667,9 +690,7 @@ fn mcp_mode_stops_reading_a_client_that_does_not_read() {
     use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
     let dir = tempfile::tempdir().unwrap();
     let mut p = mcp_peer(dir.path());
-    p.send_raw(INIT);
-    mcp_answer(&mut p, 1);
-    p.send_raw(r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#);
+    mcp_handshake(&mut p);
     let before = rss_kib(p.child.id());
     // From here on nothing is read. Write pings until the pipe refuses more: the server has
     // stopped reading. Before, it read (and queued an answer to) every one of them.
@@ -1228,9 +1249,7 @@ fn photography_search(extra: &[&str]) -> Vec<String> {
         })
         .collect();
     let mut p = mcp_peer_with(dir.path(), &extra);
-    p.send_raw(INIT);
-    mcp_answer(&mut p, 1);
-    p.send_raw(r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#);
+    mcp_handshake(&mut p);
     // Each shares one word with the query and is as long as the others: lexically they tie,
     // and the newest comes first.
     let memories = [
@@ -1375,36 +1394,30 @@ fn bad_word_vectors_stop_the_bridge_with_one_line_naming_them() {
     );
     let good = dir.path().join("good.txt");
     std::fs::write(&good, VECTORS).unwrap();
-    let weight = run(&[
-        "--word-vectors",
-        good.to_str().unwrap(),
-        "--vector-weight",
-        "2",
-    ]);
-    assert!(
-        weight.contains("--vector-weight 2: must be within 0 and 0.95"),
-        "{weight}"
-    );
-    // As the DSH plugin passes it: a negative weight rides in its flag and is refused by value.
-    let negative = run(&[
-        &format!("--word-vectors={}", good.to_str().unwrap()),
-        "--vector-weight=-0.2",
-    ]);
-    assert!(
-        negative.contains("--vector-weight -0.2: must be within 0 and 0.95"),
-        "{negative}"
-    );
-    // As a person types it: the negative number is the flag's value, not another flag.
-    let typed = run(&[
-        "--word-vectors",
-        good.to_str().unwrap(),
-        "--vector-weight",
-        "-0.2",
-    ]);
-    assert!(
-        typed.contains("--vector-weight -0.2: must be within 0 and 0.95"),
-        "{typed}"
-    );
+    let good = good.to_str().unwrap();
+    let flag = format!("--word-vectors={good}");
+    for (args, refused) in [
+        (
+            vec!["--word-vectors", good, "--vector-weight", "2"],
+            "--vector-weight 2",
+        ),
+        // As the DSH plugin passes it: a negative weight rides in its flag.
+        (
+            vec![flag.as_str(), "--vector-weight=-0.2"],
+            "--vector-weight -0.2",
+        ),
+        // As a person types it: the negative number is the flag's value, not another flag.
+        (
+            vec!["--word-vectors", good, "--vector-weight", "-0.2"],
+            "--vector-weight -0.2",
+        ),
+    ] {
+        let err = run(&args);
+        assert!(
+            err.contains(&format!("{refused}: must be within 0 and 0.95")),
+            "{args:?}: {err}"
+        );
+    }
 }
 
 /// `mcp --session` alone used to start and then answer every memory, variable and tavern call
@@ -1427,20 +1440,18 @@ fn an_mcp_session_must_be_bound_to_the_chat_it_names() {
 
     // Bound by a start that names the chat, and a memory written there…
     let mut p = mcp_peer(dir.path());
-    p.send_raw(INIT);
-    mcp_answer(&mut p, 1);
-    p.send_raw(r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#);
-    p.send_raw(r#"{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "memory_write", "arguments": {"content": "Mira keeps a brass compass.", "kind": "semantic"}}}"#);
-    let wrote = mcp_answer(&mut p, 2);
+    mcp_handshake(&mut p);
+    let wrote = mcp_tool(
+        &mut p,
+        2,
+        "memory_write",
+        json!({"content": "Mira keeps a brass compass.", "kind": "semantic"}),
+    );
     assert!(
         wrote["result"]["structuredContent"]["error"].is_null(),
         "{wrote}"
     );
-    let Peer {
-        mut child, input, ..
-    } = p;
-    drop(input);
-    assert!(child.wait().unwrap().success());
+    p.close();
 
     // …another chat under the same session is refused, naming both.
     let other = refused_start(
@@ -1473,17 +1484,10 @@ fn an_mcp_session_must_be_bound_to_the_chat_it_names() {
         "--session",
         "mcp-1",
     ]);
-    p.send_raw(INIT);
-    mcp_answer(&mut p, 1);
-    p.send_raw(r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#);
-    p.send_raw(r#"{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "memory_search", "arguments": {"query": "compass"}}}"#);
-    let found = mcp_answer(&mut p, 2);
+    mcp_handshake(&mut p);
+    let found = mcp_tool(&mut p, 2, "memory_search", json!({"query": "compass"}));
     assert!(found.to_string().contains("brass compass"), "{found}");
-    let Peer {
-        mut child, input, ..
-    } = p;
-    drop(input);
-    assert!(child.wait().unwrap().success());
+    p.close();
 
     // A store whose new sessions default to `st` (SillyTavern's pipeline, which MCP does not
     // have): the session MCP binds is agent-tavern all the same, so its tools work; a session
@@ -1535,11 +1539,13 @@ fn an_mcp_session_must_be_bound_to_the_chat_it_names() {
         "--chat",
         "Mira - mcp 2",
     ]);
-    p.send_raw(INIT);
-    mcp_answer(&mut p, 1);
-    p.send_raw(r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#);
-    p.send_raw(r#"{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "variable_set", "arguments": {"name": "mood", "value": 1}}}"#);
-    let set = mcp_answer(&mut p, 2);
+    mcp_handshake(&mut p);
+    let set = mcp_tool(
+        &mut p,
+        2,
+        "variable_set",
+        json!({"name": "mood", "value": 1}),
+    );
     assert!(
         set["result"]["structuredContent"]["error"].is_null(),
         "{set}"
