@@ -1518,6 +1518,43 @@ fn an_mcp_session_must_be_bound_to_the_chat_it_names() {
         ))
         .unwrap();
     drop(store);
+    // A character --assets has no card of: refused before anything is bound (a typo, or the
+    // name a card shows instead of its file's), and so is a group (a real SillyTavern one).
+    let groups = dir.path().join("assets/groups");
+    std::fs::create_dir_all(&groups).unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/fixtures/user-folder/groups/1720882292647.json"),
+        groups.join("1720882292647.json"),
+    )
+    .unwrap();
+    for (character, said) in [
+        (
+            "mira",
+            r#"--character "mira": no card of that name under --assets"#,
+        ),
+        (
+            "ZzGroup: Conversational Real Life",
+            r#"--character "ZzGroup: Conversational Real Life" is a group"#,
+        ),
+    ] {
+        let refused = refused_start(
+            dir.path(),
+            &[
+                "mcp",
+                "--assets",
+                assets_dir,
+                "--session",
+                "typo-1",
+                "--character",
+                character,
+                "--chat",
+                "x - 1",
+            ],
+        );
+        assert!(refused.contains(said), "{refused}");
+        assert!(!data.join("chats").join(character).exists(), "{character}");
+    }
     let st = refused_start(
         dir.path(),
         &["mcp", "--assets", assets_dir, "--session", "st-1"],

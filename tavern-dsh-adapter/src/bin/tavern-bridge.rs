@@ -407,6 +407,7 @@ async fn ranker(common: &Common) -> Result<RankerRef, String> {
 async fn bind_mcp_session(
     runtime: &Runtime,
     store: &dyn AllStores,
+    cards: Option<&dyn AssetProvider>,
     session: &SessionId,
     named: Option<(String, String)>,
 ) -> Result<(), String> {
@@ -462,6 +463,9 @@ async fn bind_mcp_session(
                 .await
                 .map_err(|e| e.to_string())?
                 .is_some();
+            if let Some(cards) = cards {
+                check_card(cards, &character, exists).await?;
+            }
             if exists {
                 runtime.bind_existing_chat(session, &character, &chat).await
             } else {
@@ -470,6 +474,33 @@ async fn bind_mcp_session(
             .map(drop)
             .map_err(|e| e.to_string())
         }
+    }
+}
+
+/// What a new binding's character must be when the cards come from `--assets`: not a group
+/// (MCP serves one character's chat), and a card there unless the chat exists already (a typo
+/// or a display name instead of the card's file name would bind, for good, a new chat that
+/// has no card, no greeting and no description).
+async fn check_card(
+    cards: &dyn AssetProvider,
+    character: &CharacterName,
+    chat_exists: bool,
+) -> Result<(), String> {
+    let name = character.as_str();
+    if matches!(cards.group(name).await, Ok(Some(_))) {
+        return Err(format!(
+            "--character {name:?} is a group: MCP serves one character's chat"
+        ));
+    }
+    match cards.card(character).await {
+        Ok(Some(_)) => Ok(()),
+        // A chat whose card is gone is still the player's to continue.
+        Ok(None) if chat_exists => Ok(()),
+        Ok(None) => Err(format!(
+            "--character {name:?}: no card of that name under --assets (characters/{name}.png \
+             or .json: the card's file name, not the name it shows)"
+        )),
+        Err(e) => Err(format!("--character {name:?}: {e}")),
     }
 }
 
@@ -492,6 +523,8 @@ async fn serve(
             .then_some(TavernArchitecture::AgentTavern),
         ..RuntimeConfig::default()
     };
+    // The cards a new MCP binding is checked against, when they come from a folder.
+    let cards = cli.common.assets.is_some().then(|| assets.clone());
     let runtime = Runtime::new(host.clone(), store.clone(), assets, clock, config);
     let (stdin, stdout) = (
         tokio::io::BufReader::new(tokio::io::stdin()),
@@ -500,7 +533,8 @@ async fn serve(
     match cli.mode {
         Some(Mode::Mcp(m)) => {
             let session = SessionId::parse(m.session).map_err(|e| format!("--session: {e}"))?;
-            bind_mcp_session(&runtime, &*store, &session, m.character.zip(m.chat)).await?;
+            let named = m.character.zip(m.chat);
+            bind_mcp_session(&runtime, &*store, cards.as_deref(), &session, named).await?;
             let agent = tavern_core::AgentId::parse(session.as_str()).map_err(|e| e.to_string())?;
             tracing::info!(%session, "serving MCP on stdio");
             McpServer::new(runtime, agent)
