@@ -114,6 +114,28 @@ async fn a_damaged_image_is_reported_and_the_log_read_instead() {
     assert_eq!(seen(&s).await, truth);
 }
 
+/// An image of another format version (an older release's: the postings' layout changed) is
+/// not damage: it is ignored without a diagnostic, the log read instead, and a new image of
+/// this version saved.
+#[tokio::test]
+async fn an_image_of_another_format_version_is_ignored_and_saved_again() {
+    let dir = filled().await;
+    let mut image = std::fs::read(dir.path().join(IMAGE)).unwrap();
+    let truth = from_log_alone(dir.path()).await;
+    let version = image[7];
+    image[7] = version - 1;
+    std::fs::write(dir.path().join(IMAGE), &image).unwrap();
+    let s = open(dir.path());
+    assert!(s.diagnostics().is_empty(), "{:?}", s.diagnostics());
+    assert_eq!(s.memory_lines_replayed(), log_lines(dir.path()));
+    assert_eq!(seen(&s).await, truth);
+    drop(s);
+    assert_eq!(std::fs::read(dir.path().join(IMAGE)).unwrap()[7], version);
+    let s = open(dir.path());
+    assert_eq!(s.memory_lines_replayed(), 0);
+    assert_eq!(seen(&s).await, truth);
+}
+
 #[tokio::test]
 async fn an_image_larger_than_its_log_could_have_is_refused_unread() {
     let dir = filled().await;

@@ -6,24 +6,16 @@
 
 use rustc_hash::FxHashMap;
 
-use super::{top, Bm25Index, GroupLists, GroupStats, Posting, Shard, SHARDS};
+use super::lists::Lists;
+use super::{top, Bm25Index, GroupLists, GroupStats, Shard, SHARDS};
 use crate::bytes::{ImageError, Put, Take};
 
 /// The first bytes of an index image and its format version.
-const MAGIC: &[u8; 8] = b"tvbm25\0\x02";
+const MAGIC: &[u8; 8] = b"tvbm25\0\x03";
 
 /// How a term is keyed in a shard's dictionary.
 const PACKED: u8 = 0;
 const WORD: u8 = 1;
-
-/// `tf` as a count of halves when it is one exactly (below 2²⁴, so the float holds it): what
-/// weights of ½ and 1 give.
-fn halves(tf: f32) -> Option<u32> {
-    let h = tf * 2.0;
-    let whole = (0.0..16_777_216.0).contains(&h) && h.fract() == 0.0;
-    let h = whole.then_some(h as u32)?;
-    ((h as f32 / 2.0).to_bits() == tf.to_bits()).then_some(h)
-}
 
 fn invalid(message: String) -> ImageError {
     ImageError::Invalid(message)
@@ -215,25 +207,9 @@ impl Shard {
             }
         }
         out.put_len(self.postings.len());
-        for (list, max_tf) in self.postings.iter().zip(&self.max_tf) {
+        for (list, max_tf) in self.max_tf.iter().enumerate() {
             out.put_f32(*max_tf);
-            out.put_len(list.len());
-            let mut previous = 0i64;
-            for &(doc, tf, generation) in list {
-                // Documents as zigzag deltas (a list re-indexed out of order goes back), term
-                // frequencies as whole halves when they are (a posting takes 3 bytes, not 12).
-                let delta = i64::from(doc) - previous;
-                previous = i64::from(doc);
-                out.put_varint(((delta << 1) ^ (delta >> 63)) as u64);
-                match halves(tf) {
-                    Some(h) => out.put_varint(u64::from(h) << 1),
-                    None => {
-                        out.put_varint(1);
-                        out.put_f32(tf);
-                    }
-                }
-                out.put_varint(u64::from(generation));
-            }
+            self.postings.write_list(list, out);
         }
         out.put_len(self.doc_postings.len());
         for count in &self.doc_postings {
@@ -284,36 +260,14 @@ impl Shard {
                 _ => GroupLists::Many(Box::new(all)),
             });
         }
-        let lists = bytes.len(12, "posting lists")?;
-        shard.postings.reserve_exact(lists);
+        let lists = bytes.len(20, "posting lists")?;
         shard.max_tf.reserve_exact(lists);
-        for _ in 0..lists {
-            shard.max_tf.push(bytes.f32("largest term frequency")?);
-            let len = bytes.len(3, "postings")?;
-            let mut list: Vec<Posting> = Vec::with_capacity(len);
-            let mut previous = 0i64;
-            for _ in 0..len {
-                let zigzag = bytes.varint("posting document")?;
-                let delta = (zigzag >> 1) as i64 ^ -((zigzag & 1) as i64);
-                previous = previous.wrapping_add(delta);
-                let doc = u32::try_from(previous)
-                    .ok()
-                    .filter(|d| (*d as usize) < docs)
-                    .ok_or_else(|| {
-                        invalid(format!("a posting of document {previous} of {docs}"))
-                    })?;
-                let code = bytes.varint("term frequency")?;
-                let tf = if code & 1 == 0 {
-                    (code >> 1) as f32 / 2.0
-                } else {
-                    bytes.f32("term frequency")?
-                };
-                let generation = u32::try_from(bytes.varint("posting generation")?)
-                    .map_err(|_| invalid("a generation past 32 bits".into()))?;
-                list.push((doc, tf, generation));
-            }
-            shard.postings.push(list);
-        }
+        // The postings stay as bytes until a search or an edit needs them.
+        let max_tf = &mut shard.max_tf;
+        shard.postings = Lists::read(bytes, lists, docs, |bytes| {
+            max_tf.push(bytes.f32("largest term frequency")?);
+            Ok(())
+        })?;
         let named_lists_exist = shard
             .lists
             .iter()
@@ -327,12 +281,13 @@ impl Shard {
         shard.doc_postings = (0..counts)
             .map(|_| bytes.u16("document posting count"))
             .collect::<Result<_, _>>()?;
-        // Block maps are rebuilt for the lists long enough to keep one.
+        // Block maps are rebuilt for the lists long enough to keep one (every list decoded:
+        // chat-like indexes are small, and a search of one walks most of them).
         if shard.map_block > 0 {
             let mut maps = FxHashMap::default();
-            for (list, postings) in shard.postings.iter().enumerate() {
-                let list = u32::try_from(list).map_err(|_| invalid("too many lists".into()))?;
-                top::BlockMap::rebuild(&mut maps, list, postings, shard.map_block);
+            for list in 0..shard.postings.len() {
+                let id = u32::try_from(list).map_err(|_| invalid("too many lists".into()))?;
+                top::BlockMap::rebuild(&mut maps, id, shard.postings.get(list), shard.map_block);
             }
             shard.maps = maps;
         }

@@ -8,6 +8,7 @@
 mod best;
 mod bulk;
 mod image;
+mod lists;
 mod score;
 #[cfg(test)]
 mod tests;
@@ -73,8 +74,9 @@ struct Shard {
     /// reads (and counts document frequencies from) their postings only, however many other
     /// groups the index holds.
     lists: Vec<GroupLists>,
-    /// Posting lists by list id (a term in a group).
-    postings: Vec<Vec<Posting>>,
+    /// Posting lists by list id (a term in a group); those of an image decoded when first
+    /// needed.
+    postings: lists::Lists,
     /// Per list, the largest term frequency any of its postings ever had (never lowered, so
     /// always an upper bound): what bounds a term's contribution when pruning.
     max_tf: Vec<f32>,
@@ -164,9 +166,8 @@ impl Shard {
         if let Some(list) = lists.get(group) {
             return list;
         }
-        let list = u32::try_from(self.postings.len()).unwrap_or(u32::MAX);
+        let list = self.postings.push_empty();
         lists.insert(group, list);
-        self.postings.push(Vec::new());
         self.max_tf.push(0.0);
         list
     }
@@ -178,7 +179,9 @@ impl Shard {
             *count = count.saturating_add(1);
         }
         self.raise_max_tf(term, posting.1);
-        let list = &mut self.postings[term as usize];
+        let Some(list) = self.postings.get_mut(term as usize) else {
+            return;
+        };
         list.push(posting);
         if self.map_block > 0 {
             top::BlockMap::follow(&mut self.maps, term, list, self.map_block);
@@ -210,7 +213,7 @@ impl Shard {
         };
         // A group whose documents were all removed keeps empty lists after a compaction: the
         // term's postings must not hide behind one (`top` reads the first list alone).
-        chosen.retain(|l| !self.postings[*l as usize].is_empty());
+        chosen.retain(|l| !self.postings.is_empty_list(*l as usize));
         let first = *chosen.first()?;
         let max_tf = chosen
             .iter()
@@ -218,10 +221,10 @@ impl Shard {
             .fold(0.0, f32::max);
         let rest = chosen
             .drain(1..)
-            .map(|l| &self.postings[l as usize][..])
+            .map(|l| self.postings.get(l as usize))
             .collect::<Vec<_>>();
         Some(QueryTerm {
-            list: &self.postings[first as usize],
+            list: self.postings.get(first as usize),
             map: rest.is_empty().then(|| self.maps.get(&first)).flatten(),
             rest,
             weight: 0.0,
@@ -294,7 +297,10 @@ impl Shard {
             .get(doc as usize)
             .is_some_and(|n| *n < u16::MAX && usize::from(*n) == ids.len());
         for &list in ids.iter() {
-            let postings = &mut self.postings[list as usize];
+            let Some(postings) = self.postings.get_mut(list as usize) else {
+                found = false;
+                continue;
+            };
             // Lists are in document order unless documents were indexed again: look where
             // the document would be, then (out of order) from the end.
             let guess = postings.partition_point(|p| p.0 < doc);
@@ -357,8 +363,11 @@ impl Shard {
         for (term, _) in terms {
             extra[*term as usize] += 1;
         }
-        for (list, n) in self.postings.iter_mut().zip(extra) {
-            list.reserve_exact(n);
+        // Only the lists that grow (decoding those still as image bytes).
+        for (list, n) in extra.into_iter().enumerate().filter(|(_, n)| *n > 0) {
+            if let Some(list) = self.postings.get_mut(list) {
+                list.reserve_exact(n);
+            }
         }
         for (k, ((doc, _), generation)) in docs.iter().zip(generations).enumerate() {
             for (term, tf) in &terms[bounds[k]..bounds[k + 1]] {
@@ -652,7 +661,9 @@ impl Bm25Index {
             terms.clear();
             shard.terms_of(me, group as u32, fields, &mut ids, &mut terms);
             for &(term, tf) in &terms {
-                let list = &mut shard.postings[term as usize];
+                let Some(list) = shard.postings.get_mut(term as usize) else {
+                    continue;
+                };
                 match list.last_mut() {
                     Some(p) if p.0 == doc && p.2 == generation => {
                         p.1 += tf;
@@ -764,7 +775,7 @@ impl Bm25Index {
         for shard in &mut self.shards {
             // Positions move: the maps are built again as their lists grow.
             shard.maps.clear();
-            for list in &mut shard.postings {
+            for list in shard.postings.all_mut() {
                 list.retain(|(d, _, g)| alive[*d as usize] && generation[*d as usize] == *g);
             }
         }

@@ -27,7 +27,7 @@ use crate::engine::oplog::OpTable;
 use crate::error::StoreError;
 
 /// `tvimage` and the format version (of the whole image, table and index included).
-const MAGIC: &[u8; 8] = b"tvimage\x01";
+const MAGIC: &[u8; 8] = b"tvimage\x02";
 /// Magic, body length, body checksum.
 pub(crate) const HEADER: usize = 8 + 8 + 16;
 /// Log offset, line count, prefix digest.
