@@ -1796,6 +1796,40 @@ fn memory_search_ranks_by_meaning_when_asked() {
     let model = sentence_model::sentence_model_dir();
     let by_meaning = ids(&["--sentence-encoder", model.to_str().unwrap()]);
     assert_eq!(by_meaning[0], "zz-camera", "{by_meaning:?}");
+    // The output says how it ranked (scores by meaning are on another scale).
+    let said = ok(
+        &data,
+        &[
+            "--json",
+            "memory",
+            "search",
+            "setup",
+            "--sentence-encoder",
+            model.to_str().unwrap(),
+        ],
+    )
+    .json();
+    assert_eq!(
+        said["ranking"], "sentence encoder read: all-MiniLM-L6-v2, weight 0.6",
+        "{said}"
+    );
+    let table = ok(
+        &data,
+        &[
+            "memory",
+            "search",
+            "setup",
+            "--sentence-encoder",
+            model.to_str().unwrap(),
+        ],
+    )
+    .stdout;
+    assert!(
+        table.ends_with("ranked with sentence encoder read: all-MiniLM-L6-v2, weight 0.6\n"),
+        "{table}"
+    );
+    let plain = ok(&data, &["--json", "memory", "search", "setup"]).json();
+    assert_eq!(plain["ranking"], "ranking by words alone (BM25)", "{plain}");
     // A weight of 0 keeps the order of words alone.
     assert_eq!(
         ids(&[

@@ -51,7 +51,7 @@ pub async fn run(ctx: &Context, command: MemoryCommand) -> Result<Report, CliErr
                 )));
             }
             // Read before the store opens, so a bad file stops at once.
-            let (ranker, _) = ranking.open().await?;
+            let ranker = ranking.open().await?;
             let stores = backend::open(ctx, false).await?.stores();
             search(&*stores, &query, scope, &filter, (limit, offset), ranker).await
         }
@@ -275,8 +275,9 @@ async fn search(
     scope: Option<ScopeKey>,
     filter: &MemoryFilter,
     (limit, offset): (usize, usize),
-    ranker: tavern_search::RankerRef,
+    (ranker, ranked_by): (tavern_search::RankerRef, String),
 ) -> Result<Report, CliError> {
+    let rescored = ranker.get().rescores();
     let now = now();
     let q = MemoryQuery {
         include_deleted: filter.include_deleted,
@@ -323,8 +324,13 @@ async fn search(
         }
         text.push('\n');
     }
+    // Scores by meaning are on another scale than words alone: say which one this is.
+    if rescored && !result.hits.is_empty() {
+        text.push_str(&format!("ranked with {ranked_by}\n"));
+    }
     let json = json!({
         "query": query,
+        "ranking": ranked_by,
         "hits": result.hits.iter().map(|h| {
             let mut v = record_json(&h.record, now);
             v["score"] = json!(h.score);
