@@ -158,6 +158,13 @@ pub async fn open(ctx: &Context, create: bool) -> Result<Arc<dyn Backend>, CliEr
     if let Some(settings) = &ctx.store {
         return Ok(Arc::new(open_postgres(settings, "--store").await?));
     }
+    // A file where the folder should be is that, not "no store yet".
+    if ctx.data.exists() && !ctx.data.is_dir() {
+        return Err(CliError::Failed(format!(
+            "{} is not a directory",
+            ctx.data_label
+        )));
+    }
     if !create && !store_exists(ctx) {
         return Err(CliError::NotFound(format!(
             "no store in {} yet: import a SillyTavern folder with `tavern import-st DIR` or run a session first",

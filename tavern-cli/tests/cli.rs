@@ -1860,3 +1860,21 @@ fn memory_search_ranks_by_meaning_when_asked() {
     )
     .one_error_line("--word-vectors no-such.txt");
 }
+
+/// `--data` naming a file said "no store in it yet: import a SillyTavern folder…", sending
+/// the user to import into it: it is not a directory, and that is what is said.
+#[test]
+fn data_that_is_a_file_is_named_as_not_a_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("notes.txt");
+    std::fs::write(&file, "x").unwrap();
+    for args in [
+        &["memory", "search", "x"][..],
+        &["memory", "ls"][..],
+        &["var", "ls", "--scope", "global"][..],
+    ] {
+        let run = tavern(&file, args);
+        assert_eq!(run.code, 1, "{args:?}: {}", run.stderr);
+        run.one_error_line("is not a directory");
+    }
+}

@@ -1430,6 +1430,17 @@ fn an_mcp_session_must_be_bound_to_the_chat_it_names() {
     assets(&dir.path().join("assets"));
     let assets_dir = dir.path().join("assets");
     let assets_dir = assets_dir.to_str().unwrap();
+    // A file where the data folder should be is named as such.
+    std::fs::write(dir.path().join("data-file"), "x").unwrap();
+    let file = Command::new(BRIDGE)
+        .args(["--data", dir.path().join("data-file").to_str().unwrap()])
+        .args(["mcp", "--session", "mcp-1"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!file.status.success());
+    let said = String::from_utf8(file.stderr).unwrap();
+    assert!(said.contains("data-file: not a directory"), "{said}");
     let unbound = refused_start(dir.path(), &["mcp", "--session", "mcp-1"]);
     assert!(
         unbound.contains("--session mcp-1 is not bound to a chat yet")

@@ -273,6 +273,9 @@ async fn open_store(
     if let Some(dir) = &common.chat_folder {
         options = options.with_chat_folder(dir);
     }
+    if data.exists() && !data.is_dir() {
+        return Err(format!("--data {}: not a directory", data.display()));
+    }
     let store = FsStore::open_with(data, clock, options).map_err(|e| format!("--data: {e}"))?;
     let reported = store.diagnostics();
     for d in &reported {
