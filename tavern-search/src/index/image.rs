@@ -2,7 +2,10 @@
 //! a store saves so that opening it does not tokenize and index every record again. The image
 //! holds the index exactly (scores after reading it are bit-identical); only the block maps of
 //! chat-like indexes are rebuilt from their lists. Reading checks every reference (documents,
-//! lists, groups) so a damaged image is an error, never a panic later.
+//! lists, groups) but the postings, which stay bytes until a search or an edit needs them
+//! ([`super::lists`]): a posting list that does not decode ends where it stops decoding, and a
+//! posting of a document the image does not hold is dropped, so a damaged image (which the
+//! store's checksum stops first) is an error or short lists, never a panic later.
 
 use rustc_hash::FxHashMap;
 
@@ -62,7 +65,8 @@ impl Bm25Index {
     ///
     /// # Errors
     /// [`ImageError`] when the bytes are not such an image, end early, or refer to documents,
-    /// lists or groups they do not hold.
+    /// lists or groups they do not hold (postings are checked when first decoded, and one of
+    /// a document the image does not hold is dropped then).
     pub fn read_image(bytes: &mut Take<'_>) -> Result<Self, ImageError> {
         if bytes.bytes(MAGIC.len(), "index image header")? != MAGIC {
             return Err(invalid("not an index image of this version".into()));
@@ -290,6 +294,8 @@ impl Shard {
                 top::BlockMap::rebuild(&mut maps, id, shard.postings.get(list), shard.map_block);
             }
             shard.maps = maps;
+            // Every list is decoded: the image bytes are of no more use.
+            shard.postings.repack();
         }
         Ok(shard)
     }

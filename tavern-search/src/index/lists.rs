@@ -5,13 +5,14 @@
 //! needs it first (searches share the shard, so the decoding is behind a [`OnceLock`]).
 
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use super::Posting;
 use crate::bytes::{Put, Take};
 
 /// Posting lists by list id.
-#[derive(Clone, Default)]
+#[derive(Default)]
 pub(super) struct Lists {
     decoded: Vec<OnceLock<Vec<Posting>>>,
     /// The image lists' encoded postings, one after the other (empty when none is left).
@@ -24,6 +25,22 @@ pub(super) struct Lists {
     counts: Vec<u32>,
     /// Documents the image held: a posting of another is dropped when decoded.
     docs: usize,
+    /// Bytes of `image` whose lists are decoded (so held twice): past half of it, the next
+    /// edit keeps only the rest ([`Lists::repack`]).
+    decoded_bytes: AtomicUsize,
+}
+
+impl Clone for Lists {
+    fn clone(&self) -> Self {
+        Self {
+            decoded: self.decoded.clone(),
+            image: self.image.clone(),
+            starts: self.starts.clone(),
+            counts: self.counts.clone(),
+            docs: self.docs,
+            decoded_bytes: AtomicUsize::new(self.decoded_bytes.load(Ordering::Relaxed)),
+        }
+    }
 }
 
 impl fmt::Debug for Lists {
@@ -82,8 +99,38 @@ impl Lists {
         if self.decoded.get(l)?.get().is_none() {
             let list = self.decode(l);
             self.decoded[l] = OnceLock::from(list);
+            self.repack();
         }
         self.decoded.get_mut(l)?.get_mut()
+    }
+
+    /// When more than half of the image bytes belong to decoded lists (held twice), keeps
+    /// only the bytes of the lists still undecoded: the copy is paid for by the bytes freed,
+    /// so a store whose searches and edits come to decode most lists holds about what it did
+    /// before lists were read lazily. An index whose lists are all decoded keeps none.
+    pub(super) fn repack(&mut self) {
+        let decoded = self.decoded_bytes.load(Ordering::Relaxed);
+        if self.image.is_empty() || decoded * 2 <= self.image.len() {
+            return;
+        }
+        let lists = self.counts.len();
+        let undecoded = |l: usize| self.decoded.get(l).is_some_and(|s| s.get().is_none());
+        let left: usize = (0..lists)
+            .filter(|&l| undecoded(l))
+            .map(|l| self.starts[l + 1] - self.starts[l])
+            .sum();
+        let mut image = Vec::with_capacity(left);
+        let mut starts = Vec::with_capacity(lists + 1);
+        for l in 0..lists {
+            starts.push(image.len());
+            if undecoded(l) {
+                image.extend_from_slice(&self.image[self.starts[l]..self.starts[l + 1]]);
+            }
+        }
+        starts.push(image.len());
+        self.image = Arc::new(image);
+        self.starts = starts;
+        self.decoded_bytes = AtomicUsize::new(0);
     }
 
     /// Every list to change (all decoded first: a compaction rewrites them all).
@@ -115,6 +162,7 @@ impl Lists {
         let Some(bytes) = self.image.get(start..end) else {
             return Vec::new();
         };
+        self.decoded_bytes.fetch_add(bytes.len(), Ordering::Relaxed);
         decode_postings(bytes, count as usize, self.docs)
     }
 
@@ -154,9 +202,8 @@ impl Lists {
         docs: usize,
         mut each: impl FnMut(&mut Take<'_>) -> Result<(), crate::bytes::ImageError>,
     ) -> Result<Self, crate::bytes::ImageError> {
-        // Room for every byte left: the lists are most of them, and pages never written are
-        // never resident; growing step by step would copy a large store's postings again and
-        // again.
+        // Room for every byte left (the lists are most of them): growing step by step would
+        // copy a large store's postings again and again. The rest is given back below.
         let mut image = Vec::with_capacity(bytes.left());
         let (mut starts, mut counts) = (Vec::with_capacity(n + 1), Vec::with_capacity(n));
         for _ in 0..n {
@@ -176,6 +223,7 @@ impl Lists {
             image.extend_from_slice(bytes.bytes(len, "posting bytes")?);
         }
         starts.push(image.len());
+        image.shrink_to_fit();
         let mut decoded = Vec::with_capacity(n);
         decoded.resize_with(n, OnceLock::new);
         Ok(Self {
@@ -184,6 +232,7 @@ impl Lists {
             starts,
             counts,
             docs,
+            decoded_bytes: AtomicUsize::new(0),
         })
     }
 }
@@ -319,6 +368,22 @@ mod tests {
             read.get(0),
             &[(0u32, 1.0f32, 1u32), (3, 0.5, 2), (3, 1.0, 3)][..]
         );
+        // Lists 0 and 2 decoded: most bytes are held twice, so an edit keeps only list 1's.
+        read.repack();
+        assert!(read.image.len() < bytes.len() / 2, "{}", read.image.len());
+        let mut again = Vec::new();
+        for l in 0..3 {
+            read.write_list(l, &mut again);
+        }
+        let mut expected = Vec::new();
+        for list in [read.get(0).to_vec(), lists[1].clone(), lists[2].clone()] {
+            let mut payload = Vec::new();
+            encode_postings(&list, &mut payload);
+            expected.put_len(list.len());
+            expected.put_len(payload.len());
+            expected.extend_from_slice(&payload);
+        }
+        assert_eq!(again, expected, "the same lists after the repack");
         let all: Vec<Vec<Posting>> = read.all_mut().map(|l| l.clone()).collect();
         assert_eq!(all[1], lists[1]);
         assert_eq!(all.len(), 4);

@@ -240,7 +240,7 @@ fn check_memory_image(root: &Path, f: &mut CheckReport) {
         Ok(Found::Fresh(..) | Found::Absent) => {}
         Ok(Found::Stale) => f.warnings.push(CheckFinding {
             file: IMAGE.into(),
-            problem: "reflects an earlier memory.log (compacted or changed since): the store reads the log and saves a new image".into(),
+            problem: "reflects an earlier memory.log (compacted or changed since) or is of another format version (an older release's): the store reads the log and saves a new image".into(),
         }),
         Ok(Found::Damaged(why)) => f.problem(
             IMAGE,
