@@ -148,6 +148,21 @@ pub fn store_exists(ctx: &Context) -> bool {
             .any(|f| ctx.data.join(f).exists())
 }
 
+/// A file where the data folder should be is that, not "no store yet" (which would send the
+/// user to import into it).
+///
+/// # Errors
+/// [`CliError::Failed`] naming the data directory.
+pub fn data_is_a_folder(ctx: &Context) -> Result<(), CliError> {
+    if ctx.data.exists() && !ctx.data.is_dir() {
+        return Err(CliError::Failed(format!(
+            "{} is not a directory",
+            ctx.data_label
+        )));
+    }
+    Ok(())
+}
+
 /// Opens the store the command line names: PostgreSQL with `--store`, else the data
 /// directory. With `create = false` a data directory without a store is an error (reading
 /// commands never create one).
@@ -158,13 +173,7 @@ pub async fn open(ctx: &Context, create: bool) -> Result<Arc<dyn Backend>, CliEr
     if let Some(settings) = &ctx.store {
         return Ok(Arc::new(open_postgres(settings, "--store").await?));
     }
-    // A file where the folder should be is that, not "no store yet".
-    if ctx.data.exists() && !ctx.data.is_dir() {
-        return Err(CliError::Failed(format!(
-            "{} is not a directory",
-            ctx.data_label
-        )));
-    }
+    data_is_a_folder(ctx)?;
     if !create && !store_exists(ctx) {
         return Err(CliError::NotFound(format!(
             "no store in {} yet: import a SillyTavern folder with `tavern import-st DIR` or run a session first",

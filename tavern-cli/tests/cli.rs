@@ -1830,6 +1830,24 @@ fn memory_search_ranks_by_meaning_when_asked() {
     );
     let plain = ok(&data, &["--json", "memory", "search", "setup"]).json();
     assert_eq!(plain["ranking"], "ranking by words alone (BM25)", "{plain}");
+    let weightless = ok(
+        &data,
+        &[
+            "--json",
+            "memory",
+            "search",
+            "setup",
+            "--sentence-encoder",
+            model.to_str().unwrap(),
+            "--vector-weight",
+            "0",
+        ],
+    )
+    .json();
+    assert_eq!(
+        weightless["ranking"], plain["ranking"],
+        "a weight of 0 ranks by words: {weightless}"
+    );
     // A weight of 0 keeps the order of words alone.
     assert_eq!(
         ids(&[
@@ -1872,6 +1890,7 @@ fn data_that_is_a_file_is_named_as_not_a_directory() {
         &["memory", "search", "x"][..],
         &["memory", "ls"][..],
         &["var", "ls", "--scope", "global"][..],
+        &["check"][..],
     ] {
         let run = tavern(&file, args);
         assert_eq!(run.code, 1, "{args:?}: {}", run.stderr);

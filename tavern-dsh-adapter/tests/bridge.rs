@@ -1566,6 +1566,54 @@ fn an_mcp_session_must_be_bound_to_the_chat_it_names() {
         assert!(refused.contains(said), "{refused}");
         assert!(!data.join("chats").join(character).exists(), "{character}");
     }
+    // A chat that exists is the player's to continue, even when its card cannot be read.
+    std::fs::write(
+        dir.path().join("assets/characters/Broken.json"),
+        "{not json",
+    )
+    .unwrap();
+    let broken_new = refused_start(
+        dir.path(),
+        &[
+            "mcp",
+            "--assets",
+            assets_dir,
+            "--session",
+            "broken-1",
+            "--character",
+            "Broken",
+            "--chat",
+            "Broken - new",
+        ],
+    );
+    assert!(
+        broken_new.contains(r#"--character "Broken": "#),
+        "{broken_new}"
+    );
+    std::fs::create_dir_all(data.join("chats/Broken")).unwrap();
+    let old_chat = data.join("chats/Broken/Broken - old.jsonl");
+    let header = r#"{"user_name":"User","character_name":"Broken","create_date":"2024-09-19@20h03m29s","chat_metadata":{}}"#;
+    std::fs::write(&old_chat, header).unwrap();
+    let mut p = Peer::spawn(&[
+        "mcp",
+        "--data",
+        data.to_str().unwrap(),
+        "--assets",
+        assets_dir,
+        "--session",
+        "broken-1",
+        "--character",
+        "Broken",
+        "--chat",
+        "Broken - old",
+    ]);
+    mcp_handshake(&mut p);
+    p.close();
+    assert_eq!(
+        std::fs::read_to_string(&old_chat).unwrap(),
+        header,
+        "continued as it was"
+    );
     let st = refused_start(
         dir.path(),
         &["mcp", "--assets", assets_dir, "--session", "st-1"],

@@ -19,6 +19,7 @@ use crate::{exit, CliError, Context, Report};
 /// # Errors
 /// [`CliError::NotFound`] when there is no store.
 pub fn run(ctx: &Context) -> Result<Report, CliError> {
+    backend::data_is_a_folder(ctx)?;
     if !backend::store_exists(ctx) {
         return Err(CliError::NotFound(format!(
             "no store in {} to check",

@@ -330,7 +330,8 @@ async fn search(
     }
     let json = json!({
         "query": query,
-        "ranking": ranked_by,
+        // What ranked these hits: a weight of 0 leaves words alone.
+        "ranking": if rescored { ranked_by.as_str() } else { "ranking by words alone (BM25)" },
         "hits": result.hits.iter().map(|h| {
             let mut v = record_json(&h.record, now);
             v["score"] = json!(h.score);

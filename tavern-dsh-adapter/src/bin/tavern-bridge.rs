@@ -490,16 +490,21 @@ async fn check_card(
     chat_exists: bool,
 ) -> Result<(), String> {
     let name = character.as_str();
+    // The card first: a character whose card's file name is also a group's name is a
+    // character.
+    let card = cards.card(character).await;
+    if matches!(card, Ok(Some(_))) {
+        return Ok(());
+    }
     if matches!(cards.group(name).await, Ok(Some(_))) {
         return Err(format!(
             "--character {name:?} is a group: MCP serves one character's chat"
         ));
     }
-    match cards.card(character).await {
-        Ok(Some(_)) => Ok(()),
-        // A chat whose card is gone is still the player's to continue.
-        Ok(None) if chat_exists => Ok(()),
-        Ok(None) => Err(format!(
+    match card {
+        // A chat whose card is gone or unreadable is still the player's to continue.
+        _ if chat_exists => Ok(()),
+        Ok(_) => Err(format!(
             "--character {name:?}: no card of that name under --assets (characters/{name}.png \
              or .json: the card's file name, not the name it shows)"
         )),

@@ -99,8 +99,9 @@ impl Lists {
         if self.decoded.get(l)?.get().is_none() {
             let list = self.decode(l);
             self.decoded[l] = OnceLock::from(list);
-            self.repack();
         }
+        // Searches decode lists too (behind `&self`): every edit looks whether it is time.
+        self.repack();
         self.decoded.get_mut(l)?.get_mut()
     }
 
