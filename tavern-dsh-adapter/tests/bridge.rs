@@ -603,12 +603,13 @@ fn a_card_over_the_asset_limit_is_refused_by_name() {
         big.to_string(),
     )
     .unwrap();
-    let mut p = Peer::spawn(&[
+    let (data, assets_dir) = (dir.path().join("data"), dir.path().join("assets"));
+    let args = [
         "mcp",
         "--data",
-        dir.path().join("data").to_str().unwrap(),
+        data.to_str().unwrap(),
         "--assets",
-        dir.path().join("assets").to_str().unwrap(),
+        assets_dir.to_str().unwrap(),
         "--max-asset-mib",
         "1",
         "--session",
@@ -617,7 +618,27 @@ fn a_card_over_the_asset_limit_is_refused_by_name() {
         "Mira",
         "--chat",
         "Mira - mcp",
-    ]);
+    ];
+    // A new chat of it is refused at start, naming the card and the limit (a chat made
+    // without its card would have no greeting for good).
+    let without_data: Vec<&str> = std::iter::once("mcp")
+        .chain(args[3..].iter().copied())
+        .collect();
+    let refused = refused_start(dir.path(), &without_data);
+    assert!(
+        refused.contains(r#"--character "Mira": "#) && refused.contains("1048576"),
+        "{refused}"
+    );
+    assert!(!refused.contains(dir.path().to_str().unwrap()), "{refused}");
+    // A chat that exists is continued, and the tool names the card over the limit.
+    let chats = dir.path().join("data/chats/Mira");
+    std::fs::create_dir_all(&chats).unwrap();
+    std::fs::write(
+        chats.join("Mira - mcp.jsonl"),
+        r#"{"user_name":"User","character_name":"Mira","create_date":"2024-09-19@20h03m29s","chat_metadata":{}}"#,
+    )
+    .unwrap();
+    let mut p = Peer::spawn(&args);
     mcp_handshake(&mut p);
     let r = mcp_tool(&mut p, 2, "tavern_character_get", json!({}));
     assert_eq!(r["result"]["isError"], true, "{r}");
