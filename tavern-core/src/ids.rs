@@ -31,6 +31,12 @@ macro_rules! id_type {
                 }
             }
 
+            /// Whether `value` is valid, without copying it (a reader validating many
+            /// values it keeps as bytes).
+            pub fn is_valid(value: &str) -> bool {
+                $check(value).is_ok()
+            }
+
             /// The validated text.
             pub fn as_str(&self) -> &str {
                 &self.0
@@ -263,6 +269,7 @@ mod tests {
         ];
         for (input, ok) in cases {
             assert_eq!(ChatId::parse(*input).is_ok(), *ok, "{input:?}");
+            assert_eq!(ChatId::is_valid(input), *ok, "{input:?}");
         }
     }
 

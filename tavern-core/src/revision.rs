@@ -33,12 +33,7 @@ impl Revision {
     /// [`CoreError::InvalidId`] when it is not of the `r1-<32 hex>` form.
     pub fn parse(value: impl Into<String>) -> Result<Self, CoreError> {
         let value = value.into();
-        let ok = value.len() == 35
-            && value.starts_with("r1-")
-            && value[3..]
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-        if ok {
+        if Self::is_valid(&value) {
             Ok(Self(value))
         } else {
             Err(CoreError::InvalidId {
@@ -47,6 +42,15 @@ impl Revision {
                 reason: "expected r1- followed by 32 lowercase hex digits",
             })
         }
+    }
+
+    /// Whether `value` is a revision's text, without copying it.
+    pub fn is_valid(value: &str) -> bool {
+        value.len() == 35
+            && value.starts_with("r1-")
+            && value[3..]
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     }
 
     /// The revision text.
@@ -320,6 +324,7 @@ mod tests {
             "r1-0000000000000000000000000000000G",
         ] {
             assert!(Revision::parse(bad).is_err(), "{bad}");
+            assert!(!Revision::is_valid(bad), "{bad}");
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The memory table: records by `(scope, id)`, their audit trail and the search index.
 
+use hashbrown::HashTable;
 use rustc_hash::FxHashMap;
 
 use serde::{Deserialize, Serialize};
@@ -68,6 +69,9 @@ pub(crate) struct AuditLine {
 use crate::memory::KEPT_CONTENTS;
 
 mod image;
+mod records;
+
+use records::Records;
 
 /// What an audit item knows of its version's text.
 #[derive(Debug, Clone, PartialEq)]
@@ -89,6 +93,8 @@ struct Meta {
     deleted: bool,
     expires_at: Option<Timestamp>,
     updated_at: Timestamp,
+    /// For a query that names a time, which favours what was written then.
+    created_at: Timestamp,
     importance: f64,
     confidence: f64,
 }
@@ -101,6 +107,7 @@ impl Meta {
             deleted: r.deleted_at.is_some(),
             expires_at: r.expires_at,
             updated_at: r.updated_at,
+            created_at: r.created_at,
             importance: r.importance,
             confidence: r.confidence,
         }
@@ -118,11 +125,13 @@ impl Meta {
 
 #[derive(Debug, Default)]
 pub(crate) struct MemoryTable {
-    records: Vec<MemoryRecord>,
+    records: Records,
     meta: Vec<Meta>,
     scope_ids: FxHashMap<ScopeKey, u32>,
-    /// Per scope id: memory id → slot.
-    slots: Vec<FxHashMap<MemoryId, u32>>,
+    /// Per scope id: its slots, found by their record's id (hashed by [`id_hash`]); the ids
+    /// themselves are the records', not copied (a record read from an image keeps its id in
+    /// the image's bytes).
+    slots: Vec<HashTable<u32>>,
     /// Per scope id: how many of its records are forgotten or carry an expiry. A search of
     /// scopes where none does needs no per-match visibility check.
     maybe_hidden: Vec<u32>,
@@ -197,11 +206,23 @@ impl MemoryTable {
 
     fn slot(&self, scope: &ScopeKey, id: &MemoryId) -> Option<u32> {
         let scope = *self.scope_ids.get(scope)?;
-        self.slots[scope as usize].get(id).copied()
+        let id = id.as_str();
+        self.slots[scope as usize]
+            .find(id_hash(id), |&slot| self.records.id(slot) == Some(id))
+            .copied()
+    }
+
+    /// Adds `slot` (whose record is in place) to its scope's lookup by id.
+    fn add_slot(&mut self, scope: u32, slot: u32) {
+        let records = &self.records;
+        let hash = id_hash(records.id(slot).unwrap_or_default());
+        if let Some(slots) = self.slots.get_mut(scope as usize) {
+            slots.insert_unique(hash, slot, |&s| id_hash(records.id(s).unwrap_or_default()));
+        }
     }
 
     pub(crate) fn get(&self, scope: &ScopeKey, id: &MemoryId) -> Option<&MemoryRecord> {
-        self.slot(scope, id).map(|s| &self.records[s as usize])
+        self.slot(scope, id).and_then(|s| self.records.get(s))
     }
 
     fn scope_id(&mut self, scope: &ScopeKey) -> u32 {
@@ -210,7 +231,7 @@ impl MemoryTable {
         }
         let id = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
         self.scope_ids.insert(scope.clone(), id);
-        self.slots.push(FxHashMap::default());
+        self.slots.push(HashTable::new());
         self.maybe_hidden.push(0);
         id
     }
@@ -292,7 +313,7 @@ impl MemoryTable {
             MemoryOp::Touch { .. } => None,
         };
         if let Some(slot) = self.apply_record(op) {
-            let text = index_text(&self.records[slot as usize]);
+            let text = self.records.get(slot).map(index_text).unwrap_or_default();
             let scope = self.meta[slot as usize].scope;
             match replaced {
                 // An edit or a forget: the old version's postings are taken out (a forget
@@ -310,7 +331,6 @@ impl MemoryTable {
     /// large store): same result as applying them one by one.
     pub(crate) fn apply_many(&mut self, ops: Vec<MemoryOp>) {
         let n = ops.len();
-        self.records.reserve(n);
         self.meta.reserve(n);
         self.audit.reserve(n);
         self.index.reserve(n);
@@ -339,7 +359,7 @@ impl MemoryTable {
         for (slot, record) in self.records.iter().enumerate() {
             let scope = self.meta[slot].scope as usize;
             if kept_scope.get(scope).copied().unwrap_or(false) {
-                moved[slot] = table.place(record.clone());
+                moved[slot] = table.place(record.into_owned());
             }
         }
         for a in &self.audit {
@@ -364,7 +384,9 @@ impl MemoryTable {
         let mut spans = Vec::with_capacity(changed.len());
         for slot in changed {
             let start = text.len();
-            push_index_text(&mut text, &self.records[slot as usize]);
+            if let Some(record) = self.records.get(slot) {
+                push_index_text(&mut text, record);
+            }
             spans.push((slot, self.meta[slot as usize].scope, start, text.len()));
         }
         let refs: Vec<(u32, u32, &str)> = spans
@@ -458,25 +480,30 @@ impl MemoryTable {
     fn place_record(&mut self, mut record: MemoryRecord) -> u32 {
         let scope = self.scope_id(&record.scope);
         let meta = Meta::of(&record, scope);
+        let found = self.slot(&record.scope, &record.id);
+        let was_hidden = found.is_some_and(|slot| self.meta[slot as usize].maybe_hidden());
         let hidden = &mut self.maybe_hidden[scope as usize];
         *hidden += u32::from(meta.maybe_hidden());
-        match self.slots[scope as usize].get(&record.id) {
-            Some(&slot) => {
-                *hidden -= u32::from(self.meta[slot as usize].maybe_hidden());
-                record.last_accessed_at = record
-                    .last_accessed_at
-                    .max(self.records[slot as usize].last_accessed_at);
-                let old = std::mem::replace(&mut self.records[slot as usize], record);
+        *hidden -= u32::from(was_hidden);
+        match found {
+            Some(slot) => {
+                let accessed = self.records.get(slot).and_then(|r| r.last_accessed_at);
+                record.last_accessed_at = record.last_accessed_at.max(accessed);
+                let content_changed = self
+                    .records
+                    .get(slot)
+                    .is_some_and(|old| old.content != record.content);
+                let old = self.records.replace(slot, record);
                 self.meta[slot as usize] = meta;
-                if old.content != self.records[slot as usize].content {
+                if let Some(old) = old.filter(|_| content_changed) {
                     self.keep_replaced_text(slot, old.content);
                 }
                 slot
             }
             None => {
                 let slot = u32::try_from(self.records.len()).unwrap_or(u32::MAX);
-                self.slots[scope as usize].insert(record.id.clone(), slot);
                 self.records.push(record);
+                self.add_slot(scope, slot);
                 self.meta.push(meta);
                 slot
             }
@@ -504,7 +531,7 @@ impl MemoryTable {
             .iter()
             .zip(history)
             .map(|(r, history)| MemoryOp::Snapshot {
-                record: Box::new(r.clone()),
+                record: Box::new(r.into_owned()),
                 history,
                 contents: true,
             })
@@ -515,9 +542,12 @@ impl MemoryTable {
     fn apply_record(&mut self, op: MemoryOp) -> Option<u32> {
         match op {
             MemoryOp::Put { record, action } => {
+                let (at, revision, source) = (
+                    record.updated_at,
+                    record.revision.clone(),
+                    record.source.clone(),
+                );
                 let slot = self.place(*record);
-                let r = &self.records[slot as usize];
-                let (at, revision, source) = (r.updated_at, r.revision.clone(), r.source.clone());
                 self.push_audit(slot, action, at, revision, source, VersionText::Same);
                 Some(slot)
             }
@@ -542,8 +572,10 @@ impl MemoryTable {
                 Some(slot)
             }
             MemoryOp::Touch { scope, id, at } => {
-                if let Some(slot) = self.slot(&scope, &id) {
-                    let rec = &mut self.records[slot as usize];
+                if let Some(rec) = self
+                    .slot(&scope, &id)
+                    .and_then(|slot| self.records.get_mut(slot))
+                {
                     rec.last_accessed_at = Some(rec.last_accessed_at.map_or(at, |t| t.max(at)));
                 }
                 None
@@ -571,7 +603,7 @@ impl MemoryTable {
                 && q.updated_from.is_none_or(|t| m.updated_at >= t)
                 && q.updated_to.is_none_or(|t| m.updated_at <= t)
                 && (q.tags.is_empty() || {
-                    let tags = &self.records[slot as usize].tags;
+                    let tags = self.records.get(slot).map_or(&[][..], |r| &r.tags[..]);
                     match q.tag_match {
                         TagMatch::Any => q.tags.iter().any(|t| tags.contains(t)),
                         TagMatch::All => q.tags.iter().all(|t| tags.contains(t)),
@@ -609,8 +641,8 @@ impl MemoryTable {
             // written then.
             let window = tavern_search::time_window(&q.text, now.0);
             let most = if window.is_some() { TIME_BOOST } else { 1.0 };
-            let boost = |slot: u32| match (&window, self.records.get(slot as usize)) {
-                (Some(w), Some(r)) if w.contains(r.created_at.0) => TIME_BOOST,
+            let boost = |slot: u32| match (&window, self.meta.get(slot as usize)) {
+                (Some(w), Some(m)) if w.contains(m.created_at.0) => TIME_BOOST,
                 _ => 1.0,
             };
             // Only hidden records to leave out: the others are told by a bit.
@@ -685,13 +717,7 @@ impl MemoryTable {
                 .cmp(&b.tier)
                 .then(b.score.total_cmp(&a.score))
                 .then(rb.updated_at.cmp(&ra.updated_at))
-                .then_with(|| {
-                    let (x, y) = (
-                        &self.records[a.slot as usize],
-                        &self.records[b.slot as usize],
-                    );
-                    x.scope.cmp(&y.scope).then_with(|| x.id.cmp(&y.id))
-                })
+                .then_with(|| self.by_scope_and_id(a.slot, b.slot))
         };
         source_count = source_count.max(hits.len());
         let limit = q.limit.clamp(1, SEARCH_MAX_LIMIT);
@@ -717,7 +743,9 @@ impl MemoryTable {
             ..
         } in hits
         {
-            let r = &self.records[slot as usize];
+            let Some(r) = self.records.get(slot) else {
+                continue;
+            };
             let tokens = estimator.estimate(&r.content) + HIT_OVERHEAD_TOKENS;
             if let Some(budget) = q.max_tokens {
                 if used + tokens > budget {
@@ -774,15 +802,8 @@ impl MemoryTable {
     ) -> (Vec<Ranked>, usize) {
         // (slot, BM25, BM25 times the time boost)
         let best_first = |a: &(u32, f32, f32), b: &(u32, f32, f32)| {
-            b.2.total_cmp(&a.2).then_with(|| {
-                match (
-                    self.records.get(a.0 as usize),
-                    self.records.get(b.0 as usize),
-                ) {
-                    (Some(x), Some(y)) => x.scope.cmp(&y.scope).then_with(|| x.id.cmp(&y.id)),
-                    _ => a.0.cmp(&b.0),
-                }
-            })
+            b.2.total_cmp(&a.2)
+                .then_with(|| self.by_scope_and_id(a.0, b.0))
         };
         let mut out: Vec<Ranked> = Vec::new();
         // The least score of the tiers so far: the next tier stays below it.
@@ -811,7 +832,7 @@ impl MemoryTable {
                     .filter_map(|&(slot, score, _)| {
                         Some(Candidate {
                             doc: slot,
-                            text: &self.records.get(slot as usize)?.content,
+                            text: &self.records.get(slot)?.content,
                             score,
                         })
                     })
@@ -863,13 +884,26 @@ impl MemoryTable {
         }
     }
 
+    /// Orders two slots by their records' scope, then id: ties in a ranking are broken so,
+    /// never by slot (see [`MemoryTable::tiers`]). Only a tie decodes the records.
+    fn by_scope_and_id(&self, a: u32, b: u32) -> std::cmp::Ordering {
+        match (self.records.get(a), self.records.get(b)) {
+            (Some(x), Some(y)) => x.scope.cmp(&y.scope).then_with(|| x.id.cmp(&y.id)),
+            _ => a.cmp(&b),
+        }
+    }
+
     pub(crate) fn audit(
         &self,
         scope: &ScopeKey,
         id: Option<&MemoryId>,
         now: Timestamp,
     ) -> Vec<AuditEntry> {
-        let wanted = |r: &MemoryRecord| &r.scope == scope && id.is_none_or(|id| &r.id == id);
+        // Told by the slot's scope id: a whole scope's trail decodes none of its records.
+        let scope_no = self.scope_ids.get(scope).copied();
+        let in_scope = |slot: u32| {
+            scope_no.is_some_and(|s| self.meta.get(slot as usize).is_some_and(|m| m.scope == s))
+        };
         // One record: follow its chain (newest first), not the whole trail, and name each
         // version's text while it is known.
         // (item, its text when it changed — the first version or another text than the one
@@ -882,7 +916,7 @@ impl MemoryTable {
                     .and_then(|slot| self.last_audit.get(slot as usize).copied())
                     .unwrap_or(NO_AUDIT);
                 let mut text: Option<&str> = slot
-                    .and_then(|s| self.records.get(s as usize))
+                    .and_then(|s| self.records.get(s))
                     .map(|r| r.content.as_str());
                 while let Some(item) = self.audit.get(at as usize) {
                     match &item.text {
@@ -910,36 +944,43 @@ impl MemoryTable {
             None => self
                 .audit
                 .iter()
-                .filter(|a| wanted(&self.records[a.slot as usize]))
+                .filter(|a| in_scope(a.slot))
                 .map(|a| (a, None, false))
                 .collect(),
         };
         let mut out: Vec<AuditEntry> = items
             .into_iter()
-            .map(|(a, content, same_text)| {
-                let r = &self.records[a.slot as usize];
-                AuditEntry {
-                    at: a.at,
-                    action: a.action,
-                    target: r.id.to_string(),
-                    scope: r.scope.clone(),
-                    revision: Some(a.revision.clone()),
-                    source: a.source.clone(),
-                    content,
-                    same_text,
-                }
+            .map(|(a, content, same_text)| AuditEntry {
+                at: a.at,
+                action: a.action,
+                target: self.records.id(a.slot).unwrap_or_default().to_owned(),
+                scope: scope.clone(),
+                revision: Some(a.revision.clone()),
+                source: a.source.clone(),
+                content,
+                same_text,
             })
             .collect();
-        let records: Vec<&MemoryRecord> = match id {
-            Some(id) => self
-                .slot(scope, id)
-                .and_then(|slot| self.records.get(slot as usize))
-                .into_iter()
-                .collect(),
-            None => self.records.iter().collect(),
+        let slots: Vec<u32> = match (id, scope_no) {
+            (Some(id), _) => self.slot(scope, id).into_iter().collect(),
+            (None, Some(s)) => self
+                .slots
+                .get(s as usize)
+                .map(|slots| {
+                    let mut slots: Vec<u32> = slots.iter().copied().collect();
+                    slots.sort_unstable();
+                    slots
+                })
+                .unwrap_or_default(),
+            (None, None) => Vec::new(),
         };
-        for r in records {
-            if wanted(r) && r.is_expired(now) {
+        // Only an expired record is decoded (for its revision).
+        let expired = slots
+            .into_iter()
+            .filter(|&slot| self.meta.get(slot as usize).is_some_and(|m| m.expired(now)))
+            .filter_map(|slot| self.records.get(slot));
+        for r in expired {
+            {
                 if let Some(at) = r.expires_at {
                     out.push(AuditEntry {
                         at,
@@ -957,6 +998,12 @@ impl MemoryTable {
         out.sort_by_key(|a| a.at);
         out
     }
+}
+
+/// The hash a scope's lookup files a memory id under.
+fn id_hash(id: &str) -> u64 {
+    use std::hash::BuildHasher;
+    rustc_hash::FxBuildHasher.hash_one(id)
 }
 
 /// What a record is found by: its content, its tags and the day it was written (so "what

@@ -13,24 +13,22 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::hash::Hash;
 
-use tavern_core::{
-    AuditAction, MemoryId, MemoryKind, MemoryRecord, MemorySource, Revision, ScopeKey, Tag,
-    Timestamp,
-};
+use tavern_core::{AuditAction, Revision, ScopeKey, Timestamp};
 use tavern_search::{Bm25Index, ImageError, Put, Take};
 
-use super::{AuditItem, MemoryTable, Meta, VersionText, NO_AUDIT};
+use super::records::{self, Dictionaries, Records};
+use super::{id_hash, AuditItem, MemoryTable, Meta, VersionText, NO_AUDIT};
 
 /// The first bytes of a memory table image and its format version.
 const MAGIC: &[u8; 8] = b"tvmemt\0\x01";
 
 /// Distinct values written once each (as JSON), referred to by number.
-struct Dictionary<'a, T: Hash + Eq> {
-    ids: FxHashMap<&'a T, u32>,
-    values: Vec<&'a T>,
+struct Dictionary<T: Hash + Eq> {
+    ids: FxHashMap<T, u32>,
+    values: Vec<T>,
 }
 
-impl<'a, T: Hash + Eq + Serialize> Dictionary<'a, T> {
+impl<T: Hash + Eq + Clone + Serialize> Dictionary<T> {
     fn new() -> Self {
         Self {
             ids: FxHashMap::default(),
@@ -38,12 +36,24 @@ impl<'a, T: Hash + Eq + Serialize> Dictionary<'a, T> {
         }
     }
 
-    fn id(&mut self, value: &'a T) -> u32 {
+    /// A dictionary that begins with `values`, numbered as they are listed; `None` when one
+    /// is listed twice (their numbers would not be kept).
+    fn starting_with(values: &[T]) -> Option<Self> {
+        let mut d = Self::new();
+        for v in values {
+            d.id(v);
+        }
+        (d.values.len() == values.len()).then_some(d)
+    }
+
+    fn id(&mut self, value: &T) -> u32 {
+        if let Some(&id) = self.ids.get(value) {
+            return id;
+        }
         let next = u32::try_from(self.values.len()).unwrap_or(u32::MAX);
-        *self.ids.entry(value).or_insert_with(|| {
-            self.values.push(value);
-            next
-        })
+        self.ids.insert(value.clone(), next);
+        self.values.push(value.clone());
+        next
     }
 
     fn write(&self, out: &mut Vec<u8>) {
@@ -106,10 +116,29 @@ impl MemoryTable {
         out.extend_from_slice(MAGIC);
         let len_at = out.len();
         out.put_u64(0);
-        let (mut sources, mut kinds, mut actions) =
-            (Dictionary::new(), Dictionary::new(), Dictionary::new());
+        // The dictionaries the records still held as image bytes refer to come first, with
+        // the same numbers, so those bytes are copied as they are.
+        let seeded = self.records.dictionaries().and_then(|d| {
+            Some((
+                Dictionary::starting_with(&d.sources)?,
+                Dictionary::starting_with(&d.kinds)?,
+            ))
+        });
+        let copy_undecoded = seeded.is_some();
+        let (mut sources, mut kinds) =
+            seeded.unwrap_or_else(|| (Dictionary::new(), Dictionary::new()));
+        let mut actions = Dictionary::new();
         out.put_len(self.records.len());
-        for (r, m) in self.records.iter().zip(&self.meta) {
+        for (slot, m) in (0u32..).zip(&self.meta) {
+            if let Some(bytes) = self.records.undecoded(slot).filter(|_| copy_undecoded) {
+                out.extend_from_slice(bytes);
+                continue;
+            }
+            // Every slot holds a record (one that could not be read would make an image the
+            // next open finds damaged, and rebuilds from the log).
+            let Some(r) = self.records.read(slot) else {
+                continue;
+            };
             out.put_str(r.id.as_str());
             out.put_u32(m.scope);
             out.put_u32(kinds.id(&r.kind));
@@ -179,10 +208,13 @@ impl MemoryTable {
         }
         let records_len = take.len(1, "records")?;
         let records_part = take.bytes(records_len, "records")?;
-        let scopes: Vec<ScopeKey> = read_dictionary(&mut take, "scope")?;
-        let sources: Vec<MemorySource> = read_dictionary(&mut take, "source")?;
-        let kinds: Vec<MemoryKind> = read_dictionary(&mut take, "kind")?;
+        let dictionaries = Dictionaries {
+            scopes: read_dictionary(&mut take, "scope")?,
+            sources: read_dictionary(&mut take, "source")?,
+            kinds: read_dictionary(&mut take, "kind")?,
+        };
         let actions: Vec<AuditAction> = read_dictionary(&mut take, "action")?;
+        let scopes = dictionaries.scopes.clone();
         // The index is read on another thread while the records are.
         let index_part = take.rest();
         let (parts, index) = std::thread::scope(|s| {
@@ -194,62 +226,69 @@ impl MemoryTable {
                     n => Err(ImageError::Invalid(format!("{n} bytes after the index"))),
                 }
             });
-            let parts = read_records(records_part, &scopes, &sources, &kinds, &actions);
+            let parts = read_records(records_part, dictionaries, &actions);
             let index = index
                 .join()
                 .unwrap_or_else(|_| Err(ImageError::Invalid("reading the index failed".into())));
             (parts, index)
         });
-        let (records, scope_of, audit) = parts?;
-        Self::from_parts(scopes, records, scope_of, audit, index?)
+        let (records, meta, audit) = parts?;
+        Self::from_parts(&scopes, records, meta, audit, index?)
     }
 
-    /// The table of these records (with their scope ids) and audit items, and their index:
-    /// every derived lookup built again, every reference checked.
+    /// The table of these records (with their search metadata) and audit items, and their
+    /// index: every derived lookup built again, every reference checked.
     fn from_parts(
-        scopes: Vec<ScopeKey>,
-        records: Vec<MemoryRecord>,
-        scope_of: Vec<u32>,
+        scopes: &[ScopeKey],
+        records: Records,
+        meta: Vec<Meta>,
         audit: Vec<AuditItem>,
         index: Bm25Index,
     ) -> Result<Self, ImageError> {
         let mut table = Self {
             index,
+            records,
             ..Self::default()
         };
-        for scope in &scopes {
+        for scope in scopes {
             let before = table.slots.len();
             if table.scope_id(scope) as usize != before {
                 return Err(invalid("scope", "listed twice"));
             }
         }
-        table.meta.reserve_exact(records.len());
         // Each scope's lookup grown once to its size, not doubled step by step.
         let mut per_scope = vec![0usize; table.slots.len()];
-        for scope in &scope_of {
-            match per_scope.get_mut(*scope as usize) {
+        for m in &meta {
+            match per_scope.get_mut(m.scope as usize) {
                 Some(n) => *n += 1,
                 // `read_records` took each record's scope from the scope list.
-                None => return Err(invalid("record scope", format!("{scope} is not listed"))),
+                None => {
+                    return Err(invalid(
+                        "record scope",
+                        format!("{} is not listed", m.scope),
+                    ))
+                }
             }
         }
+        let records = &table.records;
+        let rehash = |&s: &u32| id_hash(records.id(s).unwrap_or_default());
         for (slots, n) in table.slots.iter_mut().zip(per_scope) {
-            slots.reserve(n);
+            slots.reserve(n, rehash);
         }
-        for (slot, (record, &scope)) in records.iter().zip(&scope_of).enumerate() {
-            let slot = u32::try_from(slot).map_err(|e| invalid("slot", e))?;
-            if table.slots[scope as usize]
-                .insert(record.id.clone(), slot)
-                .is_some()
-            {
-                return Err(invalid("record", format!("{} is listed twice", record.id)));
+        for (slot, m) in (0u32..).zip(&meta) {
+            let id = records.id(slot).unwrap_or_default();
+            let hash = id_hash(id);
+            let slots = &mut table.slots[m.scope as usize];
+            if slots.find(hash, |&s| records.id(s) == Some(id)).is_some() {
+                return Err(invalid("record", format!("{id} is listed twice")));
             }
-            let meta = Meta::of(record, scope);
-            table.maybe_hidden[scope as usize] += u32::from(meta.maybe_hidden());
-            table.meta.push(meta);
+            slots.insert_unique(hash, slot, rehash);
+            table.maybe_hidden[m.scope as usize] += u32::from(m.maybe_hidden());
         }
-        // Moved whole, never record by record.
-        table.records = records;
+        if meta.len() != table.records.len() {
+            return Err(invalid("records", "metadata of another count"));
+        }
+        table.meta = meta;
         table.hidden_slots = vec![0; table.records.len().div_ceil(64)];
         for (slot, meta) in table.meta.iter().enumerate() {
             if meta.maybe_hidden() {
@@ -296,59 +335,40 @@ impl MemoryTable {
     }
 }
 
-type Parts = (Vec<MemoryRecord>, Vec<u32>, Vec<AuditItem>);
+type Parts = (Records, Vec<Meta>, Vec<AuditItem>);
 
+/// Reads the records (each checked, none decoded: they stay these bytes, copied once, until
+/// first read) with their search metadata, and the audit items.
 fn read_records(
     bytes: &[u8],
-    scopes: &[ScopeKey],
-    sources: &[MemorySource],
-    kinds: &[MemoryKind],
+    dictionaries: Dictionaries,
     actions: &[AuditAction],
 ) -> Result<Parts, ImageError> {
     let mut take = Take::new(bytes);
     let n = take.len(60, "records")?;
-    let mut records = Vec::with_capacity(n);
-    let mut scope_of = Vec::with_capacity(n);
+    let at = |take: &Take<'_>| bytes.len() - take.left();
+    let first = at(&take);
+    let mut starts = Vec::with_capacity(n + 1);
+    let mut meta = Vec::with_capacity(n);
     for _ in 0..n {
-        let id = MemoryId::parse(take.str("memory id")?).map_err(|e| invalid("memory id", e))?;
-        let scope = take.u32("record scope")?;
-        let kind = *entry(kinds, take.u32("kind")?, "kind")?;
-        let content = take.str("content")?.to_owned();
-        let tag_count = take.len(8, "tags")?;
-        let tags = (0..tag_count)
-            .map(|_| Tag::parse(take.str("tag")?).map_err(|e| invalid("tag", e)))
-            .collect::<Result<Vec<_>, _>>()?;
-        let importance = take.f64("importance")?;
-        let confidence = take.f64("confidence")?;
-        let source = entry(sources, take.u32("source")?, "source")?.clone();
-        let created_at = maybe_time(&mut take, "created at")?.unwrap_or(Timestamp(0));
-        let updated_at = maybe_time(&mut take, "updated at")?.unwrap_or(Timestamp(0));
-        let last_accessed_at = maybe_time(&mut take, "last accessed at")?;
-        let expires_at = maybe_time(&mut take, "expires at")?;
-        let deleted_at = maybe_time(&mut take, "deleted at")?;
-        let revision =
-            Revision::parse(take.str("revision")?).map_err(|e| invalid("revision", e))?;
-        let scope_key = entry(scopes, scope, "scope")?.clone();
-        records.push(MemoryRecord {
-            id,
-            scope: scope_key,
-            kind,
-            content,
-            tags,
-            importance,
-            confidence,
-            source,
-            created_at,
-            updated_at,
-            last_accessed_at,
-            expires_at,
-            deleted_at,
-            revision,
+        starts.push(at(&take) - first);
+        let f = records::fields(&mut take, &dictionaries)?;
+        meta.push(Meta {
+            scope: f.scope,
+            kind: f.kind,
+            deleted: f.deleted_at.is_some(),
+            expires_at: f.expires_at,
+            updated_at: f.updated_at,
+            created_at: f.created_at,
+            importance: f.importance,
+            confidence: f.confidence,
         });
-        scope_of.push(scope);
     }
+    let end = at(&take);
+    starts.push(end - first);
     let items = take.len(30, "audit items")?;
     let mut audit = Vec::with_capacity(items);
+    let sources = &dictionaries.sources;
     for _ in 0..items {
         let slot = take.u32("audit slot")?;
         let action = *entry(actions, take.u32("action")?, "action")?;
@@ -378,7 +398,8 @@ fn read_records(
             format!("{} bytes after them", take.left()),
         ));
     }
-    Ok((records, scope_of, audit))
+    let kept = bytes.get(first..end).unwrap_or_default().into();
+    Ok((Records::from_image(kept, starts, dictionaries), meta, audit))
 }
 
 #[cfg(test)]
@@ -387,7 +408,7 @@ mod tests {
     use crate::engine::memory_table::MemoryOp;
     use crate::memory::MemoryQuery;
     use proptest::prelude::*;
-    use tavern_core::{AgentId, MemorySource, MemoryWrite, SessionId};
+    use tavern_core::{AgentId, MemoryId, MemoryKind, MemorySource, MemoryWrite, SessionId, Tag};
 
     fn scope(i: usize) -> ScopeKey {
         ScopeKey::Agent {
@@ -520,6 +541,31 @@ mod tests {
         )
     }
 
+    /// Opening decodes no record; a search decodes the hits it shows (and the records whose
+    /// ties it breaks), an image written then copies the others as they were, and reading
+    /// that image decodes none again.
+    #[test]
+    fn records_are_decoded_when_read_not_when_opened() {
+        let mut t = MemoryTable::new();
+        for i in 0..200 {
+            step(&mut t, (i, i % 3, 0, i % 4, None), i as i64);
+        }
+        let bytes = image(&t);
+        let read = MemoryTable::read_image(&bytes).unwrap();
+        assert_eq!(read.records.decoded(), 0);
+        let mut q = MemoryQuery::new("silver gate", vec![scope(1)]);
+        q.limit = 3;
+        let hits = read.search(&q, Timestamp(500)).hits;
+        assert_eq!(hits.len(), 3);
+        let decoded = read.records.decoded();
+        assert!((3..20).contains(&decoded), "{decoded} records decoded");
+        assert_eq!(image(&read), bytes);
+        assert_eq!(read.records.decoded(), decoded);
+        let again = MemoryTable::read_image(&image(&read)).unwrap();
+        assert_eq!(again.records.decoded(), 0);
+        same(&t, &again, 500).unwrap();
+    }
+
     proptest! {
         /// A table read from its image is the table: the same image again, snapshot, searches
         /// (scores bit for bit), audit trails and kept texts, and it goes on alike under more
@@ -536,8 +582,13 @@ mod tests {
                 step(&mut t, *s, 100 + i as i64);
                 step(&mut read, *s, 100 + i as i64);
             }
-            prop_assert_eq!(image(&read), image(&t));
             same(&t, &read, now + 100)?;
+            // Its image numbers sources and kinds as the one it was read from did (records
+            // never read since are copied as they were), so the bytes may differ from a fresh
+            // table's: what it reads back as may not.
+            let again = MemoryTable::read_image(&image(&read)).unwrap();
+            same(&t, &again, now + 100)?;
+            prop_assert_eq!(image(&again), image(&read));
         }
 
         /// A cut image is refused, a damaged one refused or read, never a panic.
