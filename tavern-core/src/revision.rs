@@ -53,6 +53,20 @@ impl Revision {
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     }
 
+    /// The revision's 32 hex digits as a number: a table holding many keeps them so, without
+    /// a string each ([`Revision::from_u128`] gives the revision back).
+    pub fn to_u128(&self) -> u128 {
+        self.0
+            .get(3..)
+            .and_then(|hex| u128::from_str_radix(hex, 16).ok())
+            .unwrap_or(0)
+    }
+
+    /// The revision whose digits are `digits` (see [`Revision::to_u128`]).
+    pub fn from_u128(digits: u128) -> Self {
+        Self(format!("r1-{digits:032x}"))
+    }
+
     /// The revision text.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -313,6 +327,21 @@ mod tests {
         let b = Revision::compute("variable", Some(&a), &json!("B"));
         let a2 = Revision::compute("variable", Some(&b), &json!("A"));
         assert_ne!(a, a2);
+    }
+
+    #[test]
+    fn a_revision_is_its_digits() {
+        for text in [
+            "r1-00000000000000000000000000000000",
+            "r1-0123456789abcdef0123456789abcdef",
+            "r1-ffffffffffffffffffffffffffffffff",
+        ] {
+            let r = Revision::parse(text).unwrap();
+            assert_eq!(Revision::from_u128(r.to_u128()), r);
+        }
+        let r = Revision::compute("memory", None, &serde_json::json!({"a": 1}));
+        assert_eq!(Revision::from_u128(r.to_u128()), r);
+        assert_ne!(r.to_u128(), 0);
     }
 
     #[test]

@@ -147,6 +147,8 @@ pub(crate) struct MemoryTable {
     /// Per slot with kept earlier texts: the audit items holding them, oldest first (at most
     /// [`KEPT_CONTENTS`]). Only edited records are here.
     kept: FxHashMap<u32, std::collections::VecDeque<u32>>,
+    /// The audit items' sources.
+    sources: Sources,
     index: Bm25Index,
 }
 
@@ -154,7 +156,8 @@ pub(crate) struct MemoryTable {
 const NO_AUDIT: u32 = u32::MAX;
 
 /// An audit entry without the parts its record already knows (id and scope), so a large store
-/// does not hold every scope twice.
+/// does not hold every scope twice, and without a string of its own: the revision as its
+/// digits, the source by number (a store holds few distinct ones).
 #[derive(Debug)]
 struct AuditItem {
     slot: u32,
@@ -162,9 +165,46 @@ struct AuditItem {
     prev: u32,
     action: AuditAction,
     at: Timestamp,
-    revision: Revision,
-    source: MemorySource,
+    /// [`Revision::to_u128`].
+    revision: u128,
+    /// In [`Sources`].
+    source: u32,
     text: VersionText,
+}
+
+/// The distinct sources of a table's audit items, numbered.
+#[derive(Debug, Default)]
+struct Sources {
+    listed: Vec<MemorySource>,
+    ids: FxHashMap<MemorySource, u32>,
+}
+
+impl Sources {
+    /// Sources numbered as `listed` lists them.
+    fn from_list(listed: Vec<MemorySource>) -> Self {
+        let mut ids = FxHashMap::default();
+        for (i, s) in (0u32..).zip(&listed) {
+            ids.entry(s.clone()).or_insert(i);
+        }
+        Self { listed, ids }
+    }
+
+    fn id(&mut self, source: MemorySource) -> u32 {
+        if let Some(&id) = self.ids.get(&source) {
+            return id;
+        }
+        let id = u32::try_from(self.listed.len()).unwrap_or(u32::MAX);
+        self.listed.push(source.clone());
+        self.ids.insert(source, id);
+        id
+    }
+
+    fn get(&self, id: u32) -> MemorySource {
+        self.listed
+            .get(id as usize)
+            .cloned()
+            .unwrap_or_else(MemorySource::system)
+    }
 }
 
 /// A new version and the `put` op that records it.
@@ -365,7 +405,8 @@ impl MemoryTable {
         for a in &self.audit {
             let slot = moved.get(a.slot as usize).copied().unwrap_or(NO_AUDIT);
             if slot != NO_AUDIT {
-                let (revision, source) = (a.revision.clone(), a.source.clone());
+                let (revision, source) =
+                    (Revision::from_u128(a.revision), self.sources.get(a.source));
                 table.push_audit(slot, a.action, a.at, revision, source, a.text.clone());
             }
         }
@@ -414,12 +455,13 @@ impl MemoryTable {
         if matches!(text, VersionText::Kept(_)) {
             self.keep(slot, here);
         }
+        let source = self.sources.id(source);
         self.audit.push(AuditItem {
             slot,
             prev: self.last_audit[at_slot],
             action,
             at,
-            revision,
+            revision: revision.to_u128(),
             source,
             text,
         });
@@ -518,8 +560,8 @@ impl MemoryTable {
             history[a.slot as usize].push(AuditLine {
                 action: a.action,
                 at: a.at,
-                revision: a.revision.clone(),
-                source: a.source.clone(),
+                revision: Revision::from_u128(a.revision),
+                source: self.sources.get(a.source),
                 content: match &a.text {
                     VersionText::Kept(text) => Some(text.to_string()),
                     VersionText::Same | VersionText::Dropped => None,
@@ -955,8 +997,8 @@ impl MemoryTable {
                 action: a.action,
                 target: self.records.id(a.slot).unwrap_or_default().to_owned(),
                 scope: scope.clone(),
-                revision: Some(a.revision.clone()),
-                source: a.source.clone(),
+                revision: Some(Revision::from_u128(a.revision)),
+                source: self.sources.get(a.source),
                 content,
                 same_text,
             })

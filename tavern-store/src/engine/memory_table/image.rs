@@ -13,11 +13,11 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::hash::Hash;
 
-use tavern_core::{AuditAction, Revision, ScopeKey, Timestamp};
+use tavern_core::{AuditAction, MemorySource, Revision, ScopeKey, Timestamp};
 use tavern_search::{Bm25Index, ImageError, Put, Take};
 
 use super::records::{self, Dictionaries, Records};
-use super::{id_hash, AuditItem, MemoryTable, Meta, VersionText, NO_AUDIT};
+use super::{id_hash, AuditItem, MemoryTable, Meta, Sources, VersionText, NO_AUDIT};
 
 /// The first bytes of a memory table image and its format version.
 const MAGIC: &[u8; 8] = b"tvmemt\0\x01";
@@ -81,6 +81,22 @@ fn entry<'v, T>(values: &'v [T], id: u32, what: &str) -> Result<&'v T, ImageErro
     values
         .get(id as usize)
         .ok_or_else(|| ImageError::Invalid(format!("{what} {id} is not in the dictionary")))
+}
+
+/// A revision as its text, from its digits (no string made for it).
+fn put_revision(out: &mut Vec<u8>, digits: u128) {
+    use std::io::Write;
+    out.put_len(35);
+    // Writing to a vector cannot fail.
+    let _ = write!(out, "r1-{digits:032x}");
+}
+
+/// A revision's digits from its text, checked as [`Revision::parse`] checks it.
+fn revision_digits(text: &str) -> Result<u128, ImageError> {
+    if !Revision::is_valid(text) {
+        return Err(invalid("revision", format!("{text:?} is not valid")));
+    }
+    u128::from_str_radix(&text[3..], 16).map_err(|e| invalid("revision", e))
 }
 
 fn put_time(out: &mut Vec<u8>, t: Option<Timestamp>) {
@@ -157,13 +173,20 @@ impl MemoryTable {
             put_time(out, r.deleted_at);
             out.put_str(r.revision.as_str());
         }
+        // The audit items' sources by their number here.
+        let source_ids: Vec<u32> = self.sources.listed.iter().map(|s| sources.id(s)).collect();
         out.put_len(self.audit.len());
         for a in &self.audit {
             out.put_u32(a.slot);
             out.put_u32(actions.id(&a.action));
             put_time(out, Some(a.at));
-            out.put_str(a.revision.as_str());
-            out.put_u32(sources.id(&a.source));
+            put_revision(out, a.revision);
+            let source = match source_ids.get(a.source as usize) {
+                Some(&id) => id,
+                // Every item's source is listed: not reached.
+                None => sources.id(&MemorySource::system()),
+            };
+            out.put_u32(source);
             match &a.text {
                 VersionText::Same => out.put_u8(SAME),
                 VersionText::Kept(text) => {
@@ -233,7 +256,16 @@ impl MemoryTable {
             (parts, index)
         });
         let (records, meta, audit) = parts?;
-        Self::from_parts(&scopes, records, meta, audit, index?)
+        let mut table = Self::from_parts(&scopes, records, meta, audit, index?)?;
+        // The items' sources are numbered as the image's dictionary numbers them.
+        table.sources = Sources::from_list(
+            table
+                .records
+                .dictionaries()
+                .map(|d| d.sources.clone())
+                .unwrap_or_default(),
+        );
+        Ok(table)
     }
 
     /// The table of these records (with their search metadata) and audit items, and their
@@ -373,9 +405,9 @@ fn read_records(
         let slot = take.u32("audit slot")?;
         let action = *entry(actions, take.u32("action")?, "action")?;
         let at = maybe_time(&mut take, "audit time")?.unwrap_or(Timestamp(0));
-        let revision =
-            Revision::parse(take.str("audit revision")?).map_err(|e| invalid("revision", e))?;
-        let source = entry(sources, take.u32("audit source")?, "source")?.clone();
+        let revision = revision_digits(take.str("audit revision")?)?;
+        let source = take.u32("audit source")?;
+        entry(sources, source, "source")?;
         let text = match take.u8("audit text")? {
             SAME => VersionText::Same,
             KEPT => VersionText::Kept(take.str("kept text")?.into()),

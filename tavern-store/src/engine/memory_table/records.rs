@@ -52,7 +52,9 @@ pub(super) struct Fields<'a> {
     pub(super) id: &'a str,
     pub(super) scope: u32,
     pub(super) kind: MemoryKind,
-    content: &'a str,
+    /// Checked as UTF-8 when decoded, not when the image is opened (most of a record's
+    /// bytes; the image's checksum already says they are the ones written from a string).
+    content: &'a [u8],
     /// How many tags, and the bytes from the first of them on.
     tags: (usize, Take<'a>),
     pub(super) importance: f64,
@@ -78,7 +80,7 @@ fn maybe_time(bytes: &mut Take<'_>, what: &'static str) -> Result<Option<Timesta
 
 /// Reads one record's fields (as `MemoryTable::write_image` wrote them), checking each id,
 /// tag and revision as the log's parser does and every number against `dictionaries`,
-/// without copying any text.
+/// without copying any text (the content is checked when decoded).
 pub(super) fn fields<'a>(
     take: &mut Take<'a>,
     dictionaries: &Dictionaries,
@@ -96,7 +98,8 @@ pub(super) fn fields<'a>(
         .kinds
         .get(kind as usize)
         .ok_or_else(|| invalid("kind", format!("{kind} is not in the dictionary")))?;
-    let content = take.str("content")?;
+    let content_len = take.len(1, "content")?;
+    let content = take.bytes(content_len, "content")?;
     let tag_count = take.len(8, "tags")?;
     let tags = (tag_count, take.clone());
     for _ in 0..tag_count {
@@ -157,7 +160,9 @@ impl Fields<'_> {
                 .ok_or_else(|| entry("scope"))?
                 .clone(),
             kind: self.kind,
-            content: self.content.to_owned(),
+            content: std::str::from_utf8(self.content)
+                .map_err(|_| invalid("content", "not utf-8"))?
+                .to_owned(),
             tags,
             importance: self.importance,
             confidence: self.confidence,
