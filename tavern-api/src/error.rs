@@ -254,7 +254,9 @@ impl From<RuntimeError> for ApiError {
                 message: e.to_string(),
                 current: None,
             },
-            RuntimeError::NotBound(_) => Self::NotFound(e.to_string()),
+            RuntimeError::NotBound(_) | RuntimeError::NoCard { .. } => {
+                Self::NotFound(e.to_string())
+            }
             RuntimeError::NoSuchChat { ref nearest, .. } => Self::NoSuchChat {
                 nearest: nearest.clone(),
                 message: e.to_string(),

@@ -878,14 +878,19 @@ fn hostile_frames_get_answers_and_the_session_continues() {
 fn a_slow_session_does_not_stall_another() {
     let dir = tempfile::tempdir().unwrap();
     let mut p = Peer::ready(dir.path(), &[], &["fast"]);
-    p.call(
+    // A new chat needs its card: Slow's is there when the chat starts.
+    let fifo = dir.path().join("assets/characters/Slow.json");
+    let card = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/assets/Mira.card.json");
+    std::fs::copy(&card, &fifo).unwrap();
+    let bound = p.call(
         3,
         "chat/bind",
         json!({"session": "slow", "character": "Slow", "chatId": "Slow - 1"}),
     );
+    assert!(bound.get("result").is_some(), "{bound}");
     p.call(4, "agent/created", json!({"agent": "slow"}));
-    // The second character's card file is a FIFO: reading it waits for a writer.
-    let fifo = dir.path().join("assets/characters/Slow.json");
+    // Then the card file becomes a FIFO: reading it waits for a writer.
+    std::fs::remove_file(&fifo).unwrap();
     let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
     assert!(made.success(), "mkfifo is needed for this test");
     p.send_raw(&json!({"id": 5, "method": "tool/call", "params": {"tool": "tavern_character_get", "args": {}, "callId": "c-slow", "session": "slow"}}).to_string());
@@ -896,13 +901,71 @@ fn a_slow_session_does_not_stall_another() {
         "the fast session is answered while the slow one waits: {first}"
     );
     // Now let the slow read finish.
-    let card = std::fs::read(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/assets/Mira.card.json"),
-    )
-    .unwrap();
-    std::fs::write(&fifo, card).unwrap();
+    std::fs::write(&fifo, std::fs::read(&card).unwrap()).unwrap();
     let second = p.recv_reply();
     assert_eq!(second["id"], 5, "{second}");
+    p.finish();
+}
+
+/// A new chat over `chat/bind` or the plugin's `character` setting (`agent/created` with a
+/// binding) must find its card under `--assets`: a mistyped name was bound, for good, to a chat
+/// with no card, greeting or description. Refused by name, nothing bound or written; the same
+/// session then binds to the right name; a group's name is told apart.
+#[test]
+fn a_new_chat_of_a_character_without_a_card_is_refused_over_the_host_protocol() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = Peer::ready(dir.path(), &[], &[]);
+    let groups = dir.path().join("assets/groups");
+    std::fs::create_dir_all(&groups).unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/fixtures/user-folder/groups/1720882292647.json"),
+        groups.join("1720882292647.json"),
+    )
+    .unwrap();
+    const GROUP: &str = "ZzGroup: Conversational Real Life";
+    let no_card = "no card of that name among the assets";
+    for (id, method, params, said) in [
+        (
+            3,
+            "chat/bind",
+            json!({"session": "t1", "character": "mira", "chatId": "mira - 1"}),
+            format!(r#"no new chat of "mira": {no_card}"#),
+        ),
+        (
+            4,
+            "agent/created",
+            json!({"agent": "t1", "bind": {"character": "Mirra", "chatId": "Mirra - t1"}}),
+            format!(r#"no new chat of "Mirra": {no_card}"#),
+        ),
+        (
+            5,
+            "chat/bind",
+            json!({"session": "t1", "character": GROUP, "chatId": "g - 1"}),
+            format!(r#"no new chat of "{GROUP}": it is a group"#),
+        ),
+        (
+            6,
+            "chat/bind",
+            json!({"session": "t1", "character": "Nobody", "chatId": "n - 1", "group": true}),
+            r#"no new chat of "Nobody": no group of that name"#.to_owned(),
+        ),
+    ] {
+        let refused = p.call(id, method, params);
+        let message = refused["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(&said), "{refused}");
+        assert!(!message.contains(dir.path().to_str().unwrap()), "{refused}");
+    }
+    for name in ["mira", "Mirra", GROUP, "Nobody"] {
+        assert!(!dir.path().join("data/chats").join(name).exists(), "{name}");
+    }
+    // Nothing was bound: the session starts the chat of the card's own name.
+    let bound = p.call(
+        7,
+        "agent/created",
+        json!({"agent": "t1", "bind": {"character": "Mira", "chatId": "Mira - t1"}}),
+    );
+    assert_eq!(bound["result"]["mounted"], true, "{bound}");
     p.finish();
 }
 

@@ -42,6 +42,15 @@ pub enum RuntimeError {
     /// The session has no binding.
     #[error("session {0} is not bound to a tavern chat")]
     NotBound(String),
+    /// A new chat names a character (or group) the assets have no card (or group) of, or
+    /// whose card cannot be read (see `RuntimeConfig::require_cards`).
+    #[error("no new chat of {character:?}: {reason}")]
+    NoCard {
+        /// The character or group named.
+        character: String,
+        /// Why, in lowercase words.
+        reason: String,
+    },
     /// An existing chat was asked for and there is none by that id.
     #[error(
         "no chat {chat:?} of character {character:?}{}",

@@ -58,6 +58,12 @@ pub struct RuntimeConfig {
     /// server has no SillyTavern pipeline) names it, so a store whose default is `st` does not
     /// bind its sessions to a pipeline it cannot run. Group chats are `st` regardless.
     pub new_sessions: Option<TavernArchitecture>,
+    /// Whether a new chat must find its card (a group chat its group) among the assets: a
+    /// host whose assets are a real folder turns it on, so a mistyped character is refused by
+    /// name instead of starting, for good, a chat with no card, greeting or description. A
+    /// chat that already exists is continued either way (its card may be gone). Off by
+    /// default: assets held in memory may be filled later.
+    pub require_cards: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -70,6 +76,7 @@ impl Default for RuntimeConfig {
             checkpoint_every_event: false,
             zone: Arc::new(tavern_core::FixedOffset(0)),
             new_sessions: None,
+            require_cards: false,
         }
     }
 }
@@ -297,6 +304,10 @@ impl Runtime {
         chat: &ChatId,
         group: bool,
     ) -> Result<SessionBinding, RuntimeError> {
+        if self.config.require_cards && self.stores.chat_revision(character, chat).await?.is_none()
+        {
+            self.check_card(character, group).await?;
+        }
         let target = BindingTarget {
             character: character.clone(),
             chat_id: chat.clone(),
@@ -342,6 +353,34 @@ impl Runtime {
             }
         }
         Ok(binding)
+    }
+
+    /// Whether the assets hold the card of `character` (a group of that name for a group
+    /// chat), for [`RuntimeConfig::require_cards`]. A card wins over a group of the same name.
+    async fn check_card(&self, character: &CharacterName, group: bool) -> Result<(), RuntimeError> {
+        let name = character.as_str();
+        let reason = if group {
+            match self.assets.group(name).await {
+                Ok(Some(_)) => return Ok(()),
+                Ok(None) => "no group of that name among the assets".to_owned(),
+                Err(e) => e.to_string(),
+            }
+        } else {
+            match self.assets.card(character).await {
+                Ok(Some(_)) => return Ok(()),
+                Ok(None) if matches!(self.assets.group(name).await, Ok(Some(_))) => {
+                    "it is a group: start a group chat".to_owned()
+                }
+                Ok(None) => "no card of that name among the assets (characters/NAME.png or \
+                             .json: the card's file name, not the name it shows)"
+                    .to_owned(),
+                Err(e) => e.to_string(),
+            }
+        };
+        Err(RuntimeError::NoCard {
+            character: name.to_owned(),
+            reason,
+        })
     }
 
     /// Called by the host when an agent is created, before it is published: mounts the

@@ -529,6 +529,9 @@ async fn serve(
         // default for new sessions says.
         new_sessions: matches!(cli.mode, Some(Mode::Mcp(_)))
             .then_some(TavernArchitecture::AgentTavern),
+        // A folder's cards are there to be found: a new chat of a name it has no card of is
+        // refused (the plugin's `character` setting, `tavern/new_chat`), not started empty.
+        require_cards: cli.common.assets.is_some(),
         ..RuntimeConfig::default()
     };
     // The cards a new MCP binding is checked against, when they come from a folder.
