@@ -128,6 +128,8 @@ pub(crate) struct MemoryTable {
     records: Records,
     meta: Vec<Meta>,
     scope_ids: FxHashMap<ScopeKey, u32>,
+    /// Per scope id: its key (ties in a ranking are broken by it, without a record).
+    scope_keys: Vec<ScopeKey>,
     /// Per scope id: its slots, found by their record's id (hashed by [`id_hash`]); the ids
     /// themselves are the records', not copied (a record read from an image keeps its id in
     /// the image's bytes).
@@ -156,8 +158,8 @@ pub(crate) struct MemoryTable {
 const NO_AUDIT: u32 = u32::MAX;
 
 /// An audit entry without the parts its record already knows (id and scope), so a large store
-/// does not hold every scope twice, and without a string of its own: the revision as its
-/// digits, the source by number (a store holds few distinct ones).
+/// does not hold every scope twice: the revision as its digits, the source by number (those
+/// read from an image are its dictionary's, shared with the records read from it).
 #[derive(Debug)]
 struct AuditItem {
     slot: u32,
@@ -172,38 +174,52 @@ struct AuditItem {
     text: VersionText,
 }
 
-/// The distinct sources of a table's audit items, numbered.
+/// The sources of a table's audit items, by number: those of the image it was read from (its
+/// dictionary, one copy shared with the records), then one per item added since (a tool
+/// write's source names its own call, so most differ) unless it repeats the one before.
 #[derive(Debug, Default)]
 struct Sources {
-    listed: Vec<MemorySource>,
-    ids: FxHashMap<MemorySource, u32>,
+    read: std::sync::Arc<[MemorySource]>,
+    added: Vec<MemorySource>,
 }
 
 impl Sources {
-    /// Sources numbered as `listed` lists them.
-    fn from_list(listed: Vec<MemorySource>) -> Self {
-        let mut ids = FxHashMap::default();
-        for (i, s) in (0u32..).zip(&listed) {
-            ids.entry(s.clone()).or_insert(i);
+    /// The sources an image numbers so.
+    fn read(read: std::sync::Arc<[MemorySource]>) -> Self {
+        Self {
+            read,
+            added: Vec::new(),
         }
-        Self { listed, ids }
+    }
+
+    fn len(&self) -> usize {
+        self.read.len() + self.added.len()
     }
 
     fn id(&mut self, source: MemorySource) -> u32 {
-        if let Some(&id) = self.ids.get(&source) {
-            return id;
+        let last = self.len().checked_sub(1);
+        if last.and_then(|l| self.get(u32::try_from(l).ok()?)) == Some(&source) {
+            return last.and_then(|l| u32::try_from(l).ok()).unwrap_or(0);
         }
-        let id = u32::try_from(self.listed.len()).unwrap_or(u32::MAX);
-        self.listed.push(source.clone());
-        self.ids.insert(source, id);
-        id
+        self.added.push(source);
+        u32::try_from(self.len() - 1).unwrap_or(u32::MAX)
     }
 
-    fn get(&self, id: u32) -> MemorySource {
-        self.listed
-            .get(id as usize)
-            .cloned()
-            .unwrap_or_else(MemorySource::system)
+    fn get(&self, id: u32) -> Option<&MemorySource> {
+        let id = id as usize;
+        match id.checked_sub(self.read.len()) {
+            None => self.read.get(id),
+            Some(added) => self.added.get(added),
+        }
+    }
+
+    /// The source of `id`, as an audit entry names it.
+    fn source(&self, id: u32) -> MemorySource {
+        self.get(id).cloned().unwrap_or_else(MemorySource::system)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &MemorySource> {
+        self.read.iter().chain(&self.added)
     }
 }
 
@@ -271,6 +287,7 @@ impl MemoryTable {
         }
         let id = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
         self.scope_ids.insert(scope.clone(), id);
+        self.scope_keys.push(scope.clone());
         self.slots.push(HashTable::new());
         self.maybe_hidden.push(0);
         id
@@ -405,8 +422,10 @@ impl MemoryTable {
         for a in &self.audit {
             let slot = moved.get(a.slot as usize).copied().unwrap_or(NO_AUDIT);
             if slot != NO_AUDIT {
-                let (revision, source) =
-                    (Revision::from_u128(a.revision), self.sources.get(a.source));
+                let (revision, source) = (
+                    Revision::from_u128(a.revision),
+                    self.sources.source(a.source),
+                );
                 table.push_audit(slot, a.action, a.at, revision, source, a.text.clone());
             }
         }
@@ -561,7 +580,7 @@ impl MemoryTable {
                 action: a.action,
                 at: a.at,
                 revision: Revision::from_u128(a.revision),
-                source: self.sources.get(a.source),
+                source: self.sources.source(a.source),
                 content: match &a.text {
                     VersionText::Kept(text) => Some(text.to_string()),
                     VersionText::Same | VersionText::Dropped => None,
@@ -645,7 +664,10 @@ impl MemoryTable {
                 && q.updated_from.is_none_or(|t| m.updated_at >= t)
                 && q.updated_to.is_none_or(|t| m.updated_at <= t)
                 && (q.tags.is_empty() || {
-                    let tags = self.records.get(slot).map_or(&[][..], |r| &r.tags[..]);
+                    // Read, not kept: a tag filter looks at every match, and keeping each
+                    // decoded would hold the store decoded for good.
+                    let record = self.records.read(slot);
+                    let tags = record.as_ref().map_or(&[][..], |r| &r.tags[..]);
                     match q.tag_match {
                         TagMatch::Any => q.tags.iter().any(|t| tags.contains(t)),
                         TagMatch::All => q.tags.iter().all(|t| tags.contains(t)),
@@ -927,12 +949,15 @@ impl MemoryTable {
     }
 
     /// Orders two slots by their records' scope, then id: ties in a ranking are broken so,
-    /// never by slot (see [`MemoryTable::tiers`]). Only a tie decodes the records.
+    /// never by slot (see [`MemoryTable::tiers`]), and without decoding either record.
     fn by_scope_and_id(&self, a: u32, b: u32) -> std::cmp::Ordering {
-        match (self.records.get(a), self.records.get(b)) {
-            (Some(x), Some(y)) => x.scope.cmp(&y.scope).then_with(|| x.id.cmp(&y.id)),
-            _ => a.cmp(&b),
-        }
+        let scope = |slot: u32| {
+            let m = self.meta.get(slot as usize)?;
+            self.scope_keys.get(m.scope as usize)
+        };
+        scope(a)
+            .cmp(&scope(b))
+            .then_with(|| self.records.id(a).cmp(&self.records.id(b)))
     }
 
     pub(crate) fn audit(
@@ -998,7 +1023,7 @@ impl MemoryTable {
                 target: self.records.id(a.slot).unwrap_or_default().to_owned(),
                 scope: scope.clone(),
                 revision: Some(Revision::from_u128(a.revision)),
-                source: self.sources.get(a.source),
+                source: self.sources.source(a.source),
                 content,
                 same_text,
             })

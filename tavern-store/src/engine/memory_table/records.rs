@@ -3,7 +3,7 @@
 //! store decodes (and allocates) none of them, and a search decodes only what it shows.
 
 use std::borrow::Cow;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use tavern_core::{
     MemoryId, MemoryKind, MemoryRecord, MemorySource, Revision, ScopeKey, Tag, Timestamp,
@@ -15,7 +15,8 @@ use tavern_search::{ImageError, Take};
 pub(super) struct Dictionaries {
     /// By scope id.
     pub(super) scopes: Vec<ScopeKey>,
-    pub(super) sources: Vec<MemorySource>,
+    /// Shared with the audit items read from the same image (`Sources`).
+    pub(super) sources: Arc<[MemorySource]>,
     pub(super) kinds: Vec<MemoryKind>,
 }
 
@@ -26,6 +27,9 @@ struct Image {
     /// Where each record begins in `bytes`, and where the last ends.
     starts: Vec<usize>,
     dictionaries: Dictionaries,
+    /// How many times a record was decoded from these bytes.
+    #[cfg(test)]
+    decodes: std::sync::atomic::AtomicUsize,
 }
 
 /// Records by slot, decoded on first read.
@@ -52,9 +56,7 @@ pub(super) struct Fields<'a> {
     pub(super) id: &'a str,
     pub(super) scope: u32,
     pub(super) kind: MemoryKind,
-    /// Checked as UTF-8 when decoded, not when the image is opened (most of a record's
-    /// bytes; the image's checksum already says they are the ones written from a string).
-    content: &'a [u8],
+    content: &'a str,
     /// How many tags, and the bytes from the first of them on.
     tags: (usize, Take<'a>),
     pub(super) importance: f64,
@@ -80,7 +82,7 @@ fn maybe_time(bytes: &mut Take<'_>, what: &'static str) -> Result<Option<Timesta
 
 /// Reads one record's fields (as `MemoryTable::write_image` wrote them), checking each id,
 /// tag and revision as the log's parser does and every number against `dictionaries`,
-/// without copying any text (the content is checked when decoded).
+/// without copying any text.
 pub(super) fn fields<'a>(
     take: &mut Take<'a>,
     dictionaries: &Dictionaries,
@@ -98,8 +100,9 @@ pub(super) fn fields<'a>(
         .kinds
         .get(kind as usize)
         .ok_or_else(|| invalid("kind", format!("{kind} is not in the dictionary")))?;
-    let content_len = take.len(1, "content")?;
-    let content = take.bytes(content_len, "content")?;
+    // Checked here, at open, like every other field: a record that cannot be decoded later
+    // would leave its slot empty (and a compaction would drop it).
+    let content = take.str("content")?;
     let tag_count = take.len(8, "tags")?;
     let tags = (tag_count, take.clone());
     for _ in 0..tag_count {
@@ -160,9 +163,7 @@ impl Fields<'_> {
                 .ok_or_else(|| entry("scope"))?
                 .clone(),
             kind: self.kind,
-            content: std::str::from_utf8(self.content)
-                .map_err(|_| invalid("content", "not utf-8"))?
-                .to_owned(),
+            content: self.content.to_owned(),
             tags,
             importance: self.importance,
             confidence: self.confidence,
@@ -188,8 +189,11 @@ impl Image {
     }
 
     fn decode(&self, slot: usize) -> Option<MemoryRecord> {
+        #[cfg(test)]
+        self.decodes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut take = Take::new(self.bytes_of(slot)?);
-        // Every record was checked when the image was read: this cannot fail.
+        // Every field of every record was checked when the image was read: this cannot fail.
         fields(&mut take, &self.dictionaries)
             .and_then(|f| f.record(&self.dictionaries))
             .ok()
@@ -211,6 +215,8 @@ impl Records {
                 bytes,
                 starts,
                 dictionaries,
+                #[cfg(test)]
+                decodes: Default::default(),
             }),
         }
     }
@@ -293,6 +299,14 @@ impl Records {
     #[cfg(test)]
     pub(super) fn decoded(&self) -> usize {
         self.cells.iter().filter(|c| c.get().is_some()).count()
+    }
+
+    /// How many times a record was decoded from the image's bytes (kept or not).
+    #[cfg(test)]
+    pub(super) fn decodes(&self) -> usize {
+        self.image
+            .as_ref()
+            .map_or(0, |i| i.decodes.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// The dictionaries the undecoded records' bytes refer to.
