@@ -131,6 +131,21 @@ fn assets(dir: &Path) {
     .unwrap();
 }
 
+/// The name of the group [`add_real_group`] adds.
+const REAL_GROUP: &str = "ZzGroup: Conversational Real Life";
+
+/// Adds a real SillyTavern group file (named [`REAL_GROUP`]) to an assets folder.
+fn add_real_group(assets: &Path) {
+    let groups = assets.join("groups");
+    std::fs::create_dir_all(&groups).unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/fixtures/user-folder/groups/1720882292647.json"),
+        groups.join("1720882292647.json"),
+    )
+    .unwrap();
+}
+
 fn ev(seq: u64, ty: &str, data: Value) -> Value {
     json!({"type": ty, "seq": seq, "time": 1_700_000_000_000u64 + seq, "data": data})
 }
@@ -915,15 +930,8 @@ fn a_slow_session_does_not_stall_another() {
 fn a_new_chat_of_a_character_without_a_card_is_refused_over_the_host_protocol() {
     let dir = tempfile::tempdir().unwrap();
     let mut p = Peer::ready(dir.path(), &[], &[]);
-    let groups = dir.path().join("assets/groups");
-    std::fs::create_dir_all(&groups).unwrap();
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../shared/fixtures/user-folder/groups/1720882292647.json"),
-        groups.join("1720882292647.json"),
-    )
-    .unwrap();
-    const GROUP: &str = "ZzGroup: Conversational Real Life";
+    const GROUP: &str = REAL_GROUP;
+    add_real_group(&dir.path().join("assets"));
     let no_card = "no card of that name among the assets";
     for (id, method, params, said) in [
         (
@@ -966,6 +974,43 @@ fn a_new_chat_of_a_character_without_a_card_is_refused_over_the_host_protocol() 
         json!({"agent": "t1", "bind": {"character": "Mira", "chatId": "Mira - t1"}}),
     );
     assert_eq!(bound["result"]["mounted"], true, "{bound}");
+    // Bound already: that is what it is told, whatever the name.
+    let again = p.call(
+        8,
+        "chat/bind",
+        json!({"session": "t1", "character": "mira", "chatId": "mira - 2"}),
+    );
+    let message = again["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("conflict for session t1"), "{again}");
+    // A group's chat by its group's name.
+    let group = p.call(
+        9,
+        "chat/bind",
+        json!({"session": "g1", "character": GROUP, "chatId": "g - 1", "group": true}),
+    );
+    assert!(group.get("result").is_some(), "{group}");
+    // A chat that exists is continued though its card is gone.
+    let card = dir.path().join("assets/characters/Gone.json");
+    std::fs::copy(dir.path().join("assets/characters/Mira.json"), &card).unwrap();
+    let first = p.call(
+        10,
+        "chat/bind",
+        json!({"session": "c1", "character": "Gone", "chatId": "Gone - 1"}),
+    );
+    assert!(first.get("result").is_some(), "{first}");
+    std::fs::remove_file(&card).unwrap();
+    let later = p.call(
+        11,
+        "chat/bind",
+        json!({"session": "c2", "character": "Gone", "chatId": "Gone - 1"}),
+    );
+    assert!(later.get("result").is_some(), "{later}");
+    let new = p.call(
+        12,
+        "chat/bind",
+        json!({"session": "c3", "character": "Gone", "chatId": "Gone - 2"}),
+    );
+    assert!(new.get("error").is_some(), "{new}");
     p.finish();
 }
 
@@ -1615,21 +1660,14 @@ fn an_mcp_session_must_be_bound_to_the_chat_it_names() {
     drop(store);
     // A character --assets has no card of: refused before anything is bound (a typo, or the
     // name a card shows instead of its file's), and so is a group (a real SillyTavern one).
-    let groups = dir.path().join("assets/groups");
-    std::fs::create_dir_all(&groups).unwrap();
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../shared/fixtures/user-folder/groups/1720882292647.json"),
-        groups.join("1720882292647.json"),
-    )
-    .unwrap();
+    add_real_group(&dir.path().join("assets"));
     for (character, said) in [
         (
             "mira",
             r#"--character "mira": no card of that name under --assets"#,
         ),
         (
-            "ZzGroup: Conversational Real Life",
+            REAL_GROUP,
             r#"--character "ZzGroup: Conversational Real Life" is a group"#,
         ),
     ] {

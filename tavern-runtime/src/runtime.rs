@@ -304,7 +304,10 @@ impl Runtime {
         chat: &ChatId,
         group: bool,
     ) -> Result<SessionBinding, RuntimeError> {
-        if self.config.require_cards && self.stores.chat_revision(character, chat).await?.is_none()
+        // A session bound already is refused as such below, whatever it names.
+        if self.config.require_cards
+            && self.state().await?.binding(session).is_none()
+            && self.stores.chat_revision(character, chat).await?.is_none()
         {
             self.check_card(character, group).await?;
         }
@@ -369,11 +372,12 @@ impl Runtime {
             match self.assets.card(character).await {
                 Ok(Some(_)) => return Ok(()),
                 Ok(None) if matches!(self.assets.group(name).await, Ok(Some(_))) => {
-                    "it is a group: start a group chat".to_owned()
+                    "it is a group: start it as a group chat".to_owned()
                 }
-                Ok(None) => "no card of that name among the assets (characters/NAME.png or \
-                             .json: the card's file name, not the name it shows)"
-                    .to_owned(),
+                Ok(None) => format!(
+                    "no card of that name among the assets (characters/{name}.png or .json: \
+                     the card's file name, not the name it shows)"
+                ),
                 Err(e) => e.to_string(),
             }
         };

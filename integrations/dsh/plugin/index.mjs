@@ -296,7 +296,9 @@ export function startupReport(config, toolCount, bridgeSource = '') {
       .slice(0, 3)
       .map(([, name]) => name)
     warnings.push(`no card for character ${JSON.stringify(config.character)} in the assets folder` +
-      (near.length ? `; nearest: ${near.join(', ')}` : '') + ' (sessions are bound to it without a card)')
+      (near.length ? `; nearest: ${near.join(', ')}` : '') + (config.chat
+        ? ' (its chat is continued without the card)'
+        : " (new sessions are not bound: the bridge refuses a new chat without its card; `character` is the card's file name)"))
   }
   const pg = Boolean(config.store || process.env.TAVERN_STORE)
   if (config.chat && !config.character) {
@@ -478,7 +480,13 @@ export async function apply(ctx, rawConfig) {
     // These frames are written before this listener returns, so the bridge sees the agent
     // before any event, prompt request or tool call of its first turn.
     bridge.call('agent/created', { agent: id, bind: bind(id) })
-      .catch((e) => logger.warn?.('agent-tavern: agent/created failed: %s', e.message))
+      .catch((e) => {
+        // Refused (a `character` with no card) or failed: not an AgentTavern session. Said
+        // where an operator sees it (headless DSH prints no plugin warnings), once, and its
+        // requests no longer ask the bridge for sections it has none of.
+        prompts.delete(id)
+        off(logger, 'agent-tavern: session %s runs without AgentTavern: %s', id, e.message)
+      })
   })
   ctx.on('agent/disposed', ({ agent }) => {
     known.delete(agent.id)

@@ -530,7 +530,7 @@ async fn serve(
         new_sessions: matches!(cli.mode, Some(Mode::Mcp(_)))
             .then_some(TavernArchitecture::AgentTavern),
         // A folder's cards are there to be found: a new chat of a name it has no card of is
-        // refused (the plugin's `character` setting, `tavern/new_chat`), not started empty.
+        // refused (the plugin's `character` setting, `chat/bind`), not started empty.
         require_cards: cli.common.assets.is_some(),
         ..RuntimeConfig::default()
     };

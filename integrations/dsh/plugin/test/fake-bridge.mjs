@@ -18,6 +18,10 @@ lines.on('line', (line) => {
     case 'agent/created':
       // What the plugin asked for, for tests that check the binding it sends.
       if (process.env.FAKE_BRIDGE_LOG) appendFileSync(process.env.FAKE_BRIDGE_LOG, JSON.stringify(frame.params) + '\n')
+      // A character with no card, as the real bridge refuses it with `--assets`.
+      if (frame.params?.bind?.character === 'Mirra') {
+        return send({ id: frame.id, error: { code: 'runtime', message: 'no new chat of "Mirra": no card of that name among the assets' } })
+      }
       return send({ id: frame.id, result: { bound: true } })
     case 'shutdown':
       send({ id: frame.id, result: { ok: true } })

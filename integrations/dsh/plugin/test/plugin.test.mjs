@@ -22,17 +22,21 @@ function scratch (t, prefix) {
 function fakeHost() {
   const handlers = new Map()
   const warnings = []
+  // Resolved with the next warning or error logged (for what the plugin logs after a reply).
+  let logged = []
+  const said = (line) => { warnings.push(line); for (const w of logged) w(line); logged = [] }
   const disposers = []
   const routes = []
   const ctx = {
     get: (name) => (name === 'webServer' ? { register: (route) => { routes.push(route); return () => {} } } : undefined),
-    logger: () => ({ info() {}, warn: (...a) => warnings.push(a.join(' ')), error: (...a) => warnings.push(a.join(' ')) }),
+    logger: () => ({ info() {}, warn: (...a) => said(a.join(' ')), error: (...a) => said(a.join(' ')) }),
     effect: (f) => { const d = f(); if (typeof d === 'function') disposers.push(d) },
     on: (name, handler) => { handlers.set(name, handler); return () => {} },
     systemPrompt: { variable: () => () => {}, section: () => () => {} },
     tools: { register: () => () => {} },
   }
-  return { ctx, handlers, warnings, routes, dispose: () => Promise.all(disposers.map((d) => d())) }
+  const nextWarning = () => new Promise((resolve) => logged.push(resolve))
+  return { ctx, handlers, warnings, routes, nextWarning, dispose: () => Promise.all(disposers.map((d) => d())) }
 }
 
 /** A request the route's handler reads: headers, a loopback socket, and a body that arrives
@@ -281,11 +285,29 @@ test('a missing assets folder or a mistyped character is a warning at start, wit
   writeFileSync(join(dir, 'worlds', 'Eldoria.json'), '{}')
   const typo = startupReport({ assets: dir, data: dir, character: 'Mirra' }, 14)
   assert.equal(typo.warnings.length, 1, typo.warnings.join('\n'))
-  assert.match(typo.warnings[0], /no card for character "Mirra".*nearest: Mira, /)
+  assert.match(typo.warnings[0], /no card for character "Mirra".*nearest: Mira, .*new sessions are not bound/)
   assert.match(typo.info, /3 cards and 1 world books in .*, new sessions bound to Mirra$/)
 
   const fine = startupReport({ assets: dir, data: dir, character: 'Mira' }, 14)
   assert.deepEqual(fine.warnings, [])
+})
+
+test('a session the bridge refuses to bind is said so once and runs without AgentTavern', async (t) => {
+  const host = fakeHost()
+  const bridge = fileURLToPath(new URL('./fake-bridge.mjs', import.meta.url))
+  const data = scratch(t, 'tavern-plugin-')
+  await apply(host.ctx, { bridge, data, assets: join(data, 'none'), character: 'Mirra', hostVersion: '0.1.0-rc.8', promptTimeoutMs: 60000 })
+  t.after(() => host.dispose())
+  assert.ok(host.handlers.has('system-prompt/assemble'), `the plugin did not start: ${host.warnings}`)
+  const refused = host.nextWarning()
+  await host.handlers.get('agent/created')({ agent: { id: 's1', session: { events: [] } } })
+  assert.match(await refused, /session s1 runs without AgentTavern: no new chat of "Mirra": no card of that name/)
+  // Its requests do not ask the bridge for sections (this bridge never answers `prompt`: a
+  // request that asked would wait the whole minute).
+  const assembly = { tools: [{ name: 'tavern_lore_search' }, { name: 'bash' }], variables: {} }
+  const out = await host.handlers.get('system-prompt/assemble')(assembly, { scope: { id: 's1' } }, async () => assembly)
+  assert.equal(out, assembly)
+  assert.equal(host.warnings.filter((w) => w.includes('prompt failed')).length, 0, host.warnings.join('\n'))
 })
 
 test('`chat` continues an existing chat in every new session; `chatFolder` goes to the bridge', async (t) => {
