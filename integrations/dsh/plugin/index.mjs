@@ -298,7 +298,10 @@ export function startupReport(config, toolCount, bridgeSource = '') {
     warnings.push(`no card for character ${JSON.stringify(config.character)} in the assets folder` +
       (near.length ? `; nearest: ${near.join(', ')}` : '') + (config.chat
         ? ' (its chat is continued without the card)'
-        : " (new sessions are not bound: the bridge refuses a new chat without its card; `character` is the card's file name)"))
+        // The bridge gets `--assets` only for a folder that is there, and then refuses.
+        : assetsThere
+          ? " (new sessions are not bound: the bridge refuses a new chat without its card; `character` is the card's file name)"
+          : ' (sessions are bound to it without a card)'))
   }
   const pg = Boolean(config.store || process.env.TAVERN_STORE)
   if (config.chat && !config.character) {
@@ -310,9 +313,11 @@ export function startupReport(config, toolCount, bridgeSource = '') {
     warnings.push(`the chat folder ${config.chatFolder} does not exist: the bridge will not start (set \`chatFolder\` to a SillyTavern user folder, e.g. SillyTavern/data/default-user)`)
   }
   const store = pg ? 'a PostgreSQL store' : `the store at ${config.data}` + (config.chatFolder ? ` with chats in ${config.chatFolder}` : '')
+  const refused = config.character && !config.chat && assetsThere && !cards.includes(config.character)
   const binding = !config.character
     ? 'no automatic binding'
-    : config.chat ? `new sessions continue ${config.character}'s chat ${JSON.stringify(config.chat)}` : `new sessions bound to ${config.character}`
+    : config.chat ? `new sessions continue ${config.character}'s chat ${JSON.stringify(config.chat)}`
+      : refused ? `no session bound (no card for ${config.character})` : `new sessions bound to ${config.character}`
   const info = `agent-tavern is on: ${toolCount} tools, ${store}, ${cards.length} cards and ${worlds.length} world books in ${config.assets}, ${binding}` +
     (bridgeSource ? `, ${bridgeSource}` : '')
   return { warnings, info }
@@ -449,10 +454,13 @@ export async function apply(ctx, rawConfig) {
     const id = context?.scope?.id
     if (!id || !prompts.has(id)) return assembly
     let result = null
-    try {
-      result = await bridge.call('prompt', { agent: id }, config.promptTimeoutMs)
-    } catch (e) {
-      logger.warn?.("agent-tavern: prompt failed (%s); this request goes without AgentTavern's sections and tools", e.message)
+    // A session the bridge refused to bind has nothing to ask for.
+    if (!prompts.get(id).off) {
+      try {
+        result = await bridge.call('prompt', { agent: id }, config.promptTimeoutMs)
+      } catch (e) {
+        logger.warn?.("agent-tavern: prompt failed (%s); this request goes without AgentTavern's sections and tools", e.message)
+      }
     }
     if (result?.text == null) {
       // Not an AgentTavern session (or the bridge is down or too slow): no sections from an
@@ -484,7 +492,7 @@ export async function apply(ctx, rawConfig) {
         // Refused (a `character` with no card) or failed: not an AgentTavern session. Said
         // where an operator sees it (headless DSH prints no plugin warnings), once, and its
         // requests no longer ask the bridge for sections it has none of.
-        prompts.delete(id)
+        prompts.set(id, { off: true })
         off(logger, 'agent-tavern: session %s runs without AgentTavern: %s', id, e.message)
       })
   })

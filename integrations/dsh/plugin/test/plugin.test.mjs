@@ -286,7 +286,7 @@ test('a missing assets folder or a mistyped character is a warning at start, wit
   const typo = startupReport({ assets: dir, data: dir, character: 'Mirra' }, 14)
   assert.equal(typo.warnings.length, 1, typo.warnings.join('\n'))
   assert.match(typo.warnings[0], /no card for character "Mirra".*nearest: Mira, .*new sessions are not bound/)
-  assert.match(typo.info, /3 cards and 1 world books in .*, new sessions bound to Mirra$/)
+  assert.match(typo.info, /3 cards and 1 world books in .*, no session bound \(no card for Mirra\)$/)
 
   const fine = startupReport({ assets: dir, data: dir, character: 'Mira' }, 14)
   assert.deepEqual(fine.warnings, [])
@@ -303,10 +303,15 @@ test('a session the bridge refuses to bind is said so once and runs without Agen
   await host.handlers.get('agent/created')({ agent: { id: 's1', session: { events: [] } } })
   assert.match(await refused, /session s1 runs without AgentTavern: no new chat of "Mirra": no card of that name/)
   // Its requests do not ask the bridge for sections (this bridge never answers `prompt`: a
-  // request that asked would wait the whole minute).
-  const assembly = { tools: [{ name: 'tavern_lore_search' }, { name: 'bash' }], variables: {} }
-  const out = await host.handlers.get('system-prompt/assemble')(assembly, { scope: { id: 's1' } }, async () => assembly)
-  assert.equal(out, assembly)
+  // request that asked would wait the whole minute), and carry none of its tools (headless
+  // registers them for every agent), request after request.
+  for (let i = 0; i < 2; i++) {
+    const assembly = { tools: [{ name: 'tavern_lore_search' }, { name: 'bash' }], variables: { tavern_persona: 'old', tavern_kernel: 'old' } }
+    const out = await host.handlers.get('system-prompt/assemble')(assembly, { scope: { id: 's1' } }, async () => assembly)
+    assert.deepEqual(out.tools.map((t) => t.name), ['bash'])
+    assert.equal(out.variables.tavern_persona, '')
+    assert.equal(out.variables.tavern_kernel, '')
+  }
   assert.equal(host.warnings.filter((w) => w.includes('prompt failed')).length, 0, host.warnings.join('\n'))
 })
 
