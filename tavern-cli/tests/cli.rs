@@ -1796,54 +1796,28 @@ fn memory_search_ranks_by_meaning_when_asked() {
     let model = sentence_model::sentence_model_dir();
     let by_meaning = ids(&["--sentence-encoder", model.to_str().unwrap()]);
     assert_eq!(by_meaning[0], "zz-camera", "{by_meaning:?}");
+    // `memory search setup` with these options, as JSON or as the table.
+    let setup = |json: bool, extra: &[&str]| {
+        let mut args = if json { vec!["--json"] } else { vec![] };
+        args.extend_from_slice(&["memory", "search", "setup"]);
+        args.extend_from_slice(extra);
+        ok(&data, &args)
+    };
+    let encoder = ["--sentence-encoder", model.to_str().unwrap()];
     // The output says how it ranked (scores by meaning are on another scale).
-    let said = ok(
-        &data,
-        &[
-            "--json",
-            "memory",
-            "search",
-            "setup",
-            "--sentence-encoder",
-            model.to_str().unwrap(),
-        ],
-    )
-    .json();
+    let said = setup(true, &encoder).json();
     assert_eq!(
         said["ranking"], "sentence encoder read: all-MiniLM-L6-v2, weight 0.6",
         "{said}"
     );
-    let table = ok(
-        &data,
-        &[
-            "memory",
-            "search",
-            "setup",
-            "--sentence-encoder",
-            model.to_str().unwrap(),
-        ],
-    )
-    .stdout;
+    let table = setup(false, &encoder).stdout;
     assert!(
         table.ends_with("ranked with sentence encoder read: all-MiniLM-L6-v2, weight 0.6\n"),
         "{table}"
     );
-    let plain = ok(&data, &["--json", "memory", "search", "setup"]).json();
+    let plain = setup(true, &[]).json();
     assert_eq!(plain["ranking"], "ranking by words alone (BM25)", "{plain}");
-    let weightless = ok(
-        &data,
-        &[
-            "--json",
-            "memory",
-            "search",
-            "setup",
-            "--sentence-encoder",
-            model.to_str().unwrap(),
-            "--vector-weight",
-            "0",
-        ],
-    )
-    .json();
+    let weightless = setup(true, &[encoder[0], encoder[1], "--vector-weight", "0"]).json();
     assert_eq!(
         weightless["ranking"], plain["ranking"],
         "a weight of 0 ranks by words: {weightless}"

@@ -1694,9 +1694,9 @@ fn an_mcp_session_must_be_bound_to_the_chat_it_names() {
         "{not json",
     )
     .unwrap();
-    let broken_new = refused_start(
-        dir.path(),
-        &[
+    // `mcp` for session broken-1 with Broken's chat `chat`.
+    let broken = |chat: &'static str| {
+        [
             "mcp",
             "--assets",
             assets_dir,
@@ -1705,9 +1705,10 @@ fn an_mcp_session_must_be_bound_to_the_chat_it_names() {
             "--character",
             "Broken",
             "--chat",
-            "Broken - new",
-        ],
-    );
+            chat,
+        ]
+    };
+    let broken_new = refused_start(dir.path(), &broken("Broken - new"));
     assert!(
         broken_new.contains(r#"--character "Broken": "#),
         "{broken_new}"
@@ -1716,19 +1717,9 @@ fn an_mcp_session_must_be_bound_to_the_chat_it_names() {
     let old_chat = data.join("chats/Broken/Broken - old.jsonl");
     let header = r#"{"user_name":"User","character_name":"Broken","create_date":"2024-09-19@20h03m29s","chat_metadata":{}}"#;
     std::fs::write(&old_chat, header).unwrap();
-    let mut p = Peer::spawn(&[
-        "mcp",
-        "--data",
-        data.to_str().unwrap(),
-        "--assets",
-        assets_dir,
-        "--session",
-        "broken-1",
-        "--character",
-        "Broken",
-        "--chat",
-        "Broken - old",
-    ]);
+    let mut args = vec!["--data", data.to_str().unwrap()];
+    args.extend_from_slice(&broken("Broken - old"));
+    let mut p = Peer::spawn(&args);
     mcp_handshake(&mut p);
     p.close();
     assert_eq!(
