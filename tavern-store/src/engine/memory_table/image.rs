@@ -77,7 +77,7 @@ fn read_dictionary<T: DeserializeOwned>(
         .collect()
 }
 
-fn entry<'v, T>(values: &'v [T], id: u32, what: &str) -> Result<&'v T, ImageError> {
+pub(super) fn entry<'v, T>(values: &'v [T], id: u32, what: &str) -> Result<&'v T, ImageError> {
     values
         .get(id as usize)
         .ok_or_else(|| ImageError::Invalid(format!("{what} {id} is not in the dictionary")))
@@ -108,13 +108,16 @@ fn time(bytes: &mut Take<'_>, what: &'static str) -> Result<Timestamp, ImageErro
     Ok(Timestamp(bytes.u64(what)? as i64))
 }
 
-fn maybe_time(bytes: &mut Take<'_>, what: &'static str) -> Result<Option<Timestamp>, ImageError> {
+pub(super) fn maybe_time(
+    bytes: &mut Take<'_>,
+    what: &'static str,
+) -> Result<Option<Timestamp>, ImageError> {
     let some = bytes.flag(what)?;
     let t = time(bytes, what)?;
     Ok(some.then_some(t))
 }
 
-fn invalid(what: &str, e: impl std::fmt::Display) -> ImageError {
+pub(super) fn invalid(what: &str, e: impl std::fmt::Display) -> ImageError {
     ImageError::Invalid(format!("{what}: {e}"))
 }
 

@@ -10,6 +10,8 @@ use tavern_core::{
 };
 use tavern_search::{ImageError, Take};
 
+use super::image::{entry, invalid, maybe_time};
+
 /// The values an image's records refer to by number, as the image listed them.
 #[derive(Debug, Default)]
 pub(super) struct Dictionaries {
@@ -70,16 +72,6 @@ pub(super) struct Fields<'a> {
     revision: &'a str,
 }
 
-fn invalid(what: &str, e: impl std::fmt::Display) -> ImageError {
-    ImageError::Invalid(format!("{what}: {e}"))
-}
-
-fn maybe_time(bytes: &mut Take<'_>, what: &'static str) -> Result<Option<Timestamp>, ImageError> {
-    let some = bytes.flag(what)?;
-    let t = Timestamp(bytes.u64(what)? as i64);
-    Ok(some.then_some(t))
-}
-
 /// Reads one record's fields (as `MemoryTable::write_image` wrote them), checking each id,
 /// tag and revision as the log's parser does and every number against `dictionaries`,
 /// without copying any text.
@@ -95,11 +87,7 @@ pub(super) fn fields<'a>(
     if scope as usize >= dictionaries.scopes.len() {
         return Err(invalid("record scope", format!("{scope} is not listed")));
     }
-    let kind = take.u32("kind")?;
-    let kind = *dictionaries
-        .kinds
-        .get(kind as usize)
-        .ok_or_else(|| invalid("kind", format!("{kind} is not in the dictionary")))?;
+    let kind = *entry(&dictionaries.kinds, take.u32("kind")?, "kind")?;
     // Checked here, at open, like every other field: a record that cannot be decoded later
     // would leave its slot empty (and a compaction would drop it).
     let content = take.str("content")?;
@@ -114,12 +102,7 @@ pub(super) fn fields<'a>(
     let importance = take.f64("importance")?;
     let confidence = take.f64("confidence")?;
     let source = take.u32("source")?;
-    if source as usize >= dictionaries.sources.len() {
-        return Err(invalid(
-            "source",
-            format!("{source} is not in the dictionary"),
-        ));
-    }
+    entry(&dictionaries.sources, source, "source")?;
     let created_at = maybe_time(take, "created at")?.unwrap_or(Timestamp(0));
     let updated_at = maybe_time(take, "updated at")?.unwrap_or(Timestamp(0));
     let last_accessed_at = maybe_time(take, "last accessed at")?;
@@ -154,24 +137,15 @@ impl Fields<'_> {
         let tags = (0..count)
             .map(|_| Tag::parse(take.str("tag")?).map_err(|e| invalid("tag", e)))
             .collect::<Result<Vec<_>, _>>()?;
-        let entry = |what: &str| invalid(what, "not in the dictionary");
         Ok(MemoryRecord {
             id: MemoryId::parse(self.id).map_err(|e| invalid("memory id", e))?,
-            scope: dictionaries
-                .scopes
-                .get(self.scope as usize)
-                .ok_or_else(|| entry("scope"))?
-                .clone(),
+            scope: entry(&dictionaries.scopes, self.scope, "scope")?.clone(),
             kind: self.kind,
             content: self.content.to_owned(),
             tags,
             importance: self.importance,
             confidence: self.confidence,
-            source: dictionaries
-                .sources
-                .get(self.source as usize)
-                .ok_or_else(|| entry("source"))?
-                .clone(),
+            source: entry(&dictionaries.sources, self.source, "source")?.clone(),
             created_at: self.created_at,
             updated_at: self.updated_at,
             last_accessed_at: self.last_accessed_at,
