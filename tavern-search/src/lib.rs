@@ -32,6 +32,7 @@ pub mod bert;
 pub mod bytes;
 mod index;
 pub mod rank;
+pub mod region;
 pub mod sentences;
 pub mod stopwords;
 pub mod vectors;
@@ -41,6 +42,7 @@ pub use analyzer::{index_tokens, query_tokens, raw_tokens, word_len, word_token}
 pub use bytes::{ImageError, Put, Take};
 pub use index::{BestMatches, Bm25Index};
 pub use rank::{Candidate, Gatherer, Lexical, Ranker, RankerRef};
+pub use region::{ReadAt, Region};
 pub use sentences::{Encoder, SentenceRanker};
 pub use vectors::{Closeness, VectorRanker, VectorsError, WordVectors};
 pub use when::{time_window, time_window_in, TimeWindow};

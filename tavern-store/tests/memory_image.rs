@@ -114,6 +114,54 @@ async fn a_damaged_image_is_reported_and_the_log_read_instead() {
     assert_eq!(seen(&s).await, truth);
 }
 
+/// Posting lists are read where they lie in the image when a search first needs them: one
+/// damaged after the open checked the rest is found then — the search answers from the index
+/// rebuilt from the records, the damage is reported and the image saved again — and `tavern
+/// check` finds it without opening the store.
+#[tokio::test]
+async fn a_posting_list_damaged_in_the_image_is_found_when_read_and_healed() {
+    let dir = filled().await;
+    let truth = from_log_alone(dir.path()).await;
+    let mut image = std::fs::read(dir.path().join(IMAGE)).unwrap();
+    // The header: magic, body length, checked length, checksum; the postings follow the
+    // checked part.
+    let checked = u64::from_le_bytes(image[16..24].try_into().unwrap()) as usize;
+    let postings = 40 + checked;
+    assert!(
+        postings < image.len(),
+        "{postings} of {} bytes checked at open",
+        image.len()
+    );
+    for b in &mut image[postings..] {
+        *b ^= 0x5a;
+    }
+    std::fs::write(dir.path().join(IMAGE), &image).unwrap();
+    let report = tavern_store::fs::check_files(dir.path(), |_, _| {});
+    assert_eq!(report.problems.len(), 1, "{report:?}");
+    assert!(
+        report.problems[0].problem.contains("posting list"),
+        "{report:?}"
+    );
+
+    let s = open(dir.path());
+    assert!(s.diagnostics().is_empty(), "{:?}", s.diagnostics());
+    assert_eq!(s.memory_lines_replayed(), 0, "opened from the image");
+    assert_eq!(seen(&s).await, truth);
+    let diags = s.diagnostics();
+    assert_eq!(diags.len(), 1, "{diags:?}");
+    assert_eq!(diags[0].file, IMAGE);
+    assert!(diags[0].message.contains("rebuilt"), "{}", diags[0].message);
+    drop(s);
+    // Saved again, whole: the next open reads it and meets no damage.
+    assert!(tavern_store::fs::check_files(dir.path(), |_, _| {})
+        .problems
+        .is_empty());
+    let s = open(dir.path());
+    assert_eq!(s.memory_lines_replayed(), 0);
+    assert_eq!(seen(&s).await, truth);
+    assert!(s.diagnostics().is_empty(), "{:?}", s.diagnostics());
+}
+
 /// An image of another format version (an older release's: the postings' layout changed) is
 /// not damage: it is ignored without a diagnostic, the log read instead, and a new image of
 /// this version saved.

@@ -1,20 +1,25 @@
 //! The index as bytes and back ([`Bm25Index::write_image`], [`Bm25Index::read_image`]): what
 //! a store saves so that opening it does not tokenize and index every record again. The image
 //! holds the index exactly (scores after reading it are bit-identical); only the block maps of
-//! chat-like indexes are rebuilt from their lists. Reading checks every reference (documents,
-//! lists, groups) but the postings, which stay bytes until a search or an edit needs them
-//! ([`super::lists`]): a posting list that does not decode ends where it stops decoding, and a
-//! posting of a document the image does not hold is dropped, so a damaged image (which the
-//! store's checksum stops first) is an error or short lists, never a panic later.
+//! chat-like indexes are rebuilt from their lists. It comes in two parts: what an open reads
+//! (documents, groups, term keys, and per posting list its count, length and checksum) and
+//! the postings themselves, which the caller stores apart (after the rest of its file) and
+//! hands back as a [`Region`] read when a list is first needed ([`super::lists`]). Reading
+//! checks every reference (documents, lists, groups); a posting list that does not decode ends
+//! where it stops decoding, one whose bytes fail their checksum decodes as empty and marks the
+//! index damaged ([`Bm25Index::damaged`]), and a posting of a document the image does not hold
+//! is dropped, so a damaged image (which the store's checksum stops first) is an error, short
+//! lists or a damaged mark, never a panic later.
 
 use rustc_hash::FxHashMap;
 
 use super::lists::Lists;
 use super::{top, Bm25Index, GroupLists, GroupStats, Shard, SHARDS};
 use crate::bytes::{ImageError, Put, Take};
+use crate::region::Region;
 
 /// The first bytes of an index image and its format version.
-const MAGIC: &[u8; 8] = b"tvbm25\0\x03";
+const MAGIC: &[u8; 8] = b"tvbm25\0\x04";
 
 /// How a term is keyed in a shard's dictionary.
 const PACKED: u8 = 0;
@@ -25,8 +30,10 @@ fn invalid(message: String) -> ImageError {
 }
 
 impl Bm25Index {
-    /// Appends the index's image to `out` ([`Bm25Index::read_image`] reads it back).
-    pub fn write_image(&self, out: &mut Vec<u8>) {
+    /// Appends the index's image to `out` and its postings to `postings`
+    /// ([`Bm25Index::read_image`] reads them back: the postings as a [`Region`] holding what
+    /// was appended to `postings`, from where it was before).
+    pub fn write_image(&self, out: &mut Vec<u8>, postings: &mut Vec<u8>) {
         out.extend_from_slice(MAGIC);
         let n = self.generation.len();
         out.put_len(n);
@@ -57,17 +64,20 @@ impl Bm25Index {
         out.put_u8(u8::from(self.min_len.is_some()));
         out.put_f32(self.min_len.unwrap_or(0.0));
         for shard in &self.shards {
-            shard.write_image(out);
+            shard.write_image(out, postings);
         }
     }
 
-    /// Reads an index written by [`Bm25Index::write_image`] from the front of `bytes`.
+    /// Reads an index written by [`Bm25Index::write_image`] from the front of `bytes`, its
+    /// postings lying in `postings` (read there when first needed, so the region's source
+    /// must stay as it is for as long as the index is used).
     ///
     /// # Errors
     /// [`ImageError`] when the bytes are not such an image, end early, or refer to documents,
-    /// lists or groups they do not hold (postings are checked when first decoded, and one of
-    /// a document the image does not hold is dropped then).
-    pub fn read_image(bytes: &mut Take<'_>) -> Result<Self, ImageError> {
+    /// lists or groups they do not hold, or to postings beyond `postings` (postings are
+    /// checked when first decoded: against their checksum, and one of a document the image
+    /// does not hold is dropped then).
+    pub fn read_image(bytes: &mut Take<'_>, postings: &Region) -> Result<Self, ImageError> {
         if bytes.bytes(MAGIC.len(), "index image header")? != MAGIC {
             return Err(invalid("not an index image of this version".into()));
         }
@@ -113,14 +123,33 @@ impl Bm25Index {
         let min_len = bytes.f32("shortest length")?;
         index.min_len = has_min.then_some(min_len);
         let mut shards = Vec::with_capacity(SHARDS);
+        let mut at = 0;
         for _ in 0..SHARDS {
-            shards.push(Shard::read_image(bytes, n)?);
+            shards.push(Shard::read_image(bytes, n, postings, &mut at)?);
         }
         index.shards = shards
             .try_into()
             .map_err(|_| invalid("shard count".into()))?;
         index.check()?;
         Ok(index)
+    }
+
+    /// Whether a posting list read from the image's region could not be read or failed its
+    /// checksum: it was taken as empty, so searches may miss documents. The owner rebuilds the
+    /// index from its documents' texts, and saves no image of this one.
+    pub fn damaged(&self) -> bool {
+        self.shards.iter().any(|s| s.postings.damaged())
+    }
+
+    /// Reads every posting list not read yet (decoding it) and says whether all were whole:
+    /// what an integrity check asks of an index read from an image.
+    pub fn postings_whole(&self) -> bool {
+        for shard in &self.shards {
+            for l in 0..shard.postings.len() {
+                let _ = shard.postings.get(l);
+            }
+        }
+        !self.damaged()
     }
 
     /// Every live document and its group, by document.
@@ -168,7 +197,7 @@ impl Bm25Index {
 }
 
 impl Shard {
-    fn write_image(&self, out: &mut Vec<u8>) {
+    fn write_image(&self, out: &mut Vec<u8>, postings: &mut Vec<u8>) {
         out.put_len(self.map_block);
         // Each term's key, by term id.
         let mut keys: Vec<Option<Result<u64, &str>>> = vec![None; self.lists.len()];
@@ -211,17 +240,21 @@ impl Shard {
             }
         }
         out.put_len(self.postings.len());
-        for (list, max_tf) in self.max_tf.iter().enumerate() {
-            out.put_f32(*max_tf);
-            self.postings.write_list(list, out);
-        }
+        self.postings.write_all(out, postings, |list, out| {
+            out.put_f32(self.max_tf.get(list).copied().unwrap_or(0.0));
+        });
         out.put_len(self.doc_postings.len());
         for count in &self.doc_postings {
             out.put_u16(*count);
         }
     }
 
-    fn read_image(bytes: &mut Take<'_>, docs: usize) -> Result<Self, ImageError> {
+    fn read_image(
+        bytes: &mut Take<'_>,
+        docs: usize,
+        postings: &Region,
+        at: &mut u64,
+    ) -> Result<Self, ImageError> {
         let map_block = usize::try_from(bytes.u64("block size")?)
             .map_err(|_| invalid("block size out of range".into()))?;
         let terms = bytes.len(17, "terms")?;
@@ -264,11 +297,12 @@ impl Shard {
                 _ => GroupLists::Many(Box::new(all)),
             });
         }
-        let lists = bytes.len(20, "posting lists")?;
+        // Largest frequency, count, length, checksum.
+        let lists = bytes.len(10, "posting lists")?;
         shard.max_tf.reserve_exact(lists);
-        // The postings stay as bytes until a search or an edit needs them.
+        // The postings stay where they lie until a search or an edit needs them.
         let max_tf = &mut shard.max_tf;
-        shard.postings = Lists::read(bytes, lists, docs, |bytes| {
+        shard.postings = Lists::read(bytes, lists, docs, postings, at, |bytes| {
             max_tf.push(bytes.f32("largest term frequency")?);
             Ok(())
         })?;
@@ -294,8 +328,8 @@ impl Shard {
                 top::BlockMap::rebuild(&mut maps, id, shard.postings.get(list), shard.map_block);
             }
             shard.maps = maps;
-            // Every list is decoded: the image bytes are of no more use.
-            shard.postings.repack();
+            // Every list is decoded: the region is of no more use.
+            shard.postings.decode_all();
         }
         Ok(shard)
     }

@@ -1,44 +1,53 @@
-//! A shard's posting lists by list id, those read from an image kept as its bytes until a
-//! search or an edit first needs them: opening a large store then copies each list's bytes
-//! (about 3 a posting) instead of turning every posting of every term into heap entries, and
-//! most lists are never read between two opens. A list is decoded once, by whichever call
-//! needs it first (searches share the shard, so the decoding is behind a [`OnceLock`]).
+//! A shard's posting lists by list id, those of an image read where they lie (a [`Region`]
+//! of the store's image file) when a search or an edit first needs them: opening a large
+//! store reads and copies none of the postings (about 3 bytes a posting), and most lists are
+//! never read between two opens. A list is decoded once, by whichever call needs it first
+//! (searches share the shard, so the decoding is behind a [`OnceLock`]); it is checked against
+//! its checksum first, and one that cannot be read or fails it decodes as empty and marks the
+//! lists damaged ([`Lists::damaged`]: the owner rebuilds the index from its records).
 
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 
 use super::Posting;
-use crate::bytes::{Put, Take};
+use crate::bytes::{ImageError, Put, Take};
+use crate::region::Region;
 
 /// Posting lists by list id.
 #[derive(Default)]
 pub(super) struct Lists {
     decoded: Vec<OnceLock<Vec<Posting>>>,
-    /// The image lists' encoded postings, one after the other (empty when none is left).
-    /// Shared by clones; a `Vec` so reading it copies each list's bytes once.
-    image: Arc<Vec<u8>>,
-    /// Per image list, where its bytes start in `image`, and one past the last list's end;
+    /// Where the image lists' encoded postings lie, one after the other.
+    region: Region,
+    /// Per image list, where its bytes start in `region`, and one past the last list's end;
     /// lists past the image's (made since) always are decoded.
-    starts: Vec<usize>,
+    starts: Vec<u64>,
     /// Per image list, how many postings it holds (known without decoding it).
     counts: Vec<u32>,
+    /// Per image list, its bytes' checksum ([`check`]).
+    checks: Vec<u32>,
     /// Documents the image held: a posting of another is dropped when decoded.
     docs: usize,
-    /// Bytes of `image` whose lists are decoded (so held twice): past half of it, the next
-    /// edit keeps only the rest ([`Lists::repack`]).
-    decoded_bytes: AtomicUsize,
+    /// Whether an image list could not be read or failed its checksum (it decoded as empty).
+    damaged: AtomicBool,
+}
+
+/// A list's checksum: the low half of its bytes' XXH3-64.
+fn check(bytes: &[u8]) -> u32 {
+    xxhash_rust::xxh3::xxh3_64(bytes) as u32
 }
 
 impl Clone for Lists {
     fn clone(&self) -> Self {
         Self {
             decoded: self.decoded.clone(),
-            image: self.image.clone(),
+            region: self.region.clone(),
             starts: self.starts.clone(),
             counts: self.counts.clone(),
+            checks: self.checks.clone(),
             docs: self.docs,
-            decoded_bytes: AtomicUsize::new(self.decoded_bytes.load(Ordering::Relaxed)),
+            damaged: AtomicBool::new(self.damaged()),
         }
     }
 }
@@ -48,7 +57,7 @@ impl fmt::Debug for Lists {
         f.debug_struct("Lists")
             .field("lists", &self.decoded.len())
             .field("image_lists", &self.counts.len())
-            .field("image_bytes", &self.image.len())
+            .field("region", &self.region)
             .finish()
     }
 }
@@ -100,140 +109,182 @@ impl Lists {
             let list = self.decode(l);
             self.decoded[l] = OnceLock::from(list);
         }
-        // Searches decode lists too (behind `&self`): every edit looks whether it is time.
-        self.repack();
         self.decoded.get_mut(l)?.get_mut()
     }
 
-    /// When more than half of the image bytes belong to decoded lists (held twice), keeps
-    /// only the bytes of the lists still undecoded: the copy is paid for by the bytes freed,
-    /// so a store whose searches and edits come to decode most lists holds about what it did
-    /// before lists were read lazily. An index whose lists are all decoded keeps none.
-    pub(super) fn repack(&mut self) {
-        let decoded = self.decoded_bytes.load(Ordering::Relaxed);
-        if self.image.is_empty() || decoded * 2 <= self.image.len() {
-            return;
-        }
-        let lists = self.counts.len();
-        let undecoded = |l: usize| self.decoded.get(l).is_some_and(|s| s.get().is_none());
-        let left: usize = (0..lists)
-            .filter(|&l| undecoded(l))
-            .map(|l| self.starts[l + 1] - self.starts[l])
-            .sum();
-        let mut image = Vec::with_capacity(left);
-        let mut starts = Vec::with_capacity(lists + 1);
-        for l in 0..lists {
-            starts.push(image.len());
-            if undecoded(l) {
-                image.extend_from_slice(&self.image[self.starts[l]..self.starts[l + 1]]);
-            }
-        }
-        starts.push(image.len());
-        self.image = Arc::new(image);
-        self.starts = starts;
-        self.decoded_bytes = AtomicUsize::new(0);
-    }
-
-    /// Every list to change (all decoded first: a compaction rewrites them all).
-    pub(super) fn all_mut(&mut self) -> impl Iterator<Item = &mut Vec<Posting>> + '_ {
+    /// Decodes every list, so the image's region is no longer read (chat-like indexes, whose
+    /// searches walk most lists, and compactions, which rewrite them all).
+    pub(super) fn decode_all(&mut self) {
         for l in 0..self.decoded.len() {
             if self.decoded[l].get().is_none() {
                 let list = self.decode(l);
                 self.decoded[l] = OnceLock::from(list);
             }
         }
-        // Nothing is left to read from the image bytes.
-        self.image = Arc::default();
+        self.region = Region::default();
         self.starts = Vec::new();
         self.counts = Vec::new();
+        self.checks = Vec::new();
+    }
+
+    /// Every list to change (all decoded first: a compaction rewrites them all).
+    pub(super) fn all_mut(&mut self) -> impl Iterator<Item = &mut Vec<Posting>> + '_ {
+        self.decode_all();
         self.decoded.iter_mut().filter_map(OnceLock::get_mut)
     }
 
-    /// Decodes image list `l` (empty when it is not one). Bytes that do not decode end the
-    /// list, and a posting of a document the image does not hold is dropped: a damaged image
-    /// that passed its checks leaves short lists, never a panic later.
-    fn decode(&self, l: usize) -> Vec<Posting> {
-        let (Some(&start), Some(&end), Some(&count)) = (
-            self.starts.get(l),
-            self.starts.get(l + 1),
-            self.counts.get(l),
-        ) else {
-            return Vec::new();
-        };
-        let Some(bytes) = self.image.get(start..end) else {
-            return Vec::new();
-        };
-        self.decoded_bytes.fetch_add(bytes.len(), Ordering::Relaxed);
-        decode_postings(bytes, count as usize, self.docs)
+    /// Whether an image list could not be read or failed its checksum: it decoded as empty,
+    /// so the index no longer holds every posting it should.
+    pub(super) fn damaged(&self) -> bool {
+        self.damaged.load(Ordering::Relaxed)
     }
 
-    /// Writes list `l` as an image holds it: its posting count, its byte length, its
-    /// postings ([`decode_postings`] reads them). A list still as image bytes is copied.
-    pub(super) fn write_list(&self, l: usize, out: &mut Vec<u8>) {
-        if self.decoded.get(l).and_then(OnceLock::get).is_none() {
-            if let (Some(&start), Some(&end), Some(&count)) = (
-                self.starts.get(l),
-                self.starts.get(l + 1),
-                self.counts.get(l),
-            ) {
-                out.put_len(count as usize);
-                out.put_len(end - start);
-                out.extend_from_slice(&self.image[start..end]);
-                return;
+    /// Where image list `l`'s bytes lie in the region, how many postings and what checksum
+    /// it has; `None` when it is not one.
+    fn image_list(&self, l: usize) -> Option<(u64, usize, usize, u32)> {
+        let (&start, &end) = (self.starts.get(l)?, self.starts.get(l + 1)?);
+        let len = usize::try_from(end.checked_sub(start)?).ok()?;
+        Some((
+            start,
+            len,
+            *self.counts.get(l)? as usize,
+            *self.checks.get(l)?,
+        ))
+    }
+
+    /// Image list `l`'s bytes, read and checked; `None` (the lists marked damaged) when they
+    /// cannot be read or fail their checksum.
+    fn image_bytes(&self, start: u64, len: usize, expected: u32) -> Option<Vec<u8>> {
+        match self.region.read(start, len) {
+            Ok(bytes) if check(&bytes) == expected => Some(bytes),
+            _ => {
+                self.damaged.store(true, Ordering::Relaxed);
+                None
             }
         }
-        let list = self.get(l);
-        let mut bytes = Vec::with_capacity(list.len() * 3);
-        encode_postings(list, &mut bytes);
-        out.put_len(list.len());
-        out.put_len(bytes.len());
-        out.extend_from_slice(&bytes);
     }
 
-    /// Reads `n` lists written by [`Lists::write_list`] from `bytes`, for an index of `docs`
-    /// documents, calling `each` with every list's id before it is read (for what the image
-    /// writes before each list). The postings stay as bytes until first used.
+    /// Decodes image list `l` (empty when it is not one, or when its bytes cannot be read or
+    /// fail their checksum). Bytes that do not decode end the list, and a posting of a
+    /// document the image does not hold is dropped: never a panic later.
+    fn decode(&self, l: usize) -> Vec<Posting> {
+        let Some((start, len, count, expected)) = self.image_list(l) else {
+            return Vec::new();
+        };
+        match self.image_bytes(start, len, expected) {
+            Some(bytes) => decode_postings(&bytes, count, self.docs),
+            None => Vec::new(),
+        }
+    }
+
+    /// Writes every list as an image holds it: in `out` (after what `before` writes of each)
+    /// its posting count, byte length and checksum, in `tail` its postings
+    /// ([`decode_postings`] reads them). A list still in the image's region is copied from
+    /// it (read in one go), checked first: one that fails is written as it decodes (empty)
+    /// and the lists are marked damaged.
+    pub(super) fn write_all(
+        &self,
+        out: &mut Vec<u8>,
+        tail: &mut Vec<u8>,
+        mut before: impl FnMut(usize, &mut Vec<u8>),
+    ) {
+        let undecoded = (0..self.counts.len()).any(|l| self.decoded[l].get().is_none());
+        // One read of the whole region rather than one per list (a large store holds
+        // hundreds of thousands of lists, most never decoded).
+        let whole = undecoded
+            .then(|| usize::try_from(self.region.len()).ok())
+            .flatten()
+            .and_then(|len| self.region.read(0, len).ok());
+        if undecoded && whole.is_none() {
+            self.damaged.store(true, Ordering::Relaxed);
+        }
+        let mut bytes = Vec::new();
+        for l in 0..self.decoded.len() {
+            before(l, out);
+            if self.decoded[l].get().is_none() {
+                if let Some((start, len, count, expected)) = self.image_list(l) {
+                    let raw = usize::try_from(start)
+                        .ok()
+                        .and_then(|s| whole.as_deref()?.get(s..s.checked_add(len)?))
+                        .filter(|raw| check(raw) == expected);
+                    if let Some(raw) = raw {
+                        out.put_varint(count as u64);
+                        out.put_varint(raw.len() as u64);
+                        out.put_u32(expected);
+                        tail.extend_from_slice(raw);
+                        continue;
+                    }
+                    self.damaged.store(true, Ordering::Relaxed);
+                }
+            }
+            let list = match self.decoded[l].get() {
+                Some(list) => list.as_slice(),
+                None => &[],
+            };
+            bytes.clear();
+            encode_postings(list, &mut bytes);
+            out.put_varint(list.len() as u64);
+            out.put_varint(bytes.len() as u64);
+            out.put_u32(check(&bytes));
+            tail.extend_from_slice(&bytes);
+        }
+    }
+
+    /// Reads `n` lists written by [`Lists::write_all`] from `bytes`, their postings lying in
+    /// `region` from `*at` on (moved past them), for an index of `docs` documents, calling
+    /// `each` with the bytes before each list (what the image writes before it). The
+    /// postings are read when first used.
     ///
     /// # Errors
-    /// [`ImageError`] when the bytes end early or a list claims more postings than its bytes
-    /// can hold.
+    /// [`ImageError`] when the bytes end early, a list claims more postings than its bytes
+    /// can hold, or the lists run past the region.
     pub(super) fn read(
         bytes: &mut Take<'_>,
         n: usize,
         docs: usize,
-        mut each: impl FnMut(&mut Take<'_>) -> Result<(), crate::bytes::ImageError>,
-    ) -> Result<Self, crate::bytes::ImageError> {
-        // Room for every byte left (the lists are most of them): growing step by step would
-        // copy a large store's postings again and again. The rest is given back below.
-        let mut image = Vec::with_capacity(bytes.left());
-        let (mut starts, mut counts) = (Vec::with_capacity(n + 1), Vec::with_capacity(n));
+        region: &Region,
+        at: &mut u64,
+        mut each: impl FnMut(&mut Take<'_>) -> Result<(), ImageError>,
+    ) -> Result<Self, ImageError> {
+        let mut starts = Vec::with_capacity(n + 1);
+        let (mut counts, mut checks) = (Vec::with_capacity(n), Vec::with_capacity(n));
         for _ in 0..n {
             each(bytes)?;
-            let count = bytes.len(3, "postings")?;
-            let len = bytes.len(1, "posting bytes")?;
+            let count = bytes.varint("postings")?;
+            let len = bytes.varint("posting bytes")?;
             // A posting takes three bytes at least.
             if count.saturating_mul(3) > len {
-                return Err(crate::bytes::ImageError::Invalid(format!(
+                return Err(ImageError::Invalid(format!(
                     "{count} postings in {len} bytes"
                 )));
             }
-            starts.push(image.len());
-            counts.push(u32::try_from(count).map_err(|_| {
-                crate::bytes::ImageError::Invalid(format!("{count} postings in one list"))
-            })?);
-            image.extend_from_slice(bytes.bytes(len, "posting bytes")?);
+            starts.push(*at);
+            counts.push(
+                u32::try_from(count)
+                    .map_err(|_| ImageError::Invalid(format!("{count} postings in one list")))?,
+            );
+            checks.push(bytes.u32("posting list checksum")?);
+            *at = at
+                .checked_add(len)
+                .filter(|end| *end <= region.len())
+                .ok_or_else(|| {
+                    ImageError::Invalid(format!(
+                        "posting lists run past their {} bytes",
+                        region.len()
+                    ))
+                })?;
         }
-        starts.push(image.len());
-        image.shrink_to_fit();
+        starts.push(*at);
         let mut decoded = Vec::with_capacity(n);
         decoded.resize_with(n, OnceLock::new);
         Ok(Self {
             decoded,
-            image: Arc::new(image),
+            region: region.clone(),
             starts,
             counts,
+            checks,
             docs,
-            decoded_bytes: AtomicUsize::new(0),
+            damaged: AtomicBool::new(false),
         })
     }
 }
@@ -336,27 +387,34 @@ mod tests {
         }
     }
 
+    fn write(lists: &Lists) -> (Vec<u8>, Vec<u8>) {
+        let (mut out, mut tail) = (Vec::new(), Vec::new());
+        lists.write_all(&mut out, &mut tail, |_, _| {});
+        (out, tail)
+    }
+
+    fn read_back(out: &[u8], tail: Vec<u8>, n: usize) -> Result<Lists, ImageError> {
+        let region = Region::in_memory(tail);
+        let mut at = 0;
+        Lists::read(&mut Take::new(out), n, 4, &region, &mut at, |_| Ok(()))
+    }
+
     /// A list read from an image is decoded when first asked for, and an edit decodes it
-    /// first; what is written again is the same bytes.
+    /// first; what is written again is the same bytes; one whose bytes fail their checksum
+    /// decodes as empty and marks the lists damaged.
     #[test]
     fn lists_read_lazily_and_write_back_the_same() {
         let lists = [vec![(0, 1.0, 1), (3, 0.5, 2)], vec![], vec![(2, 2.5, 1)]];
-        let mut bytes = Vec::new();
+        let mut made = Lists::default();
         for list in &lists {
-            let mut payload = Vec::new();
-            encode_postings(list, &mut payload);
-            bytes.put_len(list.len());
-            bytes.put_len(payload.len());
-            bytes.extend_from_slice(&payload);
+            let l = made.push_empty();
+            made.get_mut(l as usize).unwrap().extend_from_slice(list);
         }
-        let mut read = Lists::read(&mut Take::new(&bytes), 3, 4, |_| Ok(())).unwrap();
+        let (out, tail) = write(&made);
+        let mut read = read_back(&out, tail.clone(), 3).unwrap();
         assert!(read.decoded.iter().all(|slot| slot.get().is_none()));
         assert!(read.is_empty_list(1) && !read.is_empty_list(0));
-        let mut again = Vec::new();
-        for l in 0..3 {
-            read.write_list(l, &mut again);
-        }
-        assert_eq!(again, bytes, "copied as it was read");
+        assert_eq!(write(&read), (out.clone(), tail.clone()), "copied as read");
         assert_eq!(read.get(2), &lists[2][..]);
         assert!(
             read.decoded[0].get().is_none(),
@@ -369,30 +427,52 @@ mod tests {
             read.get(0),
             &[(0u32, 1.0f32, 1u32), (3, 0.5, 2), (3, 1.0, 3)][..]
         );
-        // Lists 0 and 2 decoded: most bytes are held twice, so an edit keeps only list 1's.
-        read.repack();
-        assert!(read.image.len() < bytes.len() / 2, "{}", read.image.len());
-        let mut again = Vec::new();
-        for l in 0..3 {
-            read.write_list(l, &mut again);
+        let mut expected = Lists::default();
+        for list in [
+            read.get(0).to_vec(),
+            lists[1].clone(),
+            lists[2].clone(),
+            vec![],
+        ] {
+            let l = expected.push_empty();
+            expected
+                .get_mut(l as usize)
+                .unwrap()
+                .extend_from_slice(&list);
         }
-        let mut expected = Vec::new();
-        for list in [read.get(0).to_vec(), lists[1].clone(), lists[2].clone()] {
-            let mut payload = Vec::new();
-            encode_postings(&list, &mut payload);
-            expected.put_len(list.len());
-            expected.put_len(payload.len());
-            expected.extend_from_slice(&payload);
-        }
-        assert_eq!(again, expected, "the same lists after the repack");
+        assert_eq!(
+            write(&read),
+            write(&expected),
+            "a mix of copied and encoded"
+        );
+        assert!(!read.damaged());
         let all: Vec<Vec<Posting>> = read.all_mut().map(|l| l.clone()).collect();
         assert_eq!(all[1], lists[1]);
         assert_eq!(all.len(), 4);
-        // A list claiming more postings than its bytes hold is refused.
-        let mut bad = Vec::new();
-        bad.put_len(5);
-        bad.put_len(4);
-        bad.extend_from_slice(&[0; 4]);
-        assert!(Lists::read(&mut Take::new(&bad), 1, 4, |_| Ok(())).is_err());
+
+        // One byte of list 2 changed: list 0 still reads, list 2 is empty and marks damage;
+        // written again, it is refused by its checksum too.
+        let mut bad = tail.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        let damaged = read_back(&out, bad.clone(), 3).unwrap();
+        assert_eq!(damaged.get(0), &lists[0][..]);
+        assert!(!damaged.damaged());
+        assert!(damaged.get(2).is_empty());
+        assert!(damaged.damaged());
+        let copied = read_back(&out, bad, 3).unwrap();
+        let _ = write(&copied);
+        assert!(
+            copied.damaged(),
+            "a list copied when writing is checked too"
+        );
+        // Lists claiming more postings than their bytes hold, or bytes past the region, are
+        // refused.
+        let mut claims = Vec::new();
+        claims.put_varint(5);
+        claims.put_varint(4);
+        claims.put_u32(0);
+        assert!(read_back(&claims, vec![0; 4], 1).is_err());
+        assert!(read_back(&out, tail[..tail.len() - 1].to_vec(), 3).is_err());
     }
 }

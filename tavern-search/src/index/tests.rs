@@ -686,6 +686,7 @@ fn top_finds_matches_after_a_group_emptied_by_compaction() {
 mod an_index_read_from_its_image {
     use super::*;
     use crate::bytes::Take;
+    use crate::region::Region;
     use proptest::prelude::*;
 
     const WORDS: &[&str] = &[
@@ -740,10 +741,20 @@ mod an_index_read_from_its_image {
         }
     }
 
-    fn image(idx: &Bm25Index) -> Vec<u8> {
-        let mut out = Vec::new();
-        idx.write_image(&mut out);
-        out
+    /// The index's image and its postings.
+    fn image(idx: &Bm25Index) -> (Vec<u8>, Vec<u8>) {
+        let (mut out, mut postings) = (Vec::new(), Vec::new());
+        idx.write_image(&mut out, &mut postings);
+        (out, postings)
+    }
+
+    fn read(bytes: &[u8], postings: &[u8]) -> Result<Bm25Index, crate::ImageError> {
+        let mut take = Take::new(bytes);
+        let index = Bm25Index::read_image(&mut take, &Region::in_memory(postings.to_vec()))?;
+        match take.left() {
+            0 => Ok(index),
+            n => Err(crate::ImageError::Invalid(format!("{n} bytes left"))),
+        }
     }
 
     fn same_answers(a: &Bm25Index, b: &Bm25Index, query: &[usize]) -> Result<(), TestCaseError> {
@@ -794,11 +805,9 @@ mod an_index_read_from_its_image {
             idx.insert_many(&refs);
             for (d, _, t) in &texts { known.insert(*d, t.clone()); }
             for e in &before { edit(&mut idx, &mut known, e); }
-            let bytes = image(&idx);
-            let mut take = Take::new(&bytes);
-            let mut read = Bm25Index::read_image(&mut take).unwrap();
-            prop_assert_eq!(take.left(), 0);
-            prop_assert_eq!(&image(&read), &bytes);
+            let (bytes, postings) = image(&idx);
+            let mut read = read(&bytes, &postings).unwrap();
+            prop_assert_eq!(image(&read), (bytes, postings));
             same_answers(&idx, &read, &query)?;
             let mut known_read = known.clone();
             for e in &after {
@@ -819,12 +828,27 @@ mod an_index_read_from_its_image {
         ) {
             let mut idx = Bm25Index::new();
             for (d, g, w) in &bulk { idx.insert_fields(*d, *g, &[(&text(w), 1.0)]); }
-            let bytes = image(&idx);
+            let (bytes, postings) = image(&idx);
             let short = &bytes[..cut.index(bytes.len())];
-            prop_assert!(Bm25Index::read_image(&mut Take::new(short)).is_err());
+            prop_assert!(read(short, &postings).is_err());
+            // Postings cut short: the lists run past their region.
+            prop_assert!(read(&bytes, &postings[..cut.index(postings.len())]).is_err());
+            // Damaged postings: read, and marked damaged once a search reads the list.
+            let mut bad = postings.clone();
+            let (at, x) = flips[0];
+            let i = at.index(bad.len());
+            bad[i] ^= x | 1;
+            let taken = read(&bytes, &bad).unwrap();
+            prop_assert!(!taken.damaged(), "nothing read yet");
+            for shard in &taken.shards {
+                for l in 0..shard.postings.len() {
+                    let _ = shard.postings.get(l);
+                }
+            }
+            prop_assert!(taken.damaged());
             let mut damaged = bytes.clone();
             for (at, x) in &flips { let i = at.index(damaged.len()); damaged[i] ^= x | 1; }
-            if let Ok(read) = Bm25Index::read_image(&mut Take::new(&damaged)) {
+            if let Ok(read) = read(&damaged, &postings) {
                 // Whatever it holds, searching and editing it stay within bounds.
                 let q = query_tokens("kai gate 灯笼");
                 let _ = read.score_in(&q, None);

@@ -444,8 +444,9 @@ impl MemoryTable {
         let mut spans = Vec::with_capacity(changed.len());
         for slot in changed {
             let start = text.len();
-            if let Some(record) = self.records.get(slot) {
-                push_index_text(&mut text, record);
+            // Read, not kept: a record still the image's bytes (a rebuilt index) stays bytes.
+            if let Some(record) = self.records.read(slot) {
+                push_index_text(&mut text, &record);
             }
             spans.push((slot, self.meta[slot as usize].scope, start, text.len()));
         }
@@ -641,6 +642,44 @@ impl MemoryTable {
                 }
                 None
             }
+        }
+    }
+
+    /// Whether a posting list the index read from its image's file could not be read there or
+    /// failed its checksum (it was taken as empty): then rebuilds the index from the records,
+    /// as an open from the log would, and returns `true`. The caller reports it and saves no
+    /// image of the damaged index (its [`MemoryTable::write_image`] says `false`).
+    pub(crate) fn heal(&mut self) -> bool {
+        if !self.index.damaged() {
+            return false;
+        }
+        self.index = Bm25Index::default();
+        self.index.reserve(self.records.len());
+        let slots = (0..self.records.len())
+            .filter_map(|s| u32::try_from(s).ok())
+            .collect();
+        self.index_slots(slots);
+        true
+    }
+
+    /// Whether every posting list of the index is whole (reading those it read from an image
+    /// and never needed since): what `tavern check` asks.
+    pub(crate) fn postings_whole(&self) -> bool {
+        self.index.postings_whole()
+    }
+
+    /// [`MemoryTable::search`], again after [`MemoryTable::heal`] when the first found the
+    /// index damaged (so no answer comes from missing postings); whether it healed.
+    pub(crate) fn search_healing(
+        &mut self,
+        q: &MemoryQuery,
+        now: Timestamp,
+    ) -> (MemorySearchResult, bool) {
+        let found = self.search(q, now);
+        if self.heal() {
+            (self.search(q, now), true)
+        } else {
+            (found, false)
         }
     }
 

@@ -19,6 +19,7 @@
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tavern_search::Region;
 
 use crate::error::StoreError;
 
@@ -46,18 +47,28 @@ pub(crate) trait OpTable: Default + Send {
     /// How many operations [`OpTable::snapshot`] would produce (whether a log is bloated).
     fn snapshot_len(&self) -> usize;
 
-    /// Appends the table's image to `out` (what [`OpTable::read_image`] reads back) and
-    /// returns `true`; `false`, appending nothing, for a table that keeps no image.
-    fn write_image(&self, _out: &mut Vec<u8>) -> bool {
+    /// Appends the table's image to `out` and what it reads where it lies to `rest` (what
+    /// [`OpTable::read_image`] reads back) and returns `true`; `false` for a table that keeps
+    /// no image, or one that found its image's bytes damaged while writing (nothing of what
+    /// it appended is to be kept: [`OpTable::heal`] first).
+    fn write_image(&self, _out: &mut Vec<u8>, _rest: &mut Vec<u8>) -> bool {
         false
     }
 
-    /// The table an image holds.
+    /// The table an image holds: `bytes` what [`OpTable::write_image`] appended to `out`,
+    /// `rest` where what it appended to `rest` lies (read when first needed, so it must stay
+    /// as it is while the table is used).
     ///
     /// # Errors
     /// Why the bytes are not such an image, in lowercase words.
-    fn read_image(_bytes: &[u8]) -> Result<Self, String> {
+    fn read_image(_bytes: &[u8], _rest: &Region) -> Result<Self, String> {
         Err("this table keeps no image".into())
+    }
+
+    /// Rebuilds what the table read from its image's region and found damaged there (a
+    /// search index from its records); whether it did.
+    fn heal(&mut self) -> bool {
+        false
     }
 }
 
@@ -80,13 +91,16 @@ impl OpTable for MemoryTable {
         self.len()
     }
 
-    fn write_image(&self, out: &mut Vec<u8>) -> bool {
-        MemoryTable::write_image(self, out);
-        true
+    fn write_image(&self, out: &mut Vec<u8>, rest: &mut Vec<u8>) -> bool {
+        MemoryTable::write_image(self, out, rest)
     }
 
-    fn read_image(bytes: &[u8]) -> Result<Self, String> {
-        MemoryTable::read_image(bytes).map_err(|e| e.to_string())
+    fn read_image(bytes: &[u8], rest: &Region) -> Result<Self, String> {
+        MemoryTable::read_image(bytes, rest).map_err(|e| e.to_string())
+    }
+
+    fn heal(&mut self) -> bool {
+        MemoryTable::heal(self)
     }
 }
 

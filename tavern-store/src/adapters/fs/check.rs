@@ -237,6 +237,12 @@ fn check_memory_image(root: &Path, f: &mut CheckReport) {
     }
     f.files += 1;
     match load::<crate::engine::memory_table::MemoryTable>(root, IMAGE, "memory.log") {
+        Ok(Found::Fresh(table, _)) if !table.postings_whole() => f.problem(
+            IMAGE,
+            "torn or damaged (a posting list fails its checksum): the store rebuilds its search \
+             index from the records when a search meets it, and saves a new image"
+                .to_string(),
+        ),
         Ok(Found::Fresh(..) | Found::Absent) => {}
         Ok(Found::Stale) => f.warnings.push(CheckFinding {
             file: IMAGE.into(),

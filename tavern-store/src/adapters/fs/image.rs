@@ -2,12 +2,17 @@
 //! reads it and replays only the log lines written since, instead of parsing and indexing
 //! every line again.
 //!
-//! File: `tvimage` and a version byte, the body's length and its XXH3-128 checksum, then the
-//! body: the log position the table reflects (byte offset and line count), the XXH3-128 of the
-//! log's bytes before that offset, and the table's own image ([`OpTable::write_image`]).
+//! File: `tvimage` and a version byte, the body's length, how many of its first bytes the
+//! checksum covers and their XXH3-128 checksum, then the body: the log position the table
+//! reflects (byte offset and line count), the XXH3-128 of the log's bytes before that offset,
+//! and the table's own image ([`OpTable::write_image`]) — what an open reads — followed by
+//! what the table reads later, where it lies in the file (the search index's postings, each
+//! list with its own checksum, kept in the part the file's checksum covers).
 //!
-//! An image is trusted only when its checksum holds (a torn or damaged file is reported and
-//! the table rebuilt from the log) and the log still begins with the very bytes it was taken
+//! An image is trusted only when its length is the one its header gives and its checksum
+//! holds (a torn or damaged file is reported and the table rebuilt from the log; a posting
+//! list damaged since is found when first read, and the index rebuilt from the records) and
+//! the log still begins with the very bytes it was taken
 //! from (a log compacted or replaced since, by this process or another, makes it stale: the
 //! table is rebuilt, silently). It is written atomically (temp + fsync + rename), from a table
 //! that reflects exactly the log's first `offset` bytes, anchored to the hash its log handle
@@ -18,7 +23,9 @@
 
 use std::io::Read;
 use std::path::Path;
+use std::sync::Arc;
 
+use tavern_search::{ReadAt, Region};
 use xxhash_rust::xxh3::Xxh3;
 
 use super::atomic::{io_err, under, write_atomic};
@@ -27,9 +34,9 @@ use crate::engine::oplog::OpTable;
 use crate::error::StoreError;
 
 /// `tvimage` and the format version (of the whole image, table and index included).
-const MAGIC: &[u8; 8] = b"tvimage\x02";
-/// Magic, body length, body checksum.
-pub(crate) const HEADER: usize = 8 + 8 + 16;
+const MAGIC: &[u8; 8] = b"tvimage\x03";
+/// Magic, body length, checked length, checksum of the checked bytes.
+pub(crate) const HEADER: usize = 8 + 8 + 8 + 16;
 /// Log offset, line count, prefix digest.
 const ANCHOR: usize = 8 + 8 + 16;
 /// The largest image read per byte of its log (images run 1.2–2× their log: records stored
@@ -133,36 +140,31 @@ pub(crate) fn load<T: OpTable>(
             "{size} bytes, more than an image of a {log_len}-byte log can be; not read"
         )));
     }
-    let (bytes, prefix) = std::thread::scope(|s| {
+    let framing = match framing(&head, MAGIC, ANCHOR) {
+        Framed::Ours(framing) => framing,
+        Framed::OtherVersion => return Ok(Found::Stale),
+        Framed::Damaged(why) => return Ok(Found::Damaged(why)),
+    };
+    let (checked, prefix) = std::thread::scope(|s| {
         let prefix = s.spawn(|| prefix_digest(root, log_rel, offset));
-        let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-        bytes.extend_from_slice(&head);
-        let rest = cap.saturating_sub(head.len() as u64);
-        let read = (&mut file)
-            .take(rest)
-            .read_to_end(&mut bytes)
-            .map(|_| bytes);
+        let checked = read_checked(&mut file, &head, &framing);
         let prefix = prefix
             .join()
             .unwrap_or_else(|_| Err(StoreError::Internal("hashing the log failed".into())));
-        (read, prefix)
+        (checked, prefix)
     });
-    let bytes = match bytes {
+    let bytes = match checked {
         Ok(bytes) => bytes,
-        Err(e) => return Ok(Found::Damaged(format!("unreadable ({e})"))),
+        Err(why) => return Ok(Found::Damaged(why)),
     };
-    let body = match checked_body(&bytes, MAGIC, ANCHOR) {
-        Framed::Body(body) => body,
-        Framed::OtherVersion => return Ok(Found::Stale),
-        Framed::Damaged => return Ok(Found::Damaged("torn or damaged (checksum mismatch)".into())),
-    };
+    let body = &bytes[HEADER..];
     let Some((prefix, identity)) = prefix? else {
         return Ok(Found::Stale);
     };
     if prefix.digest128() != u128::from_le_bytes(digest) {
         return Ok(Found::Stale);
     }
-    match T::read_image(&body[ANCHOR..]) {
+    match T::read_image(&body[ANCHOR..], &framing.rest(file)) {
         Ok(table) => Ok(Found::Fresh(
             table,
             Anchor {
@@ -176,47 +178,145 @@ pub(crate) fn load<T: OpTable>(
     }
 }
 
-/// What an image file's framing says about its bytes.
-pub(crate) enum Framed<'a> {
-    /// Magic, length and checksum hold: the body (at least an anchor long).
-    Body(&'a [u8]),
+/// An image file read where its bytes lie (a posting list when a search first needs it).
+/// The file is never written in place (a new image replaces it by rename), so the bytes read
+/// later are the ones there at open.
+struct ImageFile(std::fs::File);
+
+impl ReadAt for ImageFile {
+    #[cfg(unix)]
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        std::os::unix::fs::FileExt::read_exact_at(&self.0, buf, offset)
+    }
+
+    #[cfg(windows)]
+    fn read_at(&self, mut offset: u64, mut buf: &mut [u8]) -> std::io::Result<()> {
+        while !buf.is_empty() {
+            match std::os::windows::fs::FileExt::seek_read(&self.0, buf, offset)? {
+                0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                n => {
+                    buf = &mut buf[n..];
+                    offset += n as u64;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[cfg(not(any(unix, windows)))]
+    fn read_at(&self, _offset: u64, _buf: &mut [u8]) -> std::io::Result<()> {
+        Err(std::io::ErrorKind::Unsupported.into())
+    }
+}
+
+/// What an image file's header gives: the body's length and how many of its first bytes
+/// (anchor and table image) the checksum covers; the rest is read where it lies.
+pub(crate) struct Framing {
+    body: u64,
+    checked: u64,
+    checksum: u128,
+}
+
+impl Framing {
+    /// The body's bytes after its checked part, where they lie in `file`.
+    pub(crate) fn rest(&self, file: std::fs::File) -> Region {
+        Region::new(
+            Arc::new(ImageFile(file)),
+            HEADER as u64 + self.checked,
+            self.body - self.checked,
+        )
+    }
+}
+
+/// What an image file's header says.
+pub(crate) enum Framed {
+    /// An image of this format, and its framing.
+    Ours(Framing),
     /// An image of another format version (written by another release): not damage, just
     /// not ours.
     OtherVersion,
-    /// Torn or damaged.
-    Damaged,
+    /// Torn or damaged: why, in lowercase words.
+    Damaged(String),
 }
 
-/// The body of an image file framed by [`frame`] with `magic`, with at least `anchor` bytes.
-pub(crate) fn checked_body<'a>(bytes: &'a [u8], magic: &[u8; 8], anchor: usize) -> Framed<'a> {
-    if bytes.get(..7) == Some(&magic[..7]) && bytes.get(7).is_some_and(|v| *v != magic[7]) {
+/// The framing of an image file from its first bytes (at least [`HEADER`]), written with
+/// `magic` by [`frame`] and [`seal`] with an anchor of `anchor` bytes.
+pub(crate) fn framing(head: &[u8], magic: &[u8; 8], anchor: usize) -> Framed {
+    if head.get(..7) == Some(&magic[..7]) && head.get(7).is_some_and(|v| *v != magic[7]) {
         return Framed::OtherVersion;
     }
-    let checked = || {
-        let header = bytes.get(..HEADER)?;
-        if &header[..8] != magic {
-            return None;
-        }
-        let mut len = [0u8; 8];
-        len.copy_from_slice(&header[8..16]);
-        let len = usize::try_from(u64::from_le_bytes(len)).ok()?;
-        let body = bytes.get(HEADER..)?;
-        let mut digest = [0u8; 16];
-        digest.copy_from_slice(&header[16..32]);
-        (body.len() == len
-            && len >= anchor
-            && xxhash_rust::xxh3::xxh3_128(body) == u128::from_le_bytes(digest))
-        .then_some(body)
+    let word = |at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(head.get(at..at + 8)?);
+        Some(u64::from_le_bytes(w))
     };
-    checked().map_or(Framed::Damaged, Framed::Body)
+    let (Some(body), Some(checked), Some(sum)) = (word(8), word(16), head.get(24..HEADER)) else {
+        return Framed::Damaged("torn or damaged (shorter than its header)".into());
+    };
+    if &head[..8] != magic {
+        return Framed::Damaged("not an image (wrong magic)".into());
+    }
+    if checked < anchor as u64 || checked > body {
+        return Framed::Damaged(format!(
+            "torn or damaged (its header says {checked} of {body} bytes are checked)"
+        ));
+    }
+    let mut checksum = [0u8; 16];
+    checksum.copy_from_slice(sum);
+    Framed::Ours(Framing {
+        body,
+        checked,
+        checksum: u128::from_le_bytes(checksum),
+    })
+}
+
+/// Reads the checked part of an image file whose first bytes `head` (its header and anchor)
+/// are read already, after checking that the file is as long as its header says: the header
+/// and the checked bytes, their checksum verified. The caller has capped the file's size.
+pub(crate) fn read_checked(
+    file: &mut std::fs::File,
+    head: &[u8],
+    framing: &Framing,
+) -> Result<Vec<u8>, String> {
+    let size = file
+        .metadata()
+        .map_err(|e| format!("unreadable ({})", e.kind()))?
+        .len();
+    let expected = HEADER as u64 + framing.body;
+    if size != expected {
+        return Err(format!(
+            "torn or damaged ({size} bytes where its header says {expected})"
+        ));
+    }
+    let checked_end = usize::try_from(HEADER as u64 + framing.checked)
+        .map_err(|_| "torn or damaged (too large to read)".to_string())?;
+    if checked_end < head.len() {
+        return Err("torn or damaged (shorter than its header)".into());
+    }
+    let mut bytes = vec![0u8; checked_end];
+    bytes[..head.len()].copy_from_slice(head);
+    file.read_exact(&mut bytes[head.len()..])
+        .map_err(|e| format!("unreadable ({})", e.kind()))?;
+    if xxhash_rust::xxh3::xxh3_128(&bytes[HEADER..]) != framing.checksum {
+        return Err("torn or damaged (checksum mismatch)".into());
+    }
+    Ok(bytes)
 }
 
 /// An image file under construction: the header's room, then the anchor's (`anchor` zero
-/// bytes, filled in by the caller once known, before [`seal`]), then the table's image. `None`
-/// for a table that keeps no image.
+/// bytes, filled in by the caller once known, before [`seal`]), then the table's image, then
+/// what the table reads where it lies. `None` for a table that keeps no image, or whose image
+/// cannot be written now.
 pub(crate) fn frame<T: OpTable>(anchor: usize, table: &T) -> Option<Vec<u8>> {
     let mut file = vec![0u8; HEADER + anchor];
-    table.write_image(&mut file).then_some(file)
+    let mut rest = Vec::new();
+    if !table.write_image(&mut file, &mut rest) {
+        return None;
+    }
+    let checked = (file.len() - HEADER) as u64;
+    file[16..24].copy_from_slice(&checked.to_le_bytes());
+    file.extend_from_slice(&rest);
+    Some(file)
 }
 
 /// The anchor's bytes in a [`frame`]d file.
@@ -224,14 +324,17 @@ pub(crate) fn anchor_mut(file: &mut [u8], anchor: usize) -> &mut [u8] {
     &mut file[HEADER..HEADER + anchor]
 }
 
-/// Writes the header (`magic`, the body's length and checksum) of a [`frame`]d file whose
-/// anchor is filled in.
+/// Writes the header (`magic`, the body's length, the checksum of its checked part) of a
+/// [`frame`]d file whose anchor is filled in.
 pub(crate) fn seal(file: &mut [u8], magic: &[u8; 8]) {
     let body_len = (file.len() - HEADER) as u64;
-    let checksum = xxhash_rust::xxh3::xxh3_128(&file[HEADER..]);
+    let mut checked = [0u8; 8];
+    checked.copy_from_slice(&file[16..24]);
+    let checked_end = HEADER + usize::try_from(u64::from_le_bytes(checked)).unwrap_or(0);
+    let checksum = xxhash_rust::xxh3::xxh3_128(file.get(HEADER..checked_end).unwrap_or_default());
     file[..8].copy_from_slice(magic);
     file[8..16].copy_from_slice(&body_len.to_le_bytes());
-    file[16..32].copy_from_slice(&checksum.to_le_bytes());
+    file[24..40].copy_from_slice(&checksum.to_le_bytes());
 }
 
 /// Writes the image of `table`, which reflects exactly the lines `log` has read, to

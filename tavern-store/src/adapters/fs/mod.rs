@@ -627,7 +627,19 @@ impl Inner {
         if self.memory.is_poisoned() || self.variables.is_poisoned() {
             return Ok(false);
         }
-        let saved = image::save(&self.root, name, &g.log, &g.table)?;
+        let mut saved = image::save(&self.root, name, &g.log, &g.table)?;
+        // Writing it found a posting list damaged in the image the table was read from.
+        if !saved && g.table.heal() {
+            let log = g.log.rel().to_owned();
+            self.diag(
+                name,
+                format!(
+                    "a posting list read from it was damaged; the search index was rebuilt \
+                     from {log}'s records"
+                ),
+            );
+            saved = image::save(&self.root, name, &g.log, &g.table)?;
+        }
         if saved {
             g.image_lines = g.log.lines();
         }
@@ -959,6 +971,40 @@ impl Inner {
         Ok(f(&mut g.table))
     }
 
+    /// Searches the memory table; when the search found a posting list of its image damaged
+    /// (the index rebuilt from the records and the search run again), reports it and saves
+    /// the image again, so the next open does not meet the same damage.
+    fn search_memory(
+        &self,
+        query: &MemoryQuery,
+        now: tavern_core::Timestamp,
+    ) -> Result<MemorySearchResult, StoreError> {
+        let mut g = self.memory()?;
+        {
+            let _lock = g.log.lock(false)?;
+            g.catch_up(&self.diagnostics)?;
+        }
+        let (found, healed) = g.table.search_healing(query, now);
+        if healed {
+            self.healed(&mut g);
+        }
+        Ok(found)
+    }
+
+    /// Reports a table healed of a damaged image and saves its image again.
+    fn healed<T: OpTable>(&self, g: &mut Logged<T>) {
+        let name = g.image.unwrap_or(MEMORY_IMAGE);
+        self.diag(
+            name,
+            "a posting list read from it was damaged; the search index was rebuilt from the \
+             records and the image is saved again"
+                .into(),
+        );
+        // Whatever its age, the image on disk is the damaged one.
+        g.image_lines = 0;
+        self.save_image(g, true);
+    }
+
     fn read_variables<R>(&self, f: impl FnOnce(&VariableTable) -> R) -> Result<R, StoreError> {
         let mut g = lock(&self.variables);
         {
@@ -1004,7 +1050,7 @@ impl MemoryStore for FsStore {
         let query = query.clone();
         self.run(move |s| {
             let now = s.clock.now();
-            s.read_memory(|t| t.search(&query, now))
+            s.search_memory(&query, now)
         })
         .await
     }

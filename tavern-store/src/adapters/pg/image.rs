@@ -27,7 +27,9 @@ use super::ops::{Mirror, OpsTable};
 use super::{db, Inner};
 use crate::adapters::fs::atomic::open_regular;
 use crate::adapters::fs::atomic::{io_err, write_atomic_as};
-use crate::adapters::fs::image::{anchor_mut, checked_body, frame, seal, Framed, HEADER};
+use crate::adapters::fs::image::{
+    anchor_mut, frame, framing, read_checked, seal, Framed, Framing, HEADER,
+};
 use crate::engine::memory_table::MemoryTable;
 use crate::engine::oplog::OpTable;
 use crate::error::StoreError;
@@ -103,8 +105,8 @@ enum Found<T> {
     Absent,
     /// An image that cannot be read: why, in lowercase words.
     Damaged(String),
-    /// The file, opened, and its first bytes (the rest not read yet).
-    Opened(std::fs::File, Box<Head>),
+    /// The file, opened, its first bytes (the rest not read yet) and its framing.
+    Opened(std::fs::File, Box<Head>, Framing),
     /// The table it holds.
     Read(Box<T>),
 }
@@ -126,35 +128,33 @@ fn open_image<T>(dir: &Path) -> Found<T> {
         }
         Err(e) => return Found::Damaged(format!("unreadable ({})", e.kind())),
     }
-    match checked_body(&head[..HEADER], MAGIC, 0) {
+    match framing(&head[..], MAGIC, ANCHOR) {
         // Another release's: not damage, just not ours.
         Framed::OtherVersion => Found::Absent,
-        _ if &head[..8] != MAGIC => Found::Damaged("not an image (wrong magic)".into()),
-        _ => Found::Opened(file, head),
+        Framed::Damaged(why) => Found::Damaged(why),
+        Framed::Ours(framing) => Found::Opened(file, head, framing),
     }
 }
 
-/// Reads the rest of an opened image, at most `cap` bytes in all, and the table it holds
-/// (blocking).
-fn read_image<T: OpTable>(mut file: std::fs::File, head: &Head, cap: u64) -> Found<T> {
+/// Reads the checked rest of an opened image (the file at most `cap` bytes) and the table it
+/// holds, which reads the postings where they lie in the file later (blocking).
+fn read_image<T: OpTable>(
+    mut file: std::fs::File,
+    head: &Head,
+    framing: &Framing,
+    cap: u64,
+) -> Found<T> {
     let size = file.metadata().map_or(0, |m| m.len());
     if size > cap {
         return Found::Damaged(format!(
             "{size} bytes, more than an image of this table can be; not read"
         ));
     }
-    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-    bytes.extend_from_slice(head);
-    let rest = cap.saturating_sub(head.len() as u64);
-    if let Err(e) = (&mut file).take(rest).read_to_end(&mut bytes) {
-        return Found::Damaged(format!("unreadable ({})", e.kind()));
-    }
-    let body = match checked_body(&bytes, MAGIC, ANCHOR) {
-        Framed::Body(body) => body,
-        Framed::OtherVersion => return Found::Absent,
-        Framed::Damaged => return Found::Damaged("torn or damaged (checksum mismatch)".into()),
+    let bytes = match read_checked(&mut file, head, framing) {
+        Ok(bytes) => bytes,
+        Err(why) => return Found::Damaged(why),
     };
-    match T::read_image(&body[ANCHOR..]) {
+    match T::read_image(&bytes[HEADER + ANCHOR..], &framing.rest(file)) {
         Ok(table) => Found::Read(Box::new(table)),
         Err(e) => Found::Damaged(e),
     }
@@ -221,8 +221,8 @@ impl Inner {
                 format!("{why}; the memories were read from the database instead"),
             );
         };
-        let (file, head) = match blocking(move || open_image::<T>(&dir)).await {
-            Found::Opened(file, head) => (file, head),
+        let (file, head, framing) = match blocking(move || open_image::<T>(&dir)).await {
+            Found::Opened(file, head, framing) => (file, head, framing),
             Found::Damaged(why) => {
                 damaged(why);
                 return Ok(());
@@ -241,7 +241,7 @@ impl Inner {
         let cap = size
             .saturating_mul(MAX_IMAGE_PER_TABLE_BYTE)
             .saturating_add(1 << 20);
-        match blocking(move || read_image::<T>(file, &head, cap)).await {
+        match blocking(move || read_image::<T>(file, &head, &framing, cap)).await {
             Found::Read(table) => {
                 m.table = *table;
                 m.seq = anchor.seq;
@@ -264,7 +264,7 @@ impl Inner {
             return Ok(false);
         };
         let (seq, mut file) = {
-            let m = self.memory.lock().await;
+            let mut m = self.memory.lock().await;
             let moved = m.seq - m.image_seq;
             let due = if force {
                 moved != 0
@@ -277,14 +277,28 @@ impl Inner {
             }
             // Seconds of work for a large table: on a multi-threaded runtime the worker hands
             // its other tasks over while it encodes (a current-thread runtime has no other).
-            let encode = || frame(ANCHOR, &m.table);
             let multi = tokio::runtime::Handle::try_current()
                 .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-            let encoded = if multi {
-                tokio::task::block_in_place(encode)
-            } else {
-                encode()
-            };
+            let mut encoded = None;
+            // Twice at most: writing it may find a posting list of the image the mirror was
+            // read from damaged (nothing written), and then the index is rebuilt first.
+            for _ in 0..2 {
+                let encode = || frame(ANCHOR, &m.table);
+                encoded = if multi {
+                    tokio::task::block_in_place(encode)
+                } else {
+                    encode()
+                };
+                if encoded.is_some() || !m.table.heal() {
+                    break;
+                }
+                self.diag(
+                    FILE.into(),
+                    "a posting list read from it was damaged; the search index was rebuilt \
+                     from the records"
+                        .into(),
+                );
+            }
             let Some(file) = encoded else {
                 return Ok(false);
             };

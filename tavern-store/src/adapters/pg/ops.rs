@@ -497,12 +497,30 @@ impl Inner {
         };
         if let Some(answer) = early.filter(|_| rows.is_empty()) {
             m.loaded = false;
-            return Ok(answer);
+            return Ok(self.healed(&mut m, answer, &f));
         }
         self.apply_batch(&client, &select, &rows, &mut m).await?;
         m.loaded = false;
         drop(client);
-        Ok(f(&m.table))
+        let answer = f(&m.table);
+        Ok(self.healed(&mut m, answer, &f))
+    }
+
+    /// `answer`; or, when computing it found a posting list of the image the mirror was read
+    /// from damaged, the answer computed again on the index rebuilt from the records (the
+    /// damage reported, and the image due to be saved again).
+    fn healed<T: OpsTable, R>(&self, m: &mut Mirror<T>, answer: R, f: &impl Fn(&T) -> R) -> R {
+        if !m.table.heal() {
+            return answer;
+        }
+        self.diag(
+            super::image::FILE.into(),
+            "a posting list read from it was damaged; the search index was rebuilt from the \
+             records and the image is saved again"
+                .into(),
+        );
+        m.image_seq = 0;
+        f(&m.table)
     }
 
     /// Applies a catch-up batch and, when it was full, fetches and applies the rest.

@@ -14,13 +14,13 @@ use serde::Serialize;
 use std::hash::Hash;
 
 use tavern_core::{AuditAction, MemorySource, Revision, ScopeKey, Timestamp};
-use tavern_search::{Bm25Index, ImageError, Put, Take};
+use tavern_search::{Bm25Index, ImageError, Put, Region, Take};
 
 use super::records::{self, Dictionaries, Records};
 use super::{id_hash, AuditItem, MemoryTable, Meta, Sources, VersionText, NO_AUDIT};
 
 /// The first bytes of a memory table image and its format version.
-const MAGIC: &[u8; 8] = b"tvmemt\0\x01";
+const MAGIC: &[u8; 8] = b"tvmemt\0\x02";
 
 /// Distinct values written once each (as JSON), referred to by number.
 struct Dictionary<T: Hash + Eq> {
@@ -127,10 +127,13 @@ const KEPT: u8 = 1;
 const DROPPED: u8 = 2;
 
 impl MemoryTable {
-    /// Appends the table's image to `out`: [`MemoryTable::read_image`] reads back the same
-    /// table. Layout: the records and audit items behind their length, the dictionaries they
-    /// refer to (scopes by scope id, sources, kinds, actions), the index.
-    pub(crate) fn write_image(&self, out: &mut Vec<u8>) {
+    /// Appends the table's image to `out` and its index's postings to `postings`:
+    /// [`MemoryTable::read_image`] reads back the same table. Layout: the records and audit
+    /// items behind their length, the dictionaries they refer to (scopes by scope id,
+    /// sources, kinds, actions), the index. `false` when a posting list copied from the
+    /// image this table was read from turned out damaged: what was appended is not to be
+    /// kept ([`MemoryTable::heal`] first).
+    pub(crate) fn write_image(&self, out: &mut Vec<u8>, postings: &mut Vec<u8>) -> bool {
         out.reserve(self.records.len() * 160 + 64);
         out.extend_from_slice(MAGIC);
         let len_at = out.len();
@@ -217,15 +220,19 @@ impl MemoryTable {
         kinds.write(out);
         actions.write(out);
         // The index last, so the records and the index are read on two threads.
-        self.index.write_image(out);
+        self.index.write_image(out, postings);
+        !self.index.damaged()
     }
 
-    /// Reads a table written by [`MemoryTable::write_image`].
+    /// Reads a table written by [`MemoryTable::write_image`]: `bytes` what it wrote to
+    /// `out`, `postings` where what it wrote to `postings` lies (read when a search first
+    /// needs a list).
     ///
     /// # Errors
     /// [`ImageError`] when the bytes are not such an image, end early, hold an invalid id,
-    /// revision or tag, or refer to records, scopes or dictionary entries they do not hold.
-    pub(crate) fn read_image(bytes: &[u8]) -> Result<Self, ImageError> {
+    /// revision or tag, or refer to records, scopes, dictionary entries or postings they do
+    /// not hold.
+    pub(crate) fn read_image(bytes: &[u8], postings: &Region) -> Result<Self, ImageError> {
         let mut take = Take::new(bytes);
         if take.bytes(MAGIC.len(), "memory image header")? != MAGIC {
             return Err(ImageError::Invalid(
@@ -246,7 +253,7 @@ impl MemoryTable {
         let (parts, index) = std::thread::scope(|s| {
             let index = s.spawn(move || {
                 let mut take = Take::new(index_part);
-                let index = Bm25Index::read_image(&mut take)?;
+                let index = Bm25Index::read_image(&mut take, postings)?;
                 match take.left() {
                     0 => Ok(index),
                     n => Err(ImageError::Invalid(format!("{n} bytes after the index"))),
@@ -519,10 +526,17 @@ mod tests {
         }
     }
 
-    fn image(t: &MemoryTable) -> Vec<u8> {
-        let mut out = Vec::new();
-        t.write_image(&mut out);
-        out
+    /// A table's image: what an open reads, and the postings read where they lie.
+    type Image = (Vec<u8>, Vec<u8>);
+
+    fn image(t: &MemoryTable) -> Image {
+        let (mut out, mut postings) = (Vec::new(), Vec::new());
+        assert!(t.write_image(&mut out, &mut postings));
+        (out, postings)
+    }
+
+    fn read_back((bytes, postings): &Image) -> Result<MemoryTable, ImageError> {
+        MemoryTable::read_image(bytes, &Region::in_memory(postings.clone()))
     }
 
     fn same(a: &MemoryTable, b: &MemoryTable, now: i64) -> Result<(), TestCaseError> {
@@ -586,7 +600,7 @@ mod tests {
             step(&mut t, (i, i % 3, 0, i % 4, None), i as i64);
         }
         let bytes = image(&t);
-        let read = MemoryTable::read_image(&bytes).unwrap();
+        let read = read_back(&bytes).unwrap();
         assert_eq!(read.records.decoded(), 0);
         let mut q = MemoryQuery::new("silver gate", vec![scope(1)]);
         q.limit = 3;
@@ -608,9 +622,54 @@ mod tests {
         assert_eq!(tagged.hits.len(), 2);
         assert!(tagged.source_count > 20, "{}", tagged.source_count);
         assert!(read.records.decoded() <= 5, "{}", read.records.decoded());
-        let again = MemoryTable::read_image(&image(&read)).unwrap();
+        let again = read_back(&image(&read)).unwrap();
         assert_eq!(again.records.decoded(), 0);
         same(&t, &again, 500).unwrap();
+    }
+
+    /// Posting lists damaged in the image's region after the open checked the rest: a search
+    /// that reads one finds the index damaged, rebuilds it from the records and answers as the
+    /// undamaged table does; an image written meanwhile is refused until the table is healed.
+    #[test]
+    fn damaged_posting_lists_are_healed_from_the_records() {
+        let mut t = MemoryTable::new();
+        for i in 0..200 {
+            step(&mut t, (i % 50, i % 3, i as u8 % 3, i % 4, None), i as i64);
+        }
+        let (bytes, mut postings) = image(&t);
+        for b in &mut postings {
+            *b ^= 0x5a;
+        }
+        let damaged = (bytes, postings);
+        let q = MemoryQuery::new("silver gate", vec![scope(1)]);
+        let expected = t.search(&q, Timestamp(500));
+        assert!(!expected.hits.is_empty());
+
+        let mut read = read_back(&damaged).unwrap();
+        assert!(!read.heal(), "nothing read yet, nothing found damaged");
+        // What the damaged lists alone would answer: nothing.
+        assert!(read.search(&q, Timestamp(500)).hits.is_empty());
+        let (found, healed) = read.search_healing(&q, Timestamp(500));
+        assert!(healed);
+        assert_eq!(found.hits, expected.hits);
+        same(&t, &read, 500).unwrap();
+        assert!(!read.heal(), "healed once");
+
+        // Writing an image copies the lists never read: checked, refused, then healed.
+        let unread = read_back(&damaged).unwrap();
+        let (mut out, mut rest) = (Vec::new(), Vec::new());
+        assert!(!unread.write_image(&mut out, &mut rest));
+        let mut unread = unread;
+        assert!(unread.heal());
+        let again = read_back(&image(&unread)).unwrap();
+        same(&t, &again, 500).unwrap();
+        // An edit decodes the lists it changes: the next search heals.
+        let mut edited = read_back(&damaged).unwrap();
+        step(&mut edited, (3, 0, 1, 2, None), 600);
+        step(&mut t, (3, 0, 1, 2, None), 600);
+        let (_, healed) = edited.search_healing(&q, Timestamp(700));
+        assert!(healed);
+        same(&t, &edited, 700).unwrap();
     }
 
     proptest! {
@@ -622,10 +681,10 @@ mod tests {
             let mut t = MemoryTable::new();
             for (i, s) in before.iter().enumerate() { step(&mut t, *s, i as i64); }
             let bytes = image(&t);
-            let mut read = MemoryTable::read_image(&bytes).unwrap();
+            let mut read = read_back(&bytes).unwrap();
             // Another, never looked at before the writes below: its records are still the
             // image's bytes when they are written over, and its next image copies those left.
-            let mut unread = MemoryTable::read_image(&bytes).unwrap();
+            let mut unread = read_back(&bytes).unwrap();
             prop_assert_eq!(&image(&read), &bytes);
             same(&t, &read, now)?;
             for (i, s) in after.iter().enumerate() {
@@ -633,14 +692,14 @@ mod tests {
                 step(&mut read, *s, 100 + i as i64);
                 step(&mut unread, *s, 100 + i as i64);
             }
-            let unread_again = MemoryTable::read_image(&image(&unread)).unwrap();
+            let unread_again = read_back(&image(&unread)).unwrap();
             same(&t, &unread_again, now + 100)?;
             same(&t, &unread, now + 100)?;
             same(&t, &read, now + 100)?;
             // Its image numbers sources and kinds as the one it was read from did (records
             // never read since are copied as they were), so the bytes may differ from a fresh
             // table's: what it reads back as may not.
-            let again = MemoryTable::read_image(&image(&read)).unwrap();
+            let again = read_back(&image(&read)).unwrap();
             same(&t, &again, now + 100)?;
             prop_assert_eq!(image(&again), image(&read));
         }
@@ -655,10 +714,11 @@ mod tests {
             let mut t = MemoryTable::new();
             for (i, s) in before.iter().enumerate() { step(&mut t, *s, i as i64); }
             let bytes = image(&t);
-            prop_assert!(MemoryTable::read_image(&bytes[..cut.index(bytes.len())]).is_err());
+            let cut_short = (bytes.0[..cut.index(bytes.0.len())].to_vec(), bytes.1.clone());
+            prop_assert!(read_back(&cut_short).is_err());
             let mut damaged = bytes.clone();
-            for (at, x) in &flips { let i = at.index(damaged.len()); damaged[i] ^= x | 1; }
-            if let Ok(mut read) = MemoryTable::read_image(&damaged) {
+            for (at, x) in &flips { let i = at.index(damaged.0.len()); damaged.0[i] ^= x | 1; }
+            if let Ok(mut read) = read_back(&damaged) {
                 let _ = read.search(&MemoryQuery::new("silver", vec![]), Timestamp(5));
                 step(&mut read, (1, 0, 0, 2, None), 200);
                 step(&mut read, (2, 1, 2, 0, None), 201);

@@ -1,0 +1,116 @@
+//! Bytes of an image read where they lie, when first needed: the posting lists of a saved
+//! index stay in the store's file (or any [`ReadAt`]) instead of being copied onto the heap
+//! at open.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// Something whose bytes can be read at an offset — a file the caller keeps open, or bytes
+/// in memory. A store's image file is never written in place (a new image replaces it by
+/// rename), so what is read later is what was there at open; the lists it holds carry their
+/// own checksums all the same.
+pub trait ReadAt: Send + Sync {
+    /// Fills `buf` with the bytes at `offset`.
+    ///
+    /// # Errors
+    /// Any I/O error, and [`std::io::ErrorKind::UnexpectedEof`] when fewer bytes lie there.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()>;
+}
+
+impl ReadAt for Vec<u8> {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        let slice = usize::try_from(offset)
+            .ok()
+            .and_then(|start| self.get(start..start.checked_add(buf.len())?))
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+        buf.copy_from_slice(slice);
+        Ok(())
+    }
+}
+
+/// A stretch of a [`ReadAt`]: `len` bytes from `offset`.
+#[derive(Clone)]
+pub struct Region {
+    source: Arc<dyn ReadAt>,
+    offset: u64,
+    len: u64,
+}
+
+impl fmt::Debug for Region {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Region")
+            .field("offset", &self.offset)
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Region {
+    /// No bytes.
+    fn default() -> Self {
+        Self::in_memory(Vec::new())
+    }
+}
+
+impl Region {
+    /// `len` bytes of `source` from `offset`.
+    pub fn new(source: Arc<dyn ReadAt>, offset: u64, len: u64) -> Self {
+        Self {
+            source,
+            offset,
+            len,
+        }
+    }
+
+    /// All of `bytes`.
+    pub fn in_memory(bytes: Vec<u8>) -> Self {
+        let len = bytes.len() as u64;
+        Self::new(Arc::new(bytes), 0, len)
+    }
+
+    /// How many bytes the region holds.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The `len` bytes at `at` in the region.
+    ///
+    /// # Errors
+    /// [`std::io::ErrorKind::UnexpectedEof`] for bytes beyond the region, or the source's
+    /// error.
+    pub fn read(&self, at: u64, len: usize) -> std::io::Result<Vec<u8>> {
+        let end = at.checked_add(len as u64);
+        if end.is_none_or(|end| end > self.len) {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        let mut buf = vec![0u8; len];
+        self.source.read_at(self.offset + at, &mut buf)?;
+        Ok(buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_region_reads_only_its_own_bytes() {
+        let region = Region::new(Arc::new(b"headerLISTStail".to_vec()), 6, 5);
+        assert_eq!(region.read(0, 5).unwrap(), b"LISTS");
+        assert_eq!(region.read(1, 2).unwrap(), b"IS");
+        assert_eq!(region.read(5, 0).unwrap(), b"");
+        for (at, len) in [(0, 6), (5, 1), (u64::MAX, 2)] {
+            let e = region.read(at, len).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof, "{at} {len}");
+        }
+        // A region claiming more than its source holds fails when read, not before.
+        let long = Region::new(Arc::new(vec![1, 2, 3]), 1, 10);
+        assert_eq!(long.read(0, 2).unwrap(), vec![2, 3]);
+        assert!(long.read(1, 3).is_err());
+    }
+}
