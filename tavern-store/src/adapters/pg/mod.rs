@@ -26,6 +26,7 @@ mod settings;
 mod tls;
 mod transfer;
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -285,6 +286,9 @@ struct Inner {
     image_dir: Option<std::path::PathBuf>,
     /// Whether images are written there (not with [`PgOptions::memory_image_read_only`]).
     image_saves: bool,
+    /// Whether a search found a posting list of the image the mirror was read from damaged
+    /// (and rebuilt the index) since: the image is saved again after that search.
+    image_healed: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -428,6 +432,7 @@ impl PgStore {
                 state: std::sync::Mutex::default(),
                 image_dir: memory_image_dir,
                 image_saves: !memory_image_read_only,
+                image_healed: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         let mut client = store.inner.client("open").await?;
@@ -685,11 +690,18 @@ impl MemoryStore for PgStore {
         self.inner
             .bounded("search", async move {
                 let now = self.inner.clock.now();
-                self.inner
+                let found = self
+                    .inner
                     .read(&self.inner.memory, scopes(&query.scopes), |t| {
                         t.search(query, now)
                     })
-                    .await
+                    .await;
+                // The image on disk is the damaged one: replaced now, not met again by the
+                // next process that opens it.
+                if self.inner.image_healed.swap(false, Ordering::Relaxed) {
+                    self.inner.save_memory_image_quietly(true).await;
+                }
+                found
             })
             .await
     }

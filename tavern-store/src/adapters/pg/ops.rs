@@ -520,6 +520,8 @@ impl Inner {
                 .into(),
         );
         m.image_seq = 0;
+        self.image_healed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         f(&m.table)
     }
 
