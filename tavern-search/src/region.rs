@@ -68,6 +68,13 @@ impl Region {
         Self::new(Arc::new(bytes), 0, len)
     }
 
+    /// The `len` bytes from `at` of this region, as a region of their own; `None` when they
+    /// run past it.
+    pub fn sub(&self, at: u64, len: u64) -> Option<Region> {
+        let end = at.checked_add(len)?;
+        (end <= self.len).then(|| Self::new(self.source.clone(), self.offset + at, len))
+    }
+
     /// How many bytes the region holds.
     pub fn len(&self) -> u64 {
         self.len
@@ -112,5 +119,13 @@ mod tests {
         let long = Region::new(Arc::new(vec![1, 2, 3]), 1, 10);
         assert_eq!(long.read(0, 2).unwrap(), vec![2, 3]);
         assert!(long.read(1, 3).is_err());
+        let sub = region.sub(1, 3).unwrap();
+        assert_eq!(sub.read(0, 3).unwrap(), b"IST");
+        assert!(
+            sub.read(1, 3).is_err(),
+            "a sub-region reads only its own bytes"
+        );
+        assert!(region.sub(3, 3).is_none() && region.sub(u64::MAX, 2).is_none());
+        assert_eq!(region.sub(5, 0).unwrap().len(), 0);
     }
 }

@@ -162,6 +162,81 @@ async fn a_posting_list_damaged_in_the_image_is_found_when_read_and_healed() {
     assert!(s.diagnostics().is_empty(), "{:?}", s.diagnostics());
 }
 
+/// Records are read where they lie in the image when first needed, each checked against the
+/// checksum the open took of it: a record changed in the file after the open (another program
+/// writing into it) is never used — the table is read again from the log and the change
+/// reported — so a read, a search and a write that would create an existing id all answer as
+/// the log says.
+#[tokio::test]
+async fn a_record_changed_in_the_image_after_the_open_is_never_used() {
+    let dir = filled().await;
+    let truth = from_log_alone(dir.path()).await;
+    let path = dir.path().join(IMAGE);
+    let (m0, m1) = (
+        MemoryId::parse("m0").unwrap(),
+        MemoryId::parse("m1").unwrap(),
+    );
+    let expected = {
+        let copy = tempfile::tempdir().unwrap();
+        std::fs::copy(
+            dir.path().join("memory.log"),
+            copy.path().join("memory.log"),
+        )
+        .unwrap();
+        let s = open(copy.path());
+        (
+            s.inspect(&m0, &scope(0)).await.unwrap(),
+            s.inspect(&m1, &scope(1)).await.unwrap(),
+        )
+    };
+    let reported = |s: &FsStore| {
+        let diags = s.diagnostics();
+        assert_eq!(diags.len(), 1, "{diags:?}");
+        assert_eq!(diags[0].file, IMAGE);
+        assert!(diags[0].message.contains("read again"), "{diags:?}");
+    };
+
+    // A read.
+    let s = open(dir.path());
+    assert_eq!(s.memory_lines_replayed(), 0, "opened from the image");
+    let image = memories::change_first_records(&path);
+    assert_eq!(s.inspect(&m0, &scope(0)).await.unwrap(), expected.0);
+    reported(&s);
+    assert_eq!(s.memory_lines_replayed(), log_lines(dir.path()));
+    assert_eq!(seen(&s).await, truth);
+    drop(s);
+
+    // A write creating an id that exists (in a record that can no longer be read): refused
+    // as the log says, not written over it.
+    std::fs::write(&path, &image).unwrap();
+    let s = open(dir.path());
+    assert_eq!(s.memory_lines_replayed(), 0);
+    memories::change_first_records(&path);
+    let created = s
+        .put(write("m1", scope(1), "written over"), None, false)
+        .await;
+    assert!(
+        matches!(created, Err(tavern_store::StoreError::Conflict { .. })),
+        "{created:?}"
+    );
+    reported(&s);
+    assert_eq!(s.inspect(&m1, &scope(1)).await.unwrap(), expected.1);
+    assert_eq!(seen(&s).await, truth);
+    drop(s);
+
+    // A compaction's snapshot, and a copy of every record.
+    std::fs::write(&path, &image).unwrap();
+    let s = open(dir.path());
+    memories::change_first_records(&path);
+    let target_dir = tempfile::tempdir().unwrap();
+    let target = open(target_dir.path());
+    tavern_store::copy_store(&s, &target).await.unwrap();
+    reported(&s);
+    assert_eq!(target.inspect(&m0, &scope(0)).await.unwrap(), expected.0);
+    assert_eq!(target.inspect(&m1, &scope(1)).await.unwrap(), expected.1);
+    assert_eq!(seen(&s).await, truth);
+}
+
 /// An image of another format version (an older release's: the postings' layout changed) is
 /// not damage: it is ignored without a diagnostic, the log read instead, and a new image of
 /// this version saved.

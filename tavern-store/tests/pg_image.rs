@@ -15,7 +15,7 @@ use std::sync::Arc;
 use memories::{edit, fill, scope, seen};
 use tavern_core::{MemoryId, MemorySource};
 use tavern_store::clock::{Clock, ManualClock};
-use tavern_store::conformance::T0;
+use tavern_store::conformance::{write, T0};
 use tavern_store::fs::FsStore;
 use tavern_store::pg::{PgConfig, PgOptions, PgStore, PgTls};
 use tavern_store::{copy_store, MemoryStore};
@@ -167,6 +167,58 @@ async fn a_posting_list_damaged_in_the_image_is_found_when_read_and_healed() {
     assert_eq!(s.memory_rows_replayed().await, 0);
     assert_eq!(seen(&s).await, truth);
     assert!(s.diagnostics().is_empty(), "{:?}", s.diagnostics());
+}
+
+/// A record changed in the image after the open (another program writing into the file) is
+/// never used: the mirror is read again from the rows (never from an image again in that
+/// process) and the change reported, so a read and a write creating an existing id answer as
+/// the database says.
+#[tokio::test]
+async fn a_record_changed_in_the_image_after_the_open_is_never_used() {
+    let (config, rows) = filled_database().await;
+    let images = tempfile::tempdir().unwrap();
+    drop(open(&config, Some(images.path())).await);
+    let path = images.path().join(IMAGE);
+    let truth = from_rows_alone(&config, rows).await;
+    let (m0, m1) = (
+        MemoryId::parse("m0").unwrap(),
+        MemoryId::parse("m1").unwrap(),
+    );
+    let plain = open(&config, None).await;
+    let expected = (
+        plain.inspect(&m0, &scope(0)).await.unwrap(),
+        plain.inspect(&m1, &scope(1)).await.unwrap(),
+    );
+    let reported = |s: &PgStore| {
+        let diags = s.diagnostics();
+        assert_eq!(diags.len(), 1, "{diags:?}");
+        assert_eq!(diags[0].file, IMAGE);
+        assert!(diags[0].message.contains("read again"), "{diags:?}");
+    };
+
+    let s = open(&config, Some(images.path())).await;
+    assert_eq!(s.memory_rows_replayed().await, 0, "opened from the image");
+    let image = memories::change_first_records(&path);
+    assert_eq!(s.inspect(&m0, &scope(0)).await.unwrap(), expected.0);
+    reported(&s);
+    assert_eq!(s.memory_rows_replayed().await, rows);
+    assert_eq!(seen(&s).await, truth);
+    drop(s);
+
+    std::fs::write(&path, &image).unwrap();
+    let s = open(&config, Some(images.path())).await;
+    assert_eq!(s.memory_rows_replayed().await, 0);
+    memories::change_first_records(&path);
+    let created = s
+        .put(write("m1", scope(1), "written over"), None, false)
+        .await;
+    assert!(
+        matches!(created, Err(tavern_store::StoreError::Conflict { .. })),
+        "{created:?}"
+    );
+    reported(&s);
+    assert_eq!(s.inspect(&m1, &scope(1)).await.unwrap(), expected.1);
+    assert_eq!(seen(&s).await, truth);
 }
 
 #[tokio::test]

@@ -413,7 +413,8 @@ impl MemoryTable {
         }
         let mut table = Self::new();
         let mut moved = vec![NO_AUDIT; self.records.len()];
-        for (slot, record) in self.records.iter().enumerate() {
+        for (slot, record) in self.records.iter() {
+            let slot = slot as usize;
             let scope = self.meta[slot].scope as usize;
             if kept_scope.get(scope).copied().unwrap_or(false) {
                 moved[slot] = table.place(record.into_owned());
@@ -450,6 +451,11 @@ impl MemoryTable {
             }
             spans.push((slot, self.meta[slot as usize].scope, start, text.len()));
         }
+        self.index_spans(&text, &spans);
+    }
+
+    /// Indexes each `(slot, scope, start, end)`'s text, `text[start..end]`, in bulk.
+    fn index_spans(&mut self, text: &str, spans: &[(u32, u32, usize, usize)]) {
         let refs: Vec<(u32, u32, &str)> = spans
             .iter()
             .map(|&(slot, scope, start, end)| (slot, scope, text.get(start..end).unwrap_or("")))
@@ -589,12 +595,16 @@ impl MemoryTable {
                 dropped: a.text == VersionText::Dropped,
             });
         }
+        // By slot: a record that could not be read (the table lost, see `lost`: no
+        // compaction writes this snapshot) takes no other's history.
         self.records
             .iter()
-            .zip(history)
-            .map(|(r, history)| MemoryOp::Snapshot {
+            .map(|(slot, r)| MemoryOp::Snapshot {
                 record: Box::new(r.into_owned()),
-                history,
+                history: history
+                    .get_mut(slot as usize)
+                    .map(std::mem::take)
+                    .unwrap_or_default(),
                 contents: true,
             })
             .collect()
@@ -655,11 +665,23 @@ impl MemoryTable {
         }
         self.index = Bm25Index::default();
         self.index.reserve(self.records.len());
-        let slots = (0..self.records.len())
-            .filter_map(|s| u32::try_from(s).ok())
-            .collect();
-        self.index_slots(slots);
+        let mut text = String::new();
+        let mut spans = Vec::with_capacity(self.records.len());
+        // Every record, those still in the image read from it in one go.
+        for (slot, record) in self.records.iter() {
+            let start = text.len();
+            push_index_text(&mut text, &record);
+            spans.push((slot, self.meta[slot as usize].scope, start, text.len()));
+        }
+        self.index_spans(&text, &spans);
         true
+    }
+
+    /// Whether a record could not be read back from the image the table was read from (the
+    /// file changed since it was opened): what the table answered or prepared since may lack
+    /// it, so its owner reads the table again from its log before using any of it.
+    pub(crate) fn lost(&self) -> bool {
+        self.records.lost()
     }
 
     /// Whether every posting list of the index is whole (reading those it read from an image
@@ -1587,7 +1609,7 @@ mod tests {
                 let mut q = q;
                 q.limit = 50;
                 let got: Vec<String> = t.search(&q, Timestamp(now)).hits.iter().map(|h| h.record.id.to_string()).collect();
-                let mut want: Vec<String> = t.records.iter().filter(|r| r.scope == scope(sc) && r.deleted_at.is_none() && r.expires_at.is_none_or(|e| e.0 > now)).map(|r| r.id.to_string()).collect();
+                let mut want: Vec<String> = t.records.iter().map(|(_, r)| r).filter(|r| r.scope == scope(sc) && r.deleted_at.is_none() && r.expires_at.is_none_or(|e| e.0 > now)).map(|r| r.id.to_string()).collect();
                 let mut got_sorted = got.clone();
                 got_sorted.sort();
                 want.sort();

@@ -55,19 +55,27 @@ pub(crate) trait OpTable: Default + Send {
         false
     }
 
-    /// The table an image holds: `bytes` what [`OpTable::write_image`] appended to `out`,
-    /// `rest` where what it appended to `rest` lies (read when first needed, so it must stay
-    /// as it is while the table is used).
+    /// The table an image holds: `bytes` what [`OpTable::write_image`] appended to `out`, as
+    /// read from the start of `image`, where they lie followed by what it appended to `rest`
+    /// (read there again when first needed, so it must stay as it is while the table is
+    /// used).
     ///
     /// # Errors
     /// Why the bytes are not such an image, in lowercase words.
-    fn read_image(_bytes: &[u8], _rest: &Region) -> Result<Self, String> {
+    fn read_image(_bytes: &[u8], _image: &Region) -> Result<Self, String> {
         Err("this table keeps no image".into())
     }
 
     /// Rebuilds what the table read from its image's region and found damaged there (a
     /// search index from its records); whether it did.
     fn heal(&mut self) -> bool {
+        false
+    }
+
+    /// Whether the table could not read back something of its image that only its log (or
+    /// rows) holds again (a record: the file changed since it was opened): nothing it
+    /// answered or prepared since is to be used, and the owner reads the table again.
+    fn lost(&self) -> bool {
         false
     }
 }
@@ -95,12 +103,16 @@ impl OpTable for MemoryTable {
         MemoryTable::write_image(self, out, rest)
     }
 
-    fn read_image(bytes: &[u8], rest: &Region) -> Result<Self, String> {
-        MemoryTable::read_image(bytes, rest).map_err(|e| e.to_string())
+    fn read_image(bytes: &[u8], image: &Region) -> Result<Self, String> {
+        MemoryTable::read_image(bytes, image).map_err(|e| e.to_string())
     }
 
     fn heal(&mut self) -> bool {
         MemoryTable::heal(self)
+    }
+
+    fn lost(&self) -> bool {
+        MemoryTable::lost(self)
     }
 }
 

@@ -105,3 +105,27 @@ pub fn damaged(image: &[u8]) -> [Vec<u8>; 3] {
         image[..7].to_vec(),
     ]
 }
+
+/// Changes, in place (the same file, as another program writing into it would), the bytes of
+/// the first records of the memory table image at `path` — those of `m0` and `m1`, the first
+/// records written — and returns the file as it was.
+pub fn change_first_records(path: &std::path::Path) -> Vec<u8> {
+    use std::io::{Seek, SeekFrom, Write};
+    let before = std::fs::read(path).unwrap();
+    // The table's image: its magic, the records' length, their count, then the records.
+    let magic = b"tvmemt\0\x02";
+    let table = before
+        .windows(magic.len())
+        .position(|w| w == magic)
+        .expect("a memory table image");
+    let first = table + 8 + 8 + 8;
+    let changed: Vec<u8> = before[first..first + 600]
+        .iter()
+        .map(|b| b ^ 0x5a)
+        .collect();
+    let mut file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    file.seek(SeekFrom::Start(first as u64)).unwrap();
+    file.write_all(&changed).unwrap();
+    file.sync_all().unwrap();
+    before
+}

@@ -164,7 +164,7 @@ pub(crate) fn load<T: OpTable>(
     if prefix.digest128() != u128::from_le_bytes(digest) {
         return Ok(Found::Stale);
     }
-    match T::read_image(&body[ANCHOR..], &framing.rest(file)) {
+    match T::read_image(&body[ANCHOR..], &framing.table(file, ANCHOR)) {
         Ok(table) => Ok(Found::Fresh(
             table,
             Anchor {
@@ -218,12 +218,13 @@ pub(crate) struct Framing {
 }
 
 impl Framing {
-    /// The body's bytes after its checked part, where they lie in `file`.
-    pub(crate) fn rest(&self, file: std::fs::File) -> Region {
+    /// The body's bytes after its first `anchor`, where they lie in `file`: the table's image,
+    /// the part read at open followed by the rest.
+    pub(crate) fn table(&self, file: std::fs::File, anchor: usize) -> Region {
         Region::new(
             Arc::new(ImageFile(file)),
-            HEADER as u64 + self.checked,
-            self.body - self.checked,
+            (HEADER + anchor) as u64,
+            self.body.saturating_sub(anchor as u64),
         )
     }
 }

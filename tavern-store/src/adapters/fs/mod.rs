@@ -141,9 +141,36 @@ const COMPACT_MIN_LINES: u64 = 4096;
 
 impl<T: OpTable> Logged<T> {
     fn catch_up(&mut self, diags: &Diagnostics) -> Result<(), StoreError> {
+        self.read_on(diags, false)
+    }
+
+    /// Reads the table again from the whole log when it is *lost* ([`OpTable::lost`]: a
+    /// record of the image it was read from is no longer the one the open checked, so what
+    /// it answered or prepared since may lack it), reporting it; whether it did. The caller
+    /// holds the log's lock, and uses nothing the lost table gave.
+    fn recover(&mut self, diags: &Diagnostics) -> Result<bool, StoreError> {
+        if !self.table.lost() {
+            return Ok(false);
+        }
+        diags.push(
+            self.image.unwrap_or(MEMORY_IMAGE).to_owned(),
+            format!(
+                "a record read from it was not the one checked when it was opened (the file \
+                 changed since); the table was read again from {}",
+                self.log.rel()
+            ),
+        );
+        self.log.restart();
+        self.read_on(diags, true)?;
+        Ok(true)
+    }
+
+    /// Reads the lines not read yet (from the start, the table emptied first, after a
+    /// compaction elsewhere or when `again`).
+    fn read_on(&mut self, diags: &Diagnostics, again: bool) -> Result<(), StoreError> {
         let mut found = Vec::new();
         let (replaced, payloads) = match self.log.read_new(&mut found)? {
-            NewLines::Lines(lines) => (false, lines),
+            NewLines::Lines(lines) => (again, lines),
             NewLines::Replaced => {
                 // Another process compacted the log: rebuild from the new file.
                 self.log.restart();
@@ -195,6 +222,15 @@ impl<T: OpTable> Logged<T> {
     fn compact(&mut self) -> Result<(u64, u64), StoreError> {
         let before = self.log.lines();
         let payloads = encode_snapshot(&self.table)?;
+        // A record the snapshot could not read back would be missing from the new log.
+        if self.table.lost() {
+            return Err(StoreError::Corrupt {
+                file: self.image.unwrap_or(MEMORY_IMAGE).to_owned(),
+                reason: "a record read from it changed since it was opened; not compacted \
+                         (the next call reads the table again from the log)"
+                    .into(),
+            });
+        }
         self.log.replace_with(&payloads)?;
         // A new file, read whole: the image of the old one is stale.
         self.damaged = 0;
@@ -586,6 +622,10 @@ impl Inner {
             }
             self.save_image(&mut g, false);
         }
+        if g.table.lost() {
+            let _lock = g.log.lock(false)?;
+            g.recover(&self.diagnostics)?;
+        }
         Ok(g)
     }
 
@@ -913,12 +953,17 @@ impl Inner {
 
     fn write_memory_op(
         &self,
-        prepare: impl FnOnce(&MemoryTable) -> Result<(MemoryRecord, MemoryOp), StoreError>,
+        prepare: impl Fn(&MemoryTable) -> Result<(MemoryRecord, MemoryOp), StoreError>,
     ) -> Result<MemoryRecord, StoreError> {
         let mut g = self.memory()?;
         let _lock = g.log.lock(true)?;
         g.catch_up(&self.diagnostics)?;
-        let (record, op) = prepare(&g.table)?;
+        let mut prepared = prepare(&g.table);
+        // Decided on a table that could not read a record back: decided again on it whole.
+        if g.recover(&self.diagnostics)? {
+            prepared = prepare(&g.table);
+        }
+        let (record, op) = prepared?;
         g.commit(op, true, &self.diagnostics)?;
         Ok(record)
     }
@@ -936,7 +981,12 @@ impl Inner {
             }));
         }
         drop(seen);
-        let (ops, payloads) = prepare_imports(&g.table, writes, now)?;
+        let mut prepared = prepare_imports(&g.table, writes.clone(), now);
+        // Decided on a table that could not read a record back: decided again on it whole.
+        if g.recover(&self.diagnostics)? {
+            prepared = prepare_imports(&g.table, writes, now);
+        }
+        let (ops, payloads) = prepared?;
         let refs: Vec<&str> = payloads.iter().map(String::as_str).collect();
         let n = ops.len();
         if g.log.append_many(&refs, true)? {
@@ -962,13 +1012,16 @@ impl Inner {
         Ok(Some(outcome))
     }
 
-    fn read_memory<R>(&self, f: impl FnOnce(&mut MemoryTable) -> R) -> Result<R, StoreError> {
+    fn read_memory<R>(&self, f: impl Fn(&mut MemoryTable) -> R) -> Result<R, StoreError> {
         let mut g = self.memory()?;
-        {
-            let _lock = g.log.lock(false)?;
-            g.catch_up(&self.diagnostics)?;
+        let _lock = g.log.lock(false)?;
+        g.catch_up(&self.diagnostics)?;
+        let answer = f(&mut g.table);
+        // Answered by a table that could not read a record back: answered again by it whole.
+        if g.recover(&self.diagnostics)? {
+            return Ok(f(&mut g.table));
         }
-        Ok(f(&mut g.table))
+        Ok(answer)
     }
 
     /// Searches the memory table; when the search found a posting list of its image damaged
@@ -980,11 +1033,14 @@ impl Inner {
         now: tavern_core::Timestamp,
     ) -> Result<MemorySearchResult, StoreError> {
         let mut g = self.memory()?;
-        {
-            let _lock = g.log.lock(false)?;
-            g.catch_up(&self.diagnostics)?;
+        let lock = g.log.lock(false)?;
+        g.catch_up(&self.diagnostics)?;
+        let (mut found, mut healed) = g.table.search_healing(query, now);
+        // Answered by a table that could not read a record back: answered again by it whole.
+        if g.recover(&self.diagnostics)? {
+            (found, healed) = g.table.search_healing(query, now);
         }
-        let (found, healed) = g.table.search_healing(query, now);
+        drop(lock);
         if healed {
             self.healed(&mut g);
         }
@@ -1023,7 +1079,12 @@ impl Inner {
         let mut g = self.memory()?;
         let _lock = g.log.lock(true)?;
         g.catch_up(&self.diagnostics)?;
-        if g.table.read_live(scope, id, now).is_none() {
+        let mut live = g.table.read_live(scope, id, now).is_some();
+        // Looked up in a table that could not read a record back: looked up in it whole.
+        if g.recover(&self.diagnostics)? {
+            live = g.table.read_live(scope, id, now).is_some();
+        }
+        if !live {
             return Ok(None);
         }
         // Access times are bookkeeping: appended without fsync, so a crash may lose the latest.
@@ -1038,9 +1099,12 @@ impl Inner {
         // could deadlock with a caller that takes them in order.)
         if let Err(e) = g.commit(touch, false, &self.diagnostics) {
             self.diag(MEMORY_LOG, format!("access time not recorded: {e}"));
+        }
+        let record = g.table.read_live(scope, id, now).cloned();
+        if g.recover(&self.diagnostics)? {
             return Ok(g.table.read_live(scope, id, now).cloned());
         }
-        Ok(g.table.read_live(scope, id, now).cloned())
+        Ok(record)
     }
 }
 
@@ -1083,7 +1147,7 @@ impl MemoryStore for FsStore {
         let expected = expected.cloned();
         self.run(move |s| {
             let now = s.clock.now();
-            s.write_memory_op(|t| t.prepare_put(write, expected.as_ref(), restore, now))
+            s.write_memory_op(|t| t.prepare_put(write.clone(), expected.as_ref(), restore, now))
         })
         .await
     }
@@ -1098,7 +1162,7 @@ impl MemoryStore for FsStore {
         let (id, scope, expected) = (id.clone(), scope.clone(), expected.clone());
         self.run(move |s| {
             let now = s.clock.now();
-            s.write_memory_op(|t| t.prepare_forget(&id, &scope, &expected, source, now))
+            s.write_memory_op(|t| t.prepare_forget(&id, &scope, &expected, source.clone(), now))
         })
         .await
     }

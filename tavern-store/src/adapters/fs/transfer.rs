@@ -48,7 +48,12 @@ impl Inner {
         let mut g = lock(logged);
         let _lock = g.log.lock(false)?;
         g.catch_up(&self.diagnostics)?;
-        Ok(g.table.snapshot())
+        let snapshot = g.table.snapshot();
+        // Taken of a table that could not read a record back: taken again of it whole.
+        if g.recover(&self.diagnostics)? {
+            return Ok(g.table.snapshot());
+        }
+        Ok(snapshot)
     }
 
     fn load_into<T: OpTable>(

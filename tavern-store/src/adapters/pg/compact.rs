@@ -100,7 +100,18 @@ impl Inner {
             .map_err(db("compact"))?
             .try_get(0)
             .map_err(db("compact"))?;
-        insert_ops::<T>(c, &m.table.snapshot(), "compact").await?;
+        let snapshot = m.table.snapshot();
+        // A record the snapshot could not read back would be deleted with its rows.
+        if self.reset_if_lost(&mut m) {
+            tx.rollback().await;
+            return Err(StoreError::Corrupt {
+                file: super::image::FILE.into(),
+                reason: "a record read from it changed since it was opened; nothing was \
+                         compacted (the memories are read again from the database)"
+                    .into(),
+            });
+        }
+        insert_ops::<T>(c, &snapshot, "compact").await?;
         let last: i64 = c
             .query_one(&format!("SELECT max(seq) FROM {table}"), &[])
             .await

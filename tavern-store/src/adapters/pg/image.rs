@@ -40,7 +40,7 @@ pub const FILE: &str = "memory.image";
 /// those from a directory the operator chose.
 pub(super) const TEMP_PREFIX: &str = ".tmp-memory.image-";
 /// `tvpgimg` and the format version (of the whole image, table and index included).
-const MAGIC: &[u8; 8] = b"tvpgimg\x02";
+const MAGIC: &[u8; 8] = b"tvpgimg\x03";
 /// Database oid, table oid, the store's identity digest, sequence number, the row's digest.
 const ANCHOR: usize = 8 + 8 + 16 + 8 + 16;
 /// The largest image read per byte the table takes on the server (an image runs below it:
@@ -154,7 +154,7 @@ fn read_image<T: OpTable>(
         Ok(bytes) => bytes,
         Err(why) => return Found::Damaged(why),
     };
-    match T::read_image(&bytes[HEADER + ANCHOR..], &framing.rest(file)) {
+    match T::read_image(&bytes[HEADER + ANCHOR..], &framing.table(file, ANCHOR)) {
         Ok(table) => Found::Read(Box::new(table)),
         Err(e) => Found::Damaged(e),
     }

@@ -191,6 +191,9 @@ pub(super) struct Mirror<T> {
     pub(super) image_seq: i64,
     /// Whether the mirror began from an image.
     pub(super) image_read: bool,
+    /// Whether it may not begin from an image again: one it began from could not give a
+    /// record back ([`Inner::reset_if_lost`]).
+    pub(super) image_refused: bool,
     /// Rows applied from catch-ups since the store opened.
     pub(super) replayed: u64,
     /// Whether the mirror was started (from the table's image, when there is one): see
@@ -271,8 +274,9 @@ impl Inner {
         need: Need<'_>,
     ) -> Result<MutexGuard<'a, Mirror<T>>, StoreError> {
         let mut m = mirror.lock().await;
+        self.reset_if_lost(&mut m);
         if !m.started {
-            if let Some(dir) = T::image_dir(self) {
+            if let Some(dir) = T::image_dir(self).filter(|_| !m.image_refused) {
                 self.restore_image(dir.to_path_buf(), &mut m).await?;
             }
             if m.residency.is_some() {
@@ -284,6 +288,31 @@ impl Inner {
             self.hold(&mut m, need).await?;
         }
         Ok(m)
+    }
+
+    /// When the mirror could not read a record back from the image it began from (the file
+    /// changed since: [`OpTable::lost`], so what it answered or decided since may lack it),
+    /// empties it to start again from the rows alone — never from an image again in this
+    /// process — and reports it; whether it did.
+    pub(super) fn reset_if_lost<T: OpsTable>(&self, m: &mut Mirror<T>) -> bool {
+        if !m.table.lost() {
+            return false;
+        }
+        self.diag(
+            super::image::FILE.into(),
+            "a record read from it was not the one checked when it was opened (the file \
+             changed since); the memories are read again from the database"
+                .into(),
+        );
+        let fresh = match &m.residency {
+            Some(r) => Mirror::by_scope(r.bound),
+            None => Mirror::default(),
+        };
+        *m = Mirror {
+            image_refused: true,
+            ..fresh
+        };
+        true
     }
 
     /// The table's last sequence number (0 when empty).
@@ -464,6 +493,24 @@ impl Inner {
         need: Need<'_>,
         f: impl Fn(&T) -> R + Send + Sync,
     ) -> Result<R, StoreError> {
+        // An answer of a mirror that could not read a record back from its image is not
+        // used: the mirror, emptied, reads every row again and answers (read from rows
+        // alone, it cannot be lost again).
+        if let Some(answer) = self.read_once(mirror, need, &f).await? {
+            return Ok(answer);
+        }
+        self.read_once(mirror, need, &f)
+            .await?
+            .ok_or_else(|| StoreError::Internal("a mirror read from rows was lost".into()))
+    }
+
+    /// [`Inner::read`] once: `None` when the mirror turned out lost (and was emptied).
+    async fn read_once<T: OpsTable, R>(
+        &self,
+        mirror: &Mutex<Mirror<T>>,
+        need: Need<'_>,
+        f: &(impl Fn(&T) -> R + Send + Sync),
+    ) -> Result<Option<R>, StoreError> {
         // The mirror first, then a connection: a task waiting for the mirror holds no
         // connection, so a full pool never waits on itself.
         let mut m = self.lock_mirror(mirror, need).await?;
@@ -497,13 +544,15 @@ impl Inner {
         };
         if let Some(answer) = early.filter(|_| rows.is_empty()) {
             m.loaded = false;
-            return Ok(self.healed(&mut m, answer, &f));
+            let answer = self.healed(&mut m, answer, f);
+            return Ok((!self.reset_if_lost(&mut m)).then_some(answer));
         }
         self.apply_batch(&client, &select, &rows, &mut m).await?;
         m.loaded = false;
         drop(client);
         let answer = f(&m.table);
-        Ok(self.healed(&mut m, answer, &f))
+        let answer = self.healed(&mut m, answer, f);
+        Ok((!self.reset_if_lost(&mut m)).then_some(answer))
     }
 
     /// `answer`; or, when computing it found a posting list of the image the mirror was read
@@ -581,12 +630,19 @@ impl Inner {
             // writes go on meanwhile. Whoever holds both takes the mirror first, so a full
             // pool never waits on itself.
             let (decision, after) = {
-                let m = self.lock_mirror(mirror, need).await?;
+                let mut m = self.lock_mirror(mirror, need).await?;
                 // Decided on a scope just loaded, only a success is final.
                 if m.loaded {
                     caught_up = false;
                 }
-                (prepare(&m.table), m.seq)
+                let decision = prepare(&m.table);
+                // Decided on a mirror that could not read a record back: not used; the
+                // mirror, emptied, reads the rows again before deciding.
+                if self.reset_if_lost(&mut m) {
+                    caught_up = false;
+                    continue;
+                }
+                (decision, m.seq)
             };
             match decision {
                 Ok(Some((out, op))) => {
@@ -700,7 +756,17 @@ impl Inner {
             tx.rollback().await;
             return Err(e);
         }
-        let (out, op) = match prepare(&m.table) {
+        let decision = prepare(&m.table);
+        if self.reset_if_lost(m) {
+            tx.rollback().await;
+            return Err(StoreError::Corrupt {
+                file: super::image::FILE.into(),
+                reason: "a record read from it changed since it was opened; the memories are \
+                         read again from the database: try again"
+                    .into(),
+            });
+        }
+        let (out, op) = match decision {
             Ok(Some(prepared)) => prepared,
             // Refused or nothing to do: roll back and keep the connection.
             other => {
@@ -780,7 +846,13 @@ fn evict<T: OpsTable>(m: &mut Mirror<T>, need: Need<'_>) {
         gone.insert(scope);
     }
     if rebuild {
-        *table = table.retain_scopes(&|scope| !gone.contains(scope));
+        let kept = table.retain_scopes(&|scope| !gone.contains(scope));
+        // A record it could not read back would be missing from the rebuilt table, which
+        // nothing would mark: the lost one stays, for the caller to empty and read again.
+        if table.lost() {
+            return;
+        }
+        *table = kept;
     }
     if r.all {
         // What was held as "every scope" is now named one by one (least recent first).

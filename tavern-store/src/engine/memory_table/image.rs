@@ -16,7 +16,7 @@ use std::hash::Hash;
 use tavern_core::{AuditAction, MemorySource, Revision, ScopeKey, Timestamp};
 use tavern_search::{Bm25Index, ImageError, Put, Region, Take};
 
-use super::records::{self, Dictionaries, Records};
+use super::records::{self, Dictionaries, Records, Taken};
 use super::{id_hash, AuditItem, MemoryTable, Meta, Sources, VersionText, NO_AUDIT};
 
 /// The first bytes of a memory table image and its format version.
@@ -150,9 +150,11 @@ impl MemoryTable {
         let (mut sources, mut kinds) =
             seeded.unwrap_or_else(|| (Dictionary::new(), Dictionary::new()));
         let mut actions = Dictionary::new();
+        // The bytes of the records never read, in one read of the image.
+        let held = self.records.held().filter(|_| copy_undecoded);
         out.put_len(self.records.len());
         for (slot, m) in (0u32..).zip(&self.meta) {
-            if let Some(bytes) = self.records.undecoded(slot).filter(|_| copy_undecoded) {
+            if let Some(bytes) = held.as_ref().and_then(|h| h.undecoded(slot)) {
                 out.extend_from_slice(bytes);
                 continue;
             }
@@ -221,18 +223,25 @@ impl MemoryTable {
         actions.write(out);
         // The index last, so the records and the index are read on two threads.
         self.index.write_image(out, postings);
-        !self.index.damaged()
+        !self.index.damaged() && !self.records.lost()
     }
 
     /// Reads a table written by [`MemoryTable::write_image`]: `bytes` what it wrote to
-    /// `out`, `postings` where what it wrote to `postings` lies (read when a search first
-    /// needs a list).
+    /// `out`, read from the start of `image`, where they lie followed by what it wrote to
+    /// `postings`. The records and posting lists are read there again when a call first
+    /// needs them, so `image` must stay as it is while the table is used (a record found
+    /// changed there makes the table [`MemoryTable::lost`], a list the index damaged).
     ///
     /// # Errors
     /// [`ImageError`] when the bytes are not such an image, end early, hold an invalid id,
     /// revision or tag, or refer to records, scopes, dictionary entries or postings they do
     /// not hold.
-    pub(crate) fn read_image(bytes: &[u8], postings: &Region) -> Result<Self, ImageError> {
+    pub(crate) fn read_image(bytes: &[u8], image: &Region) -> Result<Self, ImageError> {
+        let read = bytes.len() as u64;
+        let postings = image
+            .sub(read, image.len().saturating_sub(read))
+            .filter(|_| image.len() >= read)
+            .ok_or_else(|| invalid("image", "shorter than what was read of it"))?;
         let mut take = Take::new(bytes);
         if take.bytes(MAGIC.len(), "memory image header")? != MAGIC {
             return Err(ImageError::Invalid(
@@ -240,6 +249,7 @@ impl MemoryTable {
             ));
         }
         let records_len = take.len(1, "records")?;
+        let records_at = (bytes.len() - take.left()) as u64;
         let records_part = take.bytes(records_len, "records")?;
         let dictionaries = Dictionaries {
             scopes: read_dictionary(&mut take, "scope")?,
@@ -253,13 +263,13 @@ impl MemoryTable {
         let (parts, index) = std::thread::scope(|s| {
             let index = s.spawn(move || {
                 let mut take = Take::new(index_part);
-                let index = Bm25Index::read_image(&mut take, postings)?;
+                let index = Bm25Index::read_image(&mut take, &postings)?;
                 match take.left() {
                     0 => Ok(index),
                     n => Err(ImageError::Invalid(format!("{n} bytes after the index"))),
                 }
             });
-            let parts = read_records(records_part, dictionaries, &actions);
+            let parts = read_records(records_part, image, records_at, dictionaries, &actions);
             let index = index
                 .join()
                 .unwrap_or_else(|_| Err(ImageError::Invalid("reading the index failed".into())));
@@ -383,6 +393,8 @@ type Parts = (Records, Vec<Meta>, Vec<AuditItem>);
 /// first read) with their search metadata, and the audit items.
 fn read_records(
     bytes: &[u8],
+    image: &Region,
+    bytes_at: u64,
     dictionaries: Dictionaries,
     actions: &[AuditAction],
 ) -> Result<Parts, ImageError> {
@@ -390,11 +402,25 @@ fn read_records(
     let n = take.len(60, "records")?;
     let at = |take: &Take<'_>| bytes.len() - take.left();
     let first = at(&take);
-    let mut starts = Vec::with_capacity(n + 1);
+    let mut taken = Taken {
+        starts: Vec::with_capacity(n + 1),
+        checks: Vec::with_capacity(n),
+        // Ids run about a tenth of a record.
+        ids: String::with_capacity(bytes.len() / 10),
+        id_ends: Vec::with_capacity(n),
+    };
     let mut meta = Vec::with_capacity(n);
     for _ in 0..n {
-        starts.push(at(&take) - first);
+        let start = at(&take);
+        taken.starts.push((start - first) as u64);
         let f = records::fields(&mut take, &dictionaries)?;
+        taken.ids.push_str(f.id);
+        taken
+            .id_ends
+            .push(u32::try_from(taken.ids.len()).map_err(|_| invalid("memory ids", "too long"))?);
+        taken.checks.push(records::check(
+            bytes.get(start..at(&take)).unwrap_or_default(),
+        ));
         meta.push(Meta {
             scope: f.scope,
             kind: f.kind,
@@ -407,7 +433,7 @@ fn read_records(
         });
     }
     let end = at(&take);
-    starts.push(end - first);
+    taken.starts.push((end - first) as u64);
     let items = take.len(30, "audit items")?;
     let mut audit = Vec::with_capacity(items);
     let sources = &dictionaries.sources;
@@ -440,8 +466,16 @@ fn read_records(
             format!("{} bytes after them", take.left()),
         ));
     }
-    let kept = bytes.get(first..end).unwrap_or_default().into();
-    Ok((Records::from_image(kept, starts, dictionaries), meta, audit))
+    // The records are read again where they lie when first needed.
+    taken.ids.shrink_to_fit();
+    let region = image
+        .sub(bytes_at + first as u64, (end - first) as u64)
+        .ok_or_else(|| invalid("records", "beyond the image"))?;
+    Ok((
+        Records::from_image(region, taken, dictionaries),
+        meta,
+        audit,
+    ))
 }
 
 #[cfg(test)]
@@ -536,7 +570,9 @@ mod tests {
     }
 
     fn read_back((bytes, postings): &Image) -> Result<MemoryTable, ImageError> {
-        MemoryTable::read_image(bytes, &Region::in_memory(postings.clone()))
+        let mut whole = bytes.clone();
+        whole.extend_from_slice(postings);
+        MemoryTable::read_image(bytes, &Region::in_memory(whole))
     }
 
     fn same(a: &MemoryTable, b: &MemoryTable, now: i64) -> Result<(), TestCaseError> {

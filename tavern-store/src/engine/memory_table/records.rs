@@ -1,14 +1,19 @@
 //! The memory table's records by slot. A record placed or read is held decoded; those of a
-//! store opened from its image stay that image's bytes until first read, so opening a large
-//! store decodes (and allocates) none of them, and a search decodes only what it shows.
+//! store opened from its image stay in that image's file until first read (read where they
+//! lie, checked against the checksum the open took of their bytes), so opening a large store
+//! decodes (and allocates) none of them and holds none of their bytes, and a search decodes
+//! only what it shows. A record that can no longer be read there (the file changed since the
+//! open) is not there: the table is *lost* ([`Records::lost`]) and its owner reads it again
+//! from its log before anything it answered is used.
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use tavern_core::{
     MemoryId, MemoryKind, MemoryRecord, MemorySource, Revision, ScopeKey, Tag, Timestamp,
 };
-use tavern_search::{ImageError, Take};
+use tavern_search::{ImageError, Region, Take};
 
 use super::image::{entry, invalid, maybe_time};
 
@@ -22,16 +27,36 @@ pub(super) struct Dictionaries {
     pub(super) kinds: Vec<MemoryKind>,
 }
 
-/// The bytes the first slots were read from.
+/// Where the first slots' records lie in the image they were read from.
 #[derive(Debug)]
 struct Image {
-    bytes: Box<[u8]>,
-    /// Where each record begins in `bytes`, and where the last ends.
-    starts: Vec<usize>,
+    region: Region,
+    /// Where each record begins in `region`, and where the last ends.
+    starts: Vec<u64>,
+    /// Per record, the checksum of its bytes as the open read them ([`check`]).
+    checks: Vec<u32>,
+    /// Every record's id, one after the other, and where each ends (the lookup by id reads
+    /// them without reading a record).
+    ids: Box<str>,
+    id_ends: Vec<u32>,
     dictionaries: Dictionaries,
-    /// How many times a record was decoded from these bytes.
+    /// How many times a record was decoded from the image.
     #[cfg(test)]
     decodes: std::sync::atomic::AtomicUsize,
+}
+
+/// A record's checksum: the low half of its bytes' XXH3-64.
+pub(super) fn check(bytes: &[u8]) -> u32 {
+    xxhash_rust::xxh3::xxh3_64(bytes) as u32
+}
+
+/// What an open took of the records of an image, to read them later where they lie.
+pub(super) struct Taken {
+    /// Where each record begins, relative to the first, and where the last ends.
+    pub(super) starts: Vec<u64>,
+    pub(super) checks: Vec<u32>,
+    pub(super) ids: String,
+    pub(super) id_ends: Vec<u32>,
 }
 
 /// Records by slot, decoded on first read.
@@ -39,8 +64,52 @@ struct Image {
 pub(super) struct Records {
     /// Per slot: the record, once placed or decoded.
     cells: Vec<OnceLock<Box<MemoryRecord>>>,
-    /// The image slots `0..image.starts.len() - 1` were read from.
+    /// The image slots `0..image.checks.len()` were read from.
     image: Option<Image>,
+    /// Whether a record could not be read from the image (see the module doc).
+    lost: AtomicBool,
+}
+
+/// The image bytes of every record still as the image holds it, read in one go (a compaction,
+/// a copy or an image reads every record).
+pub(super) struct Held<'a> {
+    bytes: Vec<u8>,
+    records: &'a Records,
+}
+
+impl Held<'_> {
+    /// The bytes of `slot`'s record while it is as the image holds it (never changed or read
+    /// since), checked; `None` (the table marked lost when they fail) otherwise.
+    pub(super) fn undecoded(&self, slot: u32) -> Option<&[u8]> {
+        let records = self.records;
+        if records.cells.get(slot as usize)?.get().is_some() {
+            return None;
+        }
+        let image = records.image.as_ref()?;
+        let (start, end) = image.span(slot as usize)?;
+        let bytes = self
+            .bytes
+            .get(usize::try_from(start).ok()?..usize::try_from(end).ok()?);
+        match bytes.filter(|b| image.checks.get(slot as usize) == Some(&check(b))) {
+            Some(bytes) => Some(bytes),
+            None => {
+                records.lost.store(true, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    /// `slot`'s record (not decoded yet) decoded from these bytes for the caller; `None`, the
+    /// table marked lost, when they fail their check.
+    fn decode(&self, slot: u32) -> Option<MemoryRecord> {
+        let record = self
+            .undecoded(slot)
+            .and_then(|bytes| self.records.image.as_ref()?.decode_bytes(bytes));
+        if record.is_none() {
+            self.records.lost.store(true, Ordering::Relaxed);
+        }
+        record
+    }
 }
 
 impl std::fmt::Debug for Records {
@@ -157,41 +226,101 @@ impl Fields<'_> {
 }
 
 impl Image {
-    fn bytes_of(&self, slot: usize) -> Option<&[u8]> {
-        let (start, end) = (*self.starts.get(slot)?, *self.starts.get(slot + 1)?);
-        self.bytes.get(start..end)
+    /// Where `slot`'s record lies in the region.
+    fn span(&self, slot: usize) -> Option<(u64, u64)> {
+        Some((*self.starts.get(slot)?, *self.starts.get(slot + 1)?))
     }
 
+    /// `slot`'s record, read where it lies and checked; `None` when it cannot be read there
+    /// or its bytes are no longer the ones the open took.
     fn decode(&self, slot: usize) -> Option<MemoryRecord> {
+        let (start, end) = self.span(slot)?;
+        let bytes = self
+            .region
+            .read(start, usize::try_from(end.checked_sub(start)?).ok()?)
+            .ok()?;
+        if self.checks.get(slot) != Some(&check(&bytes)) {
+            return None;
+        }
+        self.decode_bytes(&bytes)
+    }
+
+    fn decode_bytes(&self, bytes: &[u8]) -> Option<MemoryRecord> {
         #[cfg(test)]
         self.decodes
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut take = Take::new(self.bytes_of(slot)?);
-        // Every field of every record was checked when the image was read: this cannot fail.
+        let mut take = Take::new(bytes);
+        // Every field of every record was checked when the image was read, and these are
+        // the bytes checked then: this cannot fail.
         fields(&mut take, &self.dictionaries)
             .and_then(|f| f.record(&self.dictionaries))
             .ok()
     }
+
+    fn id(&self, slot: usize) -> Option<&str> {
+        let start = match slot.checked_sub(1) {
+            Some(before) => *self.id_ends.get(before)? as usize,
+            None => 0,
+        };
+        self.ids.get(start..*self.id_ends.get(slot)? as usize)
+    }
 }
 
 impl Records {
-    /// Records read from an image: `starts` (checked by the caller with [`fields`]) says where
-    /// each begins in `bytes` and where the last ends.
-    pub(super) fn from_image(
-        bytes: Box<[u8]>,
-        starts: Vec<usize>,
-        dictionaries: Dictionaries,
-    ) -> Self {
-        let n = starts.len().saturating_sub(1);
+    /// Records read from an image: they lie in `region` where `taken` says (each checked by
+    /// the caller with [`fields`], its checksum and id taken then).
+    pub(super) fn from_image(region: Region, taken: Taken, dictionaries: Dictionaries) -> Self {
+        let n = taken.checks.len();
         Self {
             cells: std::iter::repeat_with(OnceLock::new).take(n).collect(),
             image: Some(Image {
-                bytes,
-                starts,
+                region,
+                starts: taken.starts,
+                checks: taken.checks,
+                ids: taken.ids.into_boxed_str(),
+                id_ends: taken.id_ends,
                 dictionaries,
                 #[cfg(test)]
                 decodes: Default::default(),
             }),
+            lost: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether a record could not be read from the image it lies in (the file changed since
+    /// it was opened): whatever was answered since may lack it, and only reading the table
+    /// again from its log makes it whole.
+    pub(super) fn lost(&self) -> bool {
+        self.lost.load(Ordering::Relaxed)
+    }
+
+    /// `slot`'s record decoded from the image, or `None` and the table marked lost.
+    fn decode(&self, slot: usize) -> Option<MemoryRecord> {
+        let record = self.image.as_ref().and_then(|i| i.decode(slot));
+        if record.is_none() {
+            self.lost.store(true, Ordering::Relaxed);
+        }
+        record
+    }
+
+    /// The image bytes of every record not decoded yet, read in one go; `None` when there
+    /// are none (or they cannot be read: the table is marked lost).
+    pub(super) fn held(&self) -> Option<Held<'_>> {
+        let image = self.image.as_ref()?;
+        let undecoded = (0..image.checks.len()).any(|s| self.cells[s].get().is_none());
+        if !undecoded {
+            return None;
+        }
+        let end = usize::try_from(*image.starts.last()?).ok()?;
+        match image.region.read(0, end) {
+            Ok(bytes) => Some(Held {
+                bytes,
+                records: self,
+            }),
+            Err(_) => {
+                self.lost.store(true, Ordering::Relaxed);
+                None
+            }
         }
     }
 
@@ -206,7 +335,7 @@ impl Records {
         if let Some(record) = cell.get() {
             return Some(record);
         }
-        let record = self.image.as_ref()?.decode(slot)?;
+        let record = self.decode(slot)?;
         Some(cell.get_or_init(|| Box::new(record)))
     }
 
@@ -222,11 +351,11 @@ impl Records {
     /// Puts `record` in `slot`; returns the one it replaces.
     pub(super) fn replace(&mut self, slot: u32, record: MemoryRecord) -> Option<MemoryRecord> {
         let old = match self.cells.get_mut(slot as usize)?.take() {
-            Some(old) => *old,
-            None => self.image.as_ref()?.decode(slot as usize)?,
+            Some(old) => Some(*old),
+            None => self.decode(slot as usize),
         };
         self.cells[slot as usize] = OnceLock::from(Box::new(record));
-        Some(old)
+        old
     }
 
     /// Adds a record in the next slot.
@@ -240,33 +369,34 @@ impl Records {
         if let Some(record) = cell.get() {
             return Some(record.id.as_str());
         }
-        let bytes = self.image.as_ref()?.bytes_of(slot as usize)?;
-        Take::new(bytes).str("memory id").ok()
+        self.image.as_ref()?.id(slot as usize)
     }
 
     /// Every record in slot order; those not decoded yet are decoded for the caller alone
     /// (a compaction or a copy reads every record once: keeping them all would hold the
-    /// whole store decoded for good).
-    pub(super) fn iter(&self) -> impl Iterator<Item = Cow<'_, MemoryRecord>> {
-        (0..self.cells.len()).filter_map(|slot| self.read(u32::try_from(slot).ok()?))
+    /// whole store decoded for good), from their bytes read in one go.
+    /// A slot whose record cannot be read (the table [`Records::lost`]) is left out.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (u32, Cow<'_, MemoryRecord>)> {
+        let held = self.held();
+        (0..self.cells.len()).filter_map(move |at| {
+            let slot = u32::try_from(at).ok()?;
+            if let Some(record) = self.cells.get(at)?.get() {
+                return Some((slot, Cow::Borrowed(&**record)));
+            }
+            let record = match &held {
+                Some(held) => held.decode(slot),
+                None => self.decode(at),
+            };
+            record.map(|r| (slot, Cow::Owned(r)))
+        })
     }
 
     /// The record of `slot`, decoded for the caller alone if it is not yet.
     pub(super) fn read(&self, slot: u32) -> Option<Cow<'_, MemoryRecord>> {
         match self.cells.get(slot as usize)?.get() {
             Some(record) => Some(Cow::Borrowed(&**record)),
-            None => self.image.as_ref()?.decode(slot as usize).map(Cow::Owned),
+            None => self.decode(slot as usize).map(Cow::Owned),
         }
-    }
-
-    /// The image bytes of `slot`'s record while it is as the image holds it (never changed
-    /// or read since), so an image written now can copy them instead of encoding it again.
-    pub(super) fn undecoded(&self, slot: u32) -> Option<&[u8]> {
-        let cell = self.cells.get(slot as usize)?;
-        if cell.get().is_some() {
-            return None;
-        }
-        self.image.as_ref()?.bytes_of(slot as usize)
     }
 
     /// How many records are held decoded.
@@ -275,7 +405,7 @@ impl Records {
         self.cells.iter().filter(|c| c.get().is_some()).count()
     }
 
-    /// How many times a record was decoded from the image's bytes (kept or not).
+    /// How many times a record was decoded from the image (kept or not).
     #[cfg(test)]
     pub(super) fn decodes(&self) -> usize {
         self.image
