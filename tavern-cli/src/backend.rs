@@ -138,6 +138,11 @@ impl PgBackend {
     pub async fn memory_image_read(&self) -> bool {
         self.store.memory_image_read().await
     }
+
+    /// Whether the posting lists of the image the store began from pass their checksums.
+    pub async fn memory_image_postings_whole(&self) -> bool {
+        self.store.memory_image_postings_whole().await
+    }
 }
 
 /// Whether the store the command line names holds data already (PostgreSQL: always assumed).

@@ -517,8 +517,11 @@ fn a_memory_image_dir_spares_the_next_run_reading_every_memory() {
         text.stdout
     );
     // A damaged image is a problem naming the file, never its directory, and stays as it was.
-    let mut bytes = std::fs::read(images.join("memory.image")).unwrap();
-    let middle = bytes.len() / 2;
+    let good = std::fs::read(images.join("memory.image")).unwrap();
+    let mut bytes = good.clone();
+    // In the part an open reads (the header says how long it is: 40 bytes of header first).
+    let checked = u64::from_le_bytes(bytes[16..24].try_into().unwrap()) as usize;
+    let middle = 40 + checked / 2;
     bytes[middle] ^= 1;
     std::fs::write(images.join("memory.image"), &bytes).unwrap();
     let damaged = check(&["--store-image-dir", s(&images)]);
@@ -531,6 +534,17 @@ fn a_memory_image_dir_spares_the_next_run_reading_every_memory() {
     );
     assert!(!damaged.stdout.contains(s(&images)), "{}", damaged.stdout);
     assert_eq!(std::fs::read(images.join("memory.image")).unwrap(), bytes);
+    // The posting lists lie after that part, read only when a search needs them: the check
+    // reads them all.
+    let mut bytes = good;
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(images.join("memory.image"), &bytes).unwrap();
+    let damaged = check(&["--store-image-dir", s(&images)]);
+    assert_eq!(damaged.code, 4, "{}{}", damaged.stdout, damaged.stderr);
+    assert_eq!(image_state(&damaged), "bad");
+    let problems = damaged.json()["problems"].to_string();
+    assert!(problems.contains("posting list"), "{problems}");
     // Something there that cannot be read as an image is not "absent" (which would say all
     // is well): it is a problem too.
     std::fs::remove_file(images.join("memory.image")).unwrap();

@@ -72,7 +72,8 @@ impl Region {
     /// run past it.
     pub fn sub(&self, at: u64, len: u64) -> Option<Region> {
         let end = at.checked_add(len)?;
-        (end <= self.len).then(|| Self::new(self.source.clone(), self.offset + at, len))
+        let offset = self.offset.checked_add(at)?;
+        (end <= self.len).then(|| Self::new(self.source.clone(), offset, len))
     }
 
     /// How many bytes the region holds.
@@ -92,11 +93,17 @@ impl Region {
     /// error.
     pub fn read(&self, at: u64, len: usize) -> std::io::Result<Vec<u8>> {
         let end = at.checked_add(len as u64);
-        if end.is_none_or(|end| end > self.len) {
+        let offset = self.offset.checked_add(at);
+        let Some(offset) = offset.filter(|_| end.is_some_and(|end| end <= self.len)) else {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        let mut buf = vec![0u8; len];
-        self.source.read_at(self.offset + at, &mut buf)?;
+        };
+        // The region's length is the caller's word (a file's, checked against its size): a
+        // length no allocation can hold is an error, not an abort.
+        let mut buf = Vec::new();
+        buf.try_reserve_exact(len)
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::OutOfMemory))?;
+        buf.resize(len, 0);
+        self.source.read_at(offset, &mut buf)?;
         Ok(buf)
     }
 }

@@ -228,6 +228,17 @@ async fn check_image(
     if !imaged.memory_image_read().await {
         return Ok(Some(ImageState::Stale));
     }
+    // An open reads the posting lists only when a search first needs them: read them all.
+    if !imaged.memory_image_postings_whole().await {
+        f.problems.push(CheckFinding {
+            file: file.into(),
+            problem: "torn or damaged (a posting list fails its checksum): a host rebuilds its \
+                      search index from the records when a search meets it, and saves the \
+                      image again"
+                .into(),
+        });
+        return Ok(Some(ImageState::Bad));
+    }
     // One dump at a time, each let go once digested: a large store is held three times at
     // most (the two opens and the dump being digested), not four times and two sorted copies.
     let key = tavern_store::MemoryDigest::random_key();

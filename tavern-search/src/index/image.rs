@@ -8,8 +8,8 @@
 //! checks every reference (documents, lists, groups); a posting list that does not decode ends
 //! where it stops decoding, one whose bytes fail their checksum decodes as empty and marks the
 //! index damaged ([`Bm25Index::damaged`]), and a posting of a document the image does not hold
-//! is dropped, so a damaged image (which the store's checksum stops first) is an error, short
-//! lists or a damaged mark, never a panic later.
+//! is dropped, so a damaged image (the store's checksum stops what an open reads, the lists'
+//! own checksums the postings) is an error, short lists or a damaged mark, never a panic.
 
 use rustc_hash::FxHashMap;
 
@@ -32,8 +32,11 @@ fn invalid(message: String) -> ImageError {
 impl Bm25Index {
     /// Appends the index's image to `out` and its postings to `postings`
     /// ([`Bm25Index::read_image`] reads them back: the postings as a [`Region`] holding what
-    /// was appended to `postings`, from where it was before).
-    pub fn write_image(&self, out: &mut Vec<u8>, postings: &mut Vec<u8>) {
+    /// was appended to `postings`, from where it was before). `false` when a posting list
+    /// copied from the image this index was read from failed its checksum (written as
+    /// empty, the index marked [`Bm25Index::damaged`]): what was appended is not to be kept.
+    #[must_use]
+    pub fn write_image(&self, out: &mut Vec<u8>, postings: &mut Vec<u8>) -> bool {
         out.extend_from_slice(MAGIC);
         let n = self.generation.len();
         out.put_len(n);
@@ -66,6 +69,7 @@ impl Bm25Index {
         for shard in &self.shards {
             shard.write_image(out, postings);
         }
+        !self.damaged()
     }
 
     /// Reads an index written by [`Bm25Index::write_image`] from the front of `bytes`, its
@@ -127,6 +131,12 @@ impl Bm25Index {
         for _ in 0..SHARDS {
             shards.push(Shard::read_image(bytes, n, postings, &mut at)?);
         }
+        if at != postings.len() {
+            return Err(invalid(format!(
+                "{} bytes of postings after the lists",
+                postings.len() - at
+            )));
+        }
         index.shards = shards
             .try_into()
             .map_err(|_| invalid("shard count".into()))?;
@@ -141,15 +151,11 @@ impl Bm25Index {
         self.shards.iter().any(|s| s.postings.damaged())
     }
 
-    /// Reads every posting list not read yet (decoding it) and says whether all were whole:
-    /// what an integrity check asks of an index read from an image.
+    /// Reads every posting list not read yet (each shard's in one read, decoding none) and
+    /// says whether all pass their checksums: what an integrity check asks of an index read
+    /// from an image.
     pub fn postings_whole(&self) -> bool {
-        for shard in &self.shards {
-            for l in 0..shard.postings.len() {
-                let _ = shard.postings.get(l);
-            }
-        }
-        !self.damaged()
+        self.shards.iter().all(|s| s.postings.verify())
     }
 
     /// Every live document and its group, by document.

@@ -139,6 +139,49 @@ impl Lists {
         self.damaged.load(Ordering::Relaxed)
     }
 
+    /// The image lists' bytes, all of them, in one read (`None`, the lists marked damaged, when
+    /// they cannot be read) and where they begin in the region.
+    fn all_bytes(&self) -> Option<(Vec<u8>, u64)> {
+        let (first, last) = (*self.starts.first()?, *self.starts.last()?);
+        let bytes = usize::try_from(last.saturating_sub(first))
+            .ok()
+            .and_then(|len| self.region.read(first, len).ok());
+        if bytes.is_none() {
+            self.damaged.store(true, Ordering::Relaxed);
+        }
+        Some((bytes?, first))
+    }
+
+    /// Image list `l`'s bytes within `all` (read from `first` on), when they pass their check;
+    /// `None`, the lists marked damaged, otherwise.
+    fn checked_in<'a>(&self, all: &'a [u8], first: u64, l: usize) -> Option<&'a [u8]> {
+        let raw = self.image_list(l).and_then(|(start, len, _, expected)| {
+            let at = usize::try_from(start.checked_sub(first)?).ok()?;
+            all.get(at..at.checked_add(len)?)
+                .filter(|raw| check(raw) == expected)
+        });
+        if raw.is_none() {
+            self.damaged.store(true, Ordering::Relaxed);
+        }
+        raw
+    }
+
+    /// Checks every image list not decoded yet against its checksum, reading them in one go
+    /// and decoding none; whether all passed (those that fail mark the lists damaged).
+    pub(super) fn verify(&self) -> bool {
+        let undecoded: Vec<usize> = (0..self.counts.len())
+            .filter(|&l| self.decoded[l].get().is_none())
+            .collect();
+        if !undecoded.is_empty() {
+            if let Some((all, first)) = self.all_bytes() {
+                for l in undecoded {
+                    let _ = self.checked_in(&all, first, l);
+                }
+            }
+        }
+        !self.damaged()
+    }
+
     /// Where image list `l`'s bytes lie in the region, how many postings and what checksum
     /// it has; `None` when it is not one.
     fn image_list(&self, l: usize) -> Option<(u64, usize, usize, u32)> {
@@ -169,6 +212,11 @@ impl Lists {
     /// document the image does not hold is dropped: never a panic later.
     fn decode(&self, l: usize) -> Vec<Posting> {
         let Some((start, len, count, expected)) = self.image_list(l) else {
+            // An image list whose place cannot be told (a length beyond this platform's
+            // sizes) is damage too; a list of none is empty.
+            if l < self.counts.len() {
+                self.damaged.store(true, Ordering::Relaxed);
+            }
             return Vec::new();
         };
         match self.image_bytes(start, len, expected) {
@@ -189,33 +237,24 @@ impl Lists {
         mut before: impl FnMut(usize, &mut Vec<u8>),
     ) {
         let undecoded = (0..self.counts.len()).any(|l| self.decoded[l].get().is_none());
-        // One read of the whole region rather than one per list (a large store holds
+        // One read of this shard's lists rather than one per list (a large store holds
         // hundreds of thousands of lists, most never decoded).
-        let whole = undecoded
-            .then(|| usize::try_from(self.region.len()).ok())
-            .flatten()
-            .and_then(|len| self.region.read(0, len).ok());
-        if undecoded && whole.is_none() {
-            self.damaged.store(true, Ordering::Relaxed);
-        }
+        let all = if undecoded { self.all_bytes() } else { None };
         let mut bytes = Vec::new();
         for l in 0..self.decoded.len() {
             before(l, out);
-            if self.decoded[l].get().is_none() {
-                if let Some((start, len, count, expected)) = self.image_list(l) {
-                    let raw = usize::try_from(start)
-                        .ok()
-                        .and_then(|s| whole.as_deref()?.get(s..s.checked_add(len)?))
-                        .filter(|raw| check(raw) == expected);
-                    if let Some(raw) = raw {
-                        out.put_varint(count as u64);
-                        out.put_varint(raw.len() as u64);
-                        out.put_u32(expected);
-                        tail.extend_from_slice(raw);
-                        continue;
-                    }
-                    self.damaged.store(true, Ordering::Relaxed);
+            if self.decoded[l].get().is_none() && l < self.counts.len() {
+                let raw = all
+                    .as_ref()
+                    .and_then(|(all, first)| self.checked_in(all, *first, l));
+                if let (Some(raw), Some((_, _, count, expected))) = (raw, self.image_list(l)) {
+                    out.put_varint(count as u64);
+                    out.put_varint(raw.len() as u64);
+                    out.put_u32(expected);
+                    tail.extend_from_slice(raw);
+                    continue;
                 }
+                self.damaged.store(true, Ordering::Relaxed);
             }
             let list = match self.decoded[l].get() {
                 Some(list) => list.as_slice(),

@@ -744,7 +744,7 @@ mod an_index_read_from_its_image {
     /// The index's image and its postings.
     fn image(idx: &Bm25Index) -> (Vec<u8>, Vec<u8>) {
         let (mut out, mut postings) = (Vec::new(), Vec::new());
-        idx.write_image(&mut out, &mut postings);
+        assert!(idx.write_image(&mut out, &mut postings));
         (out, postings)
     }
 

@@ -93,11 +93,13 @@ pub async fn seen(s: &impl MemoryStore) -> String {
     out
 }
 
-/// An image damaged three ways: a flipped bit in the middle, its last bytes cut off, and no
-/// more than its magic's first seven bytes.
+/// An image damaged three ways: a flipped bit in the middle of what an open reads (the
+/// header, 40 bytes, says how much that is), its last bytes cut off, and no more than its
+/// magic's first seven bytes.
 pub fn damaged(image: &[u8]) -> [Vec<u8>; 3] {
     let mut flipped = image.to_vec();
-    let middle = flipped.len() / 2;
+    let checked = u64::from_le_bytes(image[16..24].try_into().unwrap()) as usize;
+    let middle = 40 + checked / 2;
     flipped[middle] ^= 0x20;
     [
         flipped,

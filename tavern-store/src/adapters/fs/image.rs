@@ -5,14 +5,17 @@
 //! File: `tvimage` and a version byte, the body's length, how many of its first bytes the
 //! checksum covers and their XXH3-128 checksum, then the body: the log position the table
 //! reflects (byte offset and line count), the XXH3-128 of the log's bytes before that offset,
-//! and the table's own image ([`OpTable::write_image`]) — what an open reads — followed by
-//! what the table reads later, where it lies in the file (the search index's postings, each
-//! list with its own checksum, kept in the part the file's checksum covers).
+//! and the table's own image ([`OpTable::write_image`]) — what an open reads and checks —
+//! followed by what the table reads later where it lies in the file (the search index's
+//! postings, outside the checked part: each list carries its own checksum, kept in the checked
+//! part). The records lie in the checked part and are read again where they lie when first
+//! needed, each checked against the checksum the open took of it.
 //!
 //! An image is trusted only when its length is the one its header gives and its checksum
 //! holds (a torn or damaged file is reported and the table rebuilt from the log; a posting
-//! list damaged since is found when first read, and the index rebuilt from the records) and
-//! the log still begins with the very bytes it was taken
+//! list damaged since is found when first read, and the index rebuilt from the records; a
+//! record changed since makes the table read again from the log) and the log still begins
+//! with the very bytes it was taken
 //! from (a log compacted or replaced since, by this process or another, makes it stale: the
 //! table is rebuilt, silently). It is written atomically (temp + fsync + rename), from a table
 //! that reflects exactly the log's first `offset` bytes, anchored to the hash its log handle
@@ -134,12 +137,6 @@ pub(crate) fn load<T: OpTable>(
     let cap = log_len
         .saturating_mul(MAX_IMAGE_PER_LOG_BYTE)
         .saturating_add(1 << 20);
-    let size = file.metadata().map_or(0, |m| m.len());
-    if size > cap {
-        return Ok(Found::Damaged(format!(
-            "{size} bytes, more than an image of a {log_len}-byte log can be; not read"
-        )));
-    }
     let framing = match framing(&head, MAGIC, ANCHOR) {
         Framed::Ours(framing) => framing,
         Framed::OtherVersion => return Ok(Found::Stale),
@@ -147,7 +144,7 @@ pub(crate) fn load<T: OpTable>(
     };
     let (checked, prefix) = std::thread::scope(|s| {
         let prefix = s.spawn(|| prefix_digest(root, log_rel, offset));
-        let checked = read_checked(&mut file, &head, &framing);
+        let checked = read_checked(&mut file, &head, &framing, cap);
         let prefix = prefix
             .join()
             .unwrap_or_else(|_| Err(StoreError::Internal("hashing the log failed".into())));
@@ -257,6 +254,9 @@ pub(crate) fn framing(head: &[u8], magic: &[u8; 8], anchor: usize) -> Framed {
     if &head[..8] != magic {
         return Framed::Damaged("not an image (wrong magic)".into());
     }
+    if body > u64::MAX - HEADER as u64 {
+        return Framed::Damaged(format!("torn or damaged (its header says {body} bytes)"));
+    }
     if checked < anchor as u64 || checked > body {
         return Framed::Damaged(format!(
             "torn or damaged (its header says {checked} of {body} bytes are checked)"
@@ -272,17 +272,24 @@ pub(crate) fn framing(head: &[u8], magic: &[u8; 8], anchor: usize) -> Framed {
 }
 
 /// Reads the checked part of an image file whose first bytes `head` (its header and anchor)
-/// are read already, after checking that the file is as long as its header says: the header
-/// and the checked bytes, their checksum verified. The caller has capped the file's size.
+/// are read already, after checking that the file is no larger than `cap` and as long as its
+/// header says: the header and the checked bytes, their checksum verified.
 pub(crate) fn read_checked(
     file: &mut std::fs::File,
     head: &[u8],
     framing: &Framing,
+    cap: u64,
 ) -> Result<Vec<u8>, String> {
     let size = file
         .metadata()
         .map_err(|e| format!("unreadable ({})", e.kind()))?
         .len();
+    if size > cap {
+        return Err(format!(
+            "{size} bytes, more than an image of this table can be; not read"
+        ));
+    }
+    // `framing` bounded the body below `u64::MAX - HEADER`.
     let expected = HEADER as u64 + framing.body;
     if size != expected {
         return Err(format!(

@@ -1047,13 +1047,14 @@ impl Inner {
         Ok(found)
     }
 
-    /// Reports a table healed of a damaged image and saves its image again.
+    /// Reports a table healed of a damaged image and saves its image again (when one may be
+    /// saved: not of a log with damaged lines).
     fn healed<T: OpTable>(&self, g: &mut Logged<T>) {
         let name = g.image.unwrap_or(MEMORY_IMAGE);
         self.diag(
             name,
             "a posting list read from it was damaged; the search index was rebuilt from the \
-             records and the image is saved again"
+             records"
                 .into(),
         );
         // Whatever its age, the image on disk is the damaged one.

@@ -2,8 +2,9 @@
 //! [`super::PgOptions::memory_image_dir`] names): a process opening a large database reads it
 //! and fetches only the rows written since, instead of every row of `memory_ops`.
 //!
-//! File: as the file store's images (`fs::image`: magic and version, the body's length and
-//! XXH3-128 checksum), with the anchor `memory_ops`'s identity and position: the database's
+//! File: as the file store's images (`fs::image`: magic and version, the body's length, the
+//! length and XXH3-128 of the part an open reads, then the posting lists read where they lie
+//! when a search first needs them), with the anchor `memory_ops`'s identity and position: the database's
 //! and the table's object ids, the XXH3-128 of the store's random identity token
 //! (`store_identity`, made with the schema and again when a copy fills the store), the
 //! sequence number of the last row the mirror applied and the XXH3-128 of that row (its
@@ -15,14 +16,17 @@
 //! with the same object ids; a restored dump; another store pointed at the same directory) or
 //! a compaction since make the image stale and it is not read at all — the mirror is read from
 //! the database, silently. A torn or damaged file, or one larger than 8× the table, is
-//! reported and the database read too. A row edited by hand is not detected: delete the image
-//! after changing `memory_ops` by hand.
+//! reported and the database read too; a posting list found damaged later is reported and the
+//! index rebuilt from the records, a record changed in the file since the open makes the
+//! mirror read every row again. A row edited by hand is not detected: delete the image after
+//! changing `memory_ops` by hand.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use tokio_postgres::types::ToSql;
 
+use super::ops::off_the_worker;
 use super::ops::{Mirror, OpsTable};
 use super::{db, Inner};
 use crate::adapters::fs::atomic::open_regular;
@@ -144,13 +148,7 @@ fn read_image<T: OpTable>(
     framing: &Framing,
     cap: u64,
 ) -> Found<T> {
-    let size = file.metadata().map_or(0, |m| m.len());
-    if size > cap {
-        return Found::Damaged(format!(
-            "{size} bytes, more than an image of this table can be; not read"
-        ));
-    }
-    let bytes = match read_checked(&mut file, head, framing) {
+    let bytes = match read_checked(&mut file, head, framing, cap) {
         Ok(bytes) => bytes,
         Err(why) => return Found::Damaged(why),
     };
@@ -277,19 +275,13 @@ impl Inner {
             }
             // Seconds of work for a large table: on a multi-threaded runtime the worker hands
             // its other tasks over while it encodes (a current-thread runtime has no other).
-            let multi = tokio::runtime::Handle::try_current()
-                .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
             let mut encoded = None;
             // Twice at most: writing it may find a posting list of the image the mirror was
             // read from damaged (nothing written), and then the index is rebuilt first.
+            // Seconds of work for a large table: off the worker.
             for _ in 0..2 {
-                let encode = || frame(ANCHOR, &m.table);
-                encoded = if multi {
-                    tokio::task::block_in_place(encode)
-                } else {
-                    encode()
-                };
-                if encoded.is_some() || !m.table.heal() {
+                encoded = off_the_worker(|| frame(ANCHOR, &m.table));
+                if encoded.is_some() || !off_the_worker(|| m.table.heal()) {
                     break;
                 }
                 self.diag(

@@ -299,6 +299,18 @@ impl std::fmt::Debug for PgStore {
 }
 
 impl PgStore {
+    /// Saves the memory image again when a call healed the mirror of a damaged one (the file
+    /// on disk is the damaged one: the next process to open it would meet the same damage),
+    /// after the call's answer and within a time limit of its own.
+    async fn save_if_healed(&self) {
+        if self.inner.image_healed.swap(false, Ordering::Relaxed) {
+            if let Err(e) = self.save_memory_image().await {
+                self.inner
+                    .diag(image::FILE.into(), format!("not saved again: {e}"));
+            }
+        }
+    }
+
     /// Connects with `settings` (a `postgres://` URL or a `key=value` string), migrates the
     /// schema and loads the memory and variable tables, with [`DEFAULT_POOL_SIZE`] connections.
     ///
@@ -533,6 +545,13 @@ impl PgStore {
         self.inner.memory.lock().await.image_read
     }
 
+    /// Whether every posting list the memory mirror's index still reads from the image it
+    /// began from passes its checksum (read in one go, decoding none): what `tavern check`
+    /// asks, since an open reads the lists only when a search first needs them.
+    pub async fn memory_image_postings_whole(&self) -> bool {
+        self.inner.memory.lock().await.table.postings_whole()
+    }
+
     /// Memory operation rows this process has applied from the database since it opened:
     /// catch-ups and, holding memories by scope, each scope's load (an image read at open
     /// spares the rows it holds).
@@ -687,23 +706,19 @@ fn one(scope: &tavern_core::ScopeKey) -> Need<'_> {
 #[async_trait]
 impl MemoryStore for PgStore {
     async fn search(&self, query: &MemoryQuery) -> Result<MemorySearchResult, StoreError> {
-        self.inner
+        let found = self
+            .inner
             .bounded("search", async move {
                 let now = self.inner.clock.now();
-                let found = self
-                    .inner
+                self.inner
                     .read(&self.inner.memory, scopes(&query.scopes), |t| {
                         t.search(query, now)
                     })
-                    .await;
-                // The image on disk is the damaged one: replaced now, not met again by the
-                // next process that opens it.
-                if self.inner.image_healed.swap(false, Ordering::Relaxed) {
-                    self.inner.save_memory_image_quietly(true).await;
-                }
-                found
+                    .await
             })
-            .await
+            .await;
+        self.save_if_healed().await;
+        found
     }
 
     async fn read(
@@ -711,7 +726,8 @@ impl MemoryStore for PgStore {
         id: &MemoryId,
         scope: &ScopeKey,
     ) -> Result<Option<MemoryRecord>, StoreError> {
-        self.inner
+        let found = self
+            .inner
             .bounded("read", async move {
                 let now = self.inner.clock.now();
                 let touched = self
@@ -753,7 +769,9 @@ impl MemoryStore for PgStore {
                     }
                 }
             })
-            .await
+            .await;
+        self.save_if_healed().await;
+        found
     }
 
     async fn inspect(
@@ -761,7 +779,8 @@ impl MemoryStore for PgStore {
         id: &MemoryId,
         scope: &ScopeKey,
     ) -> Result<Option<MemoryRecord>, StoreError> {
-        self.inner
+        let found = self
+            .inner
             .bounded("inspect", async move {
                 self.inner
                     .read(&self.inner.memory, one(scope), |t| {
@@ -769,7 +788,9 @@ impl MemoryStore for PgStore {
                     })
                     .await
             })
-            .await
+            .await;
+        self.save_if_healed().await;
+        found
     }
 
     async fn put(
@@ -814,14 +835,17 @@ impl MemoryStore for PgStore {
         scope: &ScopeKey,
         id: Option<&MemoryId>,
     ) -> Result<Vec<AuditEntry>, StoreError> {
-        self.inner
+        let found = self
+            .inner
             .bounded("memory audit", async move {
                 let now = self.inner.clock.now();
                 self.inner
                     .read(&self.inner.memory, one(scope), |t| t.audit(scope, id, now))
                     .await
             })
-            .await
+            .await;
+        self.save_if_healed().await;
+        found
     }
 }
 

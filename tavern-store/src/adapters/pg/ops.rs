@@ -559,13 +559,15 @@ impl Inner {
     /// from damaged, the answer computed again on the index rebuilt from the records (the
     /// damage reported, and the image due to be saved again).
     fn healed<T: OpsTable, R>(&self, m: &mut Mirror<T>, answer: R, f: &impl Fn(&T) -> R) -> R {
-        if !m.table.heal() {
+        // Rebuilding a large index takes seconds: on a multi-threaded runtime the worker hands
+        // its other tasks over meanwhile.
+        if !off_the_worker(|| m.table.heal()) {
             return answer;
         }
         self.diag(
             super::image::FILE.into(),
             "a posting list read from it was damaged; the search index was rebuilt from the \
-             records and the image is saved again"
+             records"
                 .into(),
         );
         m.image_seq = 0;
@@ -1017,6 +1019,18 @@ impl Drop for OpenTransaction {
                 drop(deadpool_postgres::Object::take(client));
             }
         }
+    }
+}
+
+/// Runs `work`, seconds of computation, handing the worker's other tasks over meanwhile on a
+/// multi-threaded runtime (a current-thread runtime has no other worker).
+pub(super) fn off_the_worker<R>(work: impl FnOnce() -> R) -> R {
+    let multi = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if multi {
+        tokio::task::block_in_place(work)
+    } else {
+        work()
     }
 }
 

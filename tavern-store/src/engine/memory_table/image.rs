@@ -222,8 +222,8 @@ impl MemoryTable {
         kinds.write(out);
         actions.write(out);
         // The index last, so the records and the index are read on two threads.
-        self.index.write_image(out, postings);
-        !self.index.damaged() && !self.records.lost()
+        let index_whole = self.index.write_image(out, postings);
+        index_whole && !self.records.lost()
     }
 
     /// Reads a table written by [`MemoryTable::write_image`]: `bytes` what it wrote to
@@ -636,12 +636,28 @@ mod tests {
             step(&mut t, (i, i % 3, 0, i % 4, None), i as i64);
         }
         let bytes = image(&t);
-        let read = read_back(&bytes).unwrap();
+        // Its bytes where they lie, every read of them counted.
+        struct Counting(Vec<u8>, std::sync::atomic::AtomicUsize);
+        impl tavern_search::ReadAt for Counting {
+            fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+                self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.0.read_at(offset, buf)
+            }
+        }
+        let whole = [bytes.0.clone(), bytes.1.clone()].concat();
+        let len = whole.len() as u64;
+        let source = std::sync::Arc::new(Counting(whole, Default::default()));
+        let reads = || source.1.load(std::sync::atomic::Ordering::Relaxed);
+        let read = MemoryTable::read_image(&bytes.0, &Region::new(source.clone(), 0, len)).unwrap();
         assert_eq!(read.records.decoded(), 0);
+        assert_eq!(reads(), 0, "an open reads no record and no posting list");
         let mut q = MemoryQuery::new("silver gate", vec![scope(1)]);
         q.limit = 3;
         let hits = read.search(&q, Timestamp(500)).hits;
         assert_eq!(hits.len(), 3);
+        // The query's lists in that scope and the 3 records shown, of 200 records and their
+        // hundreds of lists.
+        assert!((4..=12).contains(&reads()), "{}", reads());
         // The hits shown, and no other (ties are broken by scope and id, not by records).
         assert_eq!(read.records.decoded(), 3);
         let decodes = read.records.decodes();
@@ -703,6 +719,10 @@ mod tests {
         let mut edited = read_back(&damaged).unwrap();
         step(&mut edited, (3, 0, 1, 2, None), 600);
         step(&mut t, (3, 0, 1, 2, None), 600);
+        assert!(
+            edited.index.damaged(),
+            "found by the edit, before any search"
+        );
         let (_, healed) = edited.search_healing(&q, Timestamp(700));
         assert!(healed);
         same(&t, &edited, 700).unwrap();
