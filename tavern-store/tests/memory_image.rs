@@ -224,7 +224,7 @@ async fn a_record_changed_in_the_image_after_the_open_is_never_used() {
     assert_eq!(seen(&s).await, truth);
     drop(s);
 
-    // A compaction's snapshot, and a copy of every record.
+    // A copy of every record.
     std::fs::write(&path, &image).unwrap();
     let s = open(dir.path());
     memories::change_first_records(&path);
@@ -235,6 +235,24 @@ async fn a_record_changed_in_the_image_after_the_open_is_never_used() {
     assert_eq!(target.inspect(&m0, &scope(0)).await.unwrap(), expected.0);
     assert_eq!(target.inspect(&m1, &scope(1)).await.unwrap(), expected.1);
     assert_eq!(seen(&s).await, truth);
+    drop(s);
+
+    // A search, then a compaction: the log it writes holds every record.
+    std::fs::write(&path, &image).unwrap();
+    let s = open(dir.path());
+    memories::change_first_records(&path);
+    assert_eq!(seen(&s).await, truth);
+    reported(&s);
+    drop(s);
+    std::fs::write(&path, &image).unwrap();
+    let s = open(dir.path());
+    memories::change_first_records(&path);
+    s.compact().unwrap();
+    reported(&s);
+    drop(s);
+    let s = open(dir.path());
+    assert_eq!(s.inspect(&m0, &scope(0)).await.unwrap(), expected.0);
+    assert_eq!(s.inspect(&m1, &scope(1)).await.unwrap(), expected.1);
 }
 
 /// A header claiming lengths no image has (beyond what a file can hold, a checked part longer

@@ -131,8 +131,8 @@ pub(crate) struct MemoryTable {
     /// Per scope id: its key (ties in a ranking are broken by it, without a record).
     scope_keys: Vec<ScopeKey>,
     /// Per scope id: its slots, found by their record's id (hashed by [`id_hash`]); the ids
-    /// themselves are the records', not copied (a record read from an image keeps its id in
-    /// the image's bytes).
+    /// themselves are the records' (those of records still in an image: one string of them
+    /// all, taken at open).
     slots: Vec<HashTable<u32>>,
     /// Per scope id: how many of its records are forgotten or carry an expiry. A search of
     /// scopes where none does needs no per-match visibility check.
@@ -682,6 +682,18 @@ impl MemoryTable {
     /// it, so its owner reads the table again from its log before using any of it.
     pub(crate) fn lost(&self) -> bool {
         self.records.lost()
+    }
+
+    /// Whether the index found a posting list of its image damaged ([`MemoryTable::heal`]
+    /// would rebuild it): cheap, for callers that heal off their thread only when needed.
+    pub(crate) fn needs_heal(&self) -> bool {
+        self.index.damaged()
+    }
+
+    /// Whether some records still lie in the image the table was read from (so a call may
+    /// find the table [`MemoryTable::lost`] and have to be decided again).
+    pub(crate) fn may_lose(&self) -> bool {
+        self.records.in_image()
     }
 
     /// Whether every posting list of the index is whole (reading those it read from an image

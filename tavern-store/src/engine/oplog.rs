@@ -72,6 +72,12 @@ pub(crate) trait OpTable: Default + Send {
         false
     }
 
+    /// Whether [`OpTable::heal`] has something to rebuild (cheap: callers move the rebuild
+    /// off their thread only then).
+    fn needs_heal(&self) -> bool {
+        false
+    }
+
     /// Whether the table could not read back something of its image that only its log (or
     /// rows) holds again (a record: the file changed since it was opened): nothing it
     /// answered or prepared since is to be used, and the owner reads the table again.
@@ -109,6 +115,10 @@ impl OpTable for MemoryTable {
 
     fn heal(&mut self) -> bool {
         MemoryTable::heal(self)
+    }
+
+    fn needs_heal(&self) -> bool {
+        MemoryTable::needs_heal(self)
     }
 
     fn lost(&self) -> bool {

@@ -175,9 +175,10 @@ pub(crate) fn load<T: OpTable>(
     }
 }
 
-/// An image file read where its bytes lie (a posting list when a search first needs it).
-/// The file is never written in place (a new image replaces it by rename), so the bytes read
-/// later are the ones there at open.
+/// An image file read where its bytes lie (a record or a posting list when a call first needs
+/// it). The store never writes into it (a new image replaces it by rename), so the bytes read
+/// later are the ones there at open — unless another program wrote into it: each record and
+/// list is checked against its checksum when read.
 struct ImageFile(std::fs::File);
 
 impl ReadAt for ImageFile {

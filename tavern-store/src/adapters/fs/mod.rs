@@ -219,18 +219,14 @@ impl<T: OpTable> Logged<T> {
 
     /// Rewrites the log as one line per live state. The caller holds the exclusive lock and
     /// has caught up. Returns `(lines before, lines after)`.
-    fn compact(&mut self) -> Result<(u64, u64), StoreError> {
-        let before = self.log.lines();
-        let payloads = encode_snapshot(&self.table)?;
-        // A record the snapshot could not read back would be missing from the new log.
-        if self.table.lost() {
-            return Err(StoreError::Corrupt {
-                file: self.image.unwrap_or(MEMORY_IMAGE).to_owned(),
-                reason: "a record read from it changed since it was opened; not compacted \
-                         (the next call reads the table again from the log)"
-                    .into(),
-            });
+    fn compact(&mut self, diags: &Diagnostics) -> Result<(u64, u64), StoreError> {
+        let mut payloads = encode_snapshot(&self.table)?;
+        // A record the snapshot could not read back would be missing from the new log: the
+        // table is read again from the log, and its snapshot taken again.
+        if self.recover(diags)? {
+            payloads = encode_snapshot(&self.table)?;
         }
+        let before = self.log.lines();
         self.log.replace_with(&payloads)?;
         // A new file, read whole: the image of the old one is stale.
         self.damaged = 0;
@@ -613,7 +609,7 @@ impl Inner {
                 let compacted = (|| {
                     let _lock = g.log.lock(true)?;
                     g.catch_up(&self.diagnostics)?;
-                    g.compact()
+                    g.compact(&self.diagnostics)
                 })();
                 // The records are loaded either way; the log stays long until the next open.
                 if let Err(e) = compacted {
@@ -622,10 +618,7 @@ impl Inner {
             }
             self.save_image(&mut g, false);
         }
-        if g.table.lost() {
-            let _lock = g.log.lock(false)?;
-            g.recover(&self.diagnostics)?;
-        }
+        self.recovered(&mut *g)?;
         Ok(g)
     }
 
@@ -669,7 +662,8 @@ impl Inner {
         }
         let mut saved = image::save(&self.root, name, &g.log, &g.table)?;
         // Writing it found a posting list damaged in the image the table was read from.
-        if !saved && g.table.heal() {
+        // (A lost table is read again from the log by the next call, not healed.)
+        if !saved && !g.table.lost() && g.table.heal() {
             let log = g.log.rel().to_owned();
             self.diag(
                 name,
@@ -699,7 +693,7 @@ impl Inner {
         let mut g = lock(&self.variables);
         let _lock = g.log.lock(true)?;
         g.catch_up(&self.diagnostics)?;
-        g.compact().map(drop)
+        g.compact(&self.diagnostics).map(drop)
     }
 
     fn compact(&self) -> Result<CompactReport, StoreError> {
@@ -708,7 +702,7 @@ impl Inner {
             let report = {
                 let _lock = g.log.lock(true)?;
                 g.catch_up(&self.diagnostics)?;
-                g.compact()?
+                g.compact(&self.diagnostics)?
             };
             self.save_image(&mut g, false);
             report
@@ -717,7 +711,7 @@ impl Inner {
             let mut g = lock(&self.variables);
             let _lock = g.log.lock(true)?;
             g.catch_up(&self.diagnostics)?;
-            g.compact()?
+            g.compact(&self.diagnostics)?
         };
         Ok(CompactReport { memory, variables })
     }
@@ -981,10 +975,18 @@ impl Inner {
             }));
         }
         drop(seen);
-        let mut prepared = prepare_imports(&g.table, writes.clone(), now);
+        // Kept for deciding again only while some record lies in the image (only then can
+        // the table turn out lost): an import can be large.
+        let again = g.table.may_lose().then(|| writes.clone());
+        let mut prepared = prepare_imports(&g.table, writes, now);
         // Decided on a table that could not read a record back: decided again on it whole.
         if g.recover(&self.diagnostics)? {
-            prepared = prepare_imports(&g.table, writes, now);
+            prepared = match again {
+                Some(writes) => prepare_imports(&g.table, writes, now),
+                None => Err(StoreError::Internal(
+                    "a table with no record in its image was lost".into(),
+                )),
+            };
         }
         let (ops, payloads) = prepared?;
         let refs: Vec<&str> = payloads.iter().map(String::as_str).collect();
@@ -1014,14 +1016,26 @@ impl Inner {
 
     fn read_memory<R>(&self, f: impl Fn(&mut MemoryTable) -> R) -> Result<R, StoreError> {
         let mut g = self.memory()?;
-        let _lock = g.log.lock(false)?;
-        g.catch_up(&self.diagnostics)?;
+        {
+            let _lock = g.log.lock(false)?;
+            g.catch_up(&self.diagnostics)?;
+        }
+        // Answered without the log's lock (writers elsewhere go on meanwhile).
         let answer = f(&mut g.table);
         // Answered by a table that could not read a record back: answered again by it whole.
-        if g.recover(&self.diagnostics)? {
+        if self.recovered(&mut *g)? {
             return Ok(f(&mut g.table));
         }
         Ok(answer)
+    }
+
+    /// [`Logged::recover`] under the log's shared lock, when the table is lost.
+    fn recovered<T: OpTable>(&self, g: &mut Logged<T>) -> Result<bool, StoreError> {
+        if !g.table.lost() {
+            return Ok(false);
+        }
+        let _lock = g.log.lock(false)?;
+        g.recover(&self.diagnostics)
     }
 
     /// Searches the memory table; when the search found a posting list of its image damaged
@@ -1033,14 +1047,16 @@ impl Inner {
         now: tavern_core::Timestamp,
     ) -> Result<MemorySearchResult, StoreError> {
         let mut g = self.memory()?;
-        let lock = g.log.lock(false)?;
-        g.catch_up(&self.diagnostics)?;
+        {
+            let _lock = g.log.lock(false)?;
+            g.catch_up(&self.diagnostics)?;
+        }
+        // Answered (and healed) without the log's lock: writers elsewhere go on meanwhile.
         let (mut found, mut healed) = g.table.search_healing(query, now);
         // Answered by a table that could not read a record back: answered again by it whole.
-        if g.recover(&self.diagnostics)? {
+        if self.recovered(&mut *g)? {
             (found, healed) = g.table.search_healing(query, now);
         }
-        drop(lock);
         if healed {
             self.healed(&mut g);
         }

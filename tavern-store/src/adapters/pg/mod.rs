@@ -299,9 +299,10 @@ impl std::fmt::Debug for PgStore {
 }
 
 impl PgStore {
-    /// Saves the memory image again when a call healed the mirror of a damaged one (the file
-    /// on disk is the damaged one: the next process to open it would meet the same damage),
-    /// after the call's answer and within a time limit of its own.
+    /// Saves the memory image again when a call healed the mirror of a damaged one or read it
+    /// again from the rows (the file on disk is the damaged one: the next process to open it
+    /// would meet the same damage), once the call's answer is computed, within a time limit
+    /// of its own (the caller waits for it: seconds for a large table, once).
     async fn save_if_healed(&self) {
         if self.inner.image_healed.swap(false, Ordering::Relaxed) {
             if let Err(e) = self.save_memory_image().await {

@@ -312,6 +312,9 @@ impl Inner {
             image_refused: true,
             ..fresh
         };
+        // The file on disk is the changed one: saved again from the rows after this call.
+        self.image_healed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         true
     }
 
@@ -560,8 +563,8 @@ impl Inner {
     /// damage reported, and the image due to be saved again).
     fn healed<T: OpsTable, R>(&self, m: &mut Mirror<T>, answer: R, f: &impl Fn(&T) -> R) -> R {
         // Rebuilding a large index takes seconds: on a multi-threaded runtime the worker hands
-        // its other tasks over meanwhile.
-        if !off_the_worker(|| m.table.heal()) {
+        // its other tasks over meanwhile (only then: handing them over costs every call).
+        if !m.table.needs_heal() || !off_the_worker(|| m.table.heal()) {
             return answer;
         }
         self.diag(
@@ -631,20 +634,21 @@ impl Inner {
             // the write (or waits for another host's lock): this process's reads and other
             // writes go on meanwhile. Whoever holds both takes the mirror first, so a full
             // pool never waits on itself.
-            let (decision, after) = {
+            let decided = {
                 let mut m = self.lock_mirror(mirror, need).await?;
                 // Decided on a scope just loaded, only a success is final.
                 if m.loaded {
                     caught_up = false;
                 }
                 let decision = prepare(&m.table);
+                (!self.reset_if_lost(&mut m)).then_some((decision, m.seq))
+            };
+            let Some((decision, after)) = decided else {
                 // Decided on a mirror that could not read a record back: not used; the
-                // mirror, emptied, reads the rows again before deciding.
-                if self.reset_if_lost(&mut m) {
-                    caught_up = false;
-                    continue;
-                }
-                (decision, m.seq)
+                // mirror, emptied, reads the rows again before deciding again.
+                self.read(mirror, need, |_| ()).await?;
+                caught_up = true;
+                continue;
             };
             match decision {
                 Ok(Some((out, op))) => {

@@ -303,8 +303,17 @@ impl Records {
         record
     }
 
+    /// Whether some records were read from an image and not decoded since.
+    pub(super) fn in_image(&self) -> bool {
+        self.image
+            .as_ref()
+            .is_some_and(|i| (0..i.checks.len()).any(|s| self.cells[s].get().is_none()))
+    }
+
     /// The image bytes of every record not decoded yet, read in one go; `None` when there
-    /// are none (or they cannot be read: the table is marked lost).
+    /// are none, or when they cannot be read at once (too many to hold, an I/O error): then
+    /// each record is read on its own, and only one that fails its check marks the table
+    /// lost.
     pub(super) fn held(&self) -> Option<Held<'_>> {
         let image = self.image.as_ref()?;
         let undecoded = (0..image.checks.len()).any(|s| self.cells[s].get().is_none());
@@ -312,16 +321,11 @@ impl Records {
             return None;
         }
         let end = usize::try_from(*image.starts.last()?).ok()?;
-        match image.region.read(0, end) {
-            Ok(bytes) => Some(Held {
-                bytes,
-                records: self,
-            }),
-            Err(_) => {
-                self.lost.store(true, Ordering::Relaxed);
-                None
-            }
-        }
+        let bytes = image.region.read(0, end).ok()?;
+        Some(Held {
+            bytes,
+            records: self,
+        })
     }
 
     pub(super) fn len(&self) -> usize {
