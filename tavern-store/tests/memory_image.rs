@@ -212,13 +212,7 @@ async fn a_record_changed_in_the_image_after_the_open_is_never_used() {
     let s = open(dir.path());
     assert_eq!(s.memory_lines_replayed(), 0);
     memories::change_first_records(&path);
-    let created = s
-        .put(write("m1", scope(1), "written over"), None, false)
-        .await;
-    assert!(
-        matches!(created, Err(tavern_store::StoreError::Conflict { .. })),
-        "{created:?}"
-    );
+    memories::creating_m1_again_is_refused(&s).await;
     reported(&s);
     assert_eq!(s.inspect(&m1, &scope(1)).await.unwrap(), expected.1);
     assert_eq!(seen(&s).await, truth);

@@ -211,17 +211,21 @@ async fn check_image(
         ..settings.clone()
     })
     .await?;
-    let damaged: Vec<_> = Backend::diagnostics(&imaged)
-        .into_iter()
-        .filter(|d| d.file == file)
-        .collect();
-    if !damaged.is_empty() {
-        for d in damaged {
-            f.problems.push(CheckFinding {
+    // What the store reported of the image, as problems; whether it reported any.
+    let reported = |f: &mut CheckReport| {
+        let found: Vec<_> = Backend::diagnostics(&imaged)
+            .into_iter()
+            .filter(|d| d.file == file)
+            .map(|d| CheckFinding {
                 file: d.file,
                 problem: d.message,
-            });
-        }
+            })
+            .collect();
+        let any = !found.is_empty();
+        f.problems.extend(found);
+        any
+    };
+    if reported(f) {
         return Ok(Some(ImageState::Bad));
     }
     // The store says whether it began from the image: a stale one is passed over.
@@ -247,17 +251,7 @@ async fn check_image(
         let from_image = digest(Backend::copyable(&imaged).dump_tables().await?)?;
         // A record that did not read back from the image makes the store read every row
         // again (and say so): then the dump is of the rows, and the image is not whole.
-        let changed: Vec<_> = Backend::diagnostics(&imaged)
-            .into_iter()
-            .filter(|d| d.file == file)
-            .collect();
-        if !changed.is_empty() {
-            for d in changed {
-                f.problems.push(CheckFinding {
-                    file: d.file,
-                    problem: d.message,
-                });
-            }
+        if reported(f) {
             return Ok(Some(ImageState::Bad));
         }
         let from_rows = digest(Backend::copyable(every_row).dump_tables().await?)?;

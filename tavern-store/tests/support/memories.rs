@@ -108,6 +108,18 @@ pub fn damaged(image: &[u8]) -> [Vec<u8>; 3] {
     ]
 }
 
+/// Asserts that creating `m1` in scope 1 (which holds it) is refused as a conflict, not
+/// written over it.
+pub async fn creating_m1_again_is_refused(s: &impl MemoryStore) {
+    let created = s
+        .put(write("m1", scope(1), "written over"), None, false)
+        .await;
+    assert!(
+        matches!(created, Err(tavern_store::StoreError::Conflict { .. })),
+        "{created:?}"
+    );
+}
+
 /// Changes, in place (the same file, as another program writing into it would), one letter
 /// of the contents of the first records of the memory table image at `path` — those of `m0`
 /// and `m1`, the first records written, whose texts hold "lantern" — so that they still read
