@@ -686,6 +686,7 @@ impl MemoryTable {
 
     /// Whether the index found a posting list of its image damaged ([`MemoryTable::heal`]
     /// would rebuild it): cheap, for callers that heal off their thread only when needed.
+    #[cfg(feature = "postgres")]
     pub(crate) fn needs_heal(&self) -> bool {
         self.index.damaged()
     }

@@ -74,6 +74,7 @@ pub(crate) trait OpTable: Default + Send {
 
     /// Whether [`OpTable::heal`] has something to rebuild (cheap: callers move the rebuild
     /// off their thread only then).
+    #[cfg(feature = "postgres")]
     fn needs_heal(&self) -> bool {
         false
     }
@@ -117,6 +118,7 @@ impl OpTable for MemoryTable {
         MemoryTable::heal(self)
     }
 
+    #[cfg(feature = "postgres")]
     fn needs_heal(&self) -> bool {
         MemoryTable::needs_heal(self)
     }

@@ -138,7 +138,7 @@ impl MemoryTable {
         out.extend_from_slice(MAGIC);
         let len_at = out.len();
         out.put_u64(0);
-        // The dictionaries the records still held as image bytes refer to come first, with
+        // The dictionaries the records still in the image refer to come first, with
         // the same numbers, so those bytes are copied as they are.
         let seeded = self.records.dictionaries().and_then(|d| {
             Some((
