@@ -28,6 +28,13 @@ impl ReadAt for Vec<u8> {
     }
 }
 
+/// The checksum of an item read where it lies (a posting list, a record): the low half of
+/// its bytes' XXH3-64, taken when the item is written or first read, checked when it is read
+/// again.
+pub fn checksum(bytes: &[u8]) -> u32 {
+    xxhash_rust::xxh3::xxh3_64(bytes) as u32
+}
+
 /// A stretch of a [`ReadAt`]: `len` bytes from `offset`.
 #[derive(Clone)]
 pub struct Region {

@@ -39,11 +39,24 @@ where
     T: Send + 'static,
 {
     match tokio::runtime::Handle::try_current() {
-        Ok(runtime) if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            Ok(tokio::task::block_in_place(f))
-        }
+        Ok(runtime) if multi_thread(&runtime) => Ok(tokio::task::block_in_place(f)),
         Ok(runtime) => runtime.spawn_blocking(f).await.map_err(|e| e.to_string()),
         Err(_) => Ok(f()),
+    }
+}
+
+fn multi_thread(runtime: &tokio::runtime::Handle) -> bool {
+    runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+}
+
+/// Runs `work` — seconds of computation on borrowed state, so it cannot move to another
+/// thread — in place, handing the worker's other tasks over meanwhile on a multi-thread
+/// runtime (a current-thread runtime has no other worker: inline, as with no runtime).
+#[cfg(feature = "postgres")]
+pub(crate) fn off_the_worker<R>(work: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) if multi_thread(&runtime) => tokio::task::block_in_place(work),
+        _ => work(),
     }
 }
 

@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 use super::Posting;
 use crate::bytes::{ImageError, Put, Take};
-use crate::region::Region;
+use crate::region::{checksum as check, Region};
 
 /// Posting lists by list id.
 #[derive(Default)]
@@ -31,11 +31,6 @@ pub(super) struct Lists {
     docs: usize,
     /// Whether an image list could not be read or failed its checksum (it decoded as empty).
     damaged: AtomicBool,
-}
-
-/// A list's checksum: the low half of its bytes' XXH3-64.
-fn check(bytes: &[u8]) -> u32 {
-    xxhash_rust::xxh3::xxh3_64(bytes) as u32
 }
 
 impl Clone for Lists {

@@ -26,7 +26,6 @@ use std::path::{Path, PathBuf};
 
 use tokio_postgres::types::ToSql;
 
-use super::ops::off_the_worker;
 use super::ops::{Mirror, OpsTable};
 use super::{db, Inner};
 use crate::adapters::fs::atomic::open_regular;
@@ -34,6 +33,7 @@ use crate::adapters::fs::atomic::{io_err, write_atomic_as};
 use crate::adapters::fs::image::{
     anchor_mut, frame, framing, read_checked, seal, Framed, Framing, HEADER,
 };
+use crate::blocking::off_the_worker;
 use crate::engine::memory_table::MemoryTable;
 use crate::engine::oplog::OpTable;
 use crate::error::StoreError;

@@ -26,6 +26,7 @@ use tokio_postgres::Row;
 use tavern_core::ScopeKey;
 
 use super::{db, encode, Inner};
+use crate::blocking::off_the_worker;
 use crate::engine::memory_table::{MemoryOp, MemoryTable};
 use crate::engine::oplog::{replay, Entry, OpTable};
 use crate::engine::variable_table::{VariableOp, VariableTable};
@@ -1023,18 +1024,6 @@ impl Drop for OpenTransaction {
                 drop(deadpool_postgres::Object::take(client));
             }
         }
-    }
-}
-
-/// Runs `work`, seconds of computation, handing the worker's other tasks over meanwhile on a
-/// multi-threaded runtime (a current-thread runtime has no other worker).
-pub(super) fn off_the_worker<R>(work: impl FnOnce() -> R) -> R {
-    let multi = tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-    if multi {
-        tokio::task::block_in_place(work)
-    } else {
-        work()
     }
 }
 

@@ -419,7 +419,7 @@ fn read_records(
         taken
             .id_ends
             .push(u32::try_from(taken.ids.len()).map_err(|_| invalid("memory ids", "too long"))?);
-        taken.checks.push(records::check(
+        taken.checks.push(tavern_search::region::checksum(
             bytes.get(start..at(&take)).unwrap_or_default(),
         ));
         meta.push(Meta {

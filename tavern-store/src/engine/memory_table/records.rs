@@ -13,6 +13,7 @@ use std::sync::{Arc, OnceLock};
 use tavern_core::{
     MemoryId, MemoryKind, MemoryRecord, MemorySource, Revision, ScopeKey, Tag, Timestamp,
 };
+use tavern_search::region::checksum as check;
 use tavern_search::{ImageError, Region, Take};
 
 use super::image::{entry, invalid, maybe_time};
@@ -43,11 +44,6 @@ struct Image {
     /// How many times a record was decoded from the image.
     #[cfg(test)]
     decodes: std::sync::atomic::AtomicUsize,
-}
-
-/// A record's checksum: the low half of its bytes' XXH3-64.
-pub(super) fn check(bytes: &[u8]) -> u32 {
-    xxhash_rust::xxh3::xxh3_64(bytes) as u32
 }
 
 /// What an open took of the records of an image, to read them later where they lie.
