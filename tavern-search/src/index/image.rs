@@ -14,16 +14,13 @@
 use rustc_hash::FxHashMap;
 
 use super::lists::Lists;
+use super::terms::Terms;
 use super::{top, Bm25Index, GroupLists, GroupStats, Shard, SHARDS};
 use crate::bytes::{ImageError, Put, Take};
 use crate::region::Region;
 
 /// The first bytes of an index image and its format version.
-const MAGIC: &[u8; 8] = b"tvbm25\0\x04";
-
-/// How a term is keyed in a shard's dictionary.
-const PACKED: u8 = 0;
-const WORD: u8 = 1;
+const MAGIC: &[u8; 8] = b"tvbm25\0\x05";
 
 fn invalid(message: String) -> ImageError {
     ImageError::Invalid(message)
@@ -205,46 +202,19 @@ impl Bm25Index {
 impl Shard {
     fn write_image(&self, out: &mut Vec<u8>, postings: &mut Vec<u8>) {
         out.put_len(self.map_block);
-        // Each term's key, by term id.
-        let mut keys: Vec<Option<Result<u64, &str>>> = vec![None; self.lists.len()];
-        for (key, id) in &self.packed_ids {
-            if let Some(slot) = keys.get_mut(*id as usize) {
-                *slot = Some(Ok(*key));
-            }
-        }
-        for (word, id) in &self.term_ids {
-            if let Some(slot) = keys.get_mut(*id as usize) {
-                *slot = Some(Err(word));
-            }
-        }
-        out.put_len(self.lists.len());
-        for (key, lists) in keys.iter().zip(&self.lists) {
-            match key {
-                Some(Ok(packed)) => {
-                    out.put_u8(PACKED);
-                    out.put_u64(*packed);
-                }
-                Some(Err(word)) => {
-                    out.put_u8(WORD);
-                    out.put_str(word);
-                }
-                // A term id no key names cannot be searched: written as an empty word.
-                None => {
-                    out.put_u8(WORD);
-                    out.put_str("");
-                }
-            }
-            let pairs: Vec<(u32, u32)> = match lists {
-                GroupLists::Empty => Vec::new(),
-                GroupLists::One { group, list } => vec![(*group, *list)],
-                GroupLists::Many(all) => all.to_vec(),
+        // Terms by key (read back numbered so), each with its lists.
+        Terms::write(&self.terms.sorted(), out, |id, out| {
+            let pairs: Vec<(u32, u32)> = match self.lists.get(id as usize) {
+                None | Some(GroupLists::Empty) => Vec::new(),
+                Some(GroupLists::One { group, list }) => vec![(*group, *list)],
+                Some(GroupLists::Many(all)) => all.to_vec(),
             };
             out.put_len(pairs.len());
             for (group, list) in pairs {
                 out.put_u32(group);
                 out.put_u32(list);
             }
-        }
+        });
         out.put_len(self.postings.len());
         self.postings.write_all(out, postings, |list, out| {
             out.put_f32(self.max_tf.get(list).copied().unwrap_or(0.0));
@@ -263,38 +233,20 @@ impl Shard {
     ) -> Result<Self, ImageError> {
         let map_block = usize::try_from(bytes.u64("block size")?)
             .map_err(|_| invalid("block size out of range".into()))?;
-        let terms = bytes.len(17, "terms")?;
-        let mut shard = Self {
-            map_block,
-            lists: Vec::with_capacity(terms),
-            ..Self::default()
-        };
-        shard.packed_ids.reserve(terms);
-        for id in 0..terms {
-            let id = u32::try_from(id).map_err(|_| invalid("too many terms".into()))?;
-            let fresh = match bytes.u8("term kind")? {
-                PACKED => shard
-                    .packed_ids
-                    .insert(bytes.u64("packed term")?, id)
-                    .is_none(),
-                WORD => {
-                    let word = bytes.str("term")?;
-                    word.is_empty() || shard.term_ids.insert(word.into(), id).is_none()
-                }
-                other => return Err(invalid(format!("term kind {other}"))),
-            };
-            if !fresh {
-                return Err(invalid(format!("term {id} repeats another's key")));
-            }
+        let mut lists = Vec::new();
+        let terms = Terms::read(bytes, |bytes| {
             let pairs = bytes.len(8, "term lists")?;
             let mut all = Vec::with_capacity(pairs);
             for _ in 0..pairs {
                 all.push((bytes.u32("list group")?, bytes.u32("list id")?));
             }
             if !all.windows(2).all(|w| w[0].0 < w[1].0) {
-                return Err(invalid(format!("term {id}'s lists are not by group")));
+                return Err(invalid(format!(
+                    "term {}'s lists are not by group",
+                    lists.len()
+                )));
             }
-            shard.lists.push(match all.len() {
+            lists.push(match all.len() {
                 0 => GroupLists::Empty,
                 1 => GroupLists::One {
                     group: all[0].0,
@@ -302,7 +254,15 @@ impl Shard {
                 },
                 _ => GroupLists::Many(Box::new(all)),
             });
-        }
+            Ok(())
+        })?;
+        lists.shrink_to_fit();
+        let mut shard = Self {
+            map_block,
+            terms,
+            lists,
+            ..Self::default()
+        };
         // Largest frequency, count, length, checksum.
         let lists = bytes.len(10, "posting lists")?;
         shard.max_tf.reserve_exact(lists);
@@ -331,7 +291,7 @@ impl Shard {
             let mut maps = FxHashMap::default();
             for list in 0..shard.postings.len() {
                 let id = u32::try_from(list).map_err(|_| invalid("too many lists".into()))?;
-                top::BlockMap::rebuild(&mut maps, id, shard.postings.get(list), shard.map_block);
+                top::BlockMap::rebuild(&mut maps, id, &shard.postings.get(list), shard.map_block);
             }
             shard.maps = maps;
             // Every list is decoded: the region is of no more use.

@@ -5,19 +5,33 @@
 //! (searches share the shard, so the decoding is behind a [`OnceLock`]); it is checked against
 //! its checksum first, and one that cannot be read or fails it decodes as empty and marks the
 //! lists damaged ([`Lists::damaged`]: the owner rebuilds the index from its records).
+//! Decoded lists are kept while they hold at most [`KEPT_POSTINGS`] postings in all; past
+//! that a list is decoded for the call that reads it and dropped after, so a long-lived
+//! process searching a large store does not come to hold every list it ever read decoded
+//! (12 bytes a posting, four times their encoded size).
 
+use std::borrow::Cow;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use super::Posting;
 use crate::bytes::{ImageError, Put, Take};
 use crate::region::{checksum as check, Region};
 
+/// How many decoded postings of image lists a shard keeps (12 bytes each: 24 MiB), in lists
+/// decoded whole while they fit; lists made or changed since the image are always kept.
+pub(super) const KEPT_POSTINGS: usize = 1 << 21;
+
 /// Posting lists by list id.
 #[derive(Default)]
 pub(super) struct Lists {
     decoded: Vec<OnceLock<Vec<Posting>>>,
+    /// How many postings of image lists decoded for a read are kept in `decoded` (counted
+    /// before they are placed: at most `keep_limit`).
+    kept: AtomicUsize,
+    /// [`KEPT_POSTINGS`] for lists read from an image.
+    keep_limit: usize,
     /// Where the image lists' encoded postings lie, one after the other.
     region: Region,
     /// Per image list, where its bytes start in `region`, and one past the last list's end;
@@ -37,6 +51,8 @@ impl Clone for Lists {
     fn clone(&self) -> Self {
         Self {
             decoded: self.decoded.clone(),
+            kept: AtomicUsize::new(self.kept.load(Ordering::Relaxed)),
+            keep_limit: self.keep_limit,
             region: self.region.clone(),
             starts: self.starts.clone(),
             counts: self.counts.clone(),
@@ -90,12 +106,49 @@ impl Lists {
         }
     }
 
-    /// List `l`'s postings, decoded now if they are not yet (an unknown id has none).
-    pub(super) fn get(&self, l: usize) -> &[Posting] {
-        match self.decoded.get(l) {
-            Some(slot) => slot.get_or_init(|| self.decode(l)).as_slice(),
-            None => &[],
+    /// List `l`'s postings, decoded now if they are not yet (an unknown id has none): kept
+    /// decoded while the shard's kept postings stay within [`KEPT_POSTINGS`], otherwise
+    /// decoded for the caller alone.
+    pub(super) fn get(&self, l: usize) -> Cow<'_, [Posting]> {
+        let Some(slot) = self.decoded.get(l) else {
+            return Cow::Borrowed(&[]);
+        };
+        if let Some(list) = slot.get() {
+            return Cow::Borrowed(list);
         }
+        let list = self.decode(l);
+        let n = list.len();
+        let room = self
+            .kept
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |kept| {
+                kept.checked_add(n).filter(|k| *k <= self.keep_limit)
+            })
+            .is_ok();
+        if !room {
+            return Cow::Owned(list);
+        }
+        if slot.set(list).is_err() {
+            // Another call placed it first: its postings are counted once.
+            self.kept.fetch_sub(n, Ordering::Relaxed);
+        }
+        match slot.get() {
+            Some(list) => Cow::Borrowed(list),
+            None => Cow::Borrowed(&[]),
+        }
+    }
+
+    /// Keeps at most `n` decoded postings of image lists from now on (tests of what is not
+    /// kept, with lists of a few postings).
+    #[cfg(test)]
+    pub(super) fn keep_at_most(&mut self, n: usize) {
+        self.keep_limit = n;
+    }
+
+    /// Whether list `l` is held decoded (made since the image, changed, or kept after a
+    /// read).
+    #[cfg(test)]
+    pub(super) fn is_decoded(&self, l: usize) -> bool {
+        self.decoded.get(l).is_some_and(|slot| slot.get().is_some())
     }
 
     /// List `l` to change, decoded first if it is not yet; `None` for an unknown id.
@@ -313,6 +366,8 @@ impl Lists {
         decoded.resize_with(n, OnceLock::new);
         Ok(Self {
             decoded,
+            kept: AtomicUsize::new(0),
+            keep_limit: KEPT_POSTINGS,
             region: region.clone(),
             starts,
             counts,
@@ -431,6 +486,49 @@ mod tests {
         let region = Region::in_memory(tail);
         let mut at = 0;
         Lists::read(&mut Take::new(out), n, 4, &region, &mut at, |_| Ok(()))
+    }
+
+    /// Past the postings a shard keeps decoded, a list read is decoded for its caller alone
+    /// (the same postings each time, never kept); one changed is kept whatever the limit, and
+    /// the image written again holds every list as it is.
+    #[test]
+    fn lists_past_the_kept_postings_are_decoded_for_each_read() {
+        let lists = [
+            vec![(0, 1.0, 1), (3, 0.5, 2)],
+            vec![(1, 1.0, 1)],
+            vec![(2, 2.5, 1)],
+        ];
+        let mut made = Lists::default();
+        for list in &lists {
+            let l = made.push_empty();
+            made.get_mut(l as usize).unwrap().extend_from_slice(list);
+        }
+        let (out, tail) = write(&made);
+        let mut read = read_back(&out, tail.clone(), 3).unwrap();
+        read.keep_at_most(2);
+        assert!(matches!(read.get(0), Cow::Borrowed(l) if l == &lists[0][..]));
+        assert!(read.is_decoded(0), "the first two postings are kept");
+        for _ in 0..2 {
+            assert!(matches!(read.get(2), Cow::Owned(l) if l == lists[2]));
+            assert!(!read.is_decoded(2), "past the limit: decoded, not kept");
+        }
+        read.get_mut(1).unwrap().push((2, 1.0, 1));
+        assert!(
+            read.is_decoded(1),
+            "a changed list is kept whatever the limit"
+        );
+        assert_eq!(read.get(1), &[(1u32, 1.0f32, 1u32), (2, 1.0, 1)][..]);
+        let again = {
+            let (out, tail) = write(&read);
+            read_back(&out, tail, 3).unwrap()
+        };
+        assert_eq!(again.get(0), &lists[0][..]);
+        assert_eq!(again.get(1), read.get(1));
+        assert_eq!(again.get(2), &lists[2][..]);
+        assert!(
+            read.verify(),
+            "lists not kept are still checked where they lie"
+        );
     }
 
     /// A list read from an image is decoded when first asked for, and an edit decodes it

@@ -10,12 +10,14 @@ mod bulk;
 mod image;
 mod lists;
 mod score;
+mod terms;
 #[cfg(test)]
 mod tests;
 mod top;
 
 pub use best::BestMatches;
 use rustc_hash::FxHashMap;
+use std::borrow::Cow;
 use tavern_core::tokens::is_cjk;
 
 use crate::analyzer::{for_each_index_token, word_len};
@@ -66,10 +68,9 @@ type Posting = (u32, f32, u32);
 /// One shard of the term dictionary with its postings.
 #[derive(Debug, Default, Clone)]
 struct Shard {
-    /// Short tokens (CJK uni/bigrams, Latin words up to 7 bytes) packed into integers: most
-    /// lookups hash a `u64` instead of comparing strings.
-    packed_ids: FxHashMap<u64, u32>,
-    term_ids: FxHashMap<Box<str>, u32>,
+    /// Term ids by token; short tokens (CJK uni/bigrams, Latin words up to 7 bytes) packed
+    /// into integers: most lookups compare a `u64` instead of strings.
+    terms: terms::Terms,
     /// Per term: its posting lists, one per group that has it, so a search of some groups
     /// reads (and counts document frequencies from) their postings only, however many other
     /// groups the index holds.
@@ -148,20 +149,15 @@ impl Shard {
     /// The posting list of `token` in `group`, interning the token and creating the list as
     /// needed.
     fn intern(&mut self, token: &str, key: Option<u64>, group: u32) -> u32 {
-        let next = u32::try_from(self.lists.len()).unwrap_or(u32::MAX);
-        let term = match key {
-            Some(key) => *self.packed_ids.entry(key).or_insert(next),
-            None => match self.term_ids.get(token) {
-                Some(id) => *id,
-                None => {
-                    self.term_ids.insert(token.into(), next);
-                    next
-                }
-            },
+        let term = match self.terms.get(token, key) {
+            Some(term) => term,
+            None => {
+                let next = u32::try_from(self.lists.len()).unwrap_or(u32::MAX);
+                self.terms.insert(token, key, next);
+                self.lists.push(GroupLists::default());
+                next
+            }
         };
-        if term == next {
-            self.lists.push(GroupLists::default());
-        }
         let lists = &mut self.lists[term as usize];
         if let Some(list) = lists.get(group) {
             return list;
@@ -202,10 +198,7 @@ impl Shard {
         key: Option<u64>,
         groups: Option<&[u32]>,
     ) -> Option<QueryTerm<'_>> {
-        let id = *match key {
-            Some(key) => self.packed_ids.get(&key),
-            None => self.term_ids.get(token),
-        }?;
+        let id = self.terms.get(token, key)?;
         let lists = self.lists.get(id as usize)?;
         let mut chosen: Vec<u32> = match groups {
             None => lists.lists().collect(),
@@ -279,11 +272,8 @@ impl Shard {
                 if shard_of(token, key) != me {
                     return;
                 }
-                let term = match key {
-                    Some(key) => self.packed_ids.get(&key),
-                    None => self.term_ids.get(token),
-                };
-                match term.and_then(|t| self.lists.get(*t as usize)?.get(group)) {
+                let term = self.terms.get(token, key);
+                match term.and_then(|t| self.lists.get(t as usize)?.get(group)) {
                     Some(list) => ids.push(list),
                     None => found = false,
                 }
@@ -432,20 +422,21 @@ pub struct Bm25Index {
 /// A query token found in the index: its postings (in the groups searched), its BM25 weight
 /// and the largest term frequency among its postings.
 struct QueryTerm<'a> {
-    /// Its postings in the first group searched that has it.
-    list: &'a [Posting],
+    /// Its postings in the first group searched that has it (borrowed from the index, or
+    /// decoded for this query when the index keeps no more decoded lists).
+    list: Cow<'a, [Posting]>,
     /// Its postings in the other groups searched that have it (each list a group's).
-    rest: Vec<&'a [Posting]>,
+    rest: Vec<Cow<'a, [Posting]>>,
     weight: f32,
     max_tf: f32,
     /// The list's block map, when it is the term's only list and long enough to keep one.
     map: Option<&'a top::BlockMap>,
 }
 
-impl<'a> QueryTerm<'a> {
+impl QueryTerm<'_> {
     /// Every list of the term in the groups searched.
-    fn lists(&self) -> impl Iterator<Item = &'a [Posting]> + '_ {
-        std::iter::once(self.list).chain(self.rest.iter().copied())
+    fn lists(&self) -> impl Iterator<Item = &[Posting]> + '_ {
+        std::iter::once(&*self.list).chain(self.rest.iter().map(|l| &**l))
     }
 }
 
@@ -492,7 +483,7 @@ impl Bm25Index {
         self.generation.reserve(docs);
         self.group.reserve(docs);
         for shard in &mut self.shards {
-            shard.packed_ids.reserve(docs * 2);
+            shard.terms.reserve(docs * 2);
             shard.postings.reserve(docs * 2);
         }
     }

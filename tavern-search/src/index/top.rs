@@ -487,7 +487,7 @@ impl Bm25Index {
                             continue;
                         }
                         let tf = match term.map {
-                            Some(map) => map.tf_in_word(b, w, x, bit, term.list),
+                            Some(map) => map.tf_in_word(b, w, x, bit, &term.list),
                             None => {
                                 let (from, to) = segments[i];
                                 let segment = term.list.get(from..to).unwrap_or_default();
@@ -535,14 +535,14 @@ impl Bm25Index {
             return None;
         }
         let mut set = DocSet::empty(words, docs);
-        for &(doc, tf, _) in first.list {
+        for &(doc, tf, _) in first.list.iter() {
             set.insert(doc);
             // Added in scoring order, as the blocks add them: bit-identical sums.
             let mut sum = self.contribution(first.weight, tf, doc, norm);
             let mut matched = 1usize;
             for term in &terms[1..] {
                 let found = match term.map {
-                    Some(map) => map.tf(doc, term.list),
+                    Some(map) => map.tf(doc, &term.list),
                     None => term
                         .list
                         .binary_search_by_key(&doc, |p| p.0)
@@ -768,7 +768,7 @@ fn count_matches(
             }
             _ => {
                 read += term.list.len();
-                for &(doc, _, _) in term.list {
+                for &(doc, _, _) in term.list.iter() {
                     if let Some(word) = union.get_mut(doc as usize / 64) {
                         *word |= 1 << (doc % 64);
                     }
@@ -1029,7 +1029,7 @@ mod tests {
                 let Some(map) = term.map else { continue };
                 for doc in 0..messages.len() as u32 + 3 {
                     let want = term.list.iter().find(|p| p.0 == doc).map(|p| p.1.to_bits());
-                    prop_assert_eq!(map.tf(doc, term.list).map(f32::to_bits), want, "doc {}", doc);
+                    prop_assert_eq!(map.tf(doc, &term.list).map(f32::to_bits), want, "doc {}", doc);
                 }
                 checked += 1;
             }

@@ -414,7 +414,7 @@ fn read_records(
     for _ in 0..n {
         let start = at(&take);
         taken.starts.push((start - first) as u64);
-        let f = records::fields(&mut take, &dictionaries)?;
+        let f = records::fields(&mut take, &dictionaries, records::Check::Open)?;
         taken.ids.push_str(f.id);
         taken
             .id_ends
@@ -717,6 +717,36 @@ mod tests {
         }
         let _ = read.search(&MemoryQuery::new("silver gate", vec![]), Timestamp(200));
         assert!(read.lost());
+    }
+
+    /// The open checks what every record's place in the table needs (its id, scope, kind,
+    /// times) and leaves its texts to the first read: an image whose content is not UTF-8
+    /// (written wrong, its checksums over those bytes) opens, and that record is never used —
+    /// the table is lost (its owner reads the log) — while an invalid id is refused at open.
+    #[test]
+    fn a_record_text_written_wrong_is_found_when_first_read() {
+        let mut t = MemoryTable::new();
+        for i in 0..10 {
+            step(&mut t, (i, i % 3, 0, i % 4, None), i as i64);
+        }
+        let (mut bytes, postings) = image(&t);
+        let text = b"the silver gate 0";
+        let at = bytes.windows(text.len()).position(|w| w == text).unwrap();
+        bytes[at] = 0xff;
+        let read = read_back(&(bytes.clone(), postings.clone())).unwrap();
+        let m1 = MemoryId::parse("m1").unwrap();
+        assert!(read.get(&scope(1), &m1).is_some());
+        assert!(!read.lost());
+        assert!(read
+            .get(&scope(0), &MemoryId::parse("m0").unwrap())
+            .is_none());
+        assert!(read.lost());
+        // An id is checked at open: the table could not even be looked up by it.
+        let id = b"m1";
+        let mut bad_id = bytes;
+        let at = bad_id.windows(id.len()).position(|w| w == id).unwrap();
+        bad_id[at] = b' ';
+        assert!(read_back(&(bad_id, postings)).is_err());
     }
 
     /// Posting lists damaged in the image's region after the open checked the rest: a search

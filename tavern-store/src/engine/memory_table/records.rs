@@ -137,13 +137,26 @@ pub(super) struct Fields<'a> {
     revision: &'a str,
 }
 
+/// How much of a record [`fields`] checks.
+#[derive(Clone, Copy, PartialEq)]
+pub(super) enum Check {
+    /// What an open needs of every record: its id, scope, kind, source, times and scores,
+    /// each checked; its texts (content, tags, revision) skipped, left empty, checked when
+    /// the record is first decoded (one that fails then is not there: the table is lost).
+    Open,
+    /// Every field, as decoding the record needs them.
+    Whole,
+}
+
 /// Reads one record's fields (as `MemoryTable::write_image` wrote them), checking each id,
-/// tag and revision as the log's parser does and every number against `dictionaries`,
-/// without copying any text.
+/// tag and revision as the log's parser does and every number against `dictionaries`
+/// (the texts only with [`Check::Whole`]), without copying any text.
 pub(super) fn fields<'a>(
     take: &mut Take<'a>,
     dictionaries: &Dictionaries,
+    check: Check,
 ) -> Result<Fields<'a>, ImageError> {
+    let whole = check == Check::Whole;
     let id = take.str("memory id")?;
     if !MemoryId::is_valid(id) {
         return Err(invalid("memory id", format!("{id:?} is not valid")));
@@ -153,14 +166,12 @@ pub(super) fn fields<'a>(
         return Err(invalid("record scope", format!("{scope} is not listed")));
     }
     let kind = *entry(&dictionaries.kinds, take.u32("kind")?, "kind")?;
-    // Checked here, at open, like every other field: a record that cannot be decoded later
-    // would leave its slot empty (and a compaction would drop it).
-    let content = take.str("content")?;
+    let content = text(take, "content", whole)?;
     let tag_count = take.len(8, "tags")?;
     let tags = (tag_count, take.clone());
     for _ in 0..tag_count {
-        let tag = take.str("tag")?;
-        if !Tag::is_valid(tag) {
+        let tag = text(take, "tag", whole)?;
+        if whole && !Tag::is_valid(tag) {
             return Err(invalid("tag", format!("{tag:?} is not valid")));
         }
     }
@@ -173,8 +184,8 @@ pub(super) fn fields<'a>(
     let last_accessed_at = maybe_time(take, "last accessed at")?;
     let expires_at = maybe_time(take, "expires at")?;
     let deleted_at = maybe_time(take, "deleted at")?;
-    let revision = take.str("revision")?;
-    if !Revision::is_valid(revision) {
+    let revision = text(take, "revision", whole)?;
+    if whole && !Revision::is_valid(revision) {
         return Err(invalid("revision", format!("{revision:?} is not valid")));
     }
     Ok(Fields {
@@ -193,6 +204,16 @@ pub(super) fn fields<'a>(
         deleted_at,
         revision,
     })
+}
+
+/// A text field: checked as UTF-8 when `whole`, otherwise skipped (and empty).
+fn text<'a>(take: &mut Take<'a>, what: &'static str, whole: bool) -> Result<&'a str, ImageError> {
+    if whole {
+        return take.str(what);
+    }
+    let n = take.len(1, what)?;
+    take.bytes(n, what)?;
+    Ok("")
 }
 
 impl Fields<'_> {
@@ -246,9 +267,9 @@ impl Image {
         self.decodes
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut take = Take::new(bytes);
-        // Every field of every record was checked when the image was read, and these are
-        // the bytes checked then: this cannot fail.
-        fields(&mut take, &self.dictionaries)
+        // The bytes the open checked, but not their texts: an image written wrong fails here
+        // (the record is then not there, and the table lost).
+        fields(&mut take, &self.dictionaries, Check::Whole)
             .and_then(|f| f.record(&self.dictionaries))
             .ok()
     }
