@@ -145,9 +145,7 @@ async fn a_posting_list_damaged_in_the_image_is_found_when_read_and_healed() {
     let path = images.path().join(IMAGE);
     let mut image = std::fs::read(&path).unwrap();
     let truth = from_rows_alone(&config, rows).await;
-    // The header: magic, body length, checked length, checksum; the postings follow the
-    // checked part.
-    let postings = 40 + u64::from_le_bytes(image[16..24].try_into().unwrap()) as usize;
+    let postings = memories::postings_at(&image);
     assert!(postings < image.len());
     for b in &mut image[postings..] {
         *b ^= 0x5a;

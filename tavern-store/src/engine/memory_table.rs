@@ -68,6 +68,7 @@ pub(crate) struct AuditLine {
 
 use crate::memory::KEPT_CONTENTS;
 
+mod columns;
 mod image;
 mod records;
 
@@ -701,6 +702,12 @@ impl MemoryTable {
     /// and never needed since): what `tavern check` asks.
     pub(crate) fn postings_whole(&self) -> bool {
         self.index.postings_whole()
+    }
+
+    /// Whether every record reads back whole from the image it lies in (each read in one go,
+    /// checked and decoded, none kept): what `tavern check` asks of the file store's image.
+    pub(crate) fn records_whole(&self) -> bool {
+        self.records.iter().count() == self.records.len() && !self.records.lost()
     }
 
     /// [`MemoryTable::search`], again after [`MemoryTable::heal`] when the first found the

@@ -93,6 +93,18 @@ pub async fn seen(s: &impl MemoryStore) -> String {
     out
 }
 
+/// Where an image file's posting lists begin: after its checked part (the header gives its
+/// length), the records' bytes (the memory table's header gives theirs), then the postings.
+pub fn postings_at(image: &[u8]) -> usize {
+    let checked = u64::from_le_bytes(image[16..24].try_into().unwrap()) as usize;
+    let table = image
+        .windows(8)
+        .position(|w| w == b"tvmemt\0\x03")
+        .expect("a memory table image");
+    let records = u64::from_le_bytes(image[table + 16..table + 24].try_into().unwrap());
+    40 + checked + records as usize
+}
+
 /// An image damaged three ways: a flipped bit in the middle of what an open reads (the
 /// header, 40 bytes, says how much that is), its last bytes cut off, and no more than its
 /// magic's first seven bytes.
@@ -127,13 +139,10 @@ pub async fn creating_m1_again_is_refused(s: &impl MemoryStore) {
 pub fn change_first_records(path: &std::path::Path) -> Vec<u8> {
     use std::io::{Seek, SeekFrom, Write};
     let before = std::fs::read(path).unwrap();
-    // The table's image: its magic, the records' length, their count, then the records.
-    let magic = b"tvmemt\0\x02";
-    let table = before
-        .windows(magic.len())
-        .position(|w| w == magic)
-        .expect("a memory table image");
-    let mut at = table + 8 + 8 + 8;
+    // The records' bytes lie first after the checked part (the header gives its length), in
+    // the order they were written.
+    let checked = u64::from_le_bytes(before[16..24].try_into().unwrap()) as usize;
+    let mut at = 40 + checked;
     let mut file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
     for _ in 0..2 {
         let word = b"lantern";

@@ -243,6 +243,12 @@ fn check_memory_image(root: &Path, f: &mut CheckReport) {
              index from the records when a search meets it, and saves a new image"
                 .to_string(),
         ),
+        Ok(Found::Fresh(table, _)) if !table.records_whole() => f.problem(
+            IMAGE,
+            "torn or damaged (a record fails its checksum): the store reads memory.log again \
+             when a call meets it, and saves a new image"
+                .to_string(),
+        ),
         Ok(Found::Fresh(..) | Found::Absent) => {}
         Ok(Found::Stale) => f.warnings.push(CheckFinding {
             file: IMAGE.into(),

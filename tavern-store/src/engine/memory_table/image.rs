@@ -13,14 +13,16 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::hash::Hash;
 
-use tavern_core::{AuditAction, MemorySource, Revision, ScopeKey, Timestamp};
+use tavern_core::{AuditAction, MemorySource, ScopeKey, Timestamp};
+use tavern_search::region::checksum;
 use tavern_search::{Bm25Index, ImageError, Put, Region, Take};
 
-use super::records::{self, Dictionaries, Records, Taken};
+use super::columns::{AuditColumns, RecordColumns};
+use super::records::{Dictionaries, Records, Taken};
 use super::{id_hash, AuditItem, MemoryTable, Meta, Sources, VersionText, NO_AUDIT};
 
 /// The first bytes of a memory table image and its format version.
-const MAGIC: &[u8; 8] = b"tvmemt\0\x02";
+const MAGIC: &[u8; 8] = b"tvmemt\0\x03";
 
 /// Distinct values written once each (as JSON), referred to by number.
 struct Dictionary<T: Hash + Eq> {
@@ -83,22 +85,6 @@ pub(super) fn entry<'v, T>(values: &'v [T], id: u32, what: &str) -> Result<&'v T
         .ok_or_else(|| ImageError::Invalid(format!("{what} {id} is not in the dictionary")))
 }
 
-/// A revision as its text, from its digits (no string made for it).
-fn put_revision(out: &mut Vec<u8>, digits: u128) {
-    use std::io::Write;
-    out.put_len(35);
-    // Writing to a vector cannot fail.
-    let _ = write!(out, "r1-{digits:032x}");
-}
-
-/// A revision's digits from its text, checked as [`Revision::parse`] checks it.
-fn revision_digits(text: &str) -> Result<u128, ImageError> {
-    if !Revision::is_valid(text) {
-        return Err(invalid("revision", format!("{text:?} is not valid")));
-    }
-    u128::from_str_radix(&text[3..], 16).map_err(|e| invalid("revision", e))
-}
-
 fn put_time(out: &mut Vec<u8>, t: Option<Timestamp>) {
     out.put_u8(u8::from(t.is_some()));
     out.put_u64(t.map_or(0, |t| t.0 as u64));
@@ -133,10 +119,12 @@ impl MemoryTable {
     /// sources, kinds, actions), the index. `false` when a posting list copied from the
     /// image this table was read from turned out damaged: what was appended is not to be
     /// kept ([`MemoryTable::heal`] first).
-    pub(crate) fn write_image(&self, out: &mut Vec<u8>, postings: &mut Vec<u8>) -> bool {
-        out.reserve(self.records.len() * 160 + 64);
+    pub(crate) fn write_image(&self, out: &mut Vec<u8>, rest: &mut Vec<u8>) -> bool {
+        out.reserve(self.records.len() * 80 + 64);
         out.extend_from_slice(MAGIC);
         let len_at = out.len();
+        // The columns' length, then the records' bytes' length: patched below.
+        out.put_u64(0);
         out.put_u64(0);
         // The dictionaries the records still in the image refer to come first, with
         // the same numbers, so those bytes are copied as they are.
@@ -152,60 +140,72 @@ impl MemoryTable {
         let mut actions = Dictionary::new();
         // The bytes of the records never read, in one read of the image.
         let held = copy_undecoded.then(|| self.records.held()).flatten();
-        out.put_len(self.records.len());
+        let bodies_at = rest.len();
+        let mut columns = RecordColumns::default();
+        let mut body = Vec::new();
         for (slot, m) in (0u32..).zip(&self.meta) {
+            let kind = kinds.id(&m.kind);
             if let Some(bytes) = held.as_ref().and_then(|h| h.undecoded(slot)) {
-                out.extend_from_slice(bytes);
+                let id = self.records.id(slot).unwrap_or_default();
+                rest.extend_from_slice(bytes);
+                columns.push(id, bytes.len(), checksum(bytes), m, kind);
                 continue;
             }
-            // Every slot holds a record (one that could not be read would make an image the
-            // next open finds damaged, and rebuilds from the log).
+            // Every slot holds a record (one that could not be read makes the table lost:
+            // no image of it is kept).
             let Some(r) = self.records.read(slot) else {
                 continue;
             };
-            out.put_str(r.id.as_str());
-            out.put_u32(m.scope);
-            out.put_u32(kinds.id(&r.kind));
-            out.put_str(&r.content);
-            out.put_len(r.tags.len());
+            body.clear();
+            body.put_str(r.id.as_str());
+            body.put_u32(m.scope);
+            body.put_u32(kinds.id(&r.kind));
+            body.put_str(&r.content);
+            body.put_len(r.tags.len());
             for tag in &r.tags {
-                out.put_str(tag.as_str());
+                body.put_str(tag.as_str());
             }
-            out.put_f64(r.importance);
-            out.put_f64(r.confidence);
-            out.put_u32(sources.id(&r.source));
-            put_time(out, Some(r.created_at));
-            put_time(out, Some(r.updated_at));
-            put_time(out, r.last_accessed_at);
-            put_time(out, r.expires_at);
-            put_time(out, r.deleted_at);
-            out.put_str(r.revision.as_str());
+            body.put_f64(r.importance);
+            body.put_f64(r.confidence);
+            body.put_u32(sources.id(&r.source));
+            put_time(&mut body, Some(r.created_at));
+            put_time(&mut body, Some(r.updated_at));
+            put_time(&mut body, r.last_accessed_at);
+            put_time(&mut body, r.expires_at);
+            put_time(&mut body, r.deleted_at);
+            body.put_str(r.revision.as_str());
+            rest.extend_from_slice(&body);
+            columns.push(r.id.as_str(), body.len(), checksum(&body), m, kind);
         }
+        columns.write(out);
         // The audit items' sources by their number here.
         let source_ids: Vec<u32> = self.sources.iter().map(|s| sources.id(s)).collect();
-        out.put_len(self.audit.len());
+        let mut audit = AuditColumns::default();
+        let mut kept = Vec::new();
         for a in &self.audit {
-            out.put_u32(a.slot);
-            out.put_u32(actions.id(&a.action));
-            put_time(out, Some(a.at));
-            put_revision(out, a.revision);
-            let source = match source_ids.get(a.source as usize) {
+            audit.slots.push(a.slot);
+            audit.actions.push(actions.id(&a.action));
+            audit.ats.push(a.at.0);
+            audit.revisions.push(a.revision);
+            audit.sources.push(match source_ids.get(a.source as usize) {
                 Some(&id) => id,
                 // Every item's source is listed: not reached.
                 None => sources.id(&MemorySource::system()),
-            };
-            out.put_u32(source);
-            match &a.text {
-                VersionText::Same => out.put_u8(SAME),
+            });
+            audit.texts.push(match &a.text {
+                VersionText::Same => SAME,
                 VersionText::Kept(text) => {
-                    out.put_u8(KEPT);
-                    out.put_str(text);
+                    kept.push(&**text);
+                    KEPT
                 }
-                VersionText::Dropped => out.put_u8(DROPPED),
-            }
+                VersionText::Dropped => DROPPED,
+            });
         }
-        let records_len = (out.len() - len_at - 8) as u64;
-        out[len_at..len_at + 8].copy_from_slice(&records_len.to_le_bytes());
+        audit.write(out, &kept);
+        let columns_len = (out.len() - len_at - 16) as u64;
+        out[len_at..len_at + 8].copy_from_slice(&columns_len.to_le_bytes());
+        let bodies_len = (rest.len() - bodies_at) as u64;
+        out[len_at + 8..len_at + 16].copy_from_slice(&bodies_len.to_le_bytes());
         let mut scopes = vec![None; self.slots.len()];
         for (scope, id) in &self.scope_ids {
             if let Some(slot) = scopes.get_mut(*id as usize) {
@@ -221,9 +221,10 @@ impl MemoryTable {
         sources.write(out);
         kinds.write(out);
         actions.write(out);
-        // The index last, so the records and the index are read on two threads.
-        let index_whole = self.index.write_image(out, postings);
-        index_whole && !self.records.lost()
+        // The index last, so the records and the index are read on two threads; its
+        // postings after the records' bytes.
+        let index_whole = self.index.write_image(out, rest);
+        index_whole && !self.records.lost() && !columns.overflowed()
     }
 
     /// Reads a table written by [`MemoryTable::write_image`]: `bytes` what it wrote to
@@ -237,20 +238,28 @@ impl MemoryTable {
     /// revision or tag, or refer to records, scopes, dictionary entries or postings they do
     /// not hold.
     pub(crate) fn read_image(bytes: &[u8], image: &Region) -> Result<Self, ImageError> {
-        let read = bytes.len() as u64;
-        let postings = image
-            .sub(read, image.len().saturating_sub(read))
-            .filter(|_| image.len() >= read)
-            .ok_or_else(|| invalid("image", "shorter than what was read of it"))?;
         let mut take = Take::new(bytes);
         if take.bytes(MAGIC.len(), "memory image header")? != MAGIC {
             return Err(ImageError::Invalid(
                 "not a memory table image of this version".into(),
             ));
         }
-        let records_len = take.len(1, "records")?;
-        let records_at = (bytes.len() - take.left()) as u64;
-        let records_part = take.bytes(records_len, "records")?;
+        let columns_len = take.len(1, "records")?;
+        let bodies_len = take.u64("record bytes")?;
+        let columns_part = take.bytes(columns_len, "records")?;
+        // After what is read here: the records' bytes, then the index's postings.
+        let read = bytes.len() as u64;
+        let after = image
+            .len()
+            .checked_sub(read)
+            .ok_or_else(|| invalid("image", "shorter than what was read of it"))?;
+        let postings_len = after
+            .checked_sub(bodies_len)
+            .ok_or_else(|| invalid("record bytes", "beyond the image"))?;
+        let (bodies, postings) = image
+            .sub(read, bodies_len)
+            .zip(image.sub(read + bodies_len, postings_len))
+            .ok_or_else(|| invalid("record bytes", "beyond the image"))?;
         let dictionaries = Dictionaries {
             scopes: read_dictionary(&mut take, "scope")?,
             sources: read_dictionary::<MemorySource>(&mut take, "source")?.into(),
@@ -269,7 +278,7 @@ impl MemoryTable {
                     n => Err(ImageError::Invalid(format!("{n} bytes after the index"))),
                 }
             });
-            let parts = read_records(records_part, image, records_at, dictionaries, &actions);
+            let parts = read_records(columns_part, bodies, dictionaries, &actions);
             let index = index
                 .join()
                 .unwrap_or_else(|_| Err(ImageError::Invalid("reading the index failed".into())));
@@ -389,77 +398,73 @@ impl MemoryTable {
 
 type Parts = (Records, Vec<Meta>, Vec<AuditItem>);
 
-/// Reads the records (each checked, none decoded or kept: each is read again where it lies
-/// in `image` when first needed, against the checksum taken here) with their search metadata,
-/// and the audit items.
+/// Reads the records' columns (ids and where each record's bytes lie in `bodies`, their
+/// checksums, search metadata: no record is decoded, each is read where it lies when first
+/// needed) and the audit items, checking every reference.
 fn read_records(
     bytes: &[u8],
-    image: &Region,
-    bytes_at: u64,
+    bodies: Region,
     dictionaries: Dictionaries,
     actions: &[AuditAction],
 ) -> Result<Parts, ImageError> {
     let mut take = Take::new(bytes);
-    let n = take.len(60, "records")?;
-    let at = |take: &Take<'_>| bytes.len() - take.left();
-    let first = at(&take);
-    let mut taken = Taken {
-        starts: Vec::with_capacity(n + 1),
-        checks: Vec::with_capacity(n),
-        // Ids run about a tenth of a record.
-        ids: String::with_capacity(bytes.len() / 10),
-        id_ends: Vec::with_capacity(n),
-    };
-    let mut meta = Vec::with_capacity(n);
-    for _ in 0..n {
-        let start = at(&take);
-        taken.starts.push((start - first) as u64);
-        let f = records::fields(&mut take, &dictionaries, records::Check::Open)?;
-        taken.ids.push_str(f.id);
-        taken
-            .id_ends
-            .push(u32::try_from(taken.ids.len()).map_err(|_| invalid("memory ids", "too long"))?);
-        taken.checks.push(tavern_search::region::checksum(
-            bytes.get(start..at(&take)).unwrap_or_default(),
-        ));
-        meta.push(Meta {
-            scope: f.scope,
-            kind: f.kind,
-            deleted: f.deleted_at.is_some(),
-            expires_at: f.expires_at,
-            updated_at: f.updated_at,
-            created_at: f.created_at,
-            importance: f.importance,
-            confidence: f.confidence,
-        });
+    let columns = RecordColumns::read(&mut take)?;
+    let n = columns.len();
+    let mut starts = Vec::with_capacity(n + 1);
+    let mut end = 0u64;
+    starts.push(0);
+    for len in &columns.lens {
+        end += u64::from(*len);
+        starts.push(end);
     }
-    let end = at(&take);
-    taken.starts.push((end - first) as u64);
-    let items = take.len(30, "audit items")?;
-    let mut audit = Vec::with_capacity(items);
+    if end != bodies.len() {
+        return Err(invalid(
+            "records",
+            format!("{end} bytes where the image holds {}", bodies.len()),
+        ));
+    }
+    let mut meta = Vec::with_capacity(n);
+    for i in 0..n {
+        let scope = columns.scopes[i];
+        if scope as usize >= dictionaries.scopes.len() {
+            return Err(invalid("record scope", format!("{scope} is not listed")));
+        }
+        let kind = *entry(&dictionaries.kinds, columns.kinds[i], "kind")?;
+        meta.push(
+            columns
+                .meta(i, kind)
+                .ok_or_else(|| invalid("records", "columns of unequal lengths"))?,
+        );
+    }
+    let (items, kept) = AuditColumns::read(&mut take)?;
+    let mut kept = kept.into_iter();
+    let mut audit = Vec::with_capacity(items.slots.len());
     let sources = &dictionaries.sources;
-    for _ in 0..items {
-        let slot = take.u32("audit slot")?;
-        let action = *entry(actions, take.u32("action")?, "action")?;
-        let at = maybe_time(&mut take, "audit time")?.unwrap_or(Timestamp(0));
-        let revision = revision_digits(take.str("audit revision")?)?;
-        let source = take.u32("audit source")?;
+    for i in 0..items.slots.len() {
+        let source = items.sources[i];
         entry(sources, source, "source")?;
-        let text = match take.u8("audit text")? {
+        let text = match items.texts[i] {
             SAME => VersionText::Same,
-            KEPT => VersionText::Kept(take.str("kept text")?.into()),
+            KEPT => VersionText::Kept(
+                kept.next()
+                    .ok_or_else(|| invalid("kept texts", "fewer than the items keeping one"))?
+                    .into(),
+            ),
             DROPPED => VersionText::Dropped,
             other => return Err(invalid("audit text kind", other)),
         };
         audit.push(AuditItem {
-            slot,
+            slot: items.slots[i],
             prev: NO_AUDIT,
-            action,
-            at,
-            revision,
+            action: *entry(actions, items.actions[i], "action")?,
+            at: Timestamp(items.ats[i]),
+            revision: items.revisions[i],
             source,
             text,
         });
+    }
+    if kept.next().is_some() {
+        return Err(invalid("kept texts", "more than the items keeping one"));
     }
     if take.left() != 0 {
         return Err(invalid(
@@ -467,13 +472,14 @@ fn read_records(
             format!("{} bytes after them", take.left()),
         ));
     }
-    // The records are read again where they lie when first needed.
-    taken.ids.shrink_to_fit();
-    let region = image
-        .sub(bytes_at + first as u64, (end - first) as u64)
-        .ok_or_else(|| invalid("records", "beyond the image"))?;
+    let taken = Taken {
+        starts,
+        checks: columns.checks,
+        ids: columns.ids,
+        id_ends: columns.id_ends,
+    };
     Ok((
-        Records::from_image(region, taken, dictionaries),
+        Records::from_image(bodies, taken, dictionaries),
         meta,
         audit,
     ))
@@ -719,32 +725,38 @@ mod tests {
         assert!(read.lost());
     }
 
-    /// The open checks what every record's place in the table needs (its id, scope, kind,
-    /// times) and leaves its texts to the first read: an image whose content is not UTF-8
-    /// (written wrong, its checksums over those bytes) opens, and that record is never used —
-    /// the table is lost (its owner reads the log) — while an invalid id is refused at open.
+    /// The open reads each record's id and metadata from columns and no record: one whose
+    /// bytes, when first read, are not the record its columns name (an image written wrong)
+    /// is never used — the table is lost (its owner reads the log) —, and an invalid id in
+    /// the columns is refused at open.
     #[test]
-    fn a_record_text_written_wrong_is_found_when_first_read() {
+    fn a_record_unlike_its_columns_is_never_used() {
         let mut t = MemoryTable::new();
         for i in 0..10 {
             step(&mut t, (i, i % 3, 0, i % 4, None), i as i64);
         }
-        let (mut bytes, postings) = image(&t);
-        let text = b"the silver gate 0";
-        let at = bytes.windows(text.len()).position(|w| w == text).unwrap();
-        bytes[at] = 0xff;
-        let read = read_back(&(bytes.clone(), postings.clone())).unwrap();
-        let m1 = MemoryId::parse("m1").unwrap();
-        assert!(read.get(&scope(1), &m1).is_some());
-        assert!(!read.lost());
+        let (bytes, postings) = image(&t);
+        // The ids column holds every id one after the other.
+        let ids = b"m0m1m2";
+        let at = bytes.windows(ids.len()).position(|w| w == ids).unwrap();
+        let mut renamed = bytes.clone();
+        renamed[at] = b'n';
+        let read = read_back(&(renamed, postings.clone())).unwrap();
+        let (m0, n0) = (
+            MemoryId::parse("m0").unwrap(),
+            MemoryId::parse("n0").unwrap(),
+        );
         assert!(read
-            .get(&scope(0), &MemoryId::parse("m0").unwrap())
-            .is_none());
+            .get(&scope(1), &MemoryId::parse("m1").unwrap())
+            .is_some());
+        assert!(
+            read.get(&scope(0), &m0).is_none(),
+            "not under its columns' id"
+        );
+        assert!(!read.lost());
+        assert!(read.get(&scope(0), &n0).is_none(), "its bytes say m0");
         assert!(read.lost());
-        // An id is checked at open: the table could not even be looked up by it.
-        let id = b"m1";
         let mut bad_id = bytes;
-        let at = bad_id.windows(id.len()).position(|w| w == id).unwrap();
         bad_id[at] = b' ';
         assert!(read_back(&(bad_id, postings)).is_err());
     }
@@ -758,11 +770,15 @@ mod tests {
         for i in 0..200 {
             step(&mut t, (i % 50, i % 3, i as u8 % 3, i % 4, None), i as i64);
         }
-        let (bytes, mut postings) = image(&t);
-        for b in &mut postings {
+        let (bytes, mut rest) = image(&t);
+        // The records' bytes come first (their length after the magic and the columns'), then
+        // the postings: only those are damaged.
+        let bodies = u64::from_le_bytes(bytes[16..24].try_into().unwrap()) as usize;
+        assert!(bodies > 0 && bodies < rest.len());
+        for b in &mut rest[bodies..] {
             *b ^= 0x5a;
         }
-        let damaged = (bytes, postings);
+        let damaged = (bytes, rest);
         let q = MemoryQuery::new("silver gate", vec![scope(1)]);
         let expected = t.search(&q, Timestamp(500));
         assert!(!expected.hits.is_empty());

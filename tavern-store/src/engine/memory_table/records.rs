@@ -98,9 +98,12 @@ impl Held<'_> {
     /// `slot`'s record (not decoded yet) decoded from these bytes for the caller; `None`, the
     /// table marked lost, when they fail their check.
     fn decode(&self, slot: u32) -> Option<MemoryRecord> {
-        let record = self
-            .undecoded(slot)
-            .and_then(|bytes| self.records.image.as_ref()?.decode_bytes(bytes));
+        let record = self.undecoded(slot).and_then(|bytes| {
+            self.records
+                .image
+                .as_ref()?
+                .decode_bytes(slot as usize, bytes)
+        });
         if record.is_none() {
             self.records.lost.store(true, Ordering::Relaxed);
         }
@@ -119,44 +122,28 @@ impl std::fmt::Debug for Records {
 }
 
 /// One record's fields as its image bytes hold them, every one checked.
-pub(super) struct Fields<'a> {
-    pub(super) id: &'a str,
-    pub(super) scope: u32,
-    pub(super) kind: MemoryKind,
+struct Fields<'a> {
+    id: &'a str,
+    scope: u32,
+    kind: MemoryKind,
     content: &'a str,
     /// How many tags, and the bytes from the first of them on.
     tags: (usize, Take<'a>),
-    pub(super) importance: f64,
-    pub(super) confidence: f64,
+    importance: f64,
+    confidence: f64,
     source: u32,
-    pub(super) created_at: Timestamp,
-    pub(super) updated_at: Timestamp,
+    created_at: Timestamp,
+    updated_at: Timestamp,
     last_accessed_at: Option<Timestamp>,
-    pub(super) expires_at: Option<Timestamp>,
-    pub(super) deleted_at: Option<Timestamp>,
+    expires_at: Option<Timestamp>,
+    deleted_at: Option<Timestamp>,
     revision: &'a str,
 }
 
-/// How much of a record [`fields`] checks.
-#[derive(Clone, Copy, PartialEq)]
-pub(super) enum Check {
-    /// What an open needs of every record: its id, scope, kind, source, times and scores,
-    /// each checked; its texts (content, tags, revision) skipped, left empty, checked when
-    /// the record is first decoded (one that fails then is not there: the table is lost).
-    Open,
-    /// Every field, as decoding the record needs them.
-    Whole,
-}
-
 /// Reads one record's fields (as `MemoryTable::write_image` wrote them), checking each id,
-/// tag and revision as the log's parser does and every number against `dictionaries`
-/// (the texts only with [`Check::Whole`]), without copying any text.
-pub(super) fn fields<'a>(
-    take: &mut Take<'a>,
-    dictionaries: &Dictionaries,
-    check: Check,
-) -> Result<Fields<'a>, ImageError> {
-    let whole = check == Check::Whole;
+/// tag and revision as the log's parser does and every number against `dictionaries`,
+/// without copying any text.
+fn fields<'a>(take: &mut Take<'a>, dictionaries: &Dictionaries) -> Result<Fields<'a>, ImageError> {
     let id = take.str("memory id")?;
     if !MemoryId::is_valid(id) {
         return Err(invalid("memory id", format!("{id:?} is not valid")));
@@ -166,12 +153,12 @@ pub(super) fn fields<'a>(
         return Err(invalid("record scope", format!("{scope} is not listed")));
     }
     let kind = *entry(&dictionaries.kinds, take.u32("kind")?, "kind")?;
-    let content = text(take, "content", whole)?;
+    let content = take.str("content")?;
     let tag_count = take.len(8, "tags")?;
     let tags = (tag_count, take.clone());
     for _ in 0..tag_count {
-        let tag = text(take, "tag", whole)?;
-        if whole && !Tag::is_valid(tag) {
+        let tag = take.str("tag")?;
+        if !Tag::is_valid(tag) {
             return Err(invalid("tag", format!("{tag:?} is not valid")));
         }
     }
@@ -184,8 +171,8 @@ pub(super) fn fields<'a>(
     let last_accessed_at = maybe_time(take, "last accessed at")?;
     let expires_at = maybe_time(take, "expires at")?;
     let deleted_at = maybe_time(take, "deleted at")?;
-    let revision = text(take, "revision", whole)?;
-    if whole && !Revision::is_valid(revision) {
+    let revision = take.str("revision")?;
+    if !Revision::is_valid(revision) {
         return Err(invalid("revision", format!("{revision:?} is not valid")));
     }
     Ok(Fields {
@@ -204,16 +191,6 @@ pub(super) fn fields<'a>(
         deleted_at,
         revision,
     })
-}
-
-/// A text field: checked as UTF-8 when `whole`, otherwise skipped (and empty).
-fn text<'a>(take: &mut Take<'a>, what: &'static str, whole: bool) -> Result<&'a str, ImageError> {
-    if whole {
-        return take.str(what);
-    }
-    let n = take.len(1, what)?;
-    take.bytes(n, what)?;
-    Ok("")
 }
 
 impl Fields<'_> {
@@ -259,19 +236,20 @@ impl Image {
         if self.checks.get(slot) != Some(&check(&bytes)) {
             return None;
         }
-        self.decode_bytes(&bytes)
+        self.decode_bytes(slot, &bytes)
     }
 
-    fn decode_bytes(&self, bytes: &[u8]) -> Option<MemoryRecord> {
+    fn decode_bytes(&self, slot: usize, bytes: &[u8]) -> Option<MemoryRecord> {
         #[cfg(test)]
         self.decodes
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut take = Take::new(bytes);
-        // The bytes the open checked, but not their texts: an image written wrong fails here
-        // (the record is then not there, and the table lost).
-        fields(&mut take, &self.dictionaries, Check::Whole)
+        // Checked here, when first read: a record written wrong (or whose id is not the one the
+        // open took for its slot) is not there, and the table lost.
+        fields(&mut take, &self.dictionaries)
             .and_then(|f| f.record(&self.dictionaries))
             .ok()
+            .filter(|r| self.id(slot) == Some(r.id.as_str()))
     }
 
     fn id(&self, slot: usize) -> Option<&str> {
