@@ -201,7 +201,9 @@ async fn a_record_changed_in_the_image_after_the_open_is_never_used() {
     let report = tavern_store::fs::check_files(dir.path(), |_, _| {});
     assert_eq!(report.problems.len(), 1, "{report:?}");
     assert!(
-        report.problems[0].problem.contains("a record fails"),
+        report.problems[0]
+            .problem
+            .contains("a record does not read back"),
         "{report:?}"
     );
     assert_eq!(s.inspect(&m0, &scope(0)).await.unwrap(), expected.0);

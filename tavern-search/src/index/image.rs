@@ -288,14 +288,14 @@ impl Shard {
         // Block maps are rebuilt for the lists long enough to keep one (every list decoded:
         // chat-like indexes are small, and a search of one walks most of them).
         if shard.map_block > 0 {
+            // Every list decoded and kept first (the region is of no more use), then mapped.
+            shard.postings.decode_all();
             let mut maps = FxHashMap::default();
             for list in 0..shard.postings.len() {
                 let id = u32::try_from(list).map_err(|_| invalid("too many lists".into()))?;
                 top::BlockMap::rebuild(&mut maps, id, &shard.postings.get(list), shard.map_block);
             }
             shard.maps = maps;
-            // Every list is decoded: the region is of no more use.
-            shard.postings.decode_all();
         }
         Ok(shard)
     }

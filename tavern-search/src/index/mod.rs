@@ -356,7 +356,14 @@ impl Shard {
         // Only the lists that grow (decoding those still as image bytes).
         for (list, n) in extra.into_iter().enumerate().filter(|(_, n)| *n > 0) {
             if let Some(list) = self.postings.get_mut(list) {
-                list.reserve_exact(n);
+                // Exact for what a round mostly makes (an open's lists, each in one go);
+                // amortized for a list growing a little at a time (imports of a few thousand
+                // records each): exact there copied the whole list at every import.
+                if n >= list.len() {
+                    list.reserve_exact(n);
+                } else {
+                    list.reserve(n);
+                }
             }
         }
         for (k, ((doc, _), generation)) in docs.iter().zip(generations).enumerate() {

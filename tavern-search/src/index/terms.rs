@@ -139,8 +139,10 @@ impl Terms {
         bytes: &mut Take<'_>,
         mut each: impl FnMut(&mut Take<'_>) -> Result<(), ImageError>,
     ) -> Result<Self, ImageError> {
-        let packed = bytes.len(9, "packed terms")?;
-        let words = bytes.len(2, "word terms")?;
+        // Each term takes 16 bytes at least: its key (or its word's length) and its lists'
+        // count.
+        let packed = bytes.len(16, "packed terms")?;
+        let words = bytes.len(16, "word terms")?;
         let mut terms = Self {
             sorted_keys: Vec::with_capacity(packed),
             word_ends: Vec::with_capacity(words),
@@ -189,9 +191,12 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Each term followed by its old id in 8 bytes (as an image follows it by its lists).
     fn write(terms: &Terms) -> Vec<u8> {
         let mut out = Vec::new();
-        Terms::write(&terms.sorted(), &mut out, |id, out| out.put_u32(id));
+        Terms::write(&terms.sorted(), &mut out, |id, out| {
+            out.put_u64(u64::from(id))
+        });
         out
     }
 
@@ -199,7 +204,7 @@ mod tests {
     fn read(bytes: &[u8]) -> Result<(Terms, Vec<u32>), ImageError> {
         let mut old = Vec::new();
         let terms = Terms::read(&mut Take::new(bytes), |b| {
-            old.push(b.u32("old id")?);
+            old.push(u32::try_from(b.u64("old id")?).unwrap_or(u32::MAX));
             Ok(())
         })?;
         Ok((terms, old))
@@ -251,12 +256,32 @@ mod tests {
             }
         }
 
-        /// Keys out of order or repeated are refused; a cut list is refused; never a panic.
+        /// Terms written whole, then cut or with bytes changed: refused or read, never a
+        /// panic; a cut one is always refused, and one read finds its keys only in order.
         #[test]
-        fn damaged_terms_are_refused_not_a_panic(bytes in prop::collection::vec(any::<u8>(), 0..80)) {
-            if let Ok((terms, _)) = read(&bytes) {
-                let _ = terms.get("longerword", None);
-                let _ = terms.get("w", Some(7));
+        fn damaged_terms_are_refused_not_a_panic(
+            first in prop::collection::btree_set(any::<u8>(), 1..40),
+            cut in any::<prop::sample::Index>(),
+            flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+        ) {
+            let mut made = Terms::default();
+            for (id, i) in (0u32..).zip(&first) {
+                let (t, k) = token(*i);
+                made.insert(&t, k, id);
+            }
+            let bytes = write(&made);
+            prop_assert!(read(&bytes[..cut.index(bytes.len())]).is_err());
+            let mut damaged = bytes.clone();
+            for (at, x) in &flips {
+                let i = at.index(damaged.len());
+                damaged[i] ^= x | 1;
+            }
+            if let Ok((terms, _)) = read(&damaged) {
+                prop_assert!(terms.sorted_keys.windows(2).all(|w| w[0] < w[1]));
+                for i in &first {
+                    let (t, k) = token(*i);
+                    let _ = terms.get(&t, k);
+                }
             }
         }
     }
@@ -265,27 +290,31 @@ mod tests {
         read(&write(terms)).unwrap()
     }
 
+    /// Keys written out of order or twice are refused; in order, they are found.
     #[test]
     fn repeated_or_unordered_keys_are_refused() {
-        let mut out = Vec::new();
-        out.put_len(2);
-        out.put_len(0);
-        out.put_u64(5);
-        out.put_u64(5);
-        assert!(Terms::read(&mut Take::new(&out), |_| Ok(())).is_err());
-        let mut out = Vec::new();
-        out.put_len(0);
-        out.put_len(2);
-        out.put_str("longerb");
-        out.put_str("longera");
-        assert!(Terms::read(&mut Take::new(&out), |_| Ok(())).is_err());
-        let mut out = Vec::new();
-        out.put_len(0);
-        out.put_len(2);
-        out.put_str("longera");
-        out.put_str("longerb");
-        let terms = Terms::read(&mut Take::new(&out), |_| Ok(())).unwrap();
-        assert_eq!(terms.get("longerb", None), Some(1));
-        assert_eq!(terms.get("longerc", None), None);
+        let terms = |packed: &[u64], words: &[&str]| {
+            let mut out = Vec::new();
+            out.put_len(packed.len());
+            out.put_len(words.len());
+            for key in packed {
+                out.put_u64(*key);
+                out.put_u64(0);
+            }
+            for word in words {
+                out.put_str(word);
+                out.put_u64(0);
+            }
+            Terms::read(&mut Take::new(&out), |b| b.u64("lists").map(|_| ()))
+        };
+        assert!(terms(&[5, 5], &[]).is_err());
+        assert!(terms(&[6, 5], &[]).is_err());
+        assert!(terms(&[], &["longerb", "longera"]).is_err());
+        assert!(terms(&[], &["longera", "longera"]).is_err());
+        let read = terms(&[5, 6], &["longera", "longerb"]).unwrap();
+        assert_eq!(read.get("", Some(6)), Some(1));
+        assert_eq!(read.get("longerb", None), Some(3));
+        assert_eq!(read.get("longerc", None), None);
+        assert_eq!(read.get("", Some(7)), None);
     }
 }

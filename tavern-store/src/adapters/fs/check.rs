@@ -245,8 +245,8 @@ fn check_memory_image(root: &Path, f: &mut CheckReport) {
         ),
         Ok(Found::Fresh(table, _)) if !table.records_whole() => f.problem(
             IMAGE,
-            "torn or damaged (a record fails its checksum): the store reads memory.log again \
-             when a call meets it, and saves a new image"
+            "torn or damaged (a record does not read back: its checksum, fields or columns): \
+             the store reads memory.log again when a call meets it, and saves a new image"
                 .to_string(),
         ),
         Ok(Found::Fresh(..) | Found::Absent) => {}

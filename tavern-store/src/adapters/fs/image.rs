@@ -37,7 +37,7 @@ use crate::engine::oplog::OpTable;
 use crate::error::StoreError;
 
 /// `tvimage` and the format version (of the whole image, table and index included).
-const MAGIC: &[u8; 8] = b"tvimage\x04";
+const MAGIC: &[u8; 8] = b"tvimage\x05";
 /// Magic, body length, checked length, checksum of the checked bytes.
 pub(crate) const HEADER: usize = 8 + 8 + 8 + 16;
 /// Log offset, line count, prefix digest.

@@ -44,7 +44,7 @@ pub const FILE: &str = "memory.image";
 /// those from a directory the operator chose.
 pub(super) const TEMP_PREFIX: &str = ".tmp-memory.image-";
 /// `tvpgimg` and the format version (of the whole image, table and index included).
-const MAGIC: &[u8; 8] = b"tvpgimg\x04";
+const MAGIC: &[u8; 8] = b"tvpgimg\x05";
 /// Database oid, table oid, the store's identity digest, sequence number, the row's digest.
 const ANCHOR: usize = 8 + 8 + 16 + 8 + 16;
 /// The largest image read per byte the table takes on the server (an image runs below it:

@@ -18,6 +18,27 @@ const RECORD_BYTES: usize = 1 + 4 * 5 + 1 + 8 * 5;
 const DELETED: u8 = 1;
 const EXPIRES: u8 = 2;
 
+/// A 32-bit print of a record's search metadata: a record decoded later is checked against the
+/// print of the metadata its columns gave (what lookups, filters and ranking used), so a
+/// record whose bytes say otherwise is never used (4 bytes a record rather than a copy).
+pub(super) fn print(meta: &Meta) -> u32 {
+    let mut bytes = [0u8; 4 + 1 + 1 + 8 * 5];
+    bytes[..4].copy_from_slice(&meta.scope.to_le_bytes());
+    bytes[4] = meta.kind as u8;
+    bytes[5] = u8::from(meta.deleted) | if meta.expires_at.is_some() { 2 } else { 0 };
+    let words = [
+        meta.expires_at.map_or(0, |t| t.0 as u64),
+        meta.updated_at.0 as u64,
+        meta.created_at.0 as u64,
+        meta.importance.to_bits(),
+        meta.confidence.to_bits(),
+    ];
+    for (i, w) in words.iter().enumerate() {
+        bytes[6 + 8 * i..14 + 8 * i].copy_from_slice(&w.to_le_bytes());
+    }
+    tavern_search::region::checksum(&bytes)
+}
+
 /// Per record, by slot: its id and place, and its search metadata.
 #[derive(Default)]
 pub(super) struct RecordColumns {
@@ -112,14 +133,22 @@ impl RecordColumns {
         if start != ids.len() {
             return Err(invalid("memory ids", "bytes after the last"));
         }
+        let lens = u32s(take, n, "record lengths")?;
+        let checks = u32s(take, n, "record checksums")?;
+        let scopes = u32s(take, n, "record scopes")?;
+        let kinds = u32s(take, n, "record kinds")?;
+        let flags = take.bytes(n, "record flags")?.to_vec();
+        if let Some(bad) = flags.iter().find(|f| **f & !(DELETED | EXPIRES) != 0) {
+            return Err(invalid("record flags", format!("{bad:#x}")));
+        }
         Ok(Self {
             ids,
             id_ends,
-            lens: u32s(take, n, "record lengths")?,
-            checks: u32s(take, n, "record checksums")?,
-            scopes: u32s(take, n, "record scopes")?,
-            kinds: u32s(take, n, "record kinds")?,
-            flags: take.bytes(n, "record flags")?.to_vec(),
+            lens,
+            checks,
+            scopes,
+            kinds,
+            flags,
             expires: i64s(take, n, "expiry times")?,
             updated: i64s(take, n, "update times")?,
             created: i64s(take, n, "creation times")?,

@@ -2,11 +2,13 @@
 //! large store reads them instead of parsing, tokenizing and indexing every log line again
 //! (`fs::image` keeps the bytes on disk beside the log they were read from).
 //!
-//! Records and audit items are written field by field; the values few records differ in
-//! (scopes, sources, kinds, actions) once each, as JSON, in a dictionary. Reading validates
-//! every id and revision as the log's parser does and rebuilds what is derived (the lookups
-//! by id, search metadata, audit chains, kept texts); the records and the index are read on
-//! two threads.
+//! What an open reads of the records and audit items is fixed-width columns
+//! ([`super::columns`]: ids, where each record's bytes lie and their checksums, search
+//! metadata); the records' own bytes (field by field) lie after that, with the index's
+//! postings, read when first needed; the values few records differ in (scopes, sources,
+//! kinds, actions) are written once each, as JSON, in a dictionary. Reading checks every id
+//! as the log's parser does and every reference, and rebuilds what is derived (the lookups by
+//! id, audit chains, kept texts); the columns and the index are read on two threads.
 
 use rustc_hash::FxHashMap;
 use serde::de::DeserializeOwned;
@@ -17,7 +19,7 @@ use tavern_core::{AuditAction, MemorySource, ScopeKey, Timestamp};
 use tavern_search::region::checksum;
 use tavern_search::{Bm25Index, ImageError, Put, Region, Take};
 
-use super::columns::{AuditColumns, RecordColumns};
+use super::columns::{print, AuditColumns, RecordColumns};
 use super::records::{Dictionaries, Records, Taken};
 use super::{id_hash, AuditItem, MemoryTable, Meta, Sources, VersionText, NO_AUDIT};
 
@@ -113,12 +115,14 @@ const KEPT: u8 = 1;
 const DROPPED: u8 = 2;
 
 impl MemoryTable {
-    /// Appends the table's image to `out` and its index's postings to `postings`:
-    /// [`MemoryTable::read_image`] reads back the same table. Layout: the records and audit
-    /// items behind their length, the dictionaries they refer to (scopes by scope id,
-    /// sources, kinds, actions), the index. `false` when a posting list copied from the
-    /// image this table was read from turned out damaged: what was appended is not to be
-    /// kept ([`MemoryTable::heal`] first).
+    /// Appends the table's image to `out` (what an open reads) and the records' bytes, then
+    /// the index's postings, to `rest`: [`MemoryTable::read_image`] reads back the same
+    /// table. Layout of `out`: the length of the columns and of the records' bytes, the
+    /// records' and audit items' columns, the dictionaries they refer to (scopes by scope id,
+    /// sources, kinds, actions), the index. `false` when a posting list or a record copied
+    /// from the image this table was read from turned out damaged (or a column cannot hold
+    /// a value): what was appended is not to be kept ([`MemoryTable::heal`] first, or the
+    /// table read again).
     pub(crate) fn write_image(&self, out: &mut Vec<u8>, rest: &mut Vec<u8>) -> bool {
         out.reserve(self.records.len() * 80 + 64);
         out.extend_from_slice(MAGIC);
@@ -151,10 +155,10 @@ impl MemoryTable {
                 columns.push(id, bytes.len(), checksum(bytes), m, kind);
                 continue;
             }
-            // Every slot holds a record (one that could not be read makes the table lost:
-            // no image of it is kept).
+            // Every slot holds a record: one that cannot be read makes the table lost, and no
+            // image is kept of it.
             let Some(r) = self.records.read(slot) else {
-                continue;
+                return false;
             };
             body.clear();
             body.put_str(r.id.as_str());
@@ -229,14 +233,15 @@ impl MemoryTable {
 
     /// Reads a table written by [`MemoryTable::write_image`]: `bytes` what it wrote to
     /// `out`, read from the start of `image`, where they lie followed by what it wrote to
-    /// `postings`. The records and posting lists are read there again when a call first
-    /// needs them, so `image` must stay as it is while the table is used (a record found
-    /// changed there makes the table [`MemoryTable::lost`], a list the index damaged).
+    /// `rest`. The records and posting lists are read there when a call first needs them
+    /// (each record checked then), so `image` must stay as it is while the table is used (a
+    /// record found changed there makes the table [`MemoryTable::lost`], a list the index
+    /// damaged).
     ///
     /// # Errors
-    /// [`ImageError`] when the bytes are not such an image, end early, hold an invalid id,
-    /// revision or tag, or refer to records, scopes, dictionary entries or postings they do
-    /// not hold.
+    /// [`ImageError`] when the bytes are not such an image, end early, hold an invalid id
+    /// or flag, or refer to records, scopes, dictionary entries, record bytes or postings
+    /// they do not hold.
     pub(crate) fn read_image(bytes: &[u8], image: &Region) -> Result<Self, ImageError> {
         let mut take = Take::new(bytes);
         if take.bytes(MAGIC.len(), "memory image header")? != MAGIC {
@@ -424,17 +429,18 @@ fn read_records(
         ));
     }
     let mut meta = Vec::with_capacity(n);
+    let mut prints = Vec::with_capacity(n);
     for i in 0..n {
         let scope = columns.scopes[i];
         if scope as usize >= dictionaries.scopes.len() {
             return Err(invalid("record scope", format!("{scope} is not listed")));
         }
         let kind = *entry(&dictionaries.kinds, columns.kinds[i], "kind")?;
-        meta.push(
-            columns
-                .meta(i, kind)
-                .ok_or_else(|| invalid("records", "columns of unequal lengths"))?,
-        );
+        let m = columns
+            .meta(i, kind)
+            .ok_or_else(|| invalid("records", "columns of unequal lengths"))?;
+        prints.push(print(&m));
+        meta.push(m);
     }
     let (items, kept) = AuditColumns::read(&mut take)?;
     let mut kept = kept.into_iter();
@@ -474,6 +480,7 @@ fn read_records(
     }
     let taken = Taken {
         starts,
+        prints,
         checks: columns.checks,
         ids: columns.ids,
         id_ends: columns.id_ends,
@@ -759,6 +766,78 @@ mod tests {
         let mut bad_id = bytes;
         bad_id[at] = b' ';
         assert!(read_back(&(bad_id, postings)).is_err());
+    }
+
+    /// Where column `k` (0: the id ends, 1: lengths, 2: checksums, 3: scopes, 4: kinds, 5:
+    /// flags, 6–8: expiry, update and creation times, 9–10: importance, confidence) begins in
+    /// a table image, and its width: the magic, the two lengths, the count, the ids, then the
+    /// columns one after the other.
+    fn column(bytes: &[u8], k: usize) -> (usize, usize) {
+        let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+        let n = word(24);
+        let ids = word(32);
+        let widths = [4, 4, 4, 4, 4, 1, 8, 8, 8, 8, 8];
+        let at = 40 + ids + widths[..k].iter().map(|w| w * n).sum::<usize>();
+        (at, widths[k])
+    }
+
+    /// A record whose bytes hold its checksum but do not decode (an image written wrong:
+    /// content that is not UTF-8) is never used: the table is lost when it is first read, and
+    /// a check of every record finds it without using it.
+    #[test]
+    fn a_record_that_does_not_decode_is_never_used() {
+        let mut t = MemoryTable::new();
+        for i in 0..10 {
+            step(&mut t, (i, i % 3, 0, i % 4, None), i as i64);
+        }
+        let (mut bytes, mut rest) = image(&t);
+        // m0's bytes come first in the rest; its checksum is the first of its column.
+        let text = b"the silver gate 0";
+        let at = rest.windows(text.len()).position(|w| w == text).unwrap();
+        rest[at] = 0xff;
+        let (lens, _) = column(&bytes, 1);
+        let len = u32::from_le_bytes(bytes[lens..lens + 4].try_into().unwrap()) as usize;
+        let (checks, _) = column(&bytes, 2);
+        let sum = tavern_search::region::checksum(&rest[..len]);
+        bytes[checks..checks + 4].copy_from_slice(&sum.to_le_bytes());
+        let damaged = (bytes, rest);
+        assert!(!read_back(&damaged).unwrap().records_whole());
+        let read = read_back(&damaged).unwrap();
+        assert!(read
+            .get(&scope(1), &MemoryId::parse("m1").unwrap())
+            .is_some());
+        assert!(!read.lost());
+        assert!(read
+            .get(&scope(0), &MemoryId::parse("m0").unwrap())
+            .is_none());
+        assert!(read.lost());
+        assert!(read_back(&image(&t)).unwrap().records_whole());
+    }
+
+    /// A record whose columns say other than its bytes (an image written wrong: another
+    /// importance, another deleted flag) is never used once read: lookups, filters and
+    /// ranking used the columns, so the record they found is not handed out as theirs.
+    #[test]
+    fn a_record_unlike_its_metadata_columns_is_never_used() {
+        let mut t = MemoryTable::new();
+        for i in 0..10 {
+            step(&mut t, (i, i % 3, 0, i % 4, None), i as i64);
+        }
+        let (bytes, rest) = image(&t);
+        let m1 = MemoryId::parse("m1").unwrap();
+        for (k, change) in [(9usize, 0x3fu8), (5, 1)] {
+            let mut changed = bytes.clone();
+            let (at, width) = column(&bytes, k);
+            // Slot 1's value: its most significant byte (importance) or its flags (forgotten).
+            changed[at + width * 2 - 1] ^= change;
+            let read = read_back(&(changed, rest.clone())).unwrap();
+            assert!(read
+                .get(&scope(0), &MemoryId::parse("m0").unwrap())
+                .is_some());
+            assert!(!read.lost());
+            assert!(read.get(&scope(1), &m1).is_none(), "column {k}");
+            assert!(read.lost(), "column {k}");
+        }
     }
 
     /// Posting lists damaged in the image's region after the open checked the rest: a search

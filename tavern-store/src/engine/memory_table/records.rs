@@ -1,10 +1,10 @@
 //! The memory table's records by slot. A record placed or read is held decoded; those of a
 //! store opened from its image stay in that image's file until first read (read where they
-//! lie, checked against the checksum the open took of their bytes), so opening a large store
-//! decodes (and allocates) none of them and holds none of their bytes, and a search decodes
-//! only what it shows. A record that can no longer be read there (the file changed since the
-//! open) is not there: the table is *lost* ([`Records::lost`]) and its owner reads it again
-//! from its log before anything it answered is used.
+//! lie, checked against the checksum and metadata their columns gave), so opening a large
+//! store decodes (and allocates) none of them and holds none of their bytes, and a search
+//! decodes only what it shows. A record that can no longer be read there (the file changed
+//! since the open, or written wrong) is not there: the table is *lost* ([`Records::lost`])
+//! and its owner reads it again from its log before anything it answered is used.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,7 +16,9 @@ use tavern_core::{
 use tavern_search::region::checksum as check;
 use tavern_search::{ImageError, Region, Take};
 
+use super::columns::print;
 use super::image::{entry, invalid, maybe_time};
+use super::Meta;
 
 /// The values an image's records refer to by number, as the image listed them.
 #[derive(Debug, Default)]
@@ -34,8 +36,10 @@ struct Image {
     region: Region,
     /// Where each record begins in `region`, and where the last ends.
     starts: Vec<u64>,
-    /// Per record, the checksum of its bytes as the open read them ([`check`]).
+    /// Per record, the checksum of its bytes as its column gives it ([`check`]).
     checks: Vec<u32>,
+    /// Per record, the print of the search metadata its columns gave ([`print`]).
+    prints: Vec<u32>,
     /// Every record's id, one after the other, and where each ends (the lookup by id reads
     /// them without reading a record).
     ids: Box<str>,
@@ -51,6 +55,7 @@ pub(super) struct Taken {
     /// Where each record begins, relative to the first, and where the last ends.
     pub(super) starts: Vec<u64>,
     pub(super) checks: Vec<u32>,
+    pub(super) prints: Vec<u32>,
     pub(super) ids: String,
     pub(super) id_ends: Vec<u32>,
 }
@@ -226,7 +231,7 @@ impl Image {
     }
 
     /// `slot`'s record, read where it lies and checked; `None` when it cannot be read there
-    /// or its bytes are no longer the ones the open took.
+    /// or its bytes are not the ones its columns describe.
     fn decode(&self, slot: usize) -> Option<MemoryRecord> {
         let (start, end) = self.span(slot)?;
         let bytes = self
@@ -244,12 +249,15 @@ impl Image {
         self.decodes
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut take = Take::new(bytes);
-        // Checked here, when first read: a record written wrong (or whose id is not the one the
-        // open took for its slot) is not there, and the table lost.
-        fields(&mut take, &self.dictionaries)
-            .and_then(|f| f.record(&self.dictionaries))
-            .ok()
-            .filter(|r| self.id(slot) == Some(r.id.as_str()))
+        // Checked here, when first read: a record written wrong — fields that do not check,
+        // bytes after them, or not the record its columns gave (its id, or the metadata
+        // lookups, filters and ranking used) — is not there, and the table lost.
+        let f = fields(&mut take, &self.dictionaries).ok()?;
+        let record = f.record(&self.dictionaries).ok()?;
+        let as_columns = take.left() == 0
+            && self.id(slot) == Some(record.id.as_str())
+            && self.prints.get(slot) == Some(&print(&Meta::of(&record, f.scope)));
+        as_columns.then_some(record)
     }
 
     fn id(&self, slot: usize) -> Option<&str> {
@@ -262,8 +270,8 @@ impl Image {
 }
 
 impl Records {
-    /// Records read from an image: they lie in `region` where `taken` says (each checked by
-    /// the caller with [`fields`], its checksum and id taken then).
+    /// Records read from an image: they lie in `region` where `taken` says (with the checksum,
+    /// id and metadata print each is checked against when first read).
     pub(super) fn from_image(region: Region, taken: Taken, dictionaries: Dictionaries) -> Self {
         let n = taken.checks.len();
         Self {
@@ -272,6 +280,7 @@ impl Records {
                 region,
                 starts: taken.starts,
                 checks: taken.checks,
+                prints: taken.prints,
                 ids: taken.ids.into_boxed_str(),
                 id_ends: taken.id_ends,
                 dictionaries,
