@@ -40,16 +40,21 @@ fn browser_tools() -> PathBuf {
     )
 }
 
-/// A chromedriver on a port it chose, stopped when dropped.
+/// A chromedriver on a port it chose, stopped when dropped, with its own temporary
+/// directory (where Chromium makes each session's profile), removed when dropped: nothing
+/// of a run is left in the machine's `/tmp`.
 struct Driver {
     child: Child,
     url: String,
+    _temp: tempfile::TempDir,
 }
 
 impl Driver {
     fn start() -> Self {
+        let temp = tempfile::tempdir().expect("a temporary directory for chromium");
         let mut child = Command::new("chromedriver")
             .arg("--port=0")
+            .env("TMPDIR", temp.path())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -70,6 +75,7 @@ impl Driver {
         Self {
             child,
             url: format!("http://127.0.0.1:{port}"),
+            _temp: temp,
         }
     }
 

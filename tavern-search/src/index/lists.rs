@@ -476,6 +476,16 @@ mod tests {
         }
     }
 
+    /// Lists made one by one, holding `lists`.
+    fn made_of(lists: &[Vec<Posting>]) -> Lists {
+        let mut made = Lists::default();
+        for list in lists {
+            let l = made.push_empty();
+            made.get_mut(l as usize).unwrap().extend_from_slice(list);
+        }
+        made
+    }
+
     fn write(lists: &Lists) -> (Vec<u8>, Vec<u8>) {
         let (mut out, mut tail) = (Vec::new(), Vec::new());
         lists.write_all(&mut out, &mut tail, |_, _| {});
@@ -498,11 +508,7 @@ mod tests {
             vec![(1, 1.0, 1)],
             vec![(2, 2.5, 1)],
         ];
-        let mut made = Lists::default();
-        for list in &lists {
-            let l = made.push_empty();
-            made.get_mut(l as usize).unwrap().extend_from_slice(list);
-        }
+        let made = made_of(&lists);
         let (out, tail) = write(&made);
         let mut read = read_back(&out, tail.clone(), 3).unwrap();
         read.keep_at_most(2);
@@ -537,11 +543,7 @@ mod tests {
     #[test]
     fn lists_read_lazily_and_write_back_the_same() {
         let lists = [vec![(0, 1.0, 1), (3, 0.5, 2)], vec![], vec![(2, 2.5, 1)]];
-        let mut made = Lists::default();
-        for list in &lists {
-            let l = made.push_empty();
-            made.get_mut(l as usize).unwrap().extend_from_slice(list);
-        }
+        let made = made_of(&lists);
         let (out, tail) = write(&made);
         let mut read = read_back(&out, tail.clone(), 3).unwrap();
         assert!(read.decoded.iter().all(|slot| slot.get().is_none()));

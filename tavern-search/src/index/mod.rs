@@ -349,13 +349,9 @@ impl Shard {
         terms: &[(u32, f32)],
         bounds: &[usize],
     ) {
-        let mut extra = vec![0usize; self.postings.len()];
-        for (term, _) in terms {
-            extra[*term as usize] += 1;
-        }
         // Only the lists that grow (decoding those still as image bytes).
-        for (list, n) in extra.into_iter().enumerate().filter(|(_, n)| *n > 0) {
-            if let Some(list) = self.postings.get_mut(list) {
+        for (list, n) in growth(terms, self.postings.len()) {
+            if let Some(list) = self.postings.get_mut(list as usize) {
                 // Exact for what a round mostly makes (an open's lists, each in one go);
                 // amortized for a list growing a little at a time (imports of a few thousand
                 // records each): exact there copied the whole list at every import.
@@ -371,6 +367,28 @@ impl Shard {
                 self.push(*term, (*doc, *tf, *generation));
             }
         }
+    }
+}
+
+/// How many of `terms`' postings each list gets, by list: counted in an array over every
+/// list when the postings are many (an open's rounds), over the postings sorted when they
+/// are few beside the `lists` (a small import into a large index touches few of them).
+fn growth(terms: &[(u32, f32)], lists: usize) -> Vec<(u32, usize)> {
+    if terms.len().saturating_mul(4) >= lists {
+        let mut counts = vec![0usize; lists];
+        for (list, _) in terms {
+            if let Some(n) = counts.get_mut(*list as usize) {
+                *n += 1;
+            }
+        }
+        (0u32..).zip(counts).filter(|(_, n)| *n > 0).collect()
+    } else {
+        let mut grown: Vec<u32> = terms.iter().map(|(list, _)| *list).collect();
+        grown.sort_unstable();
+        grown
+            .chunk_by(|a, b| a == b)
+            .map(|run| (run[0], run.len()))
+            .collect()
     }
 }
 

@@ -867,3 +867,19 @@ mod an_index_read_from_its_image {
         }
     }
 }
+
+proptest::proptest! {
+    /// How many postings each list gets is counted alike over every list (many postings) and
+    /// over the postings sorted (few), lists in order, none counted that gets none.
+    #[test]
+    fn list_growth_is_counted_alike_either_way(lists in proptest::collection::vec(0u32..50, 13..200)) {
+        let terms: Vec<(u32, f32)> = lists.iter().map(|l| (*l, 1.0)).collect();
+        // 13 postings or more, 4 × 13 ≥ 50 lists: counted over every list.
+        let dense = super::growth(&terms, 50);
+        let sorted = super::growth(&terms, terms.len() * 4 + 1);
+        proptest::prop_assert_eq!(&dense, &sorted);
+        proptest::prop_assert_eq!(dense.iter().map(|(_, n)| n).sum::<usize>(), lists.len());
+        proptest::prop_assert!(dense.windows(2).all(|w| w[0].0 < w[1].0));
+        proptest::prop_assert!(dense.iter().all(|(_, n)| *n > 0));
+    }
+}

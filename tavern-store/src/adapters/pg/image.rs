@@ -47,8 +47,8 @@ pub(super) const TEMP_PREFIX: &str = ".tmp-memory.image-";
 const MAGIC: &[u8; 8] = b"tvpgimg\x05";
 /// Database oid, table oid, the store's identity digest, sequence number, the row's digest.
 const ANCHOR: usize = 8 + 8 + 16 + 8 + 16;
-/// The largest image read per byte the table takes on the server (an image runs below it:
-/// records stored once, varint postings).
+/// The largest image read per byte the table takes on the server (an image runs well below
+/// it: records with their columns, varint postings).
 const MAX_IMAGE_PER_TABLE_BYTE: u64 = 8;
 
 /// A new image is saved once the mirror is this many sequence numbers past the last one

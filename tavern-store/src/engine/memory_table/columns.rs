@@ -221,11 +221,7 @@ impl AuditColumns {
             slots: u32s(take, n, "audit slots")?,
             actions: u32s(take, n, "audit actions")?,
             ats: i64s(take, n, "audit times")?,
-            revisions: take
-                .bytes(n * 16, "audit revisions")?
-                .chunks_exact(16)
-                .map(|c| u128::from_le_bytes(array(c)))
-                .collect(),
+            revisions: column(take, n, "audit revisions", u128::from_le_bytes)?,
             sources: u32s(take, n, "audit sources")?,
             texts: take.bytes(n, "audit text kinds")?.to_vec(),
         };
@@ -251,26 +247,28 @@ fn array<const N: usize>(chunk: &[u8]) -> [u8; N] {
     a
 }
 
-fn u32s(take: &mut Take<'_>, n: usize, what: &'static str) -> Result<Vec<u32>, ImageError> {
+/// `n` values of `W` bytes each, as `from` reads each.
+fn column<const W: usize, T>(
+    take: &mut Take<'_>,
+    n: usize,
+    what: &'static str,
+    from: fn([u8; W]) -> T,
+) -> Result<Vec<T>, ImageError> {
     Ok(take
-        .bytes(n * 4, what)?
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes(array(c)))
+        .bytes(n * W, what)?
+        .chunks_exact(W)
+        .map(|c| from(array(c)))
         .collect())
+}
+
+fn u32s(take: &mut Take<'_>, n: usize, what: &'static str) -> Result<Vec<u32>, ImageError> {
+    column(take, n, what, u32::from_le_bytes)
 }
 
 fn i64s(take: &mut Take<'_>, n: usize, what: &'static str) -> Result<Vec<i64>, ImageError> {
-    Ok(take
-        .bytes(n * 8, what)?
-        .chunks_exact(8)
-        .map(|c| i64::from_le_bytes(array(c)))
-        .collect())
+    column(take, n, what, i64::from_le_bytes)
 }
 
 fn f64s(take: &mut Take<'_>, n: usize, what: &'static str) -> Result<Vec<f64>, ImageError> {
-    Ok(take
-        .bytes(n * 8, what)?
-        .chunks_exact(8)
-        .map(|c| f64::from_le_bytes(array(c)))
-        .collect())
+    column(take, n, what, f64::from_le_bytes)
 }

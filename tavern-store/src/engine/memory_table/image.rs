@@ -574,6 +574,15 @@ mod tests {
         }
     }
 
+    /// A table of `n` records, one created per step, in three scopes.
+    fn table_of(n: usize) -> MemoryTable {
+        let mut t = MemoryTable::new();
+        for i in 0..n {
+            step(&mut t, (i, i % 3, 0, i % 4, None), i as i64);
+        }
+        t
+    }
+
     /// A table's image: what an open reads, and the postings read where they lie.
     type Image = (Vec<u8>, Vec<u8>);
 
@@ -645,10 +654,7 @@ mod tests {
     /// that image decodes none again.
     #[test]
     fn records_are_decoded_when_read_not_when_opened() {
-        let mut t = MemoryTable::new();
-        for i in 0..200 {
-            step(&mut t, (i, i % 3, 0, i % 4, None), i as i64);
-        }
+        let t = table_of(200);
         let bytes = image(&t);
         // Its bytes where they lie, every read of them counted.
         struct Counting(Vec<u8>, std::sync::atomic::AtomicUsize);
@@ -699,10 +705,7 @@ mod tests {
     /// to it does not panic.
     #[test]
     fn a_record_changed_where_it_lies_makes_the_table_lost() {
-        let mut t = MemoryTable::new();
-        for i in 0..20 {
-            step(&mut t, (i, i % 3, 0, i % 4, None), i as i64);
-        }
+        let t = table_of(20);
         let bytes = image(&t);
         let mut whole = [bytes.0.clone(), bytes.1.clone()].concat();
         // m0's content ("the silver gate 0"), one letter changed: it still decodes.
@@ -738,10 +741,7 @@ mod tests {
     /// the columns is refused at open.
     #[test]
     fn a_record_unlike_its_columns_is_never_used() {
-        let mut t = MemoryTable::new();
-        for i in 0..10 {
-            step(&mut t, (i, i % 3, 0, i % 4, None), i as i64);
-        }
+        let t = table_of(10);
         let (bytes, postings) = image(&t);
         // The ids column holds every id one after the other.
         let ids = b"m0m1m2";
@@ -786,10 +786,7 @@ mod tests {
     /// a check of every record finds it without using it.
     #[test]
     fn a_record_that_does_not_decode_is_never_used() {
-        let mut t = MemoryTable::new();
-        for i in 0..10 {
-            step(&mut t, (i, i % 3, 0, i % 4, None), i as i64);
-        }
+        let t = table_of(10);
         let (mut bytes, mut rest) = image(&t);
         // m0's bytes come first in the rest; its checksum is the first of its column.
         let text = b"the silver gate 0";
@@ -814,15 +811,40 @@ mod tests {
         assert!(read_back(&image(&t)).unwrap().records_whole());
     }
 
+    /// A record's bytes must end where its fields do (m0's length column taking the first
+    /// byte of m1's, its checksum over those), and a record's flags hold no unknown bit (the
+    /// open refuses those).
+    #[test]
+    fn a_record_with_bytes_after_its_fields_or_unknown_flags_is_refused() {
+        let t = table_of(10);
+        let (bytes, rest) = image(&t);
+        let word = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+        let (lens, _) = column(&bytes, 1);
+        let (checks, _) = column(&bytes, 2);
+        let mut longer = bytes.clone();
+        let (first, second) = (word(&bytes, lens), word(&bytes, lens + 4));
+        longer[lens..lens + 4].copy_from_slice(&(first + 1).to_le_bytes());
+        longer[lens + 4..lens + 8].copy_from_slice(&(second - 1).to_le_bytes());
+        let sum = tavern_search::region::checksum(&rest[..first as usize + 1]);
+        longer[checks..checks + 4].copy_from_slice(&sum.to_le_bytes());
+        let read = read_back(&(longer, rest.clone())).unwrap();
+        assert!(read
+            .get(&scope(0), &MemoryId::parse("m0").unwrap())
+            .is_none());
+        assert!(read.lost());
+
+        let (flags, _) = column(&bytes, 5);
+        let mut flagged = bytes;
+        flagged[flags] |= 4;
+        assert!(read_back(&(flagged, rest)).is_err());
+    }
+
     /// A record whose columns say other than its bytes (an image written wrong: another
     /// importance, another deleted flag) is never used once read: lookups, filters and
     /// ranking used the columns, so the record they found is not handed out as theirs.
     #[test]
     fn a_record_unlike_its_metadata_columns_is_never_used() {
-        let mut t = MemoryTable::new();
-        for i in 0..10 {
-            step(&mut t, (i, i % 3, 0, i % 4, None), i as i64);
-        }
+        let t = table_of(10);
         let (bytes, rest) = image(&t);
         let m1 = MemoryId::parse("m1").unwrap();
         for (k, change) in [(9usize, 0x3fu8), (5, 1)] {
