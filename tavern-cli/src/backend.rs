@@ -175,17 +175,62 @@ pub fn data_is_a_folder(ctx: &Context) -> Result<(), CliError> {
 /// # Errors
 /// [`CliError::NotFound`] for a missing store; store failures.
 pub async fn open(ctx: &Context, create: bool) -> Result<Arc<dyn Backend>, CliError> {
-    if let Some(settings) = &ctx.store {
-        return Ok(Arc::new(open_postgres(settings, "--store").await?));
+    let backend: Arc<dyn Backend> = match &ctx.store {
+        Some(settings) => Arc::new(open_postgres(settings, "--store").await?),
+        None => {
+            data_is_a_folder(ctx)?;
+            if !create && !store_exists(ctx) {
+                return Err(CliError::NotFound(format!(
+                    "no store in {} yet: import a SillyTavern folder with `tavern import-st DIR` or run a session first",
+                    ctx.data_label
+                )));
+            }
+            Arc::new(open_files(&ctx.data, &ctx.data_label)?)
+        }
+    };
+    ctx.opened.watch(backend.clone());
+    Ok(backend)
+}
+
+/// The backends a command opened, each with how many diagnostics its open had found (warned
+/// of then): [`Opened::warn_of_the_rest`] warns of what the stores found while the command ran
+/// — a record changed in the memory image and read again from the log, a damaged posting list
+/// rebuilt — which a one-shot command would otherwise never show.
+#[derive(Default, Clone)]
+pub struct Opened(Arc<std::sync::Mutex<Vec<Watched>>>);
+
+/// A backend opened, and how many diagnostics it had then.
+type Watched = (Arc<dyn Backend>, usize);
+
+impl std::fmt::Debug for Opened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Opened").finish_non_exhaustive()
     }
-    data_is_a_folder(ctx)?;
-    if !create && !store_exists(ctx) {
-        return Err(CliError::NotFound(format!(
-            "no store in {} yet: import a SillyTavern folder with `tavern import-st DIR` or run a session first",
-            ctx.data_label
-        )));
+}
+
+impl Opened {
+    fn watch(&self, backend: Arc<dyn Backend>) {
+        let seen = backend.diagnostics().len();
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push((backend, seen));
     }
-    Ok(Arc::new(open_files(&ctx.data, &ctx.data_label)?))
+
+    /// Warns of every diagnostic the watched stores found since their open, and lets them go.
+    pub fn warn_of_the_rest(&self) {
+        let opened = std::mem::take(
+            &mut *self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for (backend, seen) in opened {
+            for d in backend.diagnostics().iter().skip(seen) {
+                tracing::warn!(file = %d.file, "{}", d.message);
+            }
+        }
+    }
 }
 
 /// Opens (creating) the file store in `dir`, named `label` in messages.

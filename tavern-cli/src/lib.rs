@@ -34,6 +34,8 @@ pub struct Context {
     pub progress: bool,
     /// The PostgreSQL store named by `--store` (then the data directory holds only `assets/`).
     pub store: Option<backend::StoreSettings>,
+    /// The stores the command opened, to warn after it of what they found meanwhile.
+    pub opened: backend::Opened,
 }
 
 impl Context {
@@ -75,6 +77,12 @@ impl Report {
 /// # Errors
 /// The command's [`CliError`]; nothing was changed by a command that failed on its input.
 pub async fn run(command: cli::Command, ctx: &Context) -> Result<Report, CliError> {
+    let result = run_command(command, ctx).await;
+    ctx.opened.warn_of_the_rest();
+    result
+}
+
+async fn run_command(command: cli::Command, ctx: &Context) -> Result<Report, CliError> {
     use cli::Command;
     match command {
         Command::ImportSt(args) => commands::import::run(ctx, &args).await,

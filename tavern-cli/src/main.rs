@@ -92,6 +92,7 @@ fn main() -> ExitCode {
                 image_dir: cli.store_image_dir.clone(),
                 max_loaded_memories: cli.store_max_loaded_memories,
             }),
+        opened: Default::default(),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -1871,3 +1871,72 @@ fn data_that_is_a_file_is_named_as_not_a_directory() {
         run.one_error_line("is not a directory");
     }
 }
+
+/// What the store finds while a command runs is a warning too, not only what its open found:
+/// a record changed in the memory image (one letter of its text, so that it still reads as a
+/// record) is never shown — the store reads its log again and the search answers as the log
+/// says — and the warning names the image, never the directory.
+#[test]
+fn a_record_changed_in_the_memory_image_is_a_warning_and_the_answer_the_logs() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    let store = FsStore::open(data, Arc::new(SystemClock)).unwrap();
+    let writes = (0..40)
+        .map(|i| {
+            write(
+                &format!("m{i}"),
+                chat_scope(),
+                &format!("a lantern by the river {i}"),
+                &[],
+            )
+        })
+        .collect();
+    store.import_memories(writes).unwrap();
+    assert!(store.save_memory_image().unwrap());
+    drop(store);
+    let args = [
+        "memory",
+        "search",
+        "--scope",
+        "chat",
+        "--character",
+        "Seraphina",
+        "--chat",
+        SERAPHINA_CHAT,
+        "lantern river",
+    ];
+    // What the log alone answers (a copy of it, beside no image).
+    let plain = tempfile::tempdir().unwrap();
+    std::fs::copy(data.join("memory.log"), plain.path().join("memory.log")).unwrap();
+    let before = ok(plain.path(), &args);
+    assert!(
+        before.stdout.contains("a lantern by the river"),
+        "{}",
+        before.stdout
+    );
+    assert!(!before.stderr.contains("memory.image"), "{}", before.stderr);
+    // The records lie after the part an open reads (the header, 40 bytes, gives its length):
+    // every one of them, changed.
+    let path = data.join("memory.image");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let checked = u64::from_le_bytes(bytes[16..24].try_into().unwrap()) as usize;
+    let mut changed = 0;
+    for at in 40 + checked..bytes.len() - 7 {
+        if &bytes[at..at + 7] == b"lantern" {
+            bytes[at + 6] = b'm';
+            changed += 1;
+        }
+    }
+    assert_eq!(changed, 40);
+    std::fs::write(&path, &bytes).unwrap();
+    let after = ok(data, &args);
+    assert_eq!(after.stdout, before.stdout, "answered as the log says");
+    assert!(!after.stdout.contains("lanterm"), "{}", after.stdout);
+    assert!(after.stderr.contains("memory.image"), "{}", after.stderr);
+    assert!(after.stderr.contains("read again"), "{}", after.stderr);
+    assert!(
+        !after.stderr.contains(&data.display().to_string()),
+        "{}",
+        after.stderr
+    );
+}

@@ -155,8 +155,8 @@ impl<T: OpTable> Logged<T> {
         diags.push(
             self.image.unwrap_or(MEMORY_IMAGE).to_owned(),
             format!(
-                "a record read from it was not the one checked when it was opened (the file \
-                 changed since); the table was read again from {}",
+                "a record read from it was not the one its image described (the file changed \
+                 since, or was written wrong); the table was read again from {}",
                 self.log.rel()
             ),
         );
