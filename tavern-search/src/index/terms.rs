@@ -61,18 +61,21 @@ impl Terms {
         self.packed.reserve(more);
     }
 
+    /// The `i`-th sorted word.
+    fn word_at(&self, i: usize) -> Option<&str> {
+        let start = i
+            .checked_sub(1)
+            .map_or(Some(0), |p| self.word_ends.get(p).map(|e| *e as usize))?;
+        self.sorted_words
+            .get(start..*self.word_ends.get(i)? as usize)
+    }
+
     /// Which sorted word `token` is.
     fn sorted_word(&self, token: &str) -> Option<usize> {
-        let word = |i: usize| {
-            let start = i.checked_sub(1).map_or(0, |p| self.word_ends[p] as usize);
-            self.sorted_words
-                .get(start..self.word_ends[i] as usize)
-                .unwrap_or_default()
-        };
         let (mut low, mut high) = (0, self.word_ends.len());
         while low < high {
             let mid = low + (high - low) / 2;
-            match word(mid).cmp(token) {
+            match self.word_at(mid).unwrap_or_default().cmp(token) {
                 std::cmp::Ordering::Less => low = mid + 1,
                 std::cmp::Ordering::Greater => high = mid,
                 std::cmp::Ordering::Equal => return Some(mid),
@@ -92,11 +95,7 @@ impl Terms {
         packed.sort_unstable_by_key(|(key, _)| *key);
         let first_word = self.sorted_keys.len();
         let mut words: Vec<(&str, u32)> = (0..self.word_ends.len())
-            .filter_map(|i| {
-                let start = i.checked_sub(1).map_or(0, |p| self.word_ends[p] as usize);
-                let word = self.sorted_words.get(start..self.word_ends[i] as usize)?;
-                Some((word, u32::try_from(first_word + i).ok()?))
-            })
+            .filter_map(|i| Some((self.word_at(i)?, u32::try_from(first_word + i).ok()?)))
             .chain(self.words.iter().map(|(word, id)| (&**word, *id)))
             .collect();
         words.sort_unstable_by_key(|(word, _)| *word);

@@ -93,16 +93,21 @@ pub async fn seen(s: &impl MemoryStore) -> String {
     out
 }
 
+/// How many bytes of an image file an open reads (its header, 40 bytes, says how many of the
+/// body's first bytes it checks).
+fn checked_part(image: &[u8]) -> usize {
+    40 + u64::from_le_bytes(image[16..24].try_into().unwrap()) as usize
+}
+
 /// Where an image file's posting lists begin: after its checked part (the header gives its
 /// length), the records' bytes (the memory table's header gives theirs), then the postings.
 pub fn postings_at(image: &[u8]) -> usize {
-    let checked = u64::from_le_bytes(image[16..24].try_into().unwrap()) as usize;
     let table = image
         .windows(8)
         .position(|w| w == b"tvmemt\0\x03")
         .expect("a memory table image");
     let records = u64::from_le_bytes(image[table + 16..table + 24].try_into().unwrap());
-    40 + checked + records as usize
+    checked_part(image) + records as usize
 }
 
 /// An image damaged three ways: a flipped bit in the middle of what an open reads (the
@@ -110,8 +115,7 @@ pub fn postings_at(image: &[u8]) -> usize {
 /// magic's first seven bytes.
 pub fn damaged(image: &[u8]) -> [Vec<u8>; 3] {
     let mut flipped = image.to_vec();
-    let checked = u64::from_le_bytes(image[16..24].try_into().unwrap()) as usize;
-    let middle = 40 + checked / 2;
+    let middle = 40 + (checked_part(image) - 40) / 2;
     flipped[middle] ^= 0x20;
     [
         flipped,
@@ -141,8 +145,7 @@ pub fn change_first_records(path: &std::path::Path) -> Vec<u8> {
     let before = std::fs::read(path).unwrap();
     // The records' bytes lie first after the checked part (the header gives its length), in
     // the order they were written.
-    let checked = u64::from_le_bytes(before[16..24].try_into().unwrap()) as usize;
-    let mut at = 40 + checked;
+    let mut at = checked_part(&before);
     let mut file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
     for _ in 0..2 {
         let word = b"lantern";

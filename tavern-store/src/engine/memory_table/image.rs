@@ -163,7 +163,7 @@ impl MemoryTable {
             body.clear();
             body.put_str(r.id.as_str());
             body.put_u32(m.scope);
-            body.put_u32(kinds.id(&r.kind));
+            body.put_u32(kind);
             body.put_str(&r.content);
             body.put_len(r.tags.len());
             for tag in &r.tags {
@@ -327,7 +327,7 @@ impl MemoryTable {
         for m in &meta {
             match per_scope.get_mut(m.scope as usize) {
                 Some(n) => *n += 1,
-                // `read_records` took each record's scope from the scope list.
+                // A scope the image's list does not hold.
                 None => {
                     return Err(invalid(
                         "record scope",
@@ -430,11 +430,9 @@ fn read_records(
     }
     let mut meta = Vec::with_capacity(n);
     let mut prints = Vec::with_capacity(n);
+    // Each scope is checked against the scope list where the table's lookups are built
+    // (`from_parts`).
     for i in 0..n {
-        let scope = columns.scopes[i];
-        if scope as usize >= dictionaries.scopes.len() {
-            return Err(invalid("record scope", format!("{scope} is not listed")));
-        }
         let kind = *entry(&dictionaries.kinds, columns.kinds[i], "kind")?;
         let m = columns
             .meta(i, kind)
