@@ -262,8 +262,8 @@ impl MemoryRecord {
             last_accessed_at: None,
             expires_at: write.expires_at,
             deleted_at: None,
-            revision: Revision::parse("r1-00000000000000000000000000000000")
-                .expect("a literal of the documented form"),
+            // Computed from the rest just below.
+            revision: Revision::unset(),
         };
         rec.revision = rec.compute_revision(None);
         Ok(rec)
@@ -323,7 +323,17 @@ impl MemoryRecord {
     /// The revision of this version's content chained to `previous`; `last_accessed_at` is not
     /// part of it, so reads never change revisions.
     pub fn compute_revision(&self, previous: Option<&Revision>) -> Revision {
-        let mut w = CanonicalWriter::new("memory", previous);
+        let segments = self.scope.segments();
+        // Room for the texts and about 40 bytes of framing for each of the other values.
+        let texts = self.content.len()
+            + self.id.as_str().len()
+            + segments.iter().map(|s| s.len() + 5).sum::<usize>()
+            + self
+                .tags
+                .iter()
+                .map(|t| t.as_str().len() + 5)
+                .sum::<usize>();
+        let mut w = CanonicalWriter::with_capacity("memory", previous, texts + 640);
         // The keys of `canonical_content` in byte order.
         w.object(12);
         w.str("confidence").float(self.confidence);
@@ -334,7 +344,6 @@ impl MemoryRecord {
         w.str("id").str(self.id.as_str());
         w.str("importance").float(self.importance);
         w.str("kind").str(self.kind.as_str());
-        let segments = self.scope.segments();
         w.str("scope").array(segments.len());
         for segment in segments {
             w.str(segment);

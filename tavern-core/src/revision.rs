@@ -19,6 +19,11 @@ pub const MAX_JSON_DEPTH: usize = 32;
 pub struct Revision(String);
 
 impl Revision {
+    /// A place for a revision about to be computed (never stored nor shown: not a valid one).
+    pub(crate) fn unset() -> Self {
+        Self(String::new())
+    }
+
     /// Computes a revision for `content` in `domain` (e.g. `memory`, `variable`), chained to the
     /// previous revision of the same record so that A→B→A never revives an old revision.
     pub fn compute(domain: &str, previous: Option<&Revision>, content: &Value) -> Self {
@@ -111,7 +116,13 @@ pub(crate) struct CanonicalWriter {
 impl CanonicalWriter {
     /// Starts the input of a revision in `domain` chained to `previous`.
     pub fn new(domain: &str, previous: Option<&Revision>) -> Self {
-        let mut buf = Vec::with_capacity(256);
+        Self::with_capacity(domain, previous, 256)
+    }
+
+    /// [`CanonicalWriter::new`] with room for `capacity` bytes, so that the input of a large
+    /// record is not copied again as it grows.
+    pub fn with_capacity(domain: &str, previous: Option<&Revision>, capacity: usize) -> Self {
+        let mut buf = Vec::with_capacity(capacity);
         encode_str(&mut buf, "agent-tavern/revision/v1");
         encode_str(&mut buf, domain);
         match previous {
@@ -197,7 +208,11 @@ impl CanonicalWriter {
     /// The revision of what was written.
     pub fn finish(self) -> Revision {
         let digest = Sha256::digest(&self.buf);
-        Revision(format!("r1-{}", hex(&digest[..16])))
+        // Built in place (`format!` grew the string twice per record of an import).
+        let mut text = String::with_capacity(35);
+        text.push_str("r1-");
+        push_hex(&mut text, &digest[..16]);
+        Revision(text)
     }
 }
 
@@ -270,23 +285,46 @@ fn len32(n: usize) -> u32 {
 
 /// Lowercase hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[usize::from(b >> 4)] as char);
-        s.push(DIGITS[usize::from(b & 15)] as char);
-    }
+    push_hex(&mut s, bytes);
     s
+}
+
+/// Appends the lowercase hex of `bytes` to `out`.
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)] as char);
+        out.push(DIGITS[usize::from(b & 15)] as char);
+    }
 }
 
 /// A short stable digest (16 hex digits) of arbitrary bytes, for ids derived from content.
 pub fn short_digest(parts: &[&[u8]]) -> String {
+    hex(&short_digest_raw(parts))
+}
+
+/// [`short_digest`] as its 16 ASCII hex digits, with nothing allocated (log lines by the
+/// million).
+pub fn short_digest_ascii(parts: &[&[u8]]) -> [u8; 16] {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [0u8; 16];
+    for (pair, b) in out.chunks_exact_mut(2).zip(short_digest_raw(parts)) {
+        pair[0] = DIGITS[usize::from(b >> 4)];
+        pair[1] = DIGITS[usize::from(b & 15)];
+    }
+    out
+}
+
+fn short_digest_raw(parts: &[&[u8]]) -> [u8; 8] {
     let mut h = Sha256::new();
     for p in parts {
         h.update((p.len() as u64).to_be_bytes());
         h.update(p);
     }
-    hex(&h.finalize()[..8])
+    let mut out = [0u8; 8];
+    out.copy_from_slice(&h.finalize()[..8]);
+    out
 }
 
 #[cfg(test)]
@@ -319,6 +357,19 @@ mod tests {
             Revision::compute("d", None, &a),
             Revision::compute("d", None, &b)
         );
+    }
+
+    proptest::proptest! {
+        /// The allocation-free digest of log lines is the digest's text, byte for byte.
+        #[test]
+        fn short_digest_ascii_is_the_short_digest(
+            parts in proptest::collection::vec(proptest::collection::vec(proptest::num::u8::ANY, 0..300), 0..4),
+        ) {
+            let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+            let ascii = short_digest_ascii(&parts);
+            let text = short_digest(&parts);
+            proptest::prop_assert_eq!(&ascii[..], text.as_bytes());
+        }
     }
 
     #[test]

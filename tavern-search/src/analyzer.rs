@@ -5,30 +5,36 @@
 //! by themselves, `银色大门` finds a sentence containing it.
 
 use std::cell::RefCell;
+use std::sync::{Mutex, PoisonError};
 
 use rust_stemmers::{Algorithm, Stemmer};
 use rustc_hash::FxHashMap;
 
 use tavern_core::tokens::is_cjk;
 
-/// Memoized word → index token (`None` for a stop word) entries per thread before the memo is
+/// Memoized word → index token (`None` for a stop word) entries per memo before it is
 /// cleared: words repeat (Zipf), so most lookups skip the stemmer; the bound keeps memory flat.
 const STEM_MEMO_MAX: usize = 1 << 16;
 
-/// Case-folded word → its index token, `None` for a stop word.
-type StemMemo = FxHashMap<Box<str>, Option<Box<str>>>;
-
-thread_local! {
-    /// The English stemmer and the memo of its results (see [`STEM_MEMO_MAX`]).
-    static STEMS: RefCell<(Stemmer, StemMemo)> =
-        RefCell::new((Stemmer::create(Algorithm::English), FxHashMap::default()));
+/// The English stemmer with a memo of its results (see [`STEM_MEMO_MAX`]).
+pub(crate) struct Stems {
+    stemmer: Stemmer,
+    /// Case-folded word → its index token, `None` for a stop word.
+    memo: FxHashMap<Box<str>, Option<Box<str>>>,
 }
 
-/// Calls `f` with the index token of a case-folded Latin word: its Snowball English stem
-/// (words with non-ASCII letters are kept as they are), nothing for a stop word.
-fn with_word_token(word: &str, f: impl FnOnce(&str)) {
-    STEMS.with_borrow_mut(|(stemmer, memo)| {
-        if let Some(token) = memo.get(word) {
+impl Stems {
+    fn new() -> Self {
+        Self {
+            stemmer: Stemmer::create(Algorithm::English),
+            memo: FxHashMap::default(),
+        }
+    }
+
+    /// Calls `f` with the index token of a case-folded Latin word: its Snowball English stem
+    /// (words with non-ASCII letters are kept as they are), nothing for a stop word.
+    fn word_token(&mut self, word: &str, f: impl FnOnce(&str)) {
+        if let Some(token) = self.memo.get(word) {
             if let Some(token) = token {
                 f(token);
             }
@@ -37,18 +43,52 @@ fn with_word_token(word: &str, f: impl FnOnce(&str)) {
         let token: Option<Box<str>> = if crate::stopwords::is_stop_word(word) {
             None
         } else if word.is_ascii() {
-            Some(stemmer.stem(word).into())
+            Some(self.stemmer.stem(word).into())
         } else {
             Some(word.into())
         };
-        if memo.len() >= STEM_MEMO_MAX {
-            memo.clear();
+        if self.memo.len() >= STEM_MEMO_MAX {
+            self.memo.clear();
         }
         if let Some(token) = &token {
             f(token);
         }
-        memo.insert(word.into(), token);
-    });
+        self.memo.insert(word.into(), token);
+    }
+}
+
+thread_local! {
+    /// This thread's stems (queries and one-by-one inserts).
+    static STEMS: RefCell<Stems> = RefCell::new(Stems::new());
+}
+
+/// Warm memos lent to the short-lived threads of bulk indexing ([`with_lent_stems`]): a thread
+/// spawned per import round started with an empty memo and stemmed most words again (the
+/// spawned half tokenized 1.7× slower than the calling thread's).
+static LENT_STEMS: Mutex<Vec<Stems>> = Mutex::new(Vec::new());
+
+/// How many warm memos [`LENT_STEMS`] keeps (one per bulk-indexing thread).
+const LENT_STEMS_MAX: usize = 2;
+
+/// Runs `f` with a warm memo taken from [`LENT_STEMS`] (a new one when none is there), and
+/// gives it back after.
+pub(crate) fn with_lent_stems<R>(f: impl FnOnce(&mut Stems) -> R) -> R {
+    let taken = LENT_STEMS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .pop();
+    let mut stems = taken.unwrap_or_else(Stems::new);
+    let out = f(&mut stems);
+    let mut lent = LENT_STEMS.lock().unwrap_or_else(PoisonError::into_inner);
+    if lent.len() < LENT_STEMS_MAX {
+        lent.push(stems);
+    }
+    out
+}
+
+/// [`Stems::word_token`] with this thread's stems.
+fn with_word_token(word: &str, f: impl FnOnce(&str)) {
+    STEMS.with_borrow_mut(|stems| stems.word_token(word, f));
 }
 
 /// The index token of one case-folded Latin word: its stem, or `None` for a stop word.
@@ -68,10 +108,32 @@ pub fn index_tokens(text: &str) -> Vec<String> {
 }
 
 /// [`index_tokens`] without allocating: `f` sees each token in a reused buffer.
-pub(crate) fn for_each_index_token(text: &str, mut f: impl FnMut(&str)) {
+pub(crate) fn for_each_index_token(text: &str, f: impl FnMut(&str)) {
+    each_index_token(text, f, |word, f| with_word_token(word, f));
+}
+
+/// [`for_each_index_token`] with the given `stems` rather than this thread's; returns the
+/// text's [`word_len`], counted on the way.
+pub(crate) fn for_each_index_token_with(
+    stems: &mut Stems,
+    text: &str,
+    f: impl FnMut(&str),
+) -> usize {
+    each_index_token(text, f, |word, f| stems.word_token(word, f))
+}
+
+/// Calls `f` with each index token of `text`, `word_token` making a Latin word's; returns the
+/// text's [`word_len`] (each Latin run a word, each CJK character one).
+fn each_index_token(
+    text: &str,
+    mut f: impl FnMut(&str),
+    mut word_token: impl FnMut(&str, &mut dyn FnMut(&str)),
+) -> usize {
     let mut buf = String::with_capacity(32);
+    let mut len = 0;
     for_each_run(text, |run, cjk| {
         if cjk {
+            len += run.len();
             for c in run {
                 buf.clear();
                 buf.push(*c);
@@ -83,11 +145,13 @@ pub(crate) fn for_each_index_token(text: &str, mut f: impl FnMut(&str)) {
                 f(&buf);
             }
         } else {
+            len += 1;
             buf.clear();
             buf.extend(run);
-            with_word_token(&buf, &mut f);
+            word_token(&buf, &mut f);
         }
     });
+    len
 }
 
 /// Splits a query into tokens: Latin words as in [`index_tokens`]; a CJK run of two or more

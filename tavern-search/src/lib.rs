@@ -40,7 +40,7 @@ pub mod when;
 
 pub use analyzer::{index_tokens, query_tokens, raw_tokens, word_len, word_token};
 pub use bytes::{ImageError, Put, Take};
-pub use index::{BestMatches, Bm25Index};
+pub use index::{BestMatches, Bm25Index, Tokenized};
 pub use rank::{Candidate, Gatherer, Lexical, Ranker, RankerRef};
 pub use region::{ReadAt, Region};
 pub use sentences::{Encoder, SentenceRanker};

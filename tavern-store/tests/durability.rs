@@ -179,7 +179,7 @@ async fn two_processes_never_lose_an_update() {
 async fn a_failed_fsync_changes_nothing() {
     use serde_json::json;
     use tavern_core::{MemoryKind, MemorySource, MemoryWrite};
-    use tavern_store::StoreError;
+    use tavern_store::{MemoryQuery, StoreError};
 
     let dir = tempfile::tempdir().unwrap();
     let agent = ScopeKey::Agent {
@@ -222,8 +222,25 @@ async fn a_failed_fsync_changes_nothing() {
         "{failed}"
     );
 
+    // An import large enough to be tokenized while it is appended: nothing of it applied.
+    store.fail_next_sync();
+    let batch = |prefix: &str| -> Vec<MemoryWrite> {
+        (0..600).map(|i| write(&format!("{prefix}{i}"))).collect()
+    };
+    let failed = store.import_memories(batch("lostbulk")).unwrap_err();
+    assert!(
+        matches!(failed, StoreError::Io { op: "fsync", .. }),
+        "{failed}"
+    );
+    assert_eq!(store.memory_len(), 1, "the failed import left nothing");
+    let lighthouse = MemoryQuery::new("lighthouse", vec![agent.clone()]);
+    let hits = store.search(&lighthouse).await.unwrap().hits;
+    assert_eq!(hits.len(), 1, "the failed import indexed nothing");
+
     // The next writes go through and catch the logs up: the failed ones stay absent.
     store.put(write("after"), None, false).await.unwrap();
+    assert_eq!(store.import_memories(batch("bulk")).unwrap(), 600);
+    assert_eq!(store.search(&lighthouse).await.unwrap().hits.len(), 10);
     let hp = store
         .set(
             &ScopeKey::Global,
@@ -240,10 +257,11 @@ async fn a_failed_fsync_changes_nothing() {
 
     let reopened = FsStore::open(dir.path(), Arc::new(SystemClock)).unwrap();
     assert!(reopened.read(&lost, &agent).await.unwrap().is_none());
-    for id in ["kept", "after"] {
+    for id in ["kept", "after", "bulk0", "bulk599"] {
         let id = MemoryId::parse(id).unwrap();
         assert!(reopened.read(&id, &agent).await.unwrap().is_some(), "{id}");
     }
+    assert_eq!(reopened.memory_len(), 602, "no line of the failed import");
     let hp = reopened
         .get(&ScopeKey::Global, &var)
         .await

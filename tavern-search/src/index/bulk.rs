@@ -4,8 +4,8 @@
 //! term ids (and the whole index) are those one-by-one inserts give. Tokenizing per shard, as
 //! before, did the analyzer's work twice.
 
-use super::{pack, shard_of, Shard, SHARDS};
-use crate::analyzer::for_each_index_token;
+use super::{pack, shard_of, Bm25Index, Shard, SHARDS};
+use crate::analyzer::{for_each_index_token_with, with_lent_stems, Stems};
 
 /// Documents tokenized and interned per round: bounds the token streams held at once (about
 /// three times the round's text) while each posting list still grows only once per round.
@@ -38,15 +38,37 @@ fn entry(token: u64) -> Result<u64, usize> {
     }
 }
 
-/// Tokenizes `docs` once, each token into the stream of its shard.
-fn tokenize(docs: &[(u32, &str)]) -> [ShardTokens; SHARDS] {
-    let mut out: [ShardTokens; SHARDS] = Default::default();
-    for (_, text) in docs {
+/// A run of documents tokenized: each shard's tokens, and each document's length.
+#[derive(Debug, Default)]
+struct Tokenized {
+    streams: [ShardTokens; SHARDS],
+    /// Per document, in order: its [`crate::analyzer::word_len`], counted while tokenizing.
+    lens: Vec<usize>,
+}
+
+/// Tokenizes `docs` once, each token into the stream of its shard (with a lent memo of
+/// stems: the thread is new at every round).
+fn tokenize(texts: &[&str]) -> Tokenized {
+    with_lent_stems(|stems| tokenize_with(stems, texts))
+}
+
+fn tokenize_with(stems: &mut Stems, texts: &[&str]) -> Tokenized {
+    let mut out = Tokenized::default();
+    out.lens.reserve_exact(texts.len());
+    // About what CJK text makes (a unigram and a bigram per 3-byte character, half of them
+    // each shard's), above what Latin text does: streams grown token by token were copied
+    // again and again.
+    let bytes: usize = texts.iter().map(|text| text.len()).sum();
+    for stream in &mut out.streams {
+        stream.tokens.reserve(bytes / 4);
+        stream.per_doc.reserve_exact(texts.len());
+    }
+    for text in texts {
         let mut counts = [0u32; SHARDS];
-        for_each_index_token(text, |token| {
+        let len = for_each_index_token_with(stems, text, |token| {
             let key = pack(token);
             let me = shard_of(token, key);
-            let stream = &mut out[me];
+            let stream = &mut out.streams[me];
             match key {
                 Some(key) => stream.tokens.push(key),
                 None => {
@@ -56,7 +78,8 @@ fn tokenize(docs: &[(u32, &str)]) -> [ShardTokens; SHARDS] {
             }
             counts[me] = counts[me].saturating_add(1);
         });
-        for (stream, n) in out.iter_mut().zip(counts) {
+        out.lens.push(len);
+        for (stream, n) in out.streams.iter_mut().zip(counts) {
             stream.per_doc.push(n);
         }
     }
@@ -69,19 +92,17 @@ impl Shard {
     fn index_streams(
         &mut self,
         streams: [&ShardTokens; 2],
-        docs: &[(u32, &str)],
+        docs: &[u32],
         groups: &[u32],
         generations: &[u32],
     ) {
         let mut group = groups.iter().copied();
-        let mut ids: Vec<(u32, f32)> = Vec::with_capacity(64);
-        let mut terms: Vec<(u32, f32)> = Vec::new();
-        let mut bounds = Vec::with_capacity(docs.len() + 1);
-        bounds.push(0);
+        let tokens: usize = streams.iter().map(|s| s.tokens.len()).sum();
+        let mut hits: Vec<(u32, u32)> = Vec::with_capacity(tokens);
+        let mut k = 0u32;
         for stream in streams {
             let (mut start, mut next) = (0, 0);
             for &n in &stream.per_doc {
-                ids.clear();
                 let group = group.next().unwrap_or(0);
                 let end = next + n as usize;
                 for &token in stream.tokens.get(next..end).unwrap_or_default() {
@@ -95,63 +116,81 @@ impl Shard {
                             self.intern(text, None, group)
                         }
                     };
-                    ids.push((id, 1.0));
+                    hits.push((id, k));
                 }
                 next = end;
-                // As `terms_of` sums a field's weights: same order, same floats.
-                ids.sort_unstable_by_key(|(id, _)| *id);
-                for run in ids.chunk_by(|a, b| a.0 == b.0) {
-                    terms.push((run[0].0, run.iter().map(|(_, w)| w).sum()));
-                }
-                bounds.push(terms.len());
+                k += 1;
             }
         }
-        self.push_all(docs, generations, &terms, &bounds);
+        self.push_all(docs, generations, hits);
     }
 }
 
-/// Indexes `docs` (in their `groups`, with their new `generations`) into `shards`: per round,
-/// tokenized once on two threads, then interned per shard on two threads.
-pub(super) fn index_docs(
-    shards: &mut [Shard; SHARDS],
-    docs: &[(u32, &str)],
-    groups: &[u32],
-    generations: &[u32],
-) {
-    index_in_rounds(shards, docs, groups, generations, ROUND_DOCS);
+/// The texts of a round tokenized, its first half and its second (each on its thread).
+#[derive(Debug)]
+pub(super) struct Round([Tokenized; 2]);
+
+/// The texts of each round of `texts` tokenized, two threads a round.
+pub(super) fn tokenize_rounds(texts: &[&str]) -> Vec<Round> {
+    texts.chunks(ROUND_DOCS).map(tokenize_round).collect()
 }
 
-fn index_in_rounds(
-    shards: &mut [Shard; SHARDS],
-    docs: &[(u32, &str)],
-    groups: &[u32],
-    generations: &[u32],
-    round_docs: usize,
-) {
-    let round_docs = round_docs.max(1);
-    let rounds = docs
-        .chunks(round_docs)
-        .zip(groups.chunks(round_docs))
-        .zip(generations.chunks(round_docs));
-    for ((round, groups), gens) in rounds {
-        let (front, back) = round.split_at(round.len() / 2);
-        let (first, second) = std::thread::scope(|s| {
-            let second = s.spawn(|| tokenize(back));
-            let first = tokenize(front);
-            // A panicking tokenizer is a bug, not bad input: it unwinds here as it would have
-            // on one thread.
-            let second = second
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            (first, second)
-        });
-        let [a0, a1] = &first;
-        let [b0, b1] = &second;
-        let [s0, s1] = shards;
-        std::thread::scope(|s| {
-            s.spawn(|| s1.index_streams([a1, b1], round, groups, gens));
-            s0.index_streams([a0, b0], round, groups, gens);
-        });
+fn tokenize_round(texts: &[&str]) -> Round {
+    let (front, back) = texts.split_at(texts.len() / 2);
+    std::thread::scope(|s| {
+        let second = s.spawn(|| tokenize(back));
+        let first = tokenize(front);
+        // A panicking tokenizer is a bug, not bad input: it unwinds here as it would have
+        // on one thread.
+        let second = second
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        Round([first, second])
+    })
+}
+
+/// Indexes `(doc, group, text)` documents into `index`: per round, tokenized once on two
+/// threads, each document begun with the length counted there, then interned per shard on
+/// two threads.
+pub(super) fn index_docs(index: &mut Bm25Index, docs: &[(u32, u32, &str)]) {
+    index_in_rounds(index, docs, ROUND_DOCS);
+}
+
+fn index_in_rounds(index: &mut Bm25Index, docs: &[(u32, u32, &str)], round_docs: usize) {
+    for round in docs.chunks(round_docs.max(1)) {
+        let texts: Vec<&str> = round.iter().map(|(_, _, text)| *text).collect();
+        let tokenized = tokenize_round(&texts);
+        let docs: Vec<(u32, u32)> = round.iter().map(|(doc, group, _)| (*doc, *group)).collect();
+        index_round(index, &docs, &tokenized);
+    }
+}
+
+/// Indexes the `(doc, group)` documents of a round (as many as it tokenized) from their
+/// tokens: each begun with its length, then interned per shard on two threads.
+pub(super) fn index_round(index: &mut Bm25Index, round: &[(u32, u32)], tokenized: &Round) {
+    let [first, second] = &tokenized.0;
+    let lens = first.lens.iter().chain(&second.lens);
+    let generations: Vec<u32> = round
+        .iter()
+        .zip(lens)
+        .map(|((doc, group), len)| index.begin(*doc, *group, *len as f32))
+        .collect();
+    let docs: Vec<u32> = round.iter().map(|(doc, _)| *doc).collect();
+    let groups: Vec<u32> = round.iter().map(|(_, group)| *group).collect();
+    let [a0, a1] = &first.streams;
+    let [b0, b1] = &second.streams;
+    let [s0, s1] = &mut index.shards;
+    let (docs, groups, gens) = (&docs[..], &groups[..], &generations[..]);
+    std::thread::scope(|s| {
+        s.spawn(|| s1.index_streams([a1, b1], docs, groups, gens));
+        s0.index_streams([a0, b0], docs, groups, gens);
+    });
+}
+
+impl Round {
+    /// How many documents it tokenized.
+    pub(super) fn len(&self) -> usize {
+        self.0.iter().map(|half| half.lens.len()).sum()
     }
 }
 
@@ -213,6 +252,48 @@ mod tests {
         }
     }
 
+    /// Texts tokenized ahead and inserted with their documents give the index `insert_many`
+    /// gives; documents named twice, not as many as the texts, or too few for bulk indexing
+    /// fall back to `insert_many` with the texts.
+    #[test]
+    fn tokenized_ahead_gives_the_index_insert_many_gives() {
+        let docs = docs();
+        let texts: Vec<&str> = docs.iter().map(|(_, _, t)| t.as_str()).collect();
+        let unique: Vec<(u32, u32)> = (0..docs.len() as u32).map(|d| (d, d % 4)).collect();
+        let twice: Vec<(u32, u32)> = docs.iter().map(|(d, g, _)| (*d, *g)).collect();
+        let fewer = &unique[..unique.len() - 1];
+        let small = &unique[..10];
+        // (name, documents, how many texts are tokenized for them)
+        for (name, pairs, n) in [
+            ("unique", &unique[..], texts.len()),
+            ("twice", &twice[..], texts.len()),
+            ("fewer", fewer, texts.len()),
+            ("small", small, small.len()),
+        ] {
+            let with_texts: Vec<(u32, u32, &str)> = pairs
+                .iter()
+                .zip(&texts)
+                .map(|((d, g), t)| (*d, *g, *t))
+                .collect();
+            let mut many = Bm25Index::new();
+            many.insert_many(&with_texts);
+            let mut ahead = Bm25Index::new();
+            ahead.insert_tokenized(pairs, Bm25Index::tokenize(&texts[..n]));
+            for (a, b) in many.shards.iter().zip(&ahead.shards) {
+                assert_eq!(a.lists, b.lists, "{name}");
+                assert_eq!(a.postings, b.postings, "{name}");
+                assert_eq!(a.max_tf, b.max_tf, "{name}");
+                assert_eq!(a.doc_postings, b.doc_postings, "{name}");
+            }
+            assert_eq!(many.doc_len, ahead.doc_len, "{name}");
+            assert_eq!(many.generation, ahead.generation, "{name}");
+            for q in ["silver gate", "银色大门", "keeper12"] {
+                let q = query_tokens(q);
+                assert_eq!(many.score(&q), ahead.score(&q), "{name} {q:?}");
+            }
+        }
+    }
+
     /// A stream entry is read back as the packed key it is, never as a long token's length.
     #[test]
     fn no_packed_key_reads_as_a_long_token() {
@@ -238,22 +319,28 @@ mod tests {
     #[test]
     fn any_round_size_builds_the_same_shards() {
         let docs = docs();
-        let texts: Vec<(u32, &str)> = docs.iter().map(|(d, _, t)| (*d, t.as_str())).collect();
-        let groups: Vec<u32> = docs.iter().map(|(_, g, _)| *g).collect();
-        let generations: Vec<u32> = (0..texts.len() as u32).map(|i| i % 3 + 1).collect();
+        // Each slot once, as `insert_many` hands them over.
+        let refs: Vec<(u32, u32, &str)> = docs
+            .iter()
+            .take(600)
+            .map(|(d, g, t)| (*d, *g, t.as_str()))
+            .collect();
         let build = |round: usize| {
-            let mut shards: [Shard; SHARDS] = Default::default();
-            index_in_rounds(&mut shards, &texts, &groups, &generations, round);
-            shards
+            let mut index = Bm25Index::new();
+            index_in_rounds(&mut index, &refs, round);
+            index
         };
         let whole = build(usize::MAX);
         for round in [1, 7, 256] {
             let parts = build(round);
-            for (a, b) in whole.iter().zip(&parts) {
+            for (a, b) in whole.shards.iter().zip(&parts.shards) {
                 assert_eq!(a.lists, b.lists, "round {round}");
                 assert_eq!(a.postings, b.postings, "round {round}");
                 assert_eq!(a.max_tf, b.max_tf, "round {round}");
+                assert_eq!(a.doc_postings, b.doc_postings, "round {round}");
             }
+            assert_eq!(whole.doc_len, parts.doc_len, "round {round}");
+            assert_eq!(whole.generation, parts.generation, "round {round}");
         }
     }
 }

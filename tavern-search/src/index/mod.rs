@@ -339,57 +339,85 @@ impl Shard {
         finite
     }
 
-    /// Adds the postings of many documents, `terms[bounds[k]..bounds[k + 1]]` being document
-    /// `k`'s, with every posting list grown once to its final size (hundreds of thousands of
-    /// small lists growing step by step dominated opening a store).
-    fn push_all(
-        &mut self,
-        docs: &[(u32, &str)],
-        generations: &[u32],
-        terms: &[(u32, f32)],
-        bounds: &[usize],
-    ) {
-        // Only the lists that grow (decoding those still as image bytes).
-        for (list, n) in growth(terms, self.postings.len()) {
-            if let Some(list) = self.postings.get_mut(list as usize) {
-                // Exact for what a round mostly makes (an open's lists, each in one go);
-                // amortized for a list growing a little at a time (imports of a few thousand
-                // records each): exact there copied the whole list at every import.
-                if n >= list.len() {
-                    list.reserve_exact(n);
-                } else {
-                    list.reserve(n);
+    /// Adds the postings of many documents, `hits` being one `(list, k)` per token of
+    /// document `k` (`docs[k]`, `generations[k]`) in document order: a list's hits of one
+    /// document make one posting, its term frequency their count. Hits are grouped by list,
+    /// so each list is found, grown and raised once per call (hundreds of thousands of lists
+    /// growing posting by posting dominated opening a store and importing).
+    fn push_all(&mut self, docs: &[u32], generations: &[u32], hits: Vec<(u32, u32)>) {
+        let hits = by_list(hits, self.postings.len());
+        for run in hits.chunk_by(|a, b| a.0 == b.0) {
+            let term = run[0].0;
+            let Some(list) = self.postings.get_mut(term as usize) else {
+                continue;
+            };
+            let n = run.chunk_by(|a, b| a.1 == b.1).count();
+            // Exact for what a round mostly makes (an open's lists, each in one go);
+            // amortized for a list growing a little at a time (imports of a few thousand
+            // records each): exact there copied the whole list at every import.
+            if n >= list.len() {
+                list.reserve_exact(n);
+            } else {
+                list.reserve(n);
+            }
+            let mut max_tf = 0.0f32;
+            for same in run.chunk_by(|a, b| a.1 == b.1) {
+                let k = same[0].1 as usize;
+                let (Some(doc), Some(generation)) = (docs.get(k), generations.get(k)) else {
+                    continue;
+                };
+                // As `terms_of` sums a field's weights of 1: exact below 2^24.
+                let tf = same.len() as f32;
+                max_tf = max_tf.max(tf);
+                list.push((*doc, tf, *generation));
+                if let Some(count) = self.doc_postings.get_mut(*doc as usize) {
+                    *count = count.saturating_add(1);
+                }
+                if self.map_block > 0 {
+                    top::BlockMap::follow(&mut self.maps, term, list, self.map_block);
                 }
             }
-        }
-        for (k, ((doc, _), generation)) in docs.iter().zip(generations).enumerate() {
-            for (term, tf) in &terms[bounds[k]..bounds[k + 1]] {
-                self.push(*term, (*doc, *tf, *generation));
-            }
+            self.raise_max_tf(term, max_tf);
         }
     }
 }
 
-/// How many of `terms`' postings each list gets, by list: counted in an array over every
-/// list when the postings are many (an open's rounds), over the postings sorted when they
-/// are few beside the `lists` (a small import into a large index touches few of them).
-fn growth(terms: &[(u32, f32)], lists: usize) -> Vec<(u32, usize)> {
-    if terms.len().saturating_mul(4) >= lists {
-        let mut counts = vec![0usize; lists];
-        for (list, _) in terms {
-            if let Some(n) = counts.get_mut(*list as usize) {
-                *n += 1;
+/// `hits` (`(list, k)` pairs, `k` ascending) grouped by list, each list's in their order:
+/// counted into place over every list when the hits are many (an open's rounds), sorted
+/// when they are few beside the `lists` (a small import into a large index touches few).
+fn by_list(mut hits: Vec<(u32, u32)>, lists: usize) -> Vec<(u32, u32)> {
+    if hits.len().saturating_mul(4) < lists {
+        // `k` ascending within a list, as the hits came.
+        hits.sort_unstable();
+        return hits;
+    }
+    let mut starts = vec![0usize; lists + 1];
+    for (list, _) in &hits {
+        if let Some(n) = starts.get_mut(*list as usize + 1) {
+            *n += 1;
+        }
+    }
+    for i in 1..starts.len() {
+        starts[i] += starts[i - 1];
+    }
+    let mut out = vec![(0u32, 0u32); starts[lists]];
+    for hit in hits {
+        if let Some(at) = starts.get_mut(hit.0 as usize) {
+            if let Some(slot) = out.get_mut(*at) {
+                *slot = hit;
+                *at += 1;
             }
         }
-        (0u32..).zip(counts).filter(|(_, n)| *n > 0).collect()
-    } else {
-        let mut grown: Vec<u32> = terms.iter().map(|(list, _)| *list).collect();
-        grown.sort_unstable();
-        grown
-            .chunk_by(|a, b| a == b)
-            .map(|run| (run[0], run.len()))
-            .collect()
     }
+    out
+}
+
+/// Texts tokenized by [`Bm25Index::tokenize`], for [`Bm25Index::insert_tokenized`].
+#[derive(Debug)]
+pub struct Tokenized<'a> {
+    texts: Vec<&'a str>,
+    /// Empty when the texts are too few to index in bulk.
+    rounds: Vec<bulk::Round>,
 }
 
 /// Document count and total length of one group of documents (a memory scope).
@@ -737,12 +765,15 @@ impl Bm25Index {
         for (i, (doc, _, _)) in docs.iter().enumerate() {
             last.insert(*doc, i);
         }
-        let docs: Vec<(u32, u32, &str)> = docs
-            .iter()
-            .enumerate()
-            .filter(|(i, (doc, _, _))| last.get(doc) == Some(i))
-            .map(|(_, d)| *d)
-            .collect();
+        let docs: Vec<(u32, u32, &str)> = if last.len() == docs.len() {
+            docs.to_vec()
+        } else {
+            docs.iter()
+                .enumerate()
+                .filter(|(i, (doc, _, _))| last.get(doc) == Some(i))
+                .map(|(_, d)| *d)
+                .collect()
+        };
         // A few documents (a catch-up, one write): threads and exact per-list reservations
         // cost more than they save, and each call would touch every posting list.
         if docs.len() < BULK_DOCS {
@@ -751,13 +782,50 @@ impl Bm25Index {
             }
             return;
         }
-        let generations: Vec<u32> = docs
-            .iter()
-            .map(|(doc, group, text)| self.begin(*doc, *group, word_len(text) as f32))
-            .collect();
-        let texts: Vec<(u32, &str)> = docs.iter().map(|(d, _, t)| (*d, *t)).collect();
-        let groups: Vec<u32> = docs.iter().map(|(_, g, _)| *g).collect();
-        bulk::index_docs(&mut self.shards, &texts, &groups, &generations);
+        bulk::index_docs(self, &docs);
+    }
+
+    /// Tokenizes `texts` for [`Bm25Index::insert_tokenized`] without the index: the analyzer's
+    /// work (most of indexing's), on two threads of its own, can run while the caller does
+    /// something else with the index (a store appends and applies the records of an import
+    /// meanwhile). Texts too few for bulk indexing are only kept, to be inserted one by one.
+    pub fn tokenize<'a>(texts: &[&'a str]) -> Tokenized<'a> {
+        let rounds = if texts.len() < BULK_DOCS {
+            Vec::new()
+        } else {
+            bulk::tokenize_rounds(texts)
+        };
+        Tokenized {
+            texts: texts.to_vec(),
+            rounds,
+        }
+    }
+
+    /// Indexes `docs[i]` (`(doc, group)`) with the text `tokenized` holds at `i`: what
+    /// [`Bm25Index::insert_many`] would do with those texts. When `docs` are not as many as the
+    /// texts, or name a document twice, the texts are indexed by `insert_many` (pairs beyond
+    /// the shorter side are dropped).
+    pub fn insert_tokenized(&mut self, docs: &[(u32, u32)], tokenized: Tokenized<'_>) {
+        let distinct = || {
+            let mut seen = rustc_hash::FxHashSet::default();
+            docs.iter().all(|(doc, _)| seen.insert(*doc))
+        };
+        let rounds: usize = tokenized.rounds.iter().map(bulk::Round::len).sum();
+        if tokenized.rounds.is_empty() || rounds != docs.len() || !distinct() {
+            let all: Vec<(u32, u32, &str)> = docs
+                .iter()
+                .zip(&tokenized.texts)
+                .map(|((doc, group), text)| (*doc, *group, *text))
+                .collect();
+            self.insert_many(&all);
+            return;
+        }
+        let mut at = 0;
+        for round in &tokenized.rounds {
+            let end = at + round.len();
+            bulk::index_round(self, &docs[at..end], round);
+            at = end;
+        }
     }
 
     /// Drops document `doc` from results (its postings are skipped until the next compaction).

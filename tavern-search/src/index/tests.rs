@@ -869,17 +869,36 @@ mod an_index_read_from_its_image {
 }
 
 proptest::proptest! {
-    /// How many postings each list gets is counted alike over every list (many postings) and
-    /// over the postings sorted (few), lists in order, none counted that gets none.
+    /// Hits are grouped by list alike counted into place over every list (many hits) and
+    /// sorted (few): lists ascending, each list's hits in the order they came, none lost.
     #[test]
-    fn list_growth_is_counted_alike_either_way(lists in proptest::collection::vec(0u32..50, 13..200)) {
-        let terms: Vec<(u32, f32)> = lists.iter().map(|l| (*l, 1.0)).collect();
-        // 13 postings or more, 4 × 13 ≥ 50 lists: counted over every list.
-        let dense = super::growth(&terms, 50);
-        let sorted = super::growth(&terms, terms.len() * 4 + 1);
+    fn hits_are_grouped_alike_either_way(lists in proptest::collection::vec(0u32..50, 13..200)) {
+        // Several hits a document, documents ascending, as index_streams makes them.
+        let hits: Vec<(u32, u32)> = lists.iter().zip(0u32..).map(|(l, i)| (*l, i / 3)).collect();
+        // 13 hits or more, 4 × 13 ≥ 50 lists: counted over every list.
+        let dense = super::by_list(hits.clone(), 50);
+        let sorted = super::by_list(hits.clone(), hits.len() * 4 + 1);
         proptest::prop_assert_eq!(&dense, &sorted);
-        proptest::prop_assert_eq!(dense.iter().map(|(_, n)| n).sum::<usize>(), lists.len());
-        proptest::prop_assert!(dense.windows(2).all(|w| w[0].0 < w[1].0));
-        proptest::prop_assert!(dense.iter().all(|(_, n)| *n > 0));
+        let mut expected = hits;
+        expected.sort_by_key(|(list, _)| *list);
+        proptest::prop_assert_eq!(dense, expected);
+    }
+}
+
+proptest::proptest! {
+    /// Tokenizing with lent stems gives the tokens this thread's stems give, and the length it
+    /// counts on the way is [`word_len`]'s (bulk indexing takes both from it).
+    #[test]
+    fn lent_stems_tokenize_alike_and_count_the_word_len(
+        text in "[a-zA-Z0-9 ,.'éÄ银色大门河灵的了\\-]{0,60}",
+    ) {
+        let mut here = Vec::new();
+        for_each_index_token(&text, |t| here.push(t.to_owned()));
+        let mut lent = Vec::new();
+        let len = with_lent_stems(|stems| {
+            for_each_index_token_with(stems, &text, |t| lent.push(t.to_owned()))
+        });
+        proptest::prop_assert_eq!(here, lent);
+        proptest::prop_assert_eq!(len, word_len(&text));
     }
 }

@@ -12,7 +12,7 @@ use tavern_core::{
 use crate::error::{StoreError, Target};
 use crate::memory::{MemoryHit, MemoryQuery, MemorySearchResult, TagMatch, Truncation};
 use tavern_search::when::TIME_BOOST;
-use tavern_search::{query_tokens, BestMatches, Bm25Index, Candidate};
+use tavern_search::{query_tokens, BestMatches, Bm25Index, Candidate, Tokenized};
 
 /// Hard cap on hits per search, whatever the caller asks.
 pub(crate) const SEARCH_MAX_LIMIT: usize = 100;
@@ -311,19 +311,41 @@ impl MemoryTable {
         restore: bool,
         now: Timestamp,
     ) -> Result<(MemoryRecord, MemoryOp), StoreError> {
+        let (record, action) = self.decide_put(write, expected, restore, now)?;
+        Ok(put(record, action))
+    }
+
+    /// The op of a put checked against the current state, without a copy of the new version
+    /// for the caller (an import's records go to the log and the table only).
+    pub(crate) fn prepare_put_op(
+        &self,
+        write: MemoryWrite,
+        now: Timestamp,
+    ) -> Result<MemoryOp, StoreError> {
+        let (record, action) = self.decide_put(write, None, false, now)?;
+        Ok(MemoryOp::Put {
+            record: Box::new(record),
+            action,
+        })
+    }
+
+    fn decide_put(
+        &self,
+        write: MemoryWrite,
+        expected: Option<&Revision>,
+        restore: bool,
+        now: Timestamp,
+    ) -> Result<(MemoryRecord, AuditAction), StoreError> {
         write.validate()?;
         let current = self.get(&write.scope, &write.id);
         let conflict = |current: Option<&MemoryRecord>| StoreError::Conflict {
             target: target(&write.scope, &write.id),
             current: current.map(|r| r.revision.clone()),
         };
-        let (record, action) = match (current, expected) {
-            (None, None) => (
-                MemoryRecord::create(write.clone(), now)?,
-                AuditAction::Created,
-            ),
-            (None, Some(_)) | (Some(_), None) => return Err(conflict(current)),
-            (Some(cur), Some(exp)) if &cur.revision != exp => return Err(conflict(current)),
+        match (current, expected) {
+            (None, None) => Ok((MemoryRecord::create(write, now)?, AuditAction::Created)),
+            (None, Some(_)) | (Some(_), None) => Err(conflict(current)),
+            (Some(cur), Some(exp)) if &cur.revision != exp => Err(conflict(current)),
             (Some(cur), Some(_)) => {
                 if cur.deleted_at.is_some() && !restore {
                     return Err(StoreError::Forgotten { id: cur.id.clone() });
@@ -333,10 +355,9 @@ impl MemoryTable {
                 } else {
                     AuditAction::Updated
                 };
-                (cur.updated(write.clone(), now)?, action)
+                Ok((cur.updated(write, now)?, action))
             }
-        };
-        Ok(put(record, action))
+        }
     }
 
     pub(crate) fn prepare_forget(
@@ -388,6 +409,13 @@ impl MemoryTable {
     /// Applies many operations in order and indexes the changed records in bulk (opening a
     /// large store): same result as applying them one by one.
     pub(crate) fn apply_many(&mut self, ops: Vec<MemoryOp>) {
+        let changed = self.apply_records(ops);
+        self.index_slots(changed);
+    }
+
+    /// Applies many operations in order but indexes nothing: the slots of the records they
+    /// put, in order, to index after ([`MemoryTable::index_tokenized`] or `index_slots`).
+    pub(crate) fn apply_records(&mut self, ops: Vec<MemoryOp>) -> Vec<u32> {
         let n = ops.len();
         self.meta.reserve(n);
         self.audit.reserve(n);
@@ -398,7 +426,31 @@ impl MemoryTable {
                 changed.push(slot);
             }
         }
-        self.index_slots(changed);
+        changed
+    }
+
+    /// The index texts of the records `ops` put (one after another) and where each ends: what
+    /// an import tokenizes ([`Bm25Index::tokenize`]) while its records are written and applied.
+    pub(crate) fn index_texts(ops: &[MemoryOp]) -> (String, Vec<usize>) {
+        let mut text = String::new();
+        let mut ends = Vec::with_capacity(ops.len());
+        for op in ops {
+            if let MemoryOp::Put { record, .. } | MemoryOp::Snapshot { record, .. } = op {
+                push_index_text(&mut text, record);
+                ends.push(text.len());
+            }
+        }
+        (text, ends)
+    }
+
+    /// Indexes the records at `slots` (new ones, as [`MemoryTable::apply_records`] returned
+    /// them) from their texts tokenized in that order.
+    pub(crate) fn index_tokenized(&mut self, slots: &[u32], tokenized: Tokenized<'_>) {
+        let docs: Vec<(u32, u32)> = slots
+            .iter()
+            .map(|slot| (*slot, self.meta[*slot as usize].scope))
+            .collect();
+        self.index.insert_tokenized(&docs, tokenized);
     }
 
     /// The table with only the records of the scopes `keep` accepts (by the scope's text), in

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use tavern_core::revision::short_digest;
+use tavern_core::revision::short_digest_ascii;
 use xxhash_rust::xxh3::Xxh3;
 
 use super::atomic::{io_err, sync_dir, under, FileLock};
@@ -46,6 +46,62 @@ pub(crate) struct DurableLog {
     /// file that replaces it, so a replacement is never mistaken for the file read.
     #[cfg(unix)]
     pinned: Option<std::fs::File>,
+}
+
+/// Log lines built before an append, in the log's line format: what an import prepares on
+/// its threads (each payload serialized in place, its digest computed there) so that the
+/// append under the lock only writes.
+#[derive(Debug, Default)]
+pub(crate) struct LogLines {
+    text: Vec<u8>,
+    count: u64,
+}
+
+/// A line's digest and the space after it.
+const DIGEST_AND_SPACE: usize = 17;
+
+impl LogLines {
+    /// Lines with room for `bytes` of them.
+    pub(crate) fn with_capacity(bytes: usize) -> Self {
+        Self {
+            text: Vec::with_capacity(bytes),
+            count: 0,
+        }
+    }
+
+    /// Adds the line of `payload`.
+    pub(crate) fn push(&mut self, payload: &str) {
+        self.text
+            .extend_from_slice(&short_digest_ascii(&[payload.as_bytes()]));
+        self.text.push(b' ');
+        self.text.extend_from_slice(payload.as_bytes());
+        self.text.push(b'\n');
+        self.count += 1;
+    }
+
+    /// Adds the line of `value` serialized as JSON (written in place, not first into a string
+    /// of its own); nothing is added when it cannot be serialized.
+    pub(crate) fn push_json<T: serde::Serialize>(&mut self, value: &T) -> Result<(), StoreError> {
+        let start = self.text.len();
+        self.text.resize(start + DIGEST_AND_SPACE, b' ');
+        if let Err(e) = serde_json::to_writer(&mut self.text, value) {
+            self.text.truncate(start);
+            return Err(StoreError::Internal(format!(
+                "cannot encode an operation: {e}"
+            )));
+        }
+        let digest = short_digest_ascii(&[&self.text[start + DIGEST_AND_SPACE..]]);
+        self.text[start..start + digest.len()].copy_from_slice(&digest);
+        self.text.push(b'\n');
+        self.count += 1;
+        Ok(())
+    }
+
+    /// Adds `other`'s lines after these.
+    pub(crate) fn extend(&mut self, other: &LogLines) {
+        self.text.extend_from_slice(&other.text);
+        self.count += other.count;
+    }
 }
 
 /// What a read found.
@@ -180,20 +236,18 @@ impl DurableLog {
     /// Replaces the whole log with `payloads` atomically and durably. The caller holds the
     /// exclusive lock and has read every line.
     pub(crate) fn replace_with(&mut self, payloads: &[String]) -> Result<(), StoreError> {
-        let mut text = String::with_capacity(payloads.iter().map(|p| p.len() + 18).sum());
+        let mut lines = LogLines::with_capacity(payloads.iter().map(|p| p.len() + 18).sum());
         for payload in payloads {
-            text.push_str(&short_digest(&[payload.as_bytes()]));
-            text.push(' ');
-            text.push_str(payload);
-            text.push('\n');
+            lines.push(payload);
         }
-        super::atomic::write_atomic(&self.root, &self.rel, text.as_bytes())?;
+        let text = &lines.text;
+        super::atomic::write_atomic(&self.root, &self.rel, text)?;
         let meta =
             std::fs::metadata(under(&self.root, &self.rel)).map_err(io_err("stat", &self.rel))?;
         self.offset = meta.len();
         self.lines = payloads.len() as u64;
         *self.prefix = Xxh3::default();
-        self.prefix.update(text.as_bytes());
+        self.prefix.update(text);
         #[cfg(unix)]
         {
             self.pinned = std::fs::File::open(under(&self.root, &self.rel)).ok();
@@ -293,6 +347,20 @@ impl DurableLog {
         payloads: &[&str],
         durable: bool,
     ) -> Result<bool, StoreError> {
+        let mut lines = LogLines::with_capacity(payloads.iter().map(|p| p.len() + 18).sum());
+        for payload in payloads {
+            lines.push(payload);
+        }
+        self.append_lines(&lines, durable)
+    }
+
+    /// Appends lines built beforehand (off the lock, on other threads) with one write and one
+    /// fsync; same contract as [`DurableLog::append`].
+    pub(crate) fn append_lines(
+        &mut self,
+        lines: &LogLines,
+        durable: bool,
+    ) -> Result<bool, StoreError> {
         self.check_poisoned()?;
         if self.fail_next_write.swap(false, Ordering::SeqCst) {
             return Err(io_err("append", &self.rel)(
@@ -307,18 +375,10 @@ impl DurableLog {
             .map_err(io_err("open", &self.rel))?;
         let len = file.metadata().map_err(io_err("stat", &self.rel))?.len();
         let torn = len > self.offset;
-        let mut text = String::with_capacity(payloads.iter().map(|p| p.len() + 18).sum());
-        if torn {
-            text.push('\n');
-        }
-        for payload in payloads {
-            text.push_str(&short_digest(&[payload.as_bytes()]));
-            text.push(' ');
-            text.push_str(payload);
-            text.push('\n');
-        }
-        let written = file
-            .write_all(text.as_bytes())
+        let text = &lines.text;
+        // A torn last line is terminated first, so the new lines cannot glue onto it.
+        let written = if torn { file.write_all(b"\n") } else { Ok(()) }
+            .and_then(|()| file.write_all(text))
             .map_err(io_err("append", &self.rel));
         let synced = written.and_then(|()| {
             if !durable {
@@ -343,8 +403,8 @@ impl DurableLog {
         }
         if !torn {
             self.offset += text.len() as u64;
-            self.lines += payloads.len() as u64;
-            self.prefix.update(text.as_bytes());
+            self.lines += lines.count;
+            self.prefix.update(text);
         }
         Ok(torn)
     }
@@ -362,7 +422,7 @@ pub fn verify_line(raw: &[u8]) -> Result<&str, String> {
     let (digest, payload) = text
         .split_once(' ')
         .ok_or_else(|| "no checksum (torn or foreign line)".to_owned())?;
-    if digest.len() != 16 || short_digest(&[payload.as_bytes()]) != digest {
+    if short_digest_ascii(&[payload.as_bytes()]) != digest.as_bytes() {
         return Err("checksum mismatch (torn or edited line)".into());
     }
     Ok(payload)
@@ -371,6 +431,56 @@ pub fn verify_line(raw: &[u8]) -> Result<&str, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tavern_core::revision::short_digest;
+
+    /// Lines built ahead (`LogLines`: payloads serialized in place, digests filled in after)
+    /// are the lines an append of the same payloads writes, and read back as those payloads.
+    #[test]
+    fn lines_built_ahead_are_the_lines_appended() {
+        let values = [
+            serde_json::json!({"put": {"content": "银色大门 \"quoted\"\n", "n": 1.5}}),
+            serde_json::json!([]),
+            serde_json::json!("x"),
+        ];
+        let payloads: Vec<String> = values.iter().map(|v| v.to_string()).collect();
+        let mut built = LogLines::with_capacity(8);
+        for value in &values {
+            built.push_json(value).unwrap();
+        }
+        let mut pushed = LogLines::default();
+        for payload in &payloads {
+            pushed.push(payload);
+        }
+        assert_eq!(built.text, pushed.text);
+        assert_eq!(built.count, 3);
+        let lines: Vec<&[u8]> = built.text.split(|b| *b == b'\n').collect();
+        for (line, payload) in lines.iter().zip(&payloads) {
+            assert_eq!(verify_line(line), Ok(payload.as_str()));
+        }
+        assert_eq!(lines.last(), Some(&&b""[..]), "every line ends");
+
+        let dir = tempfile::tempdir().unwrap();
+        let flag = || Arc::new(AtomicBool::new(false));
+        let mut a = DurableLog::open(dir.path(), "a.log", flag(), flag()).unwrap();
+        let refs: Vec<&str> = payloads.iter().map(String::as_str).collect();
+        a.append_many(&refs, true).unwrap();
+        let mut b = DurableLog::open(dir.path(), "b.log", flag(), flag()).unwrap();
+        let mut halves = LogLines::default();
+        let (first, second) = values.split_at(1);
+        let mut rest = LogLines::default();
+        for value in first {
+            halves.push_json(value).unwrap();
+        }
+        for value in second {
+            rest.push_json(value).unwrap();
+        }
+        halves.extend(&rest);
+        b.append_lines(&halves, true).unwrap();
+        assert_eq!(
+            std::fs::read(dir.path().join("a.log")).unwrap(),
+            std::fs::read(dir.path().join("b.log")).unwrap()
+        );
+    }
 
     /// Payloads come back in order with damaged, blank and foreign lines between them skipped
     /// and named by line number; a torn tail waits for its newline; a second read returns only

@@ -45,7 +45,7 @@ use tavern_core::{
 use self::atomic::{
     ensure_dir, io_err, read_optional, remove, set_aside, stamp, write_atomic, FileLock,
 };
-use self::log::{DurableLog, NewLines, Payloads};
+use self::log::{DurableLog, LogLines, NewLines, Payloads};
 use crate::blocking::maybe_spawn_blocking;
 use crate::checkpoint::{CheckpointStatus, CheckpointStore, ProjectorCheckpoint};
 use crate::clock::Clock;
@@ -60,6 +60,7 @@ use crate::prompt::{PromptStore, SessionPrompt};
 use crate::state::{StateMutation, StateStore, StateView, Verdict};
 use crate::variable::{PatchOutcome, VariableChange, VariableListing, VariableStore};
 use crate::StoreDiagnostic;
+use tavern_search::Bm25Index;
 
 const STATE: &str = "state.json";
 const STATE_LOCK: &str = "state.lock";
@@ -91,44 +92,45 @@ struct Logged<T> {
 /// Imports smaller than this are prepared on the calling thread alone.
 const PARALLEL_IMPORT_MIN: usize = 2048;
 
-/// The operations of an import (new records: one already in `table` is refused) and their log lines,
-/// in order. Each record's revision and line cost more than indexing it, and depend on the
-/// record alone: a large import prepares its two halves on two threads. The first refusal in
-/// the import's order is returned, as preparing one by one would.
+/// The operations of an import (new records: one already in `table` is refused) and their log
+/// lines, in order. Each record's revision and line cost more than indexing it, and depend on
+/// the record alone: a large import prepares its two halves on two threads, each writing its
+/// lines (digests included) into one buffer. The first refusal in the import's order is
+/// returned, as preparing one by one would.
 fn prepare_imports(
     table: &MemoryTable,
     mut writes: Vec<MemoryWrite>,
     now: tavern_core::Timestamp,
-) -> Result<(Vec<MemoryOp>, Vec<String>), StoreError> {
-    let prepare = |writes: Vec<MemoryWrite>| -> Result<Vec<(MemoryOp, String)>, StoreError> {
-        writes
-            .into_iter()
-            .map(|w| {
-                let op = table.prepare_put(w, None, false, now)?.1;
-                let line = serde_json::to_string(&op).map_err(|e| {
-                    StoreError::Internal(format!("cannot encode an operation: {e}"))
-                })?;
-                Ok((op, line))
-            })
-            .collect()
+) -> Result<(Vec<MemoryOp>, LogLines), StoreError> {
+    let prepare = |writes: Vec<MemoryWrite>| -> Result<(Vec<MemoryOp>, LogLines), StoreError> {
+        // A line is about its content's length (escapes aside) and 400 bytes besides.
+        let bytes = writes.iter().map(|w| w.content.len() + 400).sum();
+        let mut lines = LogLines::with_capacity(bytes);
+        let mut ops = Vec::with_capacity(writes.len());
+        for w in writes {
+            let op = table.prepare_put_op(w, now)?;
+            lines.push_json(&op)?;
+            ops.push(op);
+        }
+        Ok((ops, lines))
     };
-    let prepared = if writes.len() < PARALLEL_IMPORT_MIN {
-        prepare(writes)?
-    } else {
-        let back = writes.split_off(writes.len() / 2);
-        let (front, back) = std::thread::scope(|s| {
-            let back = s.spawn(|| prepare(back));
-            let front = prepare(writes);
-            (front, back.join())
-        });
-        let mut prepared = front?;
-        // A panic in the other half is a bug, not bad input: nothing is written.
-        prepared.extend(back.map_err(|_| {
-            StoreError::Internal("preparing an import panicked; nothing written".into())
-        })??);
-        prepared
-    };
-    Ok(prepared.into_iter().unzip())
+    if writes.len() < PARALLEL_IMPORT_MIN {
+        return prepare(writes);
+    }
+    let back = writes.split_off(writes.len() / 2);
+    let (front, back) = std::thread::scope(|s| {
+        let back = s.spawn(|| prepare(back));
+        let front = prepare(writes);
+        (front, back.join())
+    });
+    let (mut ops, mut lines) = front?;
+    // A panic in the other half is a bug, not bad input: nothing is written.
+    let (more_ops, more_lines) = back.map_err(|_| {
+        StoreError::Internal("preparing an import panicked; nothing written".into())
+    })??;
+    ops.extend(more_ops);
+    lines.extend(&more_lines);
+    Ok((ops, lines))
 }
 
 /// Logs shorter than this keep no image (they open fast enough from the log).
@@ -988,14 +990,34 @@ impl Inner {
                 )),
             };
         }
-        let (ops, payloads) = prepared?;
-        let refs: Vec<&str> = payloads.iter().map(String::as_str).collect();
+        let (ops, lines) = prepared?;
         let n = ops.len();
-        if g.log.append_many(&refs, true)? {
-            g.catch_up(&self.diagnostics)?;
-        } else {
-            g.table.apply_many(ops);
-        }
+        // The records' texts are tokenized (most of indexing's work, and needing neither the
+        // log nor the table) on other threads while the lines are appended and the records
+        // applied; the index takes the tokens after.
+        let (text, ends) = MemoryTable::index_texts(&ops);
+        let texts: Vec<&str> = std::iter::once(0)
+            .chain(ends.iter().copied())
+            .zip(&ends)
+            .map(|(start, end)| text.get(start..*end).unwrap_or_default())
+            .collect();
+        let g = &mut *g;
+        std::thread::scope(|s| {
+            let tokenizing = s.spawn(|| Bm25Index::tokenize(&texts));
+            let torn = g.log.append_lines(&lines, true)?;
+            if torn {
+                // Its own lines come back through the catch-up (the tokens are not used).
+                return g.catch_up(&self.diagnostics);
+            }
+            let slots = g.table.apply_records(ops);
+            // A panicking tokenizer is a bug, not bad input: it unwinds here as it would
+            // have on this thread.
+            let tokenized = tokenizing
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            g.table.index_tokenized(&slots, tokenized);
+            Ok(())
+        })?;
         Ok(n)
     }
 
