@@ -1,15 +1,17 @@
-//! Bulk indexing (opening a large store): every document is tokenized once — two threads
-//! each take half of the documents and sort each token into the stream of the shard that owns
-//! it — then each shard interns its own streams on its own thread, in document order, so the
-//! term ids (and the whole index) are those one-by-one inserts give. Tokenizing per shard, as
-//! before, did the analyzer's work twice.
+//! Bulk indexing (opening a large store, an import): every document is tokenized once — two
+//! threads each take half of the documents and sort each token into the stream of the shard
+//! that owns it — then each shard interns its own streams on its own thread, in document order,
+//! so the term ids (and the whole index) are those one-by-one inserts give. Tokenizing per
+//! shard, as before, did the analyzer's work twice. A round can be tokenized ahead, apart from
+//! the index ([`tokenize_round`], for [`Bm25Index::tokenize`]).
 
 use super::{pack, shard_of, Bm25Index, Shard, SHARDS};
 use crate::analyzer::{for_each_index_token_with, with_lent_stems, Stems};
 
-/// Documents tokenized and interned per round: bounds the token streams held at once (about
-/// three times the round's text) while each posting list still grows only once per round.
-const ROUND_DOCS: usize = 1 << 18;
+/// Documents tokenized and interned per round: bounds the token streams held at once (a few
+/// times the round's text) while each posting list still grows only once per round. Texts
+/// are tokenized ahead only up to one round.
+pub(super) const ROUND_DOCS: usize = 1 << 18;
 
 /// One shard's tokens of a run of documents: 8 bytes per token (most are packed into their
 /// key, which is all interning needs), plus the bytes of the few longer ones. The streams of
@@ -40,20 +42,20 @@ fn entry(token: u64) -> Result<u64, usize> {
 
 /// A run of documents tokenized: each shard's tokens, and each document's length.
 #[derive(Debug, Default)]
-struct Tokenized {
+struct Streams {
     streams: [ShardTokens; SHARDS],
     /// Per document, in order: its [`crate::analyzer::word_len`], counted while tokenizing.
     lens: Vec<usize>,
 }
 
-/// Tokenizes `docs` once, each token into the stream of its shard (with a lent memo of
+/// Tokenizes `texts` once, each token into the stream of its shard (with a lent memo of
 /// stems: the thread is new at every round).
-fn tokenize(texts: &[&str]) -> Tokenized {
+fn tokenize(texts: &[&str]) -> Streams {
     with_lent_stems(|stems| tokenize_with(stems, texts))
 }
 
-fn tokenize_with(stems: &mut Stems, texts: &[&str]) -> Tokenized {
-    let mut out = Tokenized::default();
+fn tokenize_with(stems: &mut Stems, texts: &[&str]) -> Streams {
+    let mut out = Streams::default();
     out.lens.reserve_exact(texts.len());
     // About what CJK text makes (a unigram and a bigram per 3-byte character, half of them
     // each shard's), above what Latin text does: streams grown token by token were copied
@@ -128,14 +130,10 @@ impl Shard {
 
 /// The texts of a round tokenized, its first half and its second (each on its thread).
 #[derive(Debug)]
-pub(super) struct Round([Tokenized; 2]);
+pub(super) struct Round([Streams; 2]);
 
-/// The texts of each round of `texts` tokenized, two threads a round.
-pub(super) fn tokenize_rounds(texts: &[&str]) -> Vec<Round> {
-    texts.chunks(ROUND_DOCS).map(tokenize_round).collect()
-}
-
-fn tokenize_round(texts: &[&str]) -> Round {
+/// Tokenizes the texts of one round (at most [`ROUND_DOCS`]), two threads.
+pub(super) fn tokenize_round(texts: &[&str]) -> Round {
     let (front, back) = texts.split_at(texts.len() / 2);
     std::thread::scope(|s| {
         let second = s.spawn(|| tokenize(back));
@@ -149,9 +147,9 @@ fn tokenize_round(texts: &[&str]) -> Round {
     })
 }
 
-/// Indexes `(doc, group, text)` documents into `index`: per round, tokenized once on two
-/// threads, each document begun with the length counted there, then interned per shard on
-/// two threads.
+/// Indexes `(doc, group, text)` documents, each document once (the caller keeps a document's
+/// last text), into `index`: per round, tokenized once on two threads, each document begun
+/// with the length counted there, then interned per shard on two threads.
 pub(super) fn index_docs(index: &mut Bm25Index, docs: &[(u32, u32, &str)]) {
     index_in_rounds(index, docs, ROUND_DOCS);
 }
@@ -165,8 +163,8 @@ fn index_in_rounds(index: &mut Bm25Index, docs: &[(u32, u32, &str)], round_docs:
     }
 }
 
-/// Indexes the `(doc, group)` documents of a round (as many as it tokenized) from their
-/// tokens: each begun with its length, then interned per shard on two threads.
+/// Indexes the `(doc, group)` documents of a round (as many as it tokenized, each once) from
+/// their tokens: each begun with its length, then interned per shard on two threads.
 pub(super) fn index_round(index: &mut Bm25Index, round: &[(u32, u32)], tokenized: &Round) {
     let [first, second] = &tokenized.0;
     let lens = first.lens.iter().chain(&second.lens);
@@ -185,13 +183,6 @@ pub(super) fn index_round(index: &mut Bm25Index, round: &[(u32, u32)], tokenized
         s.spawn(|| s1.index_streams([a1, b1], docs, groups, gens));
         s0.index_streams([a0, b0], docs, groups, gens);
     });
-}
-
-impl Round {
-    /// How many documents it tokenized.
-    pub(super) fn len(&self) -> usize {
-        self.0.iter().map(|half| half.lens.len()).sum()
-    }
 }
 
 #[cfg(test)]
@@ -253,22 +244,20 @@ mod tests {
     }
 
     /// Texts tokenized ahead and inserted with their documents give the index `insert_many`
-    /// gives; documents named twice, not as many as the texts, or too few for bulk indexing
-    /// fall back to `insert_many` with the texts.
+    /// gives — the same shards, lengths and generations — whether tokenized ahead (unique
+    /// documents, enough of them) or not (a document named twice keeps its last text; texts
+    /// too few for bulk indexing); documents not as many as the texts are refused.
     #[test]
     fn tokenized_ahead_gives_the_index_insert_many_gives() {
         let docs = docs();
         let texts: Vec<&str> = docs.iter().map(|(_, _, t)| t.as_str()).collect();
         let unique: Vec<(u32, u32)> = (0..docs.len() as u32).map(|d| (d, d % 4)).collect();
         let twice: Vec<(u32, u32)> = docs.iter().map(|(d, g, _)| (*d, *g)).collect();
-        let fewer = &unique[..unique.len() - 1];
         let small = &unique[..10];
-        // (name, documents, how many texts are tokenized for them)
-        for (name, pairs, n) in [
-            ("unique", &unique[..], texts.len()),
-            ("twice", &twice[..], texts.len()),
-            ("fewer", fewer, texts.len()),
-            ("small", small, small.len()),
+        for (name, pairs) in [
+            ("unique", &unique[..]),
+            ("twice", &twice[..]),
+            ("small", small),
         ] {
             let with_texts: Vec<(u32, u32, &str)> = pairs
                 .iter()
@@ -277,20 +266,29 @@ mod tests {
                 .collect();
             let mut many = Bm25Index::new();
             many.insert_many(&with_texts);
+            let tokenized = Bm25Index::tokenize(&texts[..pairs.len()]);
+            assert_eq!(tokenized.round.is_some(), name != "small", "{name}");
             let mut ahead = Bm25Index::new();
-            ahead.insert_tokenized(pairs, Bm25Index::tokenize(&texts[..n]));
-            for (a, b) in many.shards.iter().zip(&ahead.shards) {
-                assert_eq!(a.lists, b.lists, "{name}");
-                assert_eq!(a.postings, b.postings, "{name}");
-                assert_eq!(a.max_tf, b.max_tf, "{name}");
-                assert_eq!(a.doc_postings, b.doc_postings, "{name}");
-            }
+            assert!(ahead.insert_tokenized(pairs, tokenized), "{name}");
+            same_shards(&many, &ahead, name);
             assert_eq!(many.doc_len, ahead.doc_len, "{name}");
             assert_eq!(many.generation, ahead.generation, "{name}");
             for q in ["silver gate", "银色大门", "keeper12"] {
                 let q = query_tokens(q);
                 assert_eq!(many.score(&q), ahead.score(&q), "{name} {q:?}");
             }
+        }
+        let mut refused = Bm25Index::new();
+        assert!(!refused.insert_tokenized(&unique[1..], Bm25Index::tokenize(&texts)));
+        assert!(refused.is_empty(), "nothing indexed");
+    }
+
+    fn same_shards(a: &Bm25Index, b: &Bm25Index, name: &str) {
+        for (a, b) in a.shards.iter().zip(&b.shards) {
+            assert_eq!(a.lists, b.lists, "{name}");
+            assert_eq!(a.postings, b.postings, "{name}");
+            assert_eq!(a.max_tf, b.max_tf, "{name}");
+            assert_eq!(a.doc_postings, b.doc_postings, "{name}");
         }
     }
 
@@ -316,6 +314,9 @@ mod tests {
         assert_eq!(pack("lanterns"), None, "eight bytes are a long token");
     }
 
+    /// Bulk indexing in rounds of any size builds the index one-by-one inserts build: shards
+    /// (term ids, postings, term frequencies, counts), lengths, generations; an index keeping
+    /// block maps answers its pruned top-k alike.
     #[test]
     fn any_round_size_builds_the_same_shards() {
         let docs = docs();
@@ -325,22 +326,26 @@ mod tests {
             .take(600)
             .map(|(d, g, t)| (*d, *g, t.as_str()))
             .collect();
-        let build = |round: usize| {
-            let mut index = Bm25Index::new();
-            index_in_rounds(&mut index, &refs, round);
-            index
-        };
-        let whole = build(usize::MAX);
-        for round in [1, 7, 256] {
-            let parts = build(round);
-            for (a, b) in whole.shards.iter().zip(&parts.shards) {
-                assert_eq!(a.lists, b.lists, "round {round}");
-                assert_eq!(a.postings, b.postings, "round {round}");
-                assert_eq!(a.max_tf, b.max_tf, "round {round}");
-                assert_eq!(a.doc_postings, b.doc_postings, "round {round}");
+        for (kind, new) in [
+            ("plain", Bm25Index::new as fn() -> Bm25Index),
+            ("mapped", Bm25Index::for_top),
+        ] {
+            let mut one = new();
+            for (d, g, t) in &refs {
+                one.insert_fields(*d, *g, &[(t, 1.0)]);
             }
-            assert_eq!(whole.doc_len, parts.doc_len, "round {round}");
-            assert_eq!(whole.generation, parts.generation, "round {round}");
+            for round in [1, 7, 256, usize::MAX] {
+                let mut parts = new();
+                index_in_rounds(&mut parts, &refs, round);
+                let name = format!("{kind}, round {round}");
+                same_shards(&one, &parts, &name);
+                assert_eq!(one.doc_len, parts.doc_len, "{name}");
+                assert_eq!(one.generation, parts.generation, "{name}");
+                for q in ["silver gate", "银色大门", "keeper12 water"] {
+                    let q = query_tokens(q);
+                    assert_eq!(one.top(&q, 5), parts.top(&q, 5), "{name} {q:?}");
+                }
+            }
         }
     }
 }

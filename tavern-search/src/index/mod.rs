@@ -16,7 +16,7 @@ mod tests;
 mod top;
 
 pub use best::BestMatches;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::borrow::Cow;
 use tavern_core::tokens::is_cjk;
 
@@ -416,8 +416,20 @@ fn by_list(mut hits: Vec<(u32, u32)>, lists: usize) -> Vec<(u32, u32)> {
 #[derive(Debug)]
 pub struct Tokenized<'a> {
     texts: Vec<&'a str>,
-    /// Empty when the texts are too few to index in bulk.
-    rounds: Vec<bulk::Round>,
+    /// `None` when the texts are too few to index in bulk, or more than a round.
+    round: Option<bulk::Round>,
+}
+
+impl Tokenized<'_> {
+    /// How many texts there are.
+    pub fn len(&self) -> usize {
+        self.texts.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.texts.is_empty()
+    }
 }
 
 /// Document count and total length of one group of documents (a memory scope).
@@ -788,44 +800,42 @@ impl Bm25Index {
     /// Tokenizes `texts` for [`Bm25Index::insert_tokenized`] without the index: the analyzer's
     /// work (most of indexing's), on two threads of its own, can run while the caller does
     /// something else with the index (a store appends and applies the records of an import
-    /// meanwhile). Texts too few for bulk indexing are only kept, to be inserted one by one.
+    /// meanwhile). Only texts enough for bulk indexing and few enough for one round are
+    /// tokenized ahead (a round's tokens take a few times its text); others are only kept, to
+    /// be indexed as [`Bm25Index::insert_many`] does.
     pub fn tokenize<'a>(texts: &[&'a str]) -> Tokenized<'a> {
-        let rounds = if texts.len() < BULK_DOCS {
-            Vec::new()
-        } else {
-            bulk::tokenize_rounds(texts)
-        };
+        let ahead = (BULK_DOCS..=bulk::ROUND_DOCS).contains(&texts.len());
         Tokenized {
             texts: texts.to_vec(),
-            rounds,
+            round: ahead.then(|| bulk::tokenize_round(texts)),
         }
     }
 
     /// Indexes `docs[i]` (`(doc, group)`) with the text `tokenized` holds at `i`: what
-    /// [`Bm25Index::insert_many`] would do with those texts. When `docs` are not as many as the
-    /// texts, or name a document twice, the texts are indexed by `insert_many` (pairs beyond
-    /// the shorter side are dropped).
-    pub fn insert_tokenized(&mut self, docs: &[(u32, u32)], tokenized: Tokenized<'_>) {
+    /// [`Bm25Index::insert_many`] does with those texts (tokenized ahead or not, and a
+    /// document named twice keeping its last text). `false`, and nothing indexed, when `docs`
+    /// are not as many as the texts.
+    #[must_use]
+    pub fn insert_tokenized(&mut self, docs: &[(u32, u32)], tokenized: Tokenized<'_>) -> bool {
+        if docs.len() != tokenized.texts.len() {
+            return false;
+        }
         let distinct = || {
-            let mut seen = rustc_hash::FxHashSet::default();
+            let mut seen = FxHashSet::default();
             docs.iter().all(|(doc, _)| seen.insert(*doc))
         };
-        let rounds: usize = tokenized.rounds.iter().map(bulk::Round::len).sum();
-        if tokenized.rounds.is_empty() || rounds != docs.len() || !distinct() {
-            let all: Vec<(u32, u32, &str)> = docs
-                .iter()
-                .zip(&tokenized.texts)
-                .map(|((doc, group), text)| (*doc, *group, *text))
-                .collect();
-            self.insert_many(&all);
-            return;
+        match tokenized.round {
+            Some(round) if distinct() => bulk::index_round(self, docs, &round),
+            _ => {
+                let all: Vec<(u32, u32, &str)> = docs
+                    .iter()
+                    .zip(&tokenized.texts)
+                    .map(|((doc, group), text)| (*doc, *group, *text))
+                    .collect();
+                self.insert_many(&all);
+            }
         }
-        let mut at = 0;
-        for round in &tokenized.rounds {
-            let end = at + round.len();
-            bulk::index_round(self, &docs[at..end], round);
-            at = end;
-        }
+        true
     }
 
     /// Drops document `doc` from results (its postings are skipped until the next compaction).

@@ -95,13 +95,13 @@ const PARALLEL_IMPORT_MIN: usize = 2048;
 /// The operations of an import (new records: one already in `table` is refused) and their log
 /// lines, in order. Each record's revision and line cost more than indexing it, and depend on
 /// the record alone: a large import prepares its two halves on two threads, each writing its
-/// lines (digests included) into one buffer. The first refusal in the import's order is
-/// returned, as preparing one by one would.
+/// lines (digests included) into a buffer of its own. The first refusal in the import's order
+/// is returned, as preparing one by one would.
 fn prepare_imports(
     table: &MemoryTable,
     mut writes: Vec<MemoryWrite>,
     now: tavern_core::Timestamp,
-) -> Result<(Vec<MemoryOp>, LogLines), StoreError> {
+) -> Result<(Vec<MemoryOp>, Vec<LogLines>), StoreError> {
     let prepare = |writes: Vec<MemoryWrite>| -> Result<(Vec<MemoryOp>, LogLines), StoreError> {
         // A line is about its content's length (escapes aside) and 400 bytes besides.
         let bytes = writes.iter().map(|w| w.content.len() + 400).sum();
@@ -115,7 +115,8 @@ fn prepare_imports(
         Ok((ops, lines))
     };
     if writes.len() < PARALLEL_IMPORT_MIN {
-        return prepare(writes);
+        let (ops, lines) = prepare(writes)?;
+        return Ok((ops, vec![lines]));
     }
     let back = writes.split_off(writes.len() / 2);
     let (front, back) = std::thread::scope(|s| {
@@ -123,14 +124,13 @@ fn prepare_imports(
         let front = prepare(writes);
         (front, back.join())
     });
-    let (mut ops, mut lines) = front?;
+    let (mut ops, lines) = front?;
     // A panic in the other half is a bug, not bad input: nothing is written.
     let (more_ops, more_lines) = back.map_err(|_| {
         StoreError::Internal("preparing an import panicked; nothing written".into())
     })??;
     ops.extend(more_ops);
-    lines.extend(&more_lines);
-    Ok((ops, lines))
+    Ok((ops, vec![lines, more_lines]))
 }
 
 /// Logs shorter than this keep no image (they open fast enough from the log).
@@ -1005,17 +1005,19 @@ impl Inner {
         std::thread::scope(|s| {
             let tokenizing = s.spawn(|| Bm25Index::tokenize(&texts));
             let torn = g.log.append_lines(&lines, true)?;
+            // The lines are on disk: not held while indexing.
+            drop(lines);
             if torn {
                 // Its own lines come back through the catch-up (the tokens are not used).
                 return g.catch_up(&self.diagnostics);
             }
             let slots = g.table.apply_records(ops);
-            // A panicking tokenizer is a bug, not bad input: it unwinds here as it would
-            // have on this thread.
-            let tokenized = tokenizing
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            g.table.index_tokenized(&slots, tokenized);
+            match tokenizing.join() {
+                Ok(tokenized) => g.table.index_tokenized(slots, tokenized),
+                // A panicking tokenizer is a bug, not bad input; the records are applied
+                // already: indexed here from themselves rather than left out of the index.
+                Err(_) => g.table.index_slots(slots),
+            }
             Ok(())
         })?;
         Ok(n)
