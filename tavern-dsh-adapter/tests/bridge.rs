@@ -1760,3 +1760,108 @@ fn an_mcp_session_must_be_bound_to_the_chat_it_names() {
         "{set}"
     );
 }
+
+/// Problems the store finds while the bridge serves are logged as they come, not only at open:
+/// here every record of the memory image was changed on disk after the image was saved, so the
+/// first memory search finds a record unlike its image, answers from the log (read again) and
+/// the bridge says so on stderr — naming `memory.image`, never the data directory.
+#[test]
+fn problems_the_store_finds_while_serving_are_logged() {
+    use std::sync::Arc;
+    use tavern_store::fs::FsStore;
+    use tavern_store::SystemClock;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = Peer::ready(dir.path(), &[], &["s1"]);
+    // Fewer than a turn's writing calls may be.
+    for i in 0..12u64 {
+        let wrote = p.call(
+            3 + i,
+            "tool/call",
+            json!({"tool": "memory_write", "args": {"content": format!("A lantern by the river {i}.")},
+                "callId": format!("c{i}"), "session": "s1"}),
+        );
+        assert_eq!(wrote["result"]["deduplicated"], false, "{wrote}");
+    }
+    p.finish();
+    let data = dir.path().join("data");
+    let store = FsStore::open(&data, Arc::new(SystemClock)).unwrap();
+    assert!(store.save_memory_image().unwrap());
+    drop(store);
+    // The records lie after the part an open reads (the header, 40 bytes, gives its length).
+    let image = data.join("memory.image");
+    let mut bytes = std::fs::read(&image).unwrap();
+    let checked = u64::from_le_bytes(bytes[16..24].try_into().unwrap()) as usize;
+    let mut changed = 0;
+    for at in 40 + checked..bytes.len() - 7 {
+        if &bytes[at..at + 7] == b"lantern" {
+            bytes[at + 6] = b'm';
+            changed += 1;
+        }
+    }
+    assert_eq!(changed, 12);
+    std::fs::write(&image, &bytes).unwrap();
+
+    let mut child = Command::new(BRIDGE)
+        .args(["--data", data.to_str().unwrap()])
+        .args(["--assets", dir.path().join("assets").to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let (said, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if said.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let input = child.stdin.take().unwrap();
+    let output = BufReader::new(child.stdout.take().unwrap());
+    let mut p = Peer {
+        child,
+        input,
+        output,
+    };
+    assert_eq!(
+        p.call(1, "handshake", json!({"protocol": 1}))["result"]["protocol"],
+        1
+    );
+    let bound = p.call(
+        2,
+        "agent/created",
+        json!({"agent": "s1", "bind": {"character": "Mira", "chatId": "Mira - s1"}}),
+    );
+    assert_eq!(bound["result"]["mounted"], true, "{bound}");
+    let found = p.call(
+        3,
+        "tool/call",
+        json!({"tool": "memory_search", "args": {"query": "lantern river"}, "callId": "s", "session": "s1"}),
+    );
+    let items = found["result"]["items"].as_array().unwrap();
+    assert!(!items.is_empty(), "{found}");
+    assert!(
+        items
+            .iter()
+            .all(|i| i["content"].as_str().unwrap().contains("lantern")),
+        "answered as the log says: {found}"
+    );
+    // The warning comes while the bridge still serves (it is not shut down before it).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let warning = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line.contains("memory.image") && line.contains("read again") => break line,
+            Ok(_) => continue,
+            Err(e) => panic!("no warning of the changed image while serving ({e})"),
+        }
+    };
+    assert!(
+        !warning.contains(dir.path().to_str().unwrap()),
+        "no absolute path: {warning}"
+    );
+    p.finish();
+}

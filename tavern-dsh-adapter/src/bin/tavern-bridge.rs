@@ -277,10 +277,9 @@ async fn open_store(
         return Err(format!("--data {}: not a directory", data.display()));
     }
     let store = FsStore::open_with(data, clock, options).map_err(|e| format!("--data: {e}"))?;
-    let reported = store.diagnostics();
-    for d in &reported {
-        tracing::warn!(file = %d.file, "{}", d.message);
-    }
+    let reported = Reported::logging(store.diagnostics());
+    let watched = store.clone();
+    reported.watch(move || watched.diagnostics());
     let loading = store.clone();
     // A thread of its own, not the runtime's blocking pool: the bridge can exit (shutdown,
     // the host gone) while a large log is still being read.
@@ -297,16 +296,55 @@ async fn open_store(
                 "memory.log cannot be read yet; memory calls fail until it can: {e}"
             ),
         }
-        warn_new(&loading.diagnostics(), &reported);
+        reported.warn_new(loading.diagnostics());
     });
     Ok((Arc::new(store), None))
 }
 
-/// Logs the diagnostics of `now` that were not `reported` at open (what a background load of
-/// the memories found).
-fn warn_new(now: &[tavern_store::StoreDiagnostic], reported: &[tavern_store::StoreDiagnostic]) {
-    for d in now.iter().filter(|d| !reported.contains(d)) {
-        tracing::warn!(file = %d.file, "{}", d.message);
+/// How often a running bridge looks for problems its store found while serving — a record
+/// changed in the memory image (the log read again), a damaged posting list rebuilt — to log
+/// them: the store handles them by itself and only lists them.
+const DIAGNOSTICS_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The store's problems already logged, so each is logged once, when first seen: at open,
+/// after the background load of the memories, or while serving.
+struct Reported(std::sync::Mutex<Vec<tavern_store::StoreDiagnostic>>);
+
+impl Reported {
+    /// Logs `found` (what the open found) and remembers it.
+    fn logging(found: Vec<tavern_store::StoreDiagnostic>) -> Arc<Self> {
+        let reported = Arc::new(Self(std::sync::Mutex::new(Vec::new())));
+        reported.warn_new(found);
+        reported
+    }
+
+    /// Logs the problems of `now` (the store's list, bounded and newest last) not logged yet.
+    fn warn_new(&self, now: Vec<tavern_store::StoreDiagnostic>) {
+        let mut seen = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for d in now.iter().filter(|d| !seen.contains(d)) {
+            tracing::warn!(file = %d.file, "{}", d.message);
+        }
+        *seen = now;
+    }
+
+    /// Looks at `diagnostics` every [`DIAGNOSTICS_EVERY`] for as long as the bridge runs, and
+    /// logs what is new.
+    fn watch(
+        self: &Arc<Self>,
+        diagnostics: impl Fn() -> Vec<tavern_store::StoreDiagnostic> + Send + 'static,
+    ) {
+        let reported = self.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(DIAGNOSTICS_EVERY);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                every.tick().await;
+                reported.warn_new(diagnostics());
+            }
+        });
     }
 }
 
@@ -332,10 +370,9 @@ async fn open_postgres(
     let store = PgStore::open_with_options(config, &tls, clock, options)
         .await
         .map_err(|e| e.to_string())?;
-    let reported = store.diagnostics();
-    for d in &reported {
-        tracing::warn!(file = %d.file, "{}", d.message);
-    }
+    let reported = Reported::logging(store.diagnostics());
+    let watched = store.clone();
+    reported.watch(move || watched.diagnostics());
     tracing::info!("store: postgresql");
     let loading = store.clone();
     let load = tokio::spawn(async move {
@@ -357,7 +394,7 @@ async fn open_postgres(
                 "the memories cannot be read yet; memory calls fail until they can: {e}"
             ),
         }
-        warn_new(&loading.diagnostics(), &reported);
+        reported.warn_new(loading.diagnostics());
     });
     Ok((Arc::new(store), Some(load)))
 }
