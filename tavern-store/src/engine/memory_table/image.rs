@@ -345,10 +345,15 @@ impl MemoryTable {
             let id = records.id(slot).unwrap_or_default();
             let hash = id_hash(id);
             let slots = &mut table.slots[m.scope as usize];
-            if slots.find(hash, |&s| records.id(s) == Some(id)).is_some() {
-                return Err(invalid("record", format!("{id} is listed twice")));
+            // One probe for both the check and the place (a million ids at a 1M open).
+            match slots.entry(hash, |&s| records.id(s) == Some(id), rehash) {
+                hashbrown::hash_table::Entry::Occupied(_) => {
+                    return Err(invalid("record", format!("{id} is listed twice")));
+                }
+                hashbrown::hash_table::Entry::Vacant(place) => {
+                    place.insert(slot);
+                }
             }
-            slots.insert_unique(hash, slot, rehash);
             table.maybe_hidden[m.scope as usize] += u32::from(m.maybe_hidden());
         }
         if meta.len() != table.records.len() {
@@ -764,6 +769,30 @@ mod tests {
         let mut bad_id = bytes;
         bad_id[at] = b' ';
         assert!(read_back(&(bad_id, postings)).is_err());
+    }
+
+    /// An image listing one id twice in a scope is refused (its lookups could hold only one);
+    /// the same id in two scopes is two records.
+    #[test]
+    fn an_id_listed_twice_in_a_scope_is_refused() {
+        let t = table_of(10);
+        let (bytes, postings) = image(&t);
+        let ids = b"m0m1m2m3";
+        let at = bytes.windows(ids.len()).position(|w| w == ids).unwrap();
+        // m3 shares m0's scope (0), m1 is in scope 1.
+        let mut twice = bytes.clone();
+        twice[at + 7] = b'0';
+        let err = read_back(&(twice, postings.clone())).unwrap_err();
+        assert!(err.to_string().contains("m0 is listed twice"), "{err}");
+        let mut other_scope = bytes;
+        other_scope[at + 3] = b'0';
+        let read = read_back(&(other_scope, postings)).unwrap();
+        assert!(read
+            .slot(&scope(1), &MemoryId::parse("m0").unwrap())
+            .is_some());
+        assert!(read
+            .slot(&scope(0), &MemoryId::parse("m0").unwrap())
+            .is_some());
     }
 
     /// Where column `k` (0: the id ends, 1: lengths, 2: checksums, 3: scopes, 4: kinds, 5:
