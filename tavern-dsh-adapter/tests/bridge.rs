@@ -1764,7 +1764,8 @@ fn an_mcp_session_must_be_bound_to_the_chat_it_names() {
 /// Problems the store finds while the bridge serves are logged as they come, not only at open:
 /// here every record of the memory image was changed on disk after the image was saved, so the
 /// first memory search finds a record unlike its image, answers from the log (read again) and
-/// the bridge says so on stderr — naming `memory.image`, never the data directory.
+/// the bridge says so on stderr — naming `memory.image`, never the data directory — while it
+/// serves, and at exit when the session's last call found it.
 #[test]
 fn problems_the_store_finds_while_serving_are_logged() {
     use std::sync::Arc;
@@ -1802,9 +1803,41 @@ fn problems_the_store_finds_while_serving_are_logged() {
     assert_eq!(changed, 12);
     std::fs::write(&image, &bytes).unwrap();
 
+    // While serving: the line comes before the bridge is asked to stop.
+    let (mut p, lines) = bridge_with_stderr(&data, &dir.path().join("assets"));
+    search_lanterns(&mut p);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let warning = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line.contains("memory.image") && line.contains("read again") => break line,
+            Ok(_) => continue,
+            Err(e) => panic!("no warning of the changed image while serving ({e})"),
+        }
+    };
+    assert!(
+        !warning.contains(dir.path().to_str().unwrap()),
+        "no absolute path: {warning}"
+    );
+    p.finish();
+    // Found by the session's last call, just before it ends: said before the bridge exits.
+    let (mut p, lines) = bridge_with_stderr(&data, &dir.path().join("assets"));
+    search_lanterns(&mut p);
+    p.finish();
+    let said: Vec<String> = lines.iter().collect();
+    assert!(
+        said.iter()
+            .any(|l| l.contains("memory.image") && l.contains("read again")),
+        "{said:?}"
+    );
+}
+
+/// A bridge on `data` and `assets`, handshaken with agent `s1` bound to a chat of Mira, and
+/// the lines of its stderr as they come (the channel ends when the bridge exits).
+fn bridge_with_stderr(data: &Path, assets: &Path) -> (Peer, std::sync::mpsc::Receiver<String>) {
     let mut child = Command::new(BRIDGE)
         .args(["--data", data.to_str().unwrap()])
-        .args(["--assets", dir.path().join("assets").to_str().unwrap()])
+        .args(["--assets", assets.to_str().unwrap()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -1836,6 +1869,11 @@ fn problems_the_store_finds_while_serving_are_logged() {
         json!({"agent": "s1", "bind": {"character": "Mira", "chatId": "Mira - s1"}}),
     );
     assert_eq!(bound["result"]["mounted"], true, "{bound}");
+    (p, lines)
+}
+
+/// Searches session `s1`'s memories for the lanterns: found as the log says them.
+fn search_lanterns(p: &mut Peer) {
     let found = p.call(
         3,
         "tool/call",
@@ -1849,19 +1887,4 @@ fn problems_the_store_finds_while_serving_are_logged() {
             .all(|i| i["content"].as_str().unwrap().contains("lantern")),
         "answered as the log says: {found}"
     );
-    // The warning comes while the bridge still serves (it is not shut down before it).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let warning = loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        match lines.recv_timeout(left) {
-            Ok(line) if line.contains("memory.image") && line.contains("read again") => break line,
-            Ok(_) => continue,
-            Err(e) => panic!("no warning of the changed image while serving ({e})"),
-        }
-    };
-    assert!(
-        !warning.contains(dir.path().to_str().unwrap()),
-        "no absolute path: {warning}"
-    );
-    p.finish();
 }

@@ -232,9 +232,16 @@ fn zone(text: &str) -> Result<Arc<dyn UtcOffsets>, String> {
 }
 
 /// The store the command line names: PostgreSQL with `--store`, else the files under `--data`.
-/// The store, and the task reading a database's memories in the background (awaited for a
-/// while at exit so that the image it saves is not cut short).
-type Opened = (Arc<dyn AllStores>, Option<tokio::task::JoinHandle<()>>);
+struct Opened {
+    store: Arc<dyn AllStores>,
+    /// The task reading a database's memories in the background (awaited for a while at exit
+    /// so that the image it saves is not cut short).
+    load: Option<tokio::task::JoinHandle<()>>,
+    /// What the store found, logged as it comes (and once more at exit).
+    reported: Arc<Reported>,
+    /// The task looking for it while the bridge serves.
+    watcher: tokio::task::JoinHandle<()>,
+}
 
 /// How long an exiting bridge waits for the background read of a database's memories (and
 /// the image saved after it) to finish.
@@ -277,10 +284,11 @@ async fn open_store(
         return Err(format!("--data {}: not a directory", data.display()));
     }
     let store = FsStore::open_with(data, clock, options).map_err(|e| format!("--data: {e}"))?;
-    let reported = Reported::logging(store.diagnostics());
     let watched = store.clone();
-    reported.watch(move || watched.diagnostics());
+    let reported = Reported::logging(move || watched.diagnostics());
+    let watcher = reported.watch();
     let loading = store.clone();
+    let loaded = reported.clone();
     // A thread of its own, not the runtime's blocking pool: the bridge can exit (shutdown,
     // the host gone) while a large log is still being read.
     std::thread::spawn(move || {
@@ -296,55 +304,69 @@ async fn open_store(
                 "memory.log cannot be read yet; memory calls fail until it can: {e}"
             ),
         }
-        reported.warn_new(loading.diagnostics());
+        loaded.warn_new();
     });
-    Ok((Arc::new(store), None))
+    Ok(Opened {
+        store: Arc::new(store),
+        load: None,
+        reported,
+        watcher,
+    })
 }
 
 /// How often a running bridge looks for problems its store found while serving — a record
 /// changed in the memory image (the log read again), a damaged posting list rebuilt — to log
-/// them: the store handles them by itself and only lists them.
+/// them: the store handles them by itself and only lists them (a line can come a little
+/// later when the workers are busy).
 const DIAGNOSTICS_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The store's problems already logged, so each is logged once, when first seen: at open,
-/// after the background load of the memories, or while serving.
-struct Reported(std::sync::Mutex<Vec<tavern_store::StoreDiagnostic>>);
+/// after the background load of the memories, while serving, or at exit. A problem worded as
+/// one the store still lists (same file, same words) is not logged again.
+struct Reported {
+    /// The store's problems now (its list: bounded, newest last).
+    diagnostics: Box<dyn Fn() -> Vec<tavern_store::StoreDiagnostic> + Send + Sync>,
+    seen: std::sync::Mutex<Vec<tavern_store::StoreDiagnostic>>,
+}
 
 impl Reported {
-    /// Logs `found` (what the open found) and remembers it.
-    fn logging(found: Vec<tavern_store::StoreDiagnostic>) -> Arc<Self> {
-        let reported = Arc::new(Self(std::sync::Mutex::new(Vec::new())));
-        reported.warn_new(found);
+    /// Logs what the store found so far (at open) and remembers it.
+    fn logging(
+        diagnostics: impl Fn() -> Vec<tavern_store::StoreDiagnostic> + Send + Sync + 'static,
+    ) -> Arc<Self> {
+        let reported = Arc::new(Self {
+            diagnostics: Box::new(diagnostics),
+            seen: std::sync::Mutex::new(Vec::new()),
+        });
+        reported.warn_new();
         reported
     }
 
-    /// Logs the problems of `now` (the store's list, bounded and newest last) not logged yet.
-    fn warn_new(&self, now: Vec<tavern_store::StoreDiagnostic>) {
+    /// Logs the store's problems not logged yet. The list is read under the lock, so two
+    /// callers (the load, the watcher) never log one twice.
+    fn warn_new(&self) {
         let mut seen = self
-            .0
+            .seen
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = (self.diagnostics)();
         for d in now.iter().filter(|d| !seen.contains(d)) {
             tracing::warn!(file = %d.file, "{}", d.message);
         }
         *seen = now;
     }
 
-    /// Looks at `diagnostics` every [`DIAGNOSTICS_EVERY`] for as long as the bridge runs, and
-    /// logs what is new.
-    fn watch(
-        self: &Arc<Self>,
-        diagnostics: impl Fn() -> Vec<tavern_store::StoreDiagnostic> + Send + 'static,
-    ) {
+    /// Looks every [`DIAGNOSTICS_EVERY`] until aborted (at exit), and logs what is new.
+    fn watch(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let reported = self.clone();
         tokio::spawn(async move {
             let mut every = tokio::time::interval(DIAGNOSTICS_EVERY);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             loop {
                 every.tick().await;
-                reported.warn_new(diagnostics());
+                reported.warn_new();
             }
-        });
+        })
     }
 }
 
@@ -370,11 +392,12 @@ async fn open_postgres(
     let store = PgStore::open_with_options(config, &tls, clock, options)
         .await
         .map_err(|e| e.to_string())?;
-    let reported = Reported::logging(store.diagnostics());
     let watched = store.clone();
-    reported.watch(move || watched.diagnostics());
+    let reported = Reported::logging(move || watched.diagnostics());
+    let watcher = reported.watch();
     tracing::info!("store: postgresql");
     let loading = store.clone();
+    let loaded = reported.clone();
     let load = tokio::spawn(async move {
         let started = std::time::Instant::now();
         match loading.load_memories().await {
@@ -394,9 +417,14 @@ async fn open_postgres(
                 "the memories cannot be read yet; memory calls fail until they can: {e}"
             ),
         }
-        reported.warn_new(loading.diagnostics());
+        loaded.warn_new();
     });
-    Ok((Arc::new(store), Some(load)))
+    Ok(Opened {
+        store: Arc::new(store),
+        load: Some(load),
+        reported,
+        watcher,
+    })
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
@@ -407,7 +435,12 @@ async fn run(cli: Cli) -> Result<(), String> {
         SessionId::parse(m.session.as_str()).map_err(|e| format!("--session: {e}"))?;
     }
     let clock = Arc::new(SystemClock);
-    let (store, load) = open_store(&cli.common, clock.clone()).await?;
+    let Opened {
+        store,
+        load,
+        reported,
+        watcher,
+    } = open_store(&cli.common, clock.clone()).await?;
     let served = serve(cli, store, assets, clock, ranker).await;
     // The host is done; the memories may still be being read, or their image written: given
     // a while, the next start reads that image instead of every row.
@@ -424,6 +457,11 @@ async fn run(cli: Cli) -> Result<(), String> {
         #[cfg(not(feature = "postgres"))]
         drop(load);
     }
+    // What the last calls found, said before the bridge goes (and the watcher's hold on the
+    // store let go here, not while the runtime shuts down).
+    watcher.abort();
+    let _ = watcher.await;
+    reported.warn_new();
     served
 }
 
