@@ -272,6 +272,45 @@ pub(crate) fn framing(head: &[u8], magic: &[u8; 8], anchor: usize) -> Framed {
     })
 }
 
+/// Test support: replaces each `from` with `to` (as long) in the part of the image file at
+/// `path` an open does not read — the records' bytes, then the postings, each checked when
+/// first read — as a disk or another program changing the file would; returns how many.
+///
+/// # Errors
+/// The file cannot be read or written, is not framed as an image, or `to` is not as long as
+/// `from`.
+#[cfg(feature = "testkit")]
+pub fn change_unread_part(path: &Path, from: &[u8], to: &[u8]) -> std::io::Result<usize> {
+    let invalid = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, what);
+    if from.len() != to.len() || from.is_empty() {
+        return Err(invalid(
+            "the replacement is not as long as what it replaces",
+        ));
+    }
+    let mut bytes = std::fs::read(path)?;
+    let checked = bytes
+        .get(16..24)
+        .and_then(|w| <[u8; 8]>::try_from(w).ok())
+        .map(u64::from_le_bytes)
+        .and_then(|n| usize::try_from(n).ok())
+        .and_then(|n| n.checked_add(HEADER))
+        .filter(|end| *end <= bytes.len())
+        .ok_or_else(|| invalid("not an image"))?;
+    let mut changed = 0;
+    let mut at = checked;
+    while at + from.len() <= bytes.len() {
+        if &bytes[at..at + from.len()] == from {
+            bytes[at..at + from.len()].copy_from_slice(to);
+            changed += 1;
+            at += from.len();
+        } else {
+            at += 1;
+        }
+    }
+    std::fs::write(path, &bytes)?;
+    Ok(changed)
+}
+
 /// Reads the checked part of an image file whose first bytes `head` (its header and anchor)
 /// are read already, after checking that the file is no larger than `cap` and as long as its
 /// header says: the header and the checked bytes, their checksum verified.

@@ -26,6 +26,8 @@ mod transfer;
 pub use atomic::{dir_syncs_issued, stamp_of, syncs_issued, FileStamp};
 pub use chat_folder::{FsOptions, CHAT_FOLDER_RECORD};
 pub use check::{check_files, CheckFinding, CheckReport};
+#[cfg(feature = "testkit")]
+pub use image::change_unread_part;
 pub use log::verify_line;
 
 use std::collections::HashMap;
