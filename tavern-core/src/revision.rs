@@ -290,12 +290,21 @@ pub fn hex(bytes: &[u8]) -> String {
     s
 }
 
+/// Lowercase hex digits, by value.
+const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+/// The two lowercase hex digits of `b`.
+fn hex_pair(b: u8) -> [u8; 2] {
+    [
+        HEX_DIGITS[usize::from(b >> 4)],
+        HEX_DIGITS[usize::from(b & 15)],
+    ]
+}
+
 /// Appends the lowercase hex of `bytes` to `out`.
 fn push_hex(out: &mut String, bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for b in bytes {
-        out.push(DIGITS[usize::from(b >> 4)] as char);
-        out.push(DIGITS[usize::from(b & 15)] as char);
+        out.extend(hex_pair(*b).map(char::from));
     }
 }
 
@@ -307,11 +316,9 @@ pub fn short_digest(parts: &[&[u8]]) -> String {
 /// [`short_digest`] as its 16 ASCII hex digits, with nothing allocated (log lines by the
 /// million).
 pub fn short_digest_ascii(parts: &[&[u8]]) -> [u8; 16] {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = [0u8; 16];
     for (pair, b) in out.chunks_exact_mut(2).zip(short_digest_raw(parts)) {
-        pair[0] = DIGITS[usize::from(b >> 4)];
-        pair[1] = DIGITS[usize::from(b & 15)];
+        pair.copy_from_slice(&hex_pair(b));
     }
     out
 }

@@ -420,18 +420,6 @@ pub struct Tokenized<'a> {
     round: Option<bulk::Round>,
 }
 
-impl Tokenized<'_> {
-    /// How many texts there are.
-    pub fn len(&self) -> usize {
-        self.texts.len()
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.texts.is_empty()
-    }
-}
-
 /// Document count and total length of one group of documents (a memory scope).
 #[derive(Debug, Default, Clone, Copy)]
 struct GroupStats {
@@ -777,15 +765,12 @@ impl Bm25Index {
         for (i, (doc, _, _)) in docs.iter().enumerate() {
             last.insert(*doc, i);
         }
-        let docs: Vec<(u32, u32, &str)> = if last.len() == docs.len() {
-            docs.to_vec()
-        } else {
-            docs.iter()
-                .enumerate()
-                .filter(|(i, (doc, _, _))| last.get(doc) == Some(i))
-                .map(|(_, d)| *d)
-                .collect()
-        };
+        let docs: Vec<(u32, u32, &str)> = docs
+            .iter()
+            .enumerate()
+            .filter(|(i, (doc, _, _))| last.get(doc) == Some(i))
+            .map(|(_, d)| *d)
+            .collect();
         // A few documents (a catch-up, one write): threads and exact per-list reservations
         // cost more than they save, and each call would touch every posting list.
         if docs.len() < BULK_DOCS {

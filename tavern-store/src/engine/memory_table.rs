@@ -429,18 +429,19 @@ impl MemoryTable {
         changed
     }
 
-    /// The index texts of the records `ops` put (one after another) and where each ends: what
+    /// The index texts of the records `ops` put, one after another, and where each lies: what
     /// an import tokenizes ([`Bm25Index::tokenize`]) while its records are written and applied.
-    pub(crate) fn index_texts(ops: &[MemoryOp]) -> (String, Vec<usize>) {
+    pub(crate) fn index_texts(ops: &[MemoryOp]) -> (String, Vec<std::ops::Range<usize>>) {
         let mut text = String::new();
-        let mut ends = Vec::with_capacity(ops.len());
+        let mut spans = Vec::with_capacity(ops.len());
         for op in ops {
             if let MemoryOp::Put { record, .. } | MemoryOp::Snapshot { record, .. } = op {
+                let start = text.len();
                 push_index_text(&mut text, record);
-                ends.push(text.len());
+                spans.push(start..text.len());
             }
         }
-        (text, ends)
+        (text, spans)
     }
 
     /// Indexes the records at `slots` (new ones, as [`MemoryTable::apply_records`] returned

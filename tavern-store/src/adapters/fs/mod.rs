@@ -997,11 +997,10 @@ impl Inner {
         // The records' texts are tokenized (most of indexing's work, and needing neither the
         // log nor the table) on other threads while the lines are appended and the records
         // applied; the index takes the tokens after.
-        let (text, ends) = MemoryTable::index_texts(&ops);
-        let texts: Vec<&str> = std::iter::once(0)
-            .chain(ends.iter().copied())
-            .zip(&ends)
-            .map(|(start, end)| text.get(start..*end).unwrap_or_default())
+        let (text, spans) = MemoryTable::index_texts(&ops);
+        let texts: Vec<&str> = spans
+            .into_iter()
+            .map(|span| text.get(span).unwrap_or_default())
             .collect();
         let g = &mut *g;
         std::thread::scope(|s| {
